@@ -1,0 +1,48 @@
+// SPDX-License-Identifier: MIT
+// Where the lock server is (ConnectionConfig) and how a lock is taken (LockOptions).
+#pragma once
+
+#include <redis_lock/export.hpp>
+
+#include <boost/system/result.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace redis_lock {
+
+/// Where the lock server is and how to talk to it.
+struct ConnectionConfig {
+  std::string host = "127.0.0.1";
+  std::uint16_t port = 6379;
+  std::string unix_socket;  ///< non-empty: connect to this Unix socket instead of host:port
+  std::string username;     ///< ACL user; empty with a password means AUTH <password>
+  std::string password;
+  int database = 0;  ///< SELECT; 0 sends nothing
+  bool tls = false;  ///< rediss:// (TLS arrives in a later release; connecting fails cleanly)
+  std::chrono::milliseconds connect_timeout{1000};  ///< connect + handshake deadline
+  std::chrono::milliseconds command_timeout{1000};  ///< per-command reply deadline
+
+  /// Parses `redis://[user[:password]@]host[:port][/db]`, `rediss://...` and
+  /// `unix:///path.sock[?db=N]`. User and password are percent-decoded; IPv6 hosts are
+  /// written in brackets. Query parameters: `db`, `connect_timeout`, `command_timeout`
+  /// (milliseconds). Anything else fails with `error::invalid_argument`.
+  REDIS_LOCK_EXPORT static boost::system::result<ConnectionConfig> from_url(std::string_view url);
+};
+
+/// How one lock is taken.
+struct LockOptions {
+  std::chrono::milliseconds ttl{10'000};  ///< lease length, > 0
+  std::chrono::milliseconds wait{0};      ///< keep trying this long; 0 = one attempt
+  bool auto_renew = false;                ///< watchdog extends while held (not yet implemented)
+};
+
+/// Settings of one LockManager that are not about the connection.
+struct ManagerOptions {
+  std::string key_prefix = "lock:";      ///< lease key of resource R is `<prefix>{R}`
+  std::string client_name = "redis_lock";  ///< CLIENT SETNAME; empty sends nothing
+};
+
+}  // namespace redis_lock

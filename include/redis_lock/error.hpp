@@ -1,0 +1,46 @@
+// SPDX-License-Identifier: MIT
+// Error codes of redis_lock and their category, named "redis_lock".
+#pragma once
+
+#include <redis_lock/export.hpp>
+
+#include <boost/system/error_code.hpp>
+
+#include <type_traits>
+
+namespace redis_lock {
+
+/// Everything redis_lock itself reports. Asio/system errors are mapped to these where the
+/// caller must react differently (e.g. `timeout` vs `connection_lost`).
+enum class error {
+  invalid_argument = 1,  ///< bad input, rejected before anything is sent
+  timeout,               ///< a command got no reply within `command_timeout`
+  connect_timeout,       ///< connecting (and the handshake) exceeded `connect_timeout`
+  connect_failed,        ///< the server could not be reached (refused, unresolvable, ...)
+  connection_lost,       ///< the connection broke while a command was in flight
+  protocol_error,        ///< the server sent bytes that are not valid RESP
+  server_error,          ///< any other error reply (see `LockManager::last_server_error()`)
+  wrong_type,            ///< WRONGTYPE: the lock key holds a value of another type
+  not_authenticated,     ///< NOAUTH: the server requires a password and none was given
+  auth_failed,           ///< WRONGPASS / AUTH rejected: bad user name or password
+  no_permission,         ///< NOPERM: the ACL user may not run the lock commands
+  out_of_memory,         ///< OOM: maxmemory reached with a no-eviction policy
+  read_only,             ///< READONLY: connected to a replica
+  lock_lost,             ///< the lease expired or passed to another holder
+  shutdown,              ///< the io_context is shutting down
+  unexpected_reply,      ///< a reply of a shape the library does not expect
+};
+
+/// The category of `redis_lock::error`; its name() is "redis_lock".
+REDIS_LOCK_EXPORT const boost::system::error_category& error_category() noexcept;
+
+inline boost::system::error_code make_error_code(error e) noexcept {
+  return {static_cast<int>(e), error_category()};
+}
+
+}  // namespace redis_lock
+
+template <>
+struct boost::system::is_error_code_enum<redis_lock::error> : std::true_type {};
+template <>
+struct std::is_error_code_enum<redis_lock::error> : std::true_type {};

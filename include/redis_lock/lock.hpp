@@ -1,0 +1,168 @@
+// SPDX-License-Identifier: MIT
+// LockManager takes locks on Redis; LockGuard holds one and gives it back.
+#pragma once
+
+#include <redis_lock/config.hpp>
+#include <redis_lock/error.hpp>
+#include <redis_lock/export.hpp>
+
+#include <boost/asio/any_completion_handler.hpp>
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/async_result.hpp>
+#include <boost/asio/deferred.hpp>
+#include <boost/system/error_code.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+
+namespace redis_lock {
+
+class LockGuard;
+namespace detail {
+class LockService;
+struct GuardAccess;
+using AcquireHandler =
+    boost::asio::any_completion_handler<void(boost::system::error_code, LockGuard)>;
+using BoolHandler = boost::asio::any_completion_handler<void(boost::system::error_code, bool)>;
+}  // namespace detail
+
+/// Ownership of one lock, like `std::unique_lock` for a Redis lease.
+///
+/// Move-only. A guard that still holds its lock when destroyed (or move-assigned over) posts
+/// a compare-and-delete release onto its manager's executor and returns at once: it never
+/// blocks and never throws. If that executor's context has shut down, nothing is posted and
+/// the lease simply expires after its ttl.
+///
+/// Thread safety: like `std::unique_lock`, a guard belongs to one thread at a time.
+/// Object lifetimes: a guard may outlive the LockManager that made it.
+class REDIS_LOCK_EXPORT LockGuard {
+ public:
+  LockGuard() noexcept;  ///< holds nothing
+  LockGuard(LockGuard&& other) noexcept;
+  /// Releases what *this held (by posting), then takes over `other`'s lock.
+  LockGuard& operator=(LockGuard&& other) noexcept;
+  LockGuard(const LockGuard&) = delete;
+  LockGuard& operator=(const LockGuard&) = delete;
+  ~LockGuard();
+
+  bool owns_lock() const noexcept { return service_ != nullptr; }
+  explicit operator bool() const noexcept { return owns_lock(); }
+  /// The resource name given to async_acquire (empty when nothing is held).
+  const std::string& resource() const noexcept { return resource_; }
+  /// The random 128-bit ownership token, as 32 hex digits.
+  const std::string& token() const noexcept { return token_; }
+  /// Strictly increasing per resource: a protected resource rejects writes carrying a lower
+  /// token than the last one it accepted. 0 when nothing is held.
+  std::uint64_t fencing_token() const noexcept { return fencing_token_; }
+
+  /// Releases the lock now.
+  ///
+  /// Completion signature: `void(boost::system::error_code, bool released)`; `released` is
+  /// false when the lease had expired or belongs to another holder now. An empty guard
+  /// completes with `(no error, false)` without touching Redis.
+  /// The guard is empty as soon as this is called (with `deferred`, when it is launched; an
+  /// operation that is never launched still releases, as the destructor would).
+  /// Per-operation cancellation: not supported; the command is bounded by `command_timeout`.
+  /// Exception safety: basic; errors are reported through the completion.
+  template <class CompletionToken = boost::asio::deferred_t>
+  auto async_release(CompletionToken&& token = {}) {
+    return boost::asio::async_initiate<CompletionToken, void(boost::system::error_code, bool)>(
+        [](auto handler, LockGuard guard) {
+          release_impl(std::move(guard), detail::BoolHandler(std::move(handler)));
+        },
+        token, std::move(*this));
+  }
+
+  /// Sets the remaining lease to `ttl`, if this guard still owns it.
+  ///
+  /// Completion signature: `void(boost::system::error_code, bool extended)`; `extended` is
+  /// false when the lease had expired or belongs to another holder now (the guard still
+  /// reports owns_lock(); it is up to the caller to stop). `ttl <= 0` completes with
+  /// `error::invalid_argument` before anything is sent. An empty guard completes with
+  /// `(no error, false)`.
+  template <class CompletionToken = boost::asio::deferred_t>
+  auto async_extend(std::chrono::milliseconds ttl, CompletionToken&& token = {}) {
+    return boost::asio::async_initiate<CompletionToken, void(boost::system::error_code, bool)>(
+        [](auto handler, std::shared_ptr<detail::LockService> service, std::string resource,
+           std::string owner, std::chrono::milliseconds new_ttl) {
+          extend_impl(std::move(service), std::move(resource), std::move(owner), new_ttl,
+                      detail::BoolHandler(std::move(handler)));
+        },
+        token, service_, resource_, token_, ttl);
+  }
+
+ private:
+  friend struct detail::GuardAccess;
+  LockGuard(std::shared_ptr<detail::LockService> service, std::string resource, std::string token,
+            std::uint64_t fencing_token) noexcept;
+  void release_detached() noexcept;
+  static void release_impl(LockGuard guard, detail::BoolHandler handler);
+  static void extend_impl(std::shared_ptr<detail::LockService> service, std::string resource,
+                          std::string token, std::chrono::milliseconds ttl,
+                          detail::BoolHandler handler);
+
+  std::shared_ptr<detail::LockService> service_;
+  std::string resource_;
+  std::string token_;
+  std::uint64_t fencing_token_ = 0;
+};
+
+/// Takes locks on one Redis server. Many requests share one pipelined connection.
+///
+/// Thread safety: all member functions may be called concurrently, including from several
+/// threads running the same io_context.
+/// Object lifetimes: operations in flight and guards keep the shared state alive, so the
+/// manager may be destroyed before them. A manager with nothing in flight keeps no work
+/// pending on its executor (io_context::run() returns).
+class REDIS_LOCK_EXPORT LockManager {
+ public:
+  using executor_type = boost::asio::any_io_executor;
+
+  LockManager(executor_type ex, ConnectionConfig config);
+  LockManager(executor_type ex, ConnectionConfig config, ManagerOptions options);
+  LockManager(LockManager&&) noexcept = default;
+  LockManager& operator=(LockManager&&) noexcept = default;
+  ~LockManager();
+
+  executor_type get_executor() const noexcept { return executor_; }
+
+  /// Tries to take the lock on `resource` for `options.ttl`.
+  ///
+  /// Completion signature: `void(boost::system::error_code, LockGuard)`. When the lock is
+  /// still held elsewhere after `options.wait`, completes with no error and an empty guard:
+  /// contention is not an error. Errors are failures: `invalid_argument` (empty resource,
+  /// ttl <= 0, negative wait; nothing is sent), I/O errors (`timeout`, `connection_lost`,
+  /// `connect_failed`, ...), and server errors (`wrong_type`, `out_of_memory`, `read_only`,
+  /// `not_authenticated`, `no_permission`, `server_error`). When the reply is lost the lock
+  /// state is unknown: the error is reported and a best-effort release is sent.
+  /// Per-operation cancellation: not supported yet; bounded by `command_timeout` and `wait`.
+  /// Exception safety: basic; no exception escapes on the async path.
+  template <class CompletionToken = boost::asio::deferred_t>
+  auto async_acquire(std::string_view resource, LockOptions options,
+                     CompletionToken&& token = {}) {
+    return boost::asio::async_initiate<CompletionToken,
+                                       void(boost::system::error_code, LockGuard)>(
+        [](auto handler, std::shared_ptr<detail::LockService> service, std::string name,
+           LockOptions opts) {
+          acquire_impl(std::move(service), std::move(name), opts,
+                       detail::AcquireHandler(std::move(handler)));
+        },
+        token, service_, std::string(resource), options);
+  }
+
+  /// The full text of the most recent error reply from the server (thread-safe copy).
+  std::string last_server_error() const;
+
+ private:
+  static void acquire_impl(std::shared_ptr<detail::LockService> service, std::string resource,
+                           LockOptions options, detail::AcquireHandler handler);
+
+  executor_type executor_;
+  std::shared_ptr<detail::LockService> service_;
+};
+
+}  // namespace redis_lock

@@ -1,0 +1,8 @@
+// SPDX-License-Identifier: MIT
+// Umbrella header of redis_lock: everything a user needs, and nothing heavy.
+#pragma once
+
+#include <redis_lock/config.hpp>
+#include <redis_lock/error.hpp>
+#include <redis_lock/lock.hpp>
+#include <redis_lock/version.hpp>

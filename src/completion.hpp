@@ -1,0 +1,36 @@
+// SPDX-License-Identifier: MIT
+// Delivering a result to a user's completion handler on the handler's associated executor.
+#pragma once
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/associated_executor.hpp>
+#include <boost/asio/bind_executor.hpp>
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/post.hpp>
+
+#include <utility>
+
+namespace redis_lock::detail {
+
+/// Runs `handler(args...)` on the handler's associated executor (default: `io`).
+/// `Defer::yes` for results known inside the initiating call, so that a handler never runs
+/// before the initiating function returns; `Defer::no` after I/O, to skip a scheduler hop.
+/// (Boost 1.81 cannot post onto an any_completion_executor directly, hence bind_executor.)
+enum class Defer { no, yes };
+
+template <class Handler, class... Args>
+void deliver(const boost::asio::any_io_executor& io, Defer defer, Handler handler,
+             Args&&... args) {
+  auto ex = boost::asio::get_associated_executor(handler, io);
+  auto fn = boost::asio::bind_executor(
+      std::move(ex), [h = std::move(handler), ... a = std::forward<Args>(args)]() mutable {
+        std::move(h)(std::move(a)...);
+      });
+  if (defer == Defer::yes) {
+    boost::asio::post(io, std::move(fn));
+  } else {
+    boost::asio::dispatch(io, std::move(fn));
+  }
+}
+
+}  // namespace redis_lock::detail

@@ -1,0 +1,104 @@
+// SPDX-License-Identifier: MIT
+// ConnectionConfig::from_url: redis://, rediss:// and unix:// URLs, parsed with Boost.URL.
+#include <redis_lock/config.hpp>
+#include <redis_lock/error.hpp>
+
+#include <boost/url/parse.hpp>
+#include <boost/url/url_view.hpp>
+
+#include <charconv>
+#include <limits>
+
+namespace redis_lock {
+namespace {
+
+template <class Int>
+bool parse_int(std::string_view text, Int& out, Int min, Int max) {
+  if (text.empty()) return false;
+  long long value = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc{} || end != text.data() + text.size()) return false;
+  if (value < static_cast<long long>(min) || value > static_cast<long long>(max)) return false;
+  out = static_cast<Int>(value);
+  return true;
+}
+
+bool parse_millis(std::string_view text, std::chrono::milliseconds& out) {
+  long long ms = 0;
+  if (!parse_int<long long>(text, ms, 1, 24LL * 3600 * 1000)) return false;
+  out = std::chrono::milliseconds(ms);
+  return true;
+}
+
+bool apply_query(const boost::urls::url_view& url, ConnectionConfig& cfg) {
+  for (auto param : url.params()) {
+    if (!param.has_value) return false;
+    if (param.key == "db") {
+      if (!parse_int(std::string_view(param.value), cfg.database, 0, 1 << 20)) return false;
+    } else if (param.key == "connect_timeout") {
+      if (!parse_millis(param.value, cfg.connect_timeout)) return false;
+    } else if (param.key == "command_timeout") {
+      if (!parse_millis(param.value, cfg.command_timeout)) return false;
+    } else {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+boost::system::result<ConnectionConfig> ConnectionConfig::from_url(std::string_view text) {
+  const boost::system::error_code bad = error::invalid_argument;
+  auto parsed = boost::urls::parse_absolute_uri(text);
+  if (!parsed) return bad;
+  const boost::urls::url_view url = *parsed;
+  if (url.has_fragment()) return bad;
+
+  ConnectionConfig cfg;
+  const std::string scheme = url.scheme();
+  if (scheme == "unix" || scheme == "redis+unix") {
+    // unix:///path.sock: the authority is empty and the path is the socket.
+    if (!url.has_authority() || !url.encoded_host().empty() || url.has_port()) return bad;
+    if (url.has_userinfo()) {
+      cfg.username = url.user();
+      if (url.has_password()) cfg.password = url.password();
+    }
+    cfg.unix_socket = url.path();
+    if (cfg.unix_socket.empty() || cfg.unix_socket == "/") return bad;
+    cfg.host.clear();
+  } else if (scheme == "redis" || scheme == "rediss") {
+    cfg.tls = scheme == "rediss";
+    if (!url.has_authority()) return bad;
+    switch (url.host_type()) {
+      case boost::urls::host_type::ipv6:
+      case boost::urls::host_type::ipv4:
+        cfg.host = url.host_address();
+        break;
+      case boost::urls::host_type::name:
+        cfg.host = url.host();
+        break;
+      default:
+        return bad;  // ipvfuture or none
+    }
+    if (cfg.host.empty()) return bad;
+    if (url.has_port()) {
+      if (!parse_int<std::uint16_t>(url.port(), cfg.port, 1, 65535)) return bad;
+    }
+    if (url.has_userinfo()) {
+      cfg.username = url.user();
+      if (url.has_password()) cfg.password = url.password();
+      if (cfg.username.empty() && cfg.password.empty()) return bad;
+    }
+    const std::string path = url.path();
+    if (!path.empty() && path != "/") {
+      if (!parse_int(std::string_view(path).substr(1), cfg.database, 0, 1 << 20)) return bad;
+    }
+  } else {
+    return bad;
+  }
+  if (!apply_query(url, cfg)) return bad;
+  return cfg;
+}
+
+}  // namespace redis_lock

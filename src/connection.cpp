@@ -1,0 +1,404 @@
+// SPDX-License-Identifier: MIT
+// The pipelined connection. Every handler checks that its Link is still the current one:
+// a closed link's late completions must never touch the queues of its successor.
+#include "connection.hpp"
+
+#include <redis_lock/error.hpp>
+
+#include <boost/asio/connect.hpp>
+#include <boost/asio/generic/stream_protocol.hpp>
+#include <boost/asio/ip/address.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/local/stream_protocol.hpp>
+#include <boost/asio/read.hpp>
+#include <boost/asio/write.hpp>
+
+#include <array>
+#include <cerrno>
+#include <vector>
+
+#include <sys/socket.h>
+
+namespace redis_lock::detail {
+
+namespace asio = boost::asio;
+using boost::system::error_code;
+using generic_socket = asio::generic::stream_protocol::socket;
+
+struct Connection::Link {
+  explicit Link(const Strand& strand) : socket(strand), resolver(strand) {}
+  generic_socket socket;
+  asio::ip::tcp::resolver resolver;
+  std::vector<asio::generic::stream_protocol::endpoint> endpoints;
+  ReplyReader reader;
+  std::string write_buf;
+  std::array<char, 16 * 1024> read_buf;
+  bool writing = false;
+  bool reading = false;
+  bool is_tcp = true;
+};
+
+namespace {
+
+constexpr std::chrono::milliseconds backoff_first{25};
+constexpr std::chrono::milliseconds backoff_max{1000};
+
+// Asio failures while talking to a connected server all mean the same to the caller.
+error_code lost(error_code) { return error::connection_lost; }
+
+}  // namespace
+
+Connection::Connection(Strand strand, ConnectionConfig config, std::string client_name)
+    : strand_(std::move(strand)),
+      config_(std::move(config)),
+      client_name_(std::move(client_name)),
+      timer_(std::make_unique<asio::steady_timer>(strand_)),
+      connect_timer_(std::make_unique<asio::steady_timer>(strand_)) {}
+
+Connection::~Connection() = default;
+
+void Connection::shutdown() noexcept {
+  shut_down_ = true;
+  link_.reset();
+  timer_.reset();
+  connect_timer_.reset();
+  queued_.clear();
+  in_flight_.clear();
+  queued_bytes_.clear();
+}
+
+void Connection::execute(std::string_view resp, Callback callback) {
+  if (shut_down_) return;  // the handler is destroyed, as Asio does with pending work
+  queued_bytes_.append(resp);
+  queued_.push_back(Pending{std::move(callback), Clock::now() + config_.command_timeout,
+                            resp.size()});
+  arm_timer();
+  switch (state_) {
+    case State::closed: start_connect(); break;
+    case State::ready: flush(); break;
+    default: break;  // the handshake or the backoff flushes when it ends
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Connecting
+
+void Connection::start_connect() {
+  const auto now = Clock::now();
+  if (now < next_connect_at_) {
+    // A recent attempt failed: wait a little instead of hammering a server that is down.
+    state_ = State::backoff;
+    connect_timer_->expires_at(next_connect_at_);
+    connect_timer_->async_wait([self = shared_from_this()](error_code ec) {
+      if (ec || self->shut_down_ || self->state_ != State::backoff) return;
+      if (self->queued_.empty()) {
+        self->state_ = State::closed;
+      } else {
+        self->connect_now();
+      }
+    });
+    return;
+  }
+  connect_now();
+}
+
+void Connection::connect_now() {
+  state_ = State::connecting;
+  link_ = std::make_shared<Link>(strand_);
+  auto link = link_;
+  connect_timer_->expires_after(config_.connect_timeout);
+  connect_timer_->async_wait([self = shared_from_this(), link](error_code ec) {
+    if (ec || self->link_ != link) return;
+    if (self->state_ == State::connecting || self->state_ == State::handshake) {
+      self->on_connect_deadline();
+    }
+  });
+
+  if (!config_.unix_socket.empty()) {
+    link->is_tcp = false;
+    link->endpoints.emplace_back(asio::local::stream_protocol::endpoint(config_.unix_socket));
+    try_endpoint(link, 0);
+    return;
+  }
+  error_code parse_ec;
+  const auto address = asio::ip::make_address(config_.host, parse_ec);
+  if (!parse_ec) {
+    link->endpoints.emplace_back(asio::ip::tcp::endpoint(address, config_.port));
+    try_endpoint(link, 0);
+    return;
+  }
+  link->resolver.async_resolve(
+      config_.host, std::to_string(config_.port),
+      [self = shared_from_this(), link](error_code ec,
+                                        asio::ip::tcp::resolver::results_type results) {
+        if (self->link_ != link) return;
+        if (ec || results.empty()) return self->connect_failed(error::connect_failed);
+        for (const auto& entry : results) link->endpoints.emplace_back(entry.endpoint());
+        self->try_endpoint(link, 0);
+      });
+}
+
+void Connection::try_endpoint(const std::shared_ptr<Link>& link, std::size_t index) {
+  if (index >= link->endpoints.size()) return connect_failed(error::connect_failed);
+  error_code ignored;
+  link->socket.close(ignored);
+  link->socket.async_connect(
+      link->endpoints[index], [self = shared_from_this(), link, index](error_code ec) {
+        if (self->link_ != link) return;
+        if (ec) return self->try_endpoint(link, index + 1);
+        if (link->is_tcp) {
+          error_code opt_ec;
+          link->socket.set_option(asio::ip::tcp::no_delay(true), opt_ec);
+          link->socket.set_option(asio::socket_base::keep_alive(true), opt_ec);
+        }
+        self->start_handshake(link);
+      });
+}
+
+void Connection::start_handshake(const std::shared_ptr<Link>& link) {
+  // AUTH / SELECT / CLIENT SETNAME go out alone, and user commands wait until every reply
+  // is in: pipelining them together could run a lock command on a connection whose AUTH
+  // failed.
+  std::string resp;
+  std::size_t count = 0;
+  if (!config_.password.empty()) {
+    if (config_.username.empty()) {
+      append_command(resp, {"AUTH", config_.password});
+    } else {
+      append_command(resp, {"AUTH", config_.username, config_.password});
+    }
+    ++count;
+  }
+  if (config_.database != 0) {
+    const auto db = std::to_string(config_.database);
+    append_command(resp, {"SELECT", db});
+    ++count;
+  }
+  if (!client_name_.empty()) {
+    append_command(resp, {"CLIENT", "SETNAME", client_name_});
+    ++count;
+  }
+  if (count == 0) {
+    state_ = State::ready;
+    connect_timer_->cancel();
+    backoff_ = std::chrono::milliseconds{0};
+    flush();
+    return;
+  }
+  state_ = State::handshake;
+  handshake_left_ = count;
+  for (std::size_t i = 0; i < count; ++i) {
+    const bool is_setname = !client_name_.empty() && i + 1 == count;
+    in_flight_.push_back(Pending{
+        Callback([self = shared_from_this(), link, is_setname](error_code ec, Reply reply) {
+          // A user without the right to name its connection may still take locks.
+          if (is_setname && !ec && reply.is_error()) {
+            reply = Reply{};
+            reply.type = Reply::Type::status;
+          }
+          self->on_handshake_reply(link, ec, reply);
+        }),
+        Clock::time_point::max(), 0});
+  }
+  link->write_buf = std::move(resp);
+  link->writing = true;
+  asio::async_write(link->socket, asio::buffer(link->write_buf),
+                    [self = shared_from_this(), link](error_code ec, std::size_t) {
+                      self->on_write(link, ec);
+                    });
+  start_read(link);
+}
+
+void Connection::on_handshake_reply(const std::shared_ptr<Link>& link, error_code ec,
+                                    const Reply& reply) {
+  if (link_ != link || state_ != State::handshake) return;
+  if (ec) return;  // drop_link is failing the handshake already
+  if (reply.is_error()) {
+    // Drop the remaining handshake replies with the link and fail what waited for it.
+    const auto code = error_from_reply(reply.str);
+    const auto failed_code = code == error::server_error ? error_code(error::auth_failed) : code;
+    in_flight_.clear();
+    link_.reset();
+    state_ = State::closed;
+    connect_timer_->cancel();
+    return connect_failed(failed_code);
+  }
+  if (--handshake_left_ == 0) {
+    state_ = State::ready;
+    connect_timer_->cancel();
+    backoff_ = std::chrono::milliseconds{0};
+    next_connect_at_ = {};
+    flush();
+  }
+}
+
+void Connection::on_connect_deadline() {
+  in_flight_.clear();  // only handshake commands can be in flight before `ready`
+  link_.reset();
+  connect_failed(error::connect_timeout);
+}
+
+void Connection::connect_failed(error_code ec) {
+  link_.reset();
+  state_ = State::closed;
+  handshake_left_ = 0;
+  backoff_ = backoff_.count() == 0 ? backoff_first : std::min(backoff_ * 2, backoff_max);
+  next_connect_at_ = Clock::now() + backoff_;
+  if (connect_timer_) connect_timer_->cancel();
+  auto failed = std::move(queued_);
+  queued_.clear();
+  queued_bytes_.clear();
+  cancel_timer_if_idle();
+  for (auto& p : failed) std::move(p.callback)(ec, Reply{});
+}
+
+// ---------------------------------------------------------------------------------------
+// Writing and reading
+
+bool Connection::idle_link_is_dead() {
+  // The server may have closed an idle connection (restart, timeout, CLIENT KILL). Peeking
+  // costs one syscall and lets us reconnect before writing, instead of losing the commands.
+  char byte;
+  const auto n = ::recv(link_->socket.native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+  if (n == 0) return true;
+  if (n < 0) return errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
+  return true;  // unsolicited bytes while idle: RESP2 servers never send any
+}
+
+void Connection::flush() {
+  if (state_ != State::ready || queued_.empty() || link_->writing) return;
+  if (in_flight_.empty() && idle_link_is_dead()) {
+    link_.reset();
+    state_ = State::closed;
+    next_connect_at_ = {};
+    return start_connect();
+  }
+  auto link = link_;
+  link->write_buf.clear();
+  link->write_buf.swap(queued_bytes_);
+  for (auto& p : queued_) in_flight_.push_back(std::move(p));
+  queued_.clear();
+  link->writing = true;
+  asio::async_write(link->socket, asio::buffer(link->write_buf),
+                    [self = shared_from_this(), link](error_code ec, std::size_t) {
+                      self->on_write(link, ec);
+                    });
+  start_read(link);
+}
+
+void Connection::on_write(const std::shared_ptr<Link>& link, error_code ec) {
+  if (link_ != link) return;
+  link->writing = false;
+  if (ec) return drop_link(lost(ec));
+  flush();
+}
+
+void Connection::start_read(const std::shared_ptr<Link>& link) {
+  if (link->reading || in_flight_.empty()) return;
+  link->reading = true;
+  link->socket.async_read_some(
+      asio::buffer(link->read_buf),
+      [self = shared_from_this(), link](error_code ec, std::size_t n) { self->on_read(link, ec, n); });
+}
+
+void Connection::on_read(const std::shared_ptr<Link>& link, error_code ec, std::size_t n) {
+  if (link_ != link) return;
+  link->reading = false;
+  if (ec) return drop_link(lost(ec));
+  if (!link->reader.feed(link->read_buf.data(), n)) return drop_link(error::protocol_error);
+  for (;;) {
+    bool failed = false;
+    auto reply = link->reader.next(failed);
+    if (failed) return drop_link(error::protocol_error);
+    if (!reply) break;
+    if (in_flight_.empty()) return drop_link(error::protocol_error);  // a reply nobody asked for
+    auto pending = std::move(in_flight_.front());
+    in_flight_.pop_front();
+    std::move(pending.callback)(error_code{}, std::move(*reply));
+    if (link_ != link) return;  // the callback's work replaced the link
+  }
+  start_read(link);
+  cancel_timer_if_idle();
+}
+
+void Connection::drop_link(error_code ec) {
+  if (state_ != State::ready) {
+    // Lost during the handshake: a connect failure (with backoff), not a lost command.
+    in_flight_.clear();
+    return connect_failed(error::connect_failed);
+  }
+  link_.reset();
+  state_ = State::closed;
+  handshake_left_ = 0;
+  if (connect_timer_) connect_timer_->cancel();
+  auto failed = std::move(in_flight_);
+  in_flight_.clear();
+  // Queued commands were never written: they may go out on a fresh connection.
+  if (!queued_.empty()) start_connect();
+  cancel_timer_if_idle();
+  for (auto& p : failed) std::move(p.callback)(ec, Reply{});
+}
+
+// ---------------------------------------------------------------------------------------
+// Deadlines
+
+void Connection::arm_timer() {
+  Clock::time_point earliest = Clock::time_point::max();
+  for (const auto* q : {&in_flight_, &queued_}) {
+    for (const auto& p : *q) {
+      if (p.deadline != Clock::time_point::max()) {
+        earliest = std::min(earliest, p.deadline);
+        break;  // deadlines grow along each queue
+      }
+    }
+  }
+  if (earliest == Clock::time_point::max()) return;
+  if (timer_armed_ && timer_at_ <= earliest) return;
+  timer_armed_ = true;
+  timer_at_ = earliest;
+  timer_->expires_at(earliest);
+  timer_->async_wait([self = shared_from_this()](error_code ec) {
+    if (ec == asio::error::operation_aborted || self->shut_down_) return;
+    self->timer_armed_ = false;
+    self->on_timer();
+  });
+}
+
+void Connection::on_timer() {
+  const auto now = Clock::now();
+  // A command that got no reply in time leaves the stream's position unknown: everything
+  // written after it is stuck behind it, so the whole link goes.
+  for (const auto& p : in_flight_) {
+    if (p.deadline == Clock::time_point::max()) continue;
+    if (p.deadline <= now) {
+      drop_link(error::timeout);
+      break;
+    }
+    break;
+  }
+  // Commands that never left the queue in time (connecting, backoff) fail alone.
+  std::vector<Pending> expired;
+  while (!queued_.empty() && queued_.front().deadline <= now) {
+    queued_bytes_.erase(0, queued_.front().bytes);
+    expired.push_back(std::move(queued_.front()));
+    queued_.pop_front();
+  }
+  arm_timer();
+  if (queued_.empty() && in_flight_.empty() &&
+      (state_ == State::backoff || state_ == State::connecting || state_ == State::handshake)) {
+    // Nothing left to connect for: stop trying, stay idle.
+    link_.reset();
+    state_ = State::closed;
+    if (connect_timer_) connect_timer_->cancel();
+  }
+  for (auto& p : expired) std::move(p.callback)(error::timeout, Reply{});
+}
+
+void Connection::cancel_timer_if_idle() {
+  if (timer_armed_ && queued_.empty() && in_flight_.empty() && timer_) {
+    timer_armed_ = false;
+    timer_->cancel();
+  }
+}
+
+}  // namespace redis_lock::detail

@@ -1,0 +1,98 @@
+// SPDX-License-Identifier: MIT
+// Layer 2 (connection): one socket to one server with automatic pipelining, FIFO reply
+// matching, connect and per-command deadlines, the handshake, and lazy reconnection.
+#pragma once
+
+#include "resp.hpp"
+
+#include <redis_lock/config.hpp>
+
+#include <boost/asio/any_completion_handler.hpp>
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+
+#include <chrono>
+#include <deque>
+#include <memory>
+#include <string>
+
+namespace redis_lock::detail {
+
+/// All member functions must be called on `strand()`; callbacks are invoked there too.
+///
+/// Invariants:
+/// - `queued_bytes_` holds the RESP of the commands in `queued_`, in order; none of it has
+///   been written. Such commands are safe to send on a new connection.
+/// - `in_flight_` holds commands written (or being written) on `link_`, oldest first; the
+///   next reply on `link_` belongs to `in_flight_.front()`.
+/// - User commands are written only in state `ready`, i.e. after the handshake succeeded.
+/// - Nothing is pending on the executor when both queues are empty (no read, no timer).
+class Connection : public std::enable_shared_from_this<Connection> {
+ public:
+  using Strand = boost::asio::strand<boost::asio::any_io_executor>;
+  using Callback = boost::asio::any_completion_handler<void(boost::system::error_code, Reply)>;
+  using Clock = std::chrono::steady_clock;
+
+  Connection(Strand strand, ConnectionConfig config, std::string client_name);
+  ~Connection();
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+
+  const Strand& strand() const noexcept { return strand_; }
+
+  /// Queues one command already encoded as RESP; `callback` gets its reply or an error.
+  void execute(std::string_view resp, Callback callback);
+
+  /// The execution context is shutting down: drop sockets and timers without invoking
+  /// callbacks (Asio destroys pending handlers on shutdown; we do the same).
+  void shutdown() noexcept;
+
+ private:
+  struct Link;
+  struct Pending {
+    Callback callback;
+    Clock::time_point deadline;
+    std::size_t bytes = 0;  // size of its RESP in queued_bytes_ while queued
+  };
+  enum class State { closed, backoff, connecting, handshake, ready };
+
+  void start_connect();
+  void connect_now();
+  void try_endpoint(const std::shared_ptr<Link>& link, std::size_t index);
+  void on_connect_deadline();
+  void start_handshake(const std::shared_ptr<Link>& link);
+  void on_handshake_reply(const std::shared_ptr<Link>& link, boost::system::error_code ec,
+                          const Reply& reply);
+  void flush();
+  bool idle_link_is_dead();
+  void start_read(const std::shared_ptr<Link>& link);
+  void on_read(const std::shared_ptr<Link>& link, boost::system::error_code ec, std::size_t n);
+  void on_write(const std::shared_ptr<Link>& link, boost::system::error_code ec);
+  /// Drops the link; fails in-flight commands with `ec`; queued ones reconnect.
+  void drop_link(boost::system::error_code ec);
+  /// Connecting failed: fails every queued command with `ec`.
+  void connect_failed(boost::system::error_code ec);
+  void arm_timer();
+  void on_timer();
+  void cancel_timer_if_idle();
+
+  Strand strand_;
+  ConnectionConfig config_;
+  std::string client_name_;
+  State state_ = State::closed;
+  std::shared_ptr<Link> link_;
+  std::string queued_bytes_;
+  std::deque<Pending> queued_;
+  std::deque<Pending> in_flight_;
+  std::size_t handshake_left_ = 0;
+  std::chrono::milliseconds backoff_{0};
+  Clock::time_point next_connect_at_{};
+  std::unique_ptr<boost::asio::steady_timer> timer_;  // earliest command deadline
+  bool timer_armed_ = false;
+  Clock::time_point timer_at_{};
+  std::unique_ptr<boost::asio::steady_timer> connect_timer_;  // connect deadline / backoff
+  bool shut_down_ = false;
+};
+
+}  // namespace redis_lock::detail

@@ -1,0 +1,76 @@
+// SPDX-License-Identifier: MIT
+// Layers 4-5: the single-authority lock engine behind LockManager and LockGuard.
+#pragma once
+
+#include "connection.hpp"
+
+#include <redis_lock/lock.hpp>
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+
+namespace redis_lock::detail {
+
+struct Script;
+
+struct GuardAccess {
+  static LockGuard make(std::shared_ptr<LockService> service, std::string resource,
+                        std::string token, std::uint64_t fencing_token) {
+    return LockGuard(std::move(service), std::move(resource), std::move(token), fencing_token);
+  }
+  static void take(LockGuard& guard, std::shared_ptr<LockService>& service, std::string& resource,
+                   std::string& token) {
+    service = std::move(guard.service_);
+    resource = std::move(guard.resource_);
+    token = std::move(guard.token_);
+    guard.service_.reset();
+    guard.fencing_token_ = 0;
+  }
+};
+
+class LockService : public std::enable_shared_from_this<LockService> {
+ public:
+  LockService(boost::asio::any_io_executor ex, ConnectionConfig config, ManagerOptions options);
+  ~LockService();
+
+  /// Registers with the execution context so that its shutdown is noticed; call once.
+  void watch_context_shutdown();
+
+  // Callable from any thread.
+  void acquire(std::string resource, LockOptions options, AcquireHandler handler);
+  void release(std::string resource, std::string token, BoolHandler handler);
+  void release_detached(std::string resource, std::string token) noexcept;
+  void extend(std::string resource, std::string token, std::chrono::milliseconds ttl,
+              BoolHandler handler);
+  std::string last_server_error() const;
+
+  /// Called by our execution_context service when the context shuts down.
+  void on_context_shutdown() noexcept;
+
+ private:
+  struct AcquireOp;
+  using ReplyCallback = Connection::Callback;
+
+  void attempt(std::shared_ptr<AcquireOp> op);
+  void on_attempt(std::shared_ptr<AcquireOp> op, boost::system::error_code ec, Reply reply);
+  void finish(std::shared_ptr<AcquireOp> op, boost::system::error_code ec, LockGuard guard);
+  template <std::size_t N>
+  void run_script(const Script& script, std::size_t key_count,
+                  std::array<std::string_view, N> keys_and_args, ReplyCallback callback);
+  void compare_script(const Script& script, std::shared_ptr<struct CompareOp> op);
+  boost::system::error_code server_error(const Reply& reply);
+  template <class Fn>
+  void on_strand(Fn&& fn);
+
+  boost::asio::any_io_executor executor_;
+  ManagerOptions options_;
+  ConnectionConfig config_;
+  std::shared_ptr<Connection> connection_;
+  std::atomic<bool> alive_{true};
+  mutable std::mutex error_mutex_;
+  std::string last_server_error_;
+};
+
+}  // namespace redis_lock::detail

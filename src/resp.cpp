@@ -1,0 +1,126 @@
+// SPDX-License-Identifier: MIT
+// RESP through hiredis: redisFormatCommandArgv to encode, redisReader to decode.
+#include "resp.hpp"
+
+#include <redis_lock/error.hpp>
+
+#include <hiredis/hiredis.h>
+
+#include <cstdlib>
+
+namespace redis_lock::detail {
+namespace {
+
+template <class Range>
+void append_range(std::string& out, const Range& args) {
+  // hiredis wants parallel pointer/length arrays; lock commands have a handful of arguments.
+  constexpr std::size_t inline_args = 16;
+  const char* ptrs_small[inline_args];
+  std::size_t lens_small[inline_args];
+  std::vector<const char*> ptrs_big;
+  std::vector<std::size_t> lens_big;
+  const char** ptrs = ptrs_small;
+  std::size_t* lens = lens_small;
+  if (args.size() > inline_args) {
+    ptrs_big.resize(args.size());
+    lens_big.resize(args.size());
+    ptrs = ptrs_big.data();
+    lens = lens_big.data();
+  }
+  std::size_t i = 0;
+  for (std::string_view a : args) {
+    ptrs[i] = a.data();
+    lens[i] = a.size();
+    ++i;
+  }
+  char* cmd = nullptr;
+  const int len = redisFormatCommandArgv(&cmd, static_cast<int>(i), ptrs, lens);
+  if (len < 0 || cmd == nullptr) throw std::bad_alloc();
+  out.append(cmd, static_cast<std::size_t>(len));
+  redisFreeCommand(cmd);
+}
+
+Reply convert(const redisReply* r) {
+  Reply out;
+  switch (r->type) {
+    case REDIS_REPLY_STRING: out.type = Reply::Type::string; break;
+    case REDIS_REPLY_STATUS: out.type = Reply::Type::status; break;
+    case REDIS_REPLY_ERROR: out.type = Reply::Type::error; break;
+    case REDIS_REPLY_INTEGER: out.type = Reply::Type::integer; break;
+    case REDIS_REPLY_NIL: out.type = Reply::Type::nil; break;
+    case REDIS_REPLY_ARRAY: out.type = Reply::Type::array; break;
+    default: out.type = Reply::Type::other; break;
+  }
+  if (out.type == Reply::Type::integer) {
+    out.integer = r->integer;
+  } else if (out.type == Reply::Type::array) {
+    out.elements.reserve(r->elements);
+    for (std::size_t i = 0; i < r->elements; ++i) out.elements.push_back(convert(r->element[i]));
+  } else if (r->str != nullptr) {
+    out.str.assign(r->str, r->len);
+  }
+  return out;
+}
+
+bool starts_with(std::string_view text, std::string_view prefix) noexcept {
+  return text.substr(0, prefix.size()) == prefix;
+}
+
+}  // namespace
+
+void append_command(std::string& out, std::initializer_list<std::string_view> args) {
+  append_range(out, args);
+}
+
+void append_command(std::string& out, std::span<const std::string_view> args) {
+  append_range(out, args);
+}
+
+boost::system::error_code error_from_reply(std::string_view text) noexcept {
+  struct Prefix {
+    std::string_view prefix;
+    error code;
+  };
+  static constexpr Prefix table[] = {
+      {"WRONGTYPE", error::wrong_type},   {"NOAUTH", error::not_authenticated},
+      {"WRONGPASS", error::auth_failed},  {"NOPERM", error::no_permission},
+      {"OOM", error::out_of_memory},      {"READONLY", error::read_only},
+      {"ERR invalid password", error::auth_failed},
+      {"ERR AUTH", error::auth_failed},
+  };
+  for (const auto& p : table) {
+    if (starts_with(text, p.prefix)) return p.code;
+  }
+  return error::server_error;
+}
+
+ReplyReader::ReplyReader() : reader_(redisReaderCreate()) {
+  if (reader_ == nullptr) throw std::bad_alloc();
+}
+
+ReplyReader::~ReplyReader() { redisReaderFree(reader_); }
+
+bool ReplyReader::feed(const char* data, std::size_t size) {
+  return redisReaderFeed(reader_, data, size) == REDIS_OK;
+}
+
+std::optional<Reply> ReplyReader::next(bool& failed) {
+  void* raw = nullptr;
+  if (redisReaderGetReply(reader_, &raw) != REDIS_OK) {
+    failed = true;
+    return std::nullopt;
+  }
+  if (raw == nullptr) return std::nullopt;
+  auto* reply = static_cast<redisReply*>(raw);
+  Reply out;
+  try {
+    out = convert(reply);
+  } catch (...) {
+    freeReplyObject(reply);
+    throw;
+  }
+  freeReplyObject(reply);
+  return out;
+}
+
+}  // namespace redis_lock::detail
