@@ -1,0 +1,57 @@
+// SPDX-License-Identifier: MIT
+// Helpers for live tests: bounded runs of an io_context and of coroutines.
+#pragma once
+
+#include "redis_server.hpp"
+
+#include <redis_lock/redis_lock.hpp>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <exception>
+#include <optional>
+#include <random>
+#include <string>
+
+namespace redis_lock::test {
+
+namespace asio = boost::asio;
+using namespace std::chrono_literals;
+
+/// A resource name no other test (or earlier run) uses.
+inline std::string unique_resource(std::string_view base = "") {
+  static std::atomic<unsigned> counter{0};
+  static const unsigned run = std::random_device{}();
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  std::string name = info ? std::string(info->test_suite_name()) + "." + info->name() : "t";
+  return name + ":" + std::string(base) + ":" + std::to_string(run) + ":" +
+         std::to_string(counter++);
+}
+
+/// Runs `co` on `io` for at most `limit`; fails the test if it did not finish in time and
+/// rethrows what it threw.
+template <class Awaitable>
+void run_co(asio::io_context& io, Awaitable co, std::chrono::milliseconds limit = 10s) {
+  bool done = false;
+  std::exception_ptr failure;
+  asio::co_spawn(io, std::move(co), [&](std::exception_ptr e) {
+    done = true;
+    failure = e;
+  });
+  io.restart();
+  io.run_for(limit);
+  ASSERT_TRUE(done) << "coroutine did not finish within " << limit.count() << " ms";
+  if (failure) std::rethrow_exception(failure);
+}
+
+/// The lease key of `resource` under the default prefix.
+inline std::string lease_key(std::string_view resource) {
+  return "lock:{" + std::string(resource) + "}";
+}
+
+}  // namespace redis_lock::test

@@ -1,0 +1,232 @@
+// SPDX-License-Identifier: MIT
+// Starting, stopping and hurting redis-server processes for the tests.
+#include "redis_server.hpp"
+
+#include <hiredis/hiredis.h>
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+#include <thread>
+
+namespace redis_lock::test {
+
+namespace {
+
+std::string reply_text(const redisReply* r) {
+  switch (r->type) {
+    case REDIS_REPLY_STRING:
+    case REDIS_REPLY_STATUS: return std::string(r->str, r->len);
+    case REDIS_REPLY_ERROR: return "ERR:" + std::string(r->str, r->len);
+    case REDIS_REPLY_INTEGER: return std::to_string(r->integer);
+    case REDIS_REPLY_NIL: return "(nil)";
+    case REDIS_REPLY_ARRAY: {
+      std::string out;
+      for (std::size_t i = 0; i < r->elements; ++i) {
+        if (i) out += ' ';
+        out += reply_text(r->element[i]);
+      }
+      return out;
+    }
+    default: return "?";
+  }
+}
+
+std::string make_temp_dir() {
+  char tmpl[] = "/tmp/redis_lock_test_XXXXXX";
+  if (::mkdtemp(tmpl) == nullptr) throw std::runtime_error("mkdtemp failed");
+  return tmpl;
+}
+
+}  // namespace
+
+std::uint16_t free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    ::close(fd);
+    throw std::runtime_error("bind failed");
+  }
+  socklen_t len = sizeof addr;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+std::string redis_command(std::uint16_t port, const std::vector<std::string>& args) {
+  timeval tv{5, 0};
+  redisContext* c = redisConnectWithTimeout("127.0.0.1", port, tv);
+  if (c == nullptr || c->err) {
+    std::string err = c ? c->errstr : "alloc";
+    if (c) redisFree(c);
+    return "CONNECT:" + err;
+  }
+  redisSetTimeout(c, tv);
+  std::vector<const char*> argv;
+  std::vector<std::size_t> lens;
+  for (const auto& a : args) {
+    argv.push_back(a.data());
+    lens.push_back(a.size());
+  }
+  auto* r = static_cast<redisReply*>(
+      redisCommandArgv(c, static_cast<int>(argv.size()), argv.data(), lens.data()));
+  std::string out = r ? reply_text(r) : std::string("IO:") + c->errstr;
+  if (r) freeReplyObject(r);
+  redisFree(c);
+  return out;
+}
+
+RedisServer::RedisServer(std::vector<std::string> extra_args)
+    : extra_args_(std::move(extra_args)), dir_(make_temp_dir()) {
+  unix_socket_ = dir_ + "/redis.sock";
+  for (int attempt = 0; attempt < 10; ++attempt) {
+    port_ = free_port();
+    spawn();
+    if (wait_ready(std::chrono::seconds(10))) return;
+    kill(SIGKILL);  // most likely the port was taken between free_port() and bind
+  }
+  throw std::runtime_error("could not start redis-server");
+}
+
+RedisServer::~RedisServer() {
+  if (pid_ > 0) {
+    ::kill(pid_, SIGCONT);
+    kill(SIGKILL);
+  }
+  if (!keep_dir_) {
+    std::string cmd = "rm -rf '" + dir_ + "'";
+    [[maybe_unused]] int rc = std::system(cmd.c_str());
+  }
+}
+
+void RedisServer::detach() noexcept {
+  pid_ = -1;
+  keep_dir_ = true;
+}
+
+ConnectionConfig RedisServer::config() const {
+  ConnectionConfig cfg;
+  cfg.host = "127.0.0.1";
+  cfg.port = port_;
+  return cfg;
+}
+
+void RedisServer::spawn() {
+  std::vector<std::string> args = {"redis-server",
+                                   "--port", std::to_string(port_),
+                                   "--bind", "127.0.0.1",
+                                   "--unixsocket", unix_socket_,
+                                   "--unixsocketperm", "700",
+                                   "--save", "",
+                                   "--appendonly", "no",
+                                   "--protected-mode", "no",
+                                   "--dir", dir_,
+                                   "--logfile", dir_ + "/redis.log",
+                                   "--enable-debug-command", "yes"};
+  args.insert(args.end(), extra_args_.begin(), extra_args_.end());
+  const pid_t pid = ::fork();
+  if (pid < 0) throw std::runtime_error("fork failed");
+  if (pid == 0) {
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    const int devnull = ::open("/dev/null", O_RDWR);
+    ::dup2(devnull, 0);
+    ::dup2(devnull, 1);
+    ::dup2(devnull, 2);  // a CTest fixture must not leave its output pipe open
+    ::setsid();          // not killed with the fixture process's group
+    ::execvp("redis-server", argv.data());
+    std::_Exit(127);
+  }
+  pid_ = pid;
+}
+
+bool RedisServer::wait_ready(std::chrono::milliseconds limit) {
+  const auto until = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < until) {
+    int status = 0;
+    if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = -1;
+      return false;
+    }
+    if (redis_command(port_, {"PING"}) == "PONG") return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return false;
+}
+
+void RedisServer::kill(int signal) {
+  if (pid_ <= 0) return;
+  ::kill(pid_, signal);
+  if (signal == SIGKILL || signal == SIGTERM) {
+    int status = 0;
+    ::waitpid(pid_, &status, 0);
+    pid_ = -1;
+  }
+}
+
+void RedisServer::pause() {
+  if (pid_ > 0) ::kill(pid_, SIGSTOP);
+}
+
+void RedisServer::resume() {
+  if (pid_ > 0) ::kill(pid_, SIGCONT);
+}
+
+void RedisServer::restart() {
+  if (pid_ > 0) kill(SIGKILL);
+  for (int attempt = 0; attempt < 50; ++attempt) {
+    spawn();
+    if (wait_ready(std::chrono::seconds(10))) return;
+    if (pid_ > 0) kill(SIGKILL);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // port still in TIME_WAIT use
+  }
+  throw std::runtime_error("could not restart redis-server");
+}
+
+std::string RedisServer::command(const std::vector<std::string>& args) const {
+  return redis_command(port_, args);
+}
+
+}  // namespace redis_lock::test
+
+namespace redis_lock::test {
+
+std::uint16_t shared_server_port() {
+  static const std::uint16_t port = [] {
+    if (const char* state = std::getenv("REDIS_LOCK_TEST_SERVER")) {
+      FILE* f = std::fopen(state, "r");
+      unsigned p = 0;
+      int pid = 0;
+      if (f != nullptr && std::fscanf(f, "%u %d", &p, &pid) == 2) {
+        std::fclose(f);
+        return static_cast<std::uint16_t>(p);
+      }
+      if (f != nullptr) std::fclose(f);
+      throw std::runtime_error("REDIS_LOCK_TEST_SERVER is set but unreadable");
+    }
+    static RedisServer own;  // running a test binary by hand
+    return own.port();
+  }();
+  return port;
+}
+
+ConnectionConfig shared_server_config() {
+  ConnectionConfig cfg;
+  cfg.port = shared_server_port();
+  return cfg;
+}
+
+}  // namespace redis_lock::test

@@ -1,0 +1,67 @@
+// SPDX-License-Identifier: MIT
+// Test harness: real redis-server processes on free loopback ports, and faults made for real.
+#pragma once
+
+#include <redis_lock/config.hpp>
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace redis_lock::test {
+
+/// A redis-server child process on a free loopback port (and a Unix socket), stopped with
+/// the object. Admin commands go through a plain blocking hiredis client.
+class RedisServer {
+ public:
+  explicit RedisServer(std::vector<std::string> extra_args = {});
+  ~RedisServer();
+  RedisServer(const RedisServer&) = delete;
+  RedisServer& operator=(const RedisServer&) = delete;
+
+  std::uint16_t port() const noexcept { return port_; }
+  const std::string& unix_socket() const noexcept { return unix_socket_; }
+  pid_t pid() const noexcept { return pid_; }
+  ConnectionConfig config() const;
+
+  void kill(int signal = 9);  ///< sends `signal`; SIGKILL/SIGTERM also reap the process
+  void pause();               ///< SIGSTOP
+  void resume();              ///< SIGCONT
+  void restart();             ///< start again on the same port (after kill)
+  bool running() const noexcept { return pid_ > 0; }
+  const std::string& dir() const noexcept { return dir_; }
+  /// Leaves the process running after this object is gone (for CTest fixtures).
+  void detach() noexcept;
+
+  /// Runs one command and returns the reply as text: strings and statuses as is, integers
+  /// in decimal, nil as "(nil)", errors as "ERR:<text>", arrays as space-joined elements.
+  std::string command(const std::vector<std::string>& args) const;
+
+ private:
+  void spawn();
+  bool wait_ready(std::chrono::milliseconds limit);
+
+  std::vector<std::string> extra_args_;
+  std::string dir_;
+  std::string unix_socket_;
+  std::uint16_t port_ = 0;
+  pid_t pid_ = -1;
+  bool keep_dir_ = false;
+};
+
+/// The configuration of the shared standalone server that the CTest fixture started
+/// (REDIS_LOCK_TEST_SERVER names its state file); without one, a server private to this
+/// test process is started on first use.
+ConnectionConfig shared_server_config();
+std::uint16_t shared_server_port();
+
+/// Picks a TCP port on 127.0.0.1 that nothing listens on right now.
+std::uint16_t free_port();
+
+/// Runs `args` (first is the command) against 127.0.0.1:port with hiredis.
+std::string redis_command(std::uint16_t port, const std::vector<std::string>& args);
+
+}  // namespace redis_lock::test

@@ -1,0 +1,120 @@
+// SPDX-License-Identifier: MIT
+// ConnectionConfig::from_url: every accepted form and the malformed ones.
+#include <redis_lock/redis_lock.hpp>
+
+#include <gtest/gtest.h>
+
+using redis_lock::ConnectionConfig;
+using namespace std::chrono_literals;
+
+TEST(FromUrl, HostAndDefaults) {
+  auto cfg = ConnectionConfig::from_url("redis://example.com");
+  ASSERT_TRUE(cfg);
+  EXPECT_EQ(cfg->host, "example.com");
+  EXPECT_EQ(cfg->port, 6379);
+  EXPECT_EQ(cfg->database, 0);
+  EXPECT_FALSE(cfg->tls);
+  EXPECT_TRUE(cfg->username.empty());
+  EXPECT_TRUE(cfg->password.empty());
+  EXPECT_TRUE(cfg->unix_socket.empty());
+}
+
+TEST(FromUrl, PortAndDatabase) {
+  auto cfg = ConnectionConfig::from_url("redis://10.0.0.5:6380/7");
+  ASSERT_TRUE(cfg);
+  EXPECT_EQ(cfg->host, "10.0.0.5");
+  EXPECT_EQ(cfg->port, 6380);
+  EXPECT_EQ(cfg->database, 7);
+}
+
+TEST(FromUrl, UserAndPassword) {
+  auto cfg = ConnectionConfig::from_url("redis://alice:s%40cret@host:1/2");
+  ASSERT_TRUE(cfg);
+  EXPECT_EQ(cfg->username, "alice");
+  EXPECT_EQ(cfg->password, "s@cret");
+  EXPECT_EQ(cfg->database, 2);
+}
+
+TEST(FromUrl, PasswordOnly) {
+  auto cfg = ConnectionConfig::from_url("redis://:pw@host");
+  ASSERT_TRUE(cfg);
+  EXPECT_EQ(cfg->username, "");
+  EXPECT_EQ(cfg->password, "pw");
+}
+
+TEST(FromUrl, UserWithoutPassword) {
+  auto cfg = ConnectionConfig::from_url("redis://name@host");
+  ASSERT_TRUE(cfg);
+  EXPECT_EQ(cfg->username, "name");
+  EXPECT_EQ(cfg->password, "");
+}
+
+TEST(FromUrl, Ipv6) {
+  auto cfg = ConnectionConfig::from_url("redis://[::1]:7000");
+  ASSERT_TRUE(cfg);
+  EXPECT_EQ(cfg->host, "::1");
+  EXPECT_EQ(cfg->port, 7000);
+  auto full = ConnectionConfig::from_url("rediss://u:p@[2001:db8::7]/3");
+  ASSERT_TRUE(full);
+  EXPECT_EQ(full->host, "2001:db8::7");
+  EXPECT_TRUE(full->tls);
+  EXPECT_EQ(full->database, 3);
+}
+
+TEST(FromUrl, Tls) {
+  auto cfg = ConnectionConfig::from_url("rediss://secure.example:6380");
+  ASSERT_TRUE(cfg);
+  EXPECT_TRUE(cfg->tls);
+  EXPECT_EQ(cfg->port, 6380);
+}
+
+TEST(FromUrl, UnixSocket) {
+  auto cfg = ConnectionConfig::from_url("unix:///var/run/redis/redis.sock?db=4");
+  ASSERT_TRUE(cfg);
+  EXPECT_EQ(cfg->unix_socket, "/var/run/redis/redis.sock");
+  EXPECT_EQ(cfg->database, 4);
+  auto plain = ConnectionConfig::from_url("unix:///tmp/r.sock");
+  ASSERT_TRUE(plain);
+  EXPECT_EQ(plain->unix_socket, "/tmp/r.sock");
+  EXPECT_EQ(plain->database, 0);
+}
+
+TEST(FromUrl, Timeouts) {
+  auto cfg = ConnectionConfig::from_url("redis://h?connect_timeout=250&command_timeout=75");
+  ASSERT_TRUE(cfg);
+  EXPECT_EQ(cfg->connect_timeout, 250ms);
+  EXPECT_EQ(cfg->command_timeout, 75ms);
+}
+
+TEST(FromUrl, MalformedIsInvalidArgument) {
+  const char* bad[] = {
+      "",
+      "localhost:6379",
+      "http://host",
+      "redis://",
+      "redis://host:0",
+      "redis://host:65536",
+      "redis://host:99999999999",
+      "redis://host:port",
+      "redis://host/abc",
+      "redis://host/-1",
+      "redis://host/1/2",
+      "redis://host?unknown=1",
+      "redis://host?db",
+      "redis://host?command_timeout=0",
+      "redis://host?connect_timeout=-5",
+      "redis://host#frag",
+      "redis://:@host",
+      "redis://[::1",
+      "unix://",
+      "unix:///",
+      "unix://host/path.sock",
+      "unix:///tmp/x.sock?db=x",
+      "redis://ho st",
+  };
+  for (const char* url : bad) {
+    auto cfg = ConnectionConfig::from_url(url);
+    ASSERT_FALSE(cfg) << url;
+    EXPECT_EQ(cfg.error(), redis_lock::error::invalid_argument) << url;
+  }
+}
