@@ -80,7 +80,10 @@ milliseconds jittered(milliseconds cap) {
 
 }  // namespace
 
+// Handlers are only ever move-constructed: in Boost 1.81, move-assigning an
+// any_completion_handler recurses until the stack overflows.
 struct LockService::AcquireOp {
+  explicit AcquireOp(AcquireHandler h) : handler(std::move(h)) {}
   AcquireHandler handler;
   std::string resource;
   ResourceKeys keys;
@@ -94,6 +97,7 @@ struct LockService::AcquireOp {
 
 /// A compare-and-act script on one lease: release (arg = channel) or extend (arg = ttl).
 struct CompareOp {
+  explicit CompareOp(BoolHandler h) : handler(std::move(h)) {}
   ResourceKeys keys;
   std::string token;
   std::string arg;
@@ -181,8 +185,7 @@ void LockService::acquire(std::string resource, LockOptions options, AcquireHand
                    error_code(config_.tls ? error::connect_failed : error::invalid_argument),
                    LockGuard{});
   }
-  auto op = std::make_shared<AcquireOp>();
-  op->handler = std::move(handler);
+  auto op = std::make_shared<AcquireOp>(std::move(handler));
   op->keys = make_keys(options_.key_prefix, resource);
   op->resource = std::move(resource);
   op->options = options;
@@ -278,11 +281,10 @@ void LockService::compare_script(const Script& script, std::shared_ptr<CompareOp
 
 void LockService::release(std::string resource, std::string token, BoolHandler handler) {
   if (!alive_.load()) return;
-  auto op = std::make_shared<CompareOp>();
+  auto op = std::make_shared<CompareOp>(std::move(handler));
   op->keys = make_keys(options_.key_prefix, resource);
   op->token = std::move(token);
   op->arg = op->keys.channel;
-  op->handler = std::move(handler);
   on_strand([self = shared_from_this(), op]() mutable {
     self->compare_script(release_script, std::move(op));
   });
@@ -303,11 +305,10 @@ void LockService::extend(std::string resource, std::string token, milliseconds t
     return deliver(executor_, Defer::yes, std::move(handler), error_code(error::invalid_argument),
                    false);
   }
-  auto op = std::make_shared<CompareOp>();
+  auto op = std::make_shared<CompareOp>(std::move(handler));
   op->keys = make_keys(options_.key_prefix, resource);
   op->token = std::move(token);
   op->arg = to_decimal(ttl.count());
-  op->handler = std::move(handler);
   on_strand([self = shared_from_this(), op]() mutable {
     self->compare_script(extend_script, std::move(op));
   });
