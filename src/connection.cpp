@@ -1,18 +1,17 @@
 // SPDX-License-Identifier: MIT
-// The pipelined connection. Every handler checks that its Link is still the current one:
-// a closed link's late completions must never touch the queues of its successor.
+// The pipelined connection. Every handler checks which Link it belongs to: a closed link's
+// late completions must never touch the queues of its successor.
 #include "connection.hpp"
 
 #include <redis_lock/error.hpp>
 
-#include <boost/asio/connect.hpp>
 #include <boost/asio/generic/stream_protocol.hpp>
 #include <boost/asio/ip/address.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/local/stream_protocol.hpp>
-#include <boost/asio/read.hpp>
 #include <boost/asio/write.hpp>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <vector>
@@ -23,28 +22,49 @@ namespace redis_lock::detail {
 
 namespace asio = boost::asio;
 using boost::system::error_code;
-using generic_socket = asio::generic::stream_protocol::socket;
 
 struct Connection::Link {
   explicit Link(const Strand& strand) : socket(strand), resolver(strand) {}
-  generic_socket socket;
+  asio::generic::stream_protocol::socket socket;
   asio::ip::tcp::resolver resolver;
   std::vector<asio::generic::stream_protocol::endpoint> endpoints;
   ReplyReader reader;
+  std::deque<Pending> in_flight;
   std::string write_buf;
   std::array<char, 16 * 1024> read_buf;
+  Clock::time_point drain_until = Clock::time_point::max();
   bool writing = false;
   bool reading = false;
   bool is_tcp = true;
+
+  void close() noexcept {
+    error_code ignored;
+    resolver.cancel();
+    socket.close(ignored);
+  }
 };
 
 namespace {
 
 constexpr std::chrono::milliseconds backoff_first{25};
 constexpr std::chrono::milliseconds backoff_max{1000};
+constexpr auto never = std::chrono::steady_clock::time_point::max();
 
-// Asio failures while talking to a connected server all mean the same to the caller.
-error_code lost(error_code) { return error::connection_lost; }
+std::chrono::milliseconds drain_grace(std::chrono::milliseconds command_timeout) {
+  return std::max(command_timeout * 10, std::chrono::milliseconds(2000));
+}
+
+void fail_all(std::deque<auto>& pendings, error_code ec) {
+  auto failed = std::move(pendings);
+  pendings.clear();
+  for (auto& p : failed) {
+    if (p.callback) {
+      std::move(p.callback)(ec, Reply{});
+    } else if (p.late) {
+      std::move(p.late)(ec, Reply{});
+    }
+  }
+}
 
 }  // namespace
 
@@ -59,19 +79,31 @@ Connection::~Connection() = default;
 
 void Connection::shutdown() noexcept {
   shut_down_ = true;
-  link_.reset();
+  close_link();
+  for (auto& link : draining_) link->close();
+  draining_.clear();
   timer_.reset();
   connect_timer_.reset();
   queued_.clear();
-  in_flight_.clear();
   queued_bytes_.clear();
 }
 
-void Connection::execute(std::string_view resp, Callback callback) {
+void Connection::close_link() noexcept {
+  if (link_) {
+    link_->close();
+    link_.reset();
+  }
+}
+
+bool Connection::is_current_or_draining(const std::shared_ptr<Link>& link) const noexcept {
+  return link == link_ || std::find(draining_.begin(), draining_.end(), link) != draining_.end();
+}
+
+void Connection::execute(std::string_view resp, Callback callback, Callback late) {
   if (shut_down_) return;  // the handler is destroyed, as Asio does with pending work
   queued_bytes_.append(resp);
-  queued_.push_back(Pending{std::move(callback), Clock::now() + config_.command_timeout,
-                            resp.size()});
+  queued_.push_back(Pending{std::move(callback), std::move(late),
+                            Clock::now() + config_.command_timeout, resp.size()});
   arm_timer();
   switch (state_) {
     case State::closed: start_connect(); break;
@@ -84,8 +116,7 @@ void Connection::execute(std::string_view resp, Callback callback) {
 // Connecting
 
 void Connection::start_connect() {
-  const auto now = Clock::now();
-  if (now < next_connect_at_) {
+  if (Clock::now() < next_connect_at_) {
     // A recent attempt failed: wait a little instead of hammering a server that is down.
     state_ = State::backoff;
     connect_timer_->expires_at(next_connect_at_);
@@ -117,15 +148,13 @@ void Connection::connect_now() {
   if (!config_.unix_socket.empty()) {
     link->is_tcp = false;
     link->endpoints.emplace_back(asio::local::stream_protocol::endpoint(config_.unix_socket));
-    try_endpoint(link, 0);
-    return;
+    return try_endpoint(link, 0);
   }
   error_code parse_ec;
   const auto address = asio::ip::make_address(config_.host, parse_ec);
   if (!parse_ec) {
     link->endpoints.emplace_back(asio::ip::tcp::endpoint(address, config_.port));
-    try_endpoint(link, 0);
-    return;
+    return try_endpoint(link, 0);
   }
   link->resolver.async_resolve(
       config_.host, std::to_string(config_.port),
@@ -179,17 +208,15 @@ void Connection::start_handshake(const std::shared_ptr<Link>& link) {
     ++count;
   }
   if (count == 0) {
-    state_ = State::ready;
-    connect_timer_->cancel();
-    backoff_ = std::chrono::milliseconds{0};
-    flush();
-    return;
+    // Nothing to say first: ask for nothing, but still learn that the server answers.
+    append_command(resp, {"PING"});
+    ++count;
   }
   state_ = State::handshake;
   handshake_left_ = count;
   for (std::size_t i = 0; i < count; ++i) {
     const bool is_setname = !client_name_.empty() && i + 1 == count;
-    in_flight_.push_back(Pending{
+    link->in_flight.push_back(Pending{
         Callback([self = shared_from_this(), link, is_setname](error_code ec, Reply reply) {
           // A user without the right to name its connection may still take locks.
           if (is_setname && !ec && reply.is_error()) {
@@ -198,7 +225,7 @@ void Connection::start_handshake(const std::shared_ptr<Link>& link) {
           }
           self->on_handshake_reply(link, ec, reply);
         }),
-        Clock::time_point::max(), 0});
+        Callback{}, never, 0});
   }
   link->write_buf = std::move(resp);
   link->writing = true;
@@ -214,14 +241,8 @@ void Connection::on_handshake_reply(const std::shared_ptr<Link>& link, error_cod
   if (link_ != link || state_ != State::handshake) return;
   if (ec) return;  // drop_link is failing the handshake already
   if (reply.is_error()) {
-    // Drop the remaining handshake replies with the link and fail what waited for it.
     const auto code = error_from_reply(reply.str);
-    const auto failed_code = code == error::server_error ? error_code(error::auth_failed) : code;
-    in_flight_.clear();
-    link_.reset();
-    state_ = State::closed;
-    connect_timer_->cancel();
-    return connect_failed(failed_code);
+    return connect_failed(code == error::server_error ? error_code(error::auth_failed) : code);
   }
   if (--handshake_left_ == 0) {
     state_ = State::ready;
@@ -232,14 +253,12 @@ void Connection::on_handshake_reply(const std::shared_ptr<Link>& link, error_cod
   }
 }
 
-void Connection::on_connect_deadline() {
-  in_flight_.clear();  // only handshake commands can be in flight before `ready`
-  link_.reset();
-  connect_failed(error::connect_timeout);
-}
+void Connection::on_connect_deadline() { connect_failed(error::connect_timeout); }
 
 void Connection::connect_failed(error_code ec) {
-  link_.reset();
+  // Only handshake commands can be in flight before `ready`; they die with the link.
+  if (link_) link_->in_flight.clear();
+  close_link();
   state_ = State::closed;
   handshake_left_ = 0;
   backoff_ = backoff_.count() == 0 ? backoff_first : std::min(backoff_ * 2, backoff_max);
@@ -262,13 +281,13 @@ bool Connection::idle_link_is_dead() {
   const auto n = ::recv(link_->socket.native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
   if (n == 0) return true;
   if (n < 0) return errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
-  return true;  // unsolicited bytes while idle: RESP2 servers never send any
+  return true;  // unsolicited bytes while idle: a RESP2 server never sends any
 }
 
 void Connection::flush() {
   if (state_ != State::ready || queued_.empty() || link_->writing) return;
-  if (in_flight_.empty() && idle_link_is_dead()) {
-    link_.reset();
+  if (link_->in_flight.empty() && idle_link_is_dead()) {
+    close_link();
     state_ = State::closed;
     next_connect_at_ = {};
     return start_connect();
@@ -276,7 +295,7 @@ void Connection::flush() {
   auto link = link_;
   link->write_buf.clear();
   link->write_buf.swap(queued_bytes_);
-  for (auto& p : queued_) in_flight_.push_back(std::move(p));
+  for (auto& p : queued_) link->in_flight.push_back(std::move(p));
   queued_.clear();
   link->writing = true;
   asio::async_write(link->socket, asio::buffer(link->write_buf),
@@ -287,14 +306,17 @@ void Connection::flush() {
 }
 
 void Connection::on_write(const std::shared_ptr<Link>& link, error_code ec) {
-  if (link_ != link) return;
   link->writing = false;
-  if (ec) return drop_link(lost(ec));
+  if (link_ != link) {
+    if (ec && is_current_or_draining(link)) close_drained(link, error::connection_lost);
+    return;
+  }
+  if (ec) return drop_link(error::connection_lost);
   flush();
 }
 
 void Connection::start_read(const std::shared_ptr<Link>& link) {
-  if (link->reading || in_flight_.empty()) return;
+  if (link->reading || link->in_flight.empty()) return;
   link->reading = true;
   link->socket.async_read_some(
       asio::buffer(link->read_buf),
@@ -302,57 +324,100 @@ void Connection::start_read(const std::shared_ptr<Link>& link) {
 }
 
 void Connection::on_read(const std::shared_ptr<Link>& link, error_code ec, std::size_t n) {
-  if (link_ != link) return;
   link->reading = false;
-  if (ec) return drop_link(lost(ec));
-  if (!link->reader.feed(link->read_buf.data(), n)) return drop_link(error::protocol_error);
+  if (!is_current_or_draining(link)) return;
+  const bool current = link == link_;
+  const auto fail = [&](error_code why) {
+    if (current) {
+      drop_link(why);
+    } else {
+      close_drained(link, why);
+    }
+  };
+  if (ec) return fail(error::connection_lost);
+  if (!link->reader.feed(link->read_buf.data(), n)) return fail(error::protocol_error);
   for (;;) {
     bool failed = false;
     auto reply = link->reader.next(failed);
-    if (failed) return drop_link(error::protocol_error);
+    if (failed) return fail(error::protocol_error);
     if (!reply) break;
-    if (in_flight_.empty()) return drop_link(error::protocol_error);  // a reply nobody asked for
-    auto pending = std::move(in_flight_.front());
-    in_flight_.pop_front();
-    std::move(pending.callback)(error_code{}, std::move(*reply));
-    if (link_ != link) return;  // the callback's work replaced the link
+    if (link->in_flight.empty()) return fail(error::protocol_error);  // nobody asked for it
+    auto pending = std::move(link->in_flight.front());
+    link->in_flight.pop_front();
+    if (pending.callback) {
+      std::move(pending.callback)(error_code{}, std::move(*reply));
+    } else if (pending.late) {
+      std::move(pending.late)(error_code{}, std::move(*reply));
+    }
+    if (!is_current_or_draining(link)) return;  // the callback's work closed the link
   }
-  start_read(link);
+  if (link != link_ && link->in_flight.empty()) {
+    close_drained(link, error::connection_lost);  // fully drained
+  } else {
+    start_read(link);
+  }
   cancel_timer_if_idle();
 }
 
 void Connection::drop_link(error_code ec) {
   if (state_ != State::ready) {
     // Lost during the handshake: a connect failure (with backoff), not a lost command.
-    in_flight_.clear();
     return connect_failed(error::connect_failed);
   }
-  link_.reset();
+  std::deque<Pending> failed;
+  if (link_) failed = std::move(link_->in_flight);
+  close_link();
   state_ = State::closed;
   handshake_left_ = 0;
   if (connect_timer_) connect_timer_->cancel();
-  auto failed = std::move(in_flight_);
-  in_flight_.clear();
   // Queued commands were never written: they may go out on a fresh connection.
   if (!queued_.empty()) start_connect();
   cancel_timer_if_idle();
-  for (auto& p : failed) std::move(p.callback)(ec, Reply{});
+  fail_all(failed, ec);
+}
+
+void Connection::start_draining() {
+  auto link = std::move(link_);
+  link_.reset();
+  state_ = State::closed;
+  link->drain_until = Clock::now() + drain_grace(config_.command_timeout);
+  draining_.push_back(link);
+  std::vector<Callback> timed_out;
+  for (auto& p : link->in_flight) {
+    // Moving out leaves p.callback empty, so its late handler takes the reply. (No
+    // assignment: it would recurse in Boost 1.81.)
+    if (p.callback) timed_out.push_back(std::move(p.callback));
+  }
+  if (!queued_.empty()) start_connect();
+  arm_timer();
+  for (auto& cb : timed_out) std::move(cb)(error::timeout, Reply{});
+}
+
+void Connection::close_drained(const std::shared_ptr<Link>& link, error_code ec) {
+  std::erase(draining_, link);
+  link->close();
+  auto rest = std::move(link->in_flight);
+  link->in_flight.clear();
+  cancel_timer_if_idle();
+  fail_all(rest, ec);
 }
 
 // ---------------------------------------------------------------------------------------
 // Deadlines
 
 void Connection::arm_timer() {
-  Clock::time_point earliest = Clock::time_point::max();
-  for (const auto* q : {&in_flight_, &queued_}) {
-    for (const auto& p : *q) {
-      if (p.deadline != Clock::time_point::max()) {
+  Clock::time_point earliest = never;
+  if (link_) {
+    for (const auto& p : link_->in_flight) {
+      if (p.deadline != never) {
         earliest = std::min(earliest, p.deadline);
-        break;  // deadlines grow along each queue
+        break;  // deadlines grow along the queue
       }
     }
   }
-  if (earliest == Clock::time_point::max()) return;
+  if (!queued_.empty()) earliest = std::min(earliest, queued_.front().deadline);
+  for (const auto& link : draining_) earliest = std::min(earliest, link->drain_until);
+  if (earliest == never) return;
   if (timer_armed_ && timer_at_ <= earliest) return;
   timer_armed_ = true;
   timer_at_ = earliest;
@@ -366,15 +431,18 @@ void Connection::arm_timer() {
 
 void Connection::on_timer() {
   const auto now = Clock::now();
-  // A command that got no reply in time leaves the stream's position unknown: everything
-  // written after it is stuck behind it, so the whole link goes.
-  for (const auto& p : in_flight_) {
-    if (p.deadline == Clock::time_point::max()) continue;
-    if (p.deadline <= now) {
-      drop_link(error::timeout);
+  // Draining links past their grace: their late replies are not coming.
+  auto expired_links = draining_;
+  for (auto& link : expired_links) {
+    if (link->drain_until <= now) close_drained(link, error::connection_lost);
+  }
+  // A written command without a reply in time: everything behind it on its link is stuck.
+  if (state_ == State::ready && link_) {
+    for (const auto& p : link_->in_flight) {
+      if (p.deadline == never) continue;
+      if (p.deadline <= now) start_draining();
       break;
     }
-    break;
   }
   // Commands that never left the queue in time (connecting, backoff) fail alone.
   std::vector<Pending> expired;
@@ -383,22 +451,21 @@ void Connection::on_timer() {
     expired.push_back(std::move(queued_.front()));
     queued_.pop_front();
   }
-  arm_timer();
-  if (queued_.empty() && in_flight_.empty() &&
-      (state_ == State::backoff || state_ == State::connecting || state_ == State::handshake)) {
+  if (queued_.empty() && state_ != State::ready && state_ != State::closed) {
     // Nothing left to connect for: stop trying, stay idle.
-    link_.reset();
+    close_link();
     state_ = State::closed;
     if (connect_timer_) connect_timer_->cancel();
   }
+  arm_timer();
   for (auto& p : expired) std::move(p.callback)(error::timeout, Reply{});
 }
 
 void Connection::cancel_timer_if_idle() {
-  if (timer_armed_ && queued_.empty() && in_flight_.empty() && timer_) {
-    timer_armed_ = false;
-    timer_->cancel();
-  }
+  if (!timer_armed_ || !timer_ || !queued_.empty() || !draining_.empty()) return;
+  if (link_ && !link_->in_flight.empty()) return;
+  timer_armed_ = false;
+  timer_->cancel();
 }
 
 }  // namespace redis_lock::detail

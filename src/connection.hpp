@@ -16,6 +16,7 @@
 #include <deque>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace redis_lock::detail {
 
@@ -24,10 +25,16 @@ namespace redis_lock::detail {
 /// Invariants:
 /// - `queued_bytes_` holds the RESP of the commands in `queued_`, in order; none of it has
 ///   been written. Such commands are safe to send on a new connection.
-/// - `in_flight_` holds commands written (or being written) on `link_`, oldest first; the
-///   next reply on `link_` belongs to `in_flight_.front()`.
-/// - User commands are written only in state `ready`, i.e. after the handshake succeeded.
-/// - Nothing is pending on the executor when both queues are empty (no read, no timer).
+/// - Each link's `in_flight` holds commands written (or being written) on it, oldest first;
+///   the next reply on a link belongs to the front of its `in_flight`.
+/// - User commands are written only on `link_` in state `ready` (after the handshake).
+/// - A command that misses its deadline completes with `error::timeout` at once. Its link is
+///   stuck behind it, so the link stops taking commands and *drains*: it stays open for a
+///   grace period so that late replies still reach the commands' `late` handlers, in order.
+///   (A lock released on a fresh connection could overtake the acquire still queued on the
+///   stuck one; on the same connection it cannot.)
+/// - Each callback runs exactly once; `late` runs at most once, only after a timeout.
+/// - Nothing is pending on the executor when no command is queued, in flight or draining.
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
   using Strand = boost::asio::strand<boost::asio::any_io_executor>;
@@ -42,7 +49,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   const Strand& strand() const noexcept { return strand_; }
 
   /// Queues one command already encoded as RESP; `callback` gets its reply or an error.
-  void execute(std::string_view resp, Callback callback);
+  /// If it times out after being written, `late` (optional) later gets the reply, or
+  /// `connection_lost` if the reply never comes within the drain grace period.
+  void execute(std::string_view resp, Callback callback, Callback late = {});
 
   /// The execution context is shutting down: drop sockets and timers without invoking
   /// callbacks (Asio destroys pending handlers on shutdown; we do the same).
@@ -51,7 +60,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
  private:
   struct Link;
   struct Pending {
-    Callback callback;
+    Callback callback;  // empty once it has been completed with a timeout
+    Callback late;
     Clock::time_point deadline;
     std::size_t bytes = 0;  // size of its RESP in queued_bytes_ while queued
   };
@@ -69,8 +79,14 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void start_read(const std::shared_ptr<Link>& link);
   void on_read(const std::shared_ptr<Link>& link, boost::system::error_code ec, std::size_t n);
   void on_write(const std::shared_ptr<Link>& link, boost::system::error_code ec);
-  /// Drops the link; fails in-flight commands with `ec`; queued ones reconnect.
+  /// Drops the current link; fails its in-flight commands with `ec`; queued ones reconnect.
   void drop_link(boost::system::error_code ec);
+  /// The current link's oldest command timed out: fail its commands, let the link drain.
+  void start_draining();
+  /// Closes a draining link, telling late handlers that no reply will come.
+  void close_drained(const std::shared_ptr<Link>& link, boost::system::error_code ec);
+  void close_link() noexcept;
+  bool is_current_or_draining(const std::shared_ptr<Link>& link) const noexcept;
   /// Connecting failed: fails every queued command with `ec`.
   void connect_failed(boost::system::error_code ec);
   void arm_timer();
@@ -84,7 +100,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::shared_ptr<Link> link_;
   std::string queued_bytes_;
   std::deque<Pending> queued_;
-  std::deque<Pending> in_flight_;
+  std::vector<std::shared_ptr<Link>> draining_;
   std::size_t handshake_left_ = 0;
   std::chrono::milliseconds backoff_{0};
   Clock::time_point next_connect_at_{};

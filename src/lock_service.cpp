@@ -148,7 +148,7 @@ error_code LockService::server_error(const Reply& reply) {
 template <std::size_t N>
 void LockService::run_script(const Script& script, std::size_t key_count,
                              std::array<std::string_view, N> keys_and_args,
-                             ReplyCallback callback) {
+                             ReplyCallback callback, ReplyCallback late) {
   const std::string count = to_decimal(static_cast<long long>(key_count));
   std::array<std::string_view, N + 3> argv;
   argv[0] = "EVALSHA";
@@ -157,9 +157,20 @@ void LockService::run_script(const Script& script, std::size_t key_count,
   std::copy(keys_and_args.begin(), keys_and_args.end(), argv.begin() + 3);
   std::string resp;
   append_command(resp, argv);
+  // One of two things happens: the reply comes (and, if NOSCRIPT, the EVAL retry inherits
+  // the late handler), or the command times out (and the late handler waits for its reply).
+  std::shared_ptr<ReplyCallback> shared_late;
+  if (late) shared_late = std::make_shared<ReplyCallback>(std::move(late));
+  ReplyCallback late_for_evalsha =
+      shared_late ? ReplyCallback([shared_late](error_code ec, Reply reply) {
+        if (!ec && reply.is_error() && starts_with(reply.str, "NOSCRIPT")) return;  // never ran
+        if (*shared_late) std::move(*shared_late)(ec, std::move(reply));
+      })
+                  : ReplyCallback{};
   connection_->execute(
-      resp, ReplyCallback([self = shared_from_this(), &script, argv, count,
-                           callback = std::move(callback)](error_code ec, Reply reply) mutable {
+      resp,
+      ReplyCallback([self = shared_from_this(), &script, argv, count, shared_late,
+                     callback = std::move(callback)](error_code ec, Reply reply) mutable {
         if (!ec && reply.is_error() && starts_with(reply.str, "NOSCRIPT") && self->connection_) {
           // The script cache was flushed (or this is a new server): send the body once.
           argv[0] = "EVAL";
@@ -167,11 +178,13 @@ void LockService::run_script(const Script& script, std::size_t key_count,
           argv[2] = count;
           std::string eval;
           append_command(eval, argv);
-          self->connection_->execute(eval, std::move(callback));
+          self->connection_->execute(eval, std::move(callback),
+                                     shared_late ? std::move(*shared_late) : ReplyCallback{});
           return;
         }
         std::move(callback)(ec, std::move(reply));
-      }));
+      }),
+      std::move(late_for_evalsha));
 }
 
 // ---------------------------------------------------------------------------------------
@@ -206,19 +219,28 @@ void LockService::acquire(std::string resource, LockOptions options, AcquireHand
 void LockService::attempt(std::shared_ptr<AcquireOp> op) {
   if (!connection_) return;
   auto* raw = op.get();
+  // If the reply misses its deadline the lease may still be taken later: the late handler
+  // sees the reply (in order, on the same connection) and gives back what was taken.
+  ReplyCallback late([self = shared_from_this(), resource = raw->resource,
+                      token = raw->token](error_code ec, Reply reply) mutable {
+    const bool taken = reply.type == Reply::Type::array && !reply.elements.empty() &&
+                       reply.elements[0].type == Reply::Type::integer &&
+                       reply.elements[0].integer == 1;
+    if (ec || taken) self->release_detached(std::move(resource), std::move(token));
+  });
   run_script<4>(acquire_script, 2, {raw->keys.lease, raw->keys.fence, raw->token, raw->ttl_ms},
                 ReplyCallback([self = shared_from_this(), op = std::move(op)](
                                   error_code ec, Reply reply) mutable {
                   self->on_attempt(std::move(op), ec, std::move(reply));
-                }));
+                }),
+                std::move(late));
 }
 
 void LockService::on_attempt(std::shared_ptr<AcquireOp> op, error_code ec, Reply reply) {
   if (ec) {
-    // The script may have run: the lease could be ours without our knowing. Give it back.
-    if (ec == error::timeout || ec == error::connection_lost) {
-      release_detached(op->resource, op->token);
-    }
+    // The connection broke after the script was sent: it may have run, so the lease could
+    // be ours without our knowing. Give it back. (A timeout is handled by the late handler.)
+    if (ec == error::connection_lost) release_detached(op->resource, op->token);
     return finish(std::move(op), ec, LockGuard{});
   }
   if (reply.is_error()) return finish(std::move(op), server_error(reply), LockGuard{});

@@ -58,7 +58,8 @@ class LockService : public std::enable_shared_from_this<LockService> {
   void finish(std::shared_ptr<AcquireOp> op, boost::system::error_code ec, LockGuard guard);
   template <std::size_t N>
   void run_script(const Script& script, std::size_t key_count,
-                  std::array<std::string_view, N> keys_and_args, ReplyCallback callback);
+                  std::array<std::string_view, N> keys_and_args, ReplyCallback callback,
+                  ReplyCallback late = {});
   void compare_script(const Script& script, std::shared_ptr<struct CompareOp> op);
   boost::system::error_code server_error(const Reply& reply);
   template <class Fn>

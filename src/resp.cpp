@@ -91,6 +91,11 @@ boost::system::error_code error_from_reply(std::string_view text) noexcept {
   for (const auto& p : table) {
     if (starts_with(text, p.prefix)) return p.code;
   }
+  // Redis 7.0 reports an ACL refusal inside a script as a plain ERR.
+  if (starts_with(text, "ERR ") &&
+      text.find("user executing the script can't run this command") != std::string_view::npos) {
+    return error::no_permission;
+  }
   return error::server_error;
 }
 

@@ -1,1 +1,310 @@
+// SPDX-License-Identifier: MIT
+// The connection layer on real servers: Unix sockets, AUTH/ACL, SELECT, one pipelined
+// connection, deadlines, reconnection, NOSCRIPT recovery, and garbage from a fake server.
+#include "live.hpp"
 
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/write.hpp>
+
+#include <map>
+#include <thread>
+
+using namespace redis_lock;
+using namespace redis_lock::test;
+using boost::system::error_code;
+
+namespace {
+
+struct Outcome {
+  error_code ec;
+  bool owned = false;
+  std::uint64_t fence = 0;
+};
+
+/// One acquire (and release if taken), run to completion within `limit`.
+Outcome acquire_once(LockManager& locks, asio::io_context& io, const std::string& resource,
+                     std::chrono::milliseconds limit = 10s) {
+  std::optional<Outcome> out;
+  locks.async_acquire(resource, {.ttl = 5s}, [&](error_code ec, LockGuard g) {
+    out = Outcome{ec, g.owns_lock(), g.fencing_token()};
+  });
+  io.restart();
+  io.run_for(limit);
+  EXPECT_TRUE(out) << "acquire did not complete";
+  return out.value_or(Outcome{error::timeout});
+}
+
+int count_clients_named(std::uint16_t port, const std::string& name) {
+  const auto list = redis_command(port, {"CLIENT", "LIST"});
+  int n = 0;
+  for (std::size_t pos = 0; (pos = list.find("name=" + name + " ", pos)) != std::string::npos; ++pos) ++n;
+  return n;
+}
+
+}  // namespace
+
+TEST(Connection, UnixSocket) {
+  RedisServer server;
+  asio::io_context io;
+  auto cfg = *ConnectionConfig::from_url("unix://" + server.unix_socket());
+  LockManager locks(io.get_executor(), cfg);
+  auto r = acquire_once(locks, io, unique_resource());
+  EXPECT_FALSE(r.ec) << r.ec.message();
+  EXPECT_TRUE(r.owned);
+}
+
+TEST(Connection, PasswordAndAclUsers) {
+  RedisServer server({"--requirepass", "s3cret"});
+  asio::io_context io;
+  auto base = server.config();
+
+  {  // no password at all
+    LockManager locks(io.get_executor(), base);
+    auto r = acquire_once(locks, io, "r");
+    EXPECT_EQ(r.ec, error::not_authenticated) << r.ec.message();
+    EXPECT_FALSE(r.owned);
+  }
+  {  // wrong password
+    auto cfg = base;
+    cfg.password = "wrong";
+    LockManager locks(io.get_executor(), cfg);
+    auto r = acquire_once(locks, io, "r");
+    EXPECT_EQ(r.ec, error::auth_failed) << r.ec.message();
+  }
+  {  // right password
+    auto cfg = *ConnectionConfig::from_url("redis://:s3cret@127.0.0.1:" + std::to_string(server.port()));
+    LockManager locks(io.get_executor(), cfg);
+    auto r = acquire_once(locks, io, "r");
+    EXPECT_FALSE(r.ec) << r.ec.message();
+    EXPECT_TRUE(r.owned);
+  }
+  // ACL users: one with what a lock user needs, one that may not run scripts.
+  const auto run_admin = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), {"ACL", "SETUSER"});
+    return redis_command(server.port(), args, "s3cret");
+  };
+  // Exactly what a lock user needs (docs/security.md will list it).
+  ASSERT_EQ(run_admin({"locker", "on", ">pw1", "~lock:*", "&lock:*", "+evalsha", "+eval",
+                       "+set", "+incr", "+del", "+get", "+pttl", "+type", "+pexpire",
+                       "+publish", "+client|setname", "+ping"}),
+            "OK");
+  ASSERT_EQ(run_admin({"scripter", "on", ">pw3", "~lock:*", "&lock:*", "+evalsha", "+eval",
+                       "+ping"}),
+            "OK");
+  ASSERT_EQ(run_admin({"reader", "on", ">pw2", "~*", "+get"}), "OK");
+  {
+    auto cfg = *ConnectionConfig::from_url("redis://locker:pw1@127.0.0.1:" +
+                                           std::to_string(server.port()));
+    LockManager locks(io.get_executor(), cfg);
+    auto r = acquire_once(locks, io, "acl-resource");
+    EXPECT_FALSE(r.ec) << r.ec.message() << " / " << locks.last_server_error();
+    EXPECT_TRUE(r.owned);
+  }
+  {
+    auto cfg = *ConnectionConfig::from_url("redis://reader:pw2@127.0.0.1:" +
+                                           std::to_string(server.port()));
+    LockManager locks(io.get_executor(), cfg);
+    auto r = acquire_once(locks, io, "acl-resource-2");
+    EXPECT_EQ(r.ec, error::no_permission) << r.ec.message();
+    EXPECT_NE(locks.last_server_error().find("NOPERM"), std::string::npos);
+  }
+  {  // may run scripts, but not the commands inside them
+    auto cfg = *ConnectionConfig::from_url("redis://scripter:pw3@127.0.0.1:" +
+                                           std::to_string(server.port()));
+    LockManager locks(io.get_executor(), cfg);
+    auto r = acquire_once(locks, io, "acl-resource-3");
+    EXPECT_EQ(r.ec, error::no_permission) << r.ec.message() << " / " << locks.last_server_error();
+  }
+}
+
+TEST(Connection, SelectsTheDatabase) {
+  asio::io_context io;
+  auto cfg = shared_server_config();
+  cfg.database = 5;
+  LockManager locks(io.get_executor(), cfg);
+  const auto resource = unique_resource();
+  std::string token;
+  locks.async_acquire(resource, {.ttl = 5s}, [&](error_code ec, LockGuard g) {
+    EXPECT_FALSE(ec);
+    token = g.token();
+    EXPECT_EQ(redis_command(cfg.port, {"GET", lease_key(resource)}), "(nil)");  // db 0
+    g.async_release(asio::detached);
+  });
+  io.run_for(5s);
+  ASSERT_FALSE(token.empty());
+}
+
+TEST(Connection, ManyRequestsShareOnePipelinedConnection) {
+  asio::io_context io;
+  auto cfg = shared_server_config();
+  ManagerOptions opts;
+  opts.client_name = "pipelined" + std::to_string(std::random_device{}() % 100000);
+  LockManager locks(io.get_executor(), cfg, opts);
+  const auto resource = unique_resource();
+  int winners = 0, empty = 0, failed = 0;
+  std::vector<LockGuard> held;
+  for (int i = 0; i < 200; ++i) {
+    locks.async_acquire(resource, {.ttl = 10s}, [&](error_code ec, LockGuard g) {
+      if (ec) ++failed;
+      else if (g) ++winners, held.push_back(std::move(g));
+      else ++empty;
+      if (winners + empty + failed == 200) {
+        EXPECT_EQ(count_clients_named(cfg.port, opts.client_name), 1);
+      }
+    });
+  }
+  io.run_for(10s);
+  EXPECT_EQ(winners, 1);
+  EXPECT_EQ(empty, 199);
+  EXPECT_EQ(failed, 0);
+}
+
+TEST(Connection, RefusedFailsFast) {
+  asio::io_context io;
+  ConnectionConfig cfg;
+  cfg.port = free_port();
+  cfg.connect_timeout = 2s;
+  LockManager locks(io.get_executor(), cfg);
+  const auto start = std::chrono::steady_clock::now();
+  auto r = acquire_once(locks, io, "r");
+  EXPECT_EQ(r.ec, error::connect_failed) << r.ec.message();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 1s);
+}
+
+TEST(Connection, UnresolvableHostFails) {
+  asio::io_context io;
+  ConnectionConfig cfg;
+  cfg.host = "no-such-host.invalid";
+  LockManager locks(io.get_executor(), cfg);
+  auto r = acquire_once(locks, io, "r");
+  EXPECT_EQ(r.ec, error::connect_failed) << r.ec.message();
+}
+
+TEST(Connection, StoppedServerHitsTheConnectDeadline) {
+  RedisServer server;
+  server.pause();  // the kernel still accepts, but the handshake never gets a reply
+  asio::io_context io;
+  auto cfg = server.config();
+  cfg.connect_timeout = 300ms;
+  LockManager locks(io.get_executor(), cfg);
+  const auto start = std::chrono::steady_clock::now();
+  auto r = acquire_once(locks, io, "r");
+  const auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_EQ(r.ec, error::connect_timeout) << r.ec.message();
+  EXPECT_GE(took, 290ms);
+  EXPECT_LT(took, 1500ms);
+  server.resume();
+}
+
+TEST(Connection, CommandDeadlineAndBestEffortRelease) {
+  RedisServer server;
+  asio::io_context io;
+  auto cfg = server.config();
+  cfg.command_timeout = 200ms;
+  LockManager locks(io.get_executor(), cfg);
+  // Connect first, so the timeout hits the command, not the handshake.
+  ASSERT_TRUE(acquire_once(locks, io, "warmup").owned);
+
+  std::thread sleeper([&] { server.command({"DEBUG", "SLEEP", "1"}); });
+  std::this_thread::sleep_for(100ms);  // let DEBUG SLEEP reach the server first (no signal exists)
+  const auto start = std::chrono::steady_clock::now();
+  std::optional<error_code> result;
+  locks.async_acquire("slow", {.ttl = 30s}, [&](error_code ec, LockGuard g) {
+    result = ec;
+    EXPECT_FALSE(g);
+  });
+  io.restart();
+  io.run_for(10s);  // runs on until the best-effort release has been answered too
+  sleeper.join();
+  ASSERT_TRUE(result);
+  EXPECT_EQ(*result, error::timeout);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
+  // The acquire did run once the server woke up; the best-effort release removed it.
+  EXPECT_EQ(server.command({"EXISTS", lease_key("slow")}), "0");
+}
+
+TEST(Connection, ReconnectsAfterServerRestart) {
+  RedisServer server;
+  asio::io_context io;
+  LockManager locks(io.get_executor(), server.config());
+  auto first = acquire_once(locks, io, "a");
+  ASSERT_TRUE(first.owned);
+  server.kill();
+  server.restart();
+  // The idle connection died with the server; the next command must not pay for it.
+  auto second = acquire_once(locks, io, "b");
+  EXPECT_FALSE(second.ec) << second.ec.message();
+  EXPECT_TRUE(second.owned);
+}
+
+TEST(Connection, ServerKilledWithRequestsInFlight) {
+  RedisServer server;
+  asio::io_context io;
+  auto cfg = server.config();
+  cfg.command_timeout = 5s;
+  LockManager locks(io.get_executor(), cfg);
+  ASSERT_TRUE(acquire_once(locks, io, "warmup").owned);
+  server.pause();
+  std::map<int, int> completions;
+  int errors = 0;
+  for (int i = 0; i < 50; ++i) {
+    locks.async_acquire("r" + std::to_string(i), {.ttl = 5s}, [&, i](error_code ec, LockGuard g) {
+      ++completions[i];
+      if (ec) ++errors;
+      EXPECT_FALSE(g);
+    });
+  }
+  io.restart();
+  io.poll();  // everything written, nothing answered
+  server.kill();
+  io.run_for(10s);
+  EXPECT_EQ(completions.size(), 50u);
+  for (auto& [i, n] : completions) EXPECT_EQ(n, 1) << "request " << i;
+  EXPECT_EQ(errors, 50);
+  // And the manager recovers when the server is back.
+  server.restart();
+  auto after = acquire_once(locks, io, "after");
+  EXPECT_FALSE(after.ec) << after.ec.message();
+  EXPECT_TRUE(after.owned);
+}
+
+TEST(Connection, RecoversFromScriptFlush) {
+  RedisServer server;
+  asio::io_context io;
+  LockManager locks(io.get_executor(), server.config());
+  for (int i = 0; i < 2; ++i) {
+    auto r = acquire_once(locks, io, "flushed");  // acquire, then the guard's release
+    EXPECT_FALSE(r.ec) << r.ec.message();
+    EXPECT_TRUE(r.owned);
+    io.restart();
+    io.run_for(5s);
+  }
+  // First use of each script: EVALSHA -> NOSCRIPT -> EVAL. Later uses hit the cache, which
+  // also proves our embedded SHA1 is the one Redis computes.
+  const auto stats = server.command({"INFO", "commandstats"});
+  EXPECT_NE(stats.find("cmdstat_eval:calls=2,"), std::string::npos) << stats;
+  EXPECT_NE(stats.find("cmdstat_evalsha:calls=4,"), std::string::npos) << stats;
+  server.command({"SCRIPT", "FLUSH"});
+  auto r = acquire_once(locks, io, "flushed");
+  EXPECT_FALSE(r.ec) << r.ec.message();
+  EXPECT_TRUE(r.owned);
+}
+
+TEST(Connection, GarbageFromTheServerIsAProtocolError) {
+  // No real Redis sends garbage: a fake server is the only way to show this.
+  asio::io_context io;
+  asio::ip::tcp::acceptor acceptor(io, {asio::ip::make_address("127.0.0.1"), 0});
+  std::optional<asio::ip::tcp::socket> peer;
+  const std::string garbage = "+OK\r\n?this is not RESP\r\n";
+  acceptor.async_accept([&](error_code ec, asio::ip::tcp::socket s) {
+    if (ec) return;
+    peer.emplace(std::move(s));
+    asio::async_write(*peer, asio::buffer(garbage), [](error_code, std::size_t) {});
+  });
+  ConnectionConfig cfg;
+  cfg.port = acceptor.local_endpoint().port();
+  LockManager locks(io.get_executor(), cfg);
+  auto r = acquire_once(locks, io, "r", 3s);
+  EXPECT_TRUE(r.ec == error::protocol_error || r.ec == error::connect_failed) << r.ec.message();
+  EXPECT_FALSE(r.owned);
+}

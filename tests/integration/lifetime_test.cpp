@@ -1,1 +1,186 @@
+// SPDX-License-Identifier: MIT
+// Guard and manager lifetimes: destructor release, move-assignment, outliving the manager and
+// the io_context, idle means idle, and several threads on one io_context.
+#include "live.hpp"
 
+#include <boost/asio/use_future.hpp>
+
+#include <thread>
+
+using namespace redis_lock;
+using namespace redis_lock::test;
+using boost::system::error_code;
+
+namespace {
+
+class Lifetime : public ::testing::Test {
+ protected:
+  ConnectionConfig cfg = shared_server_config();
+  std::string resource = unique_resource();
+  bool exists(const std::string& r) const {
+    return redis_command(cfg.port, {"EXISTS", lease_key(r)}) == "1";
+  }
+};
+
+LockGuard acquire_now(asio::io_context& io, LockManager& locks, const std::string& r,
+                      std::chrono::milliseconds ttl = 10s) {
+  LockGuard out;
+  locks.async_acquire(r, {.ttl = ttl}, [&](error_code ec, LockGuard g) {
+    EXPECT_FALSE(ec) << ec.message();
+    out = std::move(g);
+  });
+  io.restart();
+  io.run_for(5s);
+  return out;
+}
+
+}  // namespace
+
+TEST_F(Lifetime, DestructorPostsTheRelease) {
+  asio::io_context io;
+  LockManager locks(io.get_executor(), cfg);
+  {
+    LockGuard g = acquire_now(io, locks, resource);
+    ASSERT_TRUE(g);
+    EXPECT_TRUE(exists(resource));
+  }
+  EXPECT_TRUE(exists(resource)) << "the destructor must not block: release runs on the executor";
+  io.restart();
+  io.run_for(5s);
+  EXPECT_FALSE(exists(resource));
+}
+
+TEST_F(Lifetime, MoveAssignmentReleasesWhatWasHeld) {
+  asio::io_context io;
+  LockManager locks(io.get_executor(), cfg);
+  const auto other = unique_resource("other");
+  LockGuard a = acquire_now(io, locks, resource);
+  LockGuard b = acquire_now(io, locks, other);
+  ASSERT_TRUE(a && b);
+  const auto b_token = b.token();
+  a = std::move(b);
+  EXPECT_FALSE(b.owns_lock());
+  EXPECT_TRUE(b.resource().empty());
+  EXPECT_EQ(a.resource(), other);
+  EXPECT_EQ(a.token(), b_token);
+  io.restart();
+  io.run_for(5s);
+  EXPECT_FALSE(exists(resource));
+  EXPECT_TRUE(exists(other));
+  LockGuard moved(std::move(a));
+  EXPECT_FALSE(a);
+  EXPECT_TRUE(moved);
+}
+
+TEST_F(Lifetime, GuardOutlivesItsManager) {
+  asio::io_context io;
+  auto locks = std::make_unique<LockManager>(io.get_executor(), cfg);
+  LockGuard g = acquire_now(io, *locks, resource);
+  ASSERT_TRUE(g);
+  locks.reset();
+  std::optional<bool> released;
+  g.async_release([&](error_code ec, bool ok) {
+    EXPECT_FALSE(ec);
+    released = ok;
+  });
+  io.restart();
+  io.run_for(5s);
+  ASSERT_TRUE(released);
+  EXPECT_TRUE(*released);
+  EXPECT_FALSE(exists(resource));
+}
+
+TEST_F(Lifetime, GuardOutlivesItsIoContext) {
+  auto io = std::make_unique<asio::io_context>();
+  LockGuard g;
+  {
+    LockManager locks(io->get_executor(), cfg);
+    g = acquire_now(*io, locks, resource, 30s);
+    ASSERT_TRUE(g);
+    // An operation still pending when the context dies is dropped with it.
+    locks.async_acquire(unique_resource("pending"), {.ttl = 1s}, [](error_code, LockGuard) {});
+  }
+  io.reset();  // destroys the context: our service hears of its shutdown
+  // Must neither post onto the dead context nor touch its sockets (ASan watches this).
+  auto moved = std::move(g);
+  moved = LockGuard{};
+  EXPECT_TRUE(exists(resource)) << "nothing could run the release: the ttl frees it";
+}
+
+TEST_F(Lifetime, UnlaunchedDeferredReleaseStillReleases) {
+  asio::io_context io;
+  LockManager locks(io.get_executor(), cfg);
+  LockGuard g = acquire_now(io, locks, resource);
+  ASSERT_TRUE(g);
+  {
+    auto op = g.async_release();  // deferred, never launched
+    EXPECT_FALSE(g.owns_lock());
+  }
+  io.restart();
+  io.run_for(5s);
+  EXPECT_FALSE(exists(resource));
+}
+
+TEST_F(Lifetime, IdleManagerLeavesNoWork) {
+  asio::io_context io;
+  LockManager locks(io.get_executor(), cfg);
+  int done = 0;
+  locks.async_acquire(resource, {.ttl = 5s}, [&](error_code ec, LockGuard g) {
+    EXPECT_FALSE(ec);
+    g.async_release([&](error_code, bool ok) {
+      EXPECT_TRUE(ok);
+      ++done;
+    });
+  });
+  const auto start = std::chrono::steady_clock::now();
+  io.run_for(10s);  // returns as soon as nothing is pending
+  EXPECT_EQ(done, 1);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 500ms)
+      << "a timer or read stayed armed after the work was done";
+  EXPECT_TRUE(io.stopped());
+}
+
+TEST_F(Lifetime, SeveralThreadsOnOneIoContext) {
+  asio::io_context io(4);
+  auto work = asio::make_work_guard(io);
+  std::vector<std::thread> runners;
+  for (int i = 0; i < 4; ++i) runners.emplace_back([&] { io.run_for(60s); });
+
+  LockManager locks(io.get_executor(), cfg);
+  const auto shared = unique_resource("shared");
+  std::atomic<int> holders{0}, max_holders{0}, errors{0}, taken{0};
+  std::vector<std::thread> users;
+  for (int t = 0; t < 4; ++t) {
+    users.emplace_back([&, t] {
+      for (int i = 0; i < 150; ++i) {
+        const auto own = resource + ":" + std::to_string(t) + ":" + std::to_string(i % 5);
+        try {
+          auto g = locks.async_acquire(own, {.ttl = 5s}, asio::use_future).get();
+          if (!g) ++errors;
+          if (!g.async_release(asio::use_future).get()) ++errors;
+          // Contended resource: at most one holder at any time across threads.
+          auto s = locks.async_acquire(shared, {.ttl = 5s, .wait = 5s}, asio::use_future).get();
+          if (!s) {
+            ++errors;
+            continue;
+          }
+          const int now = ++holders;
+          int prev = max_holders.load();
+          while (now > prev && !max_holders.compare_exchange_weak(prev, now)) {}
+          ++taken;
+          --holders;
+          if (!s.async_release(asio::use_future).get()) ++errors;
+        } catch (const std::exception& e) {
+          ADD_FAILURE() << e.what();
+          ++errors;
+        }
+      }
+    });
+  }
+  for (auto& u : users) u.join();
+  work.reset();
+  for (auto& r : runners) r.join();
+  EXPECT_EQ(errors.load(), 0);
+  EXPECT_EQ(taken.load(), 600);
+  EXPECT_EQ(max_holders.load(), 1);
+}

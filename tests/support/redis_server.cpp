@@ -65,7 +65,8 @@ std::uint16_t free_port() {
   return ntohs(addr.sin_port);
 }
 
-std::string redis_command(std::uint16_t port, const std::vector<std::string>& args) {
+std::string redis_command(std::uint16_t port, const std::vector<std::string>& args,
+                          const std::string& password) {
   timeval tv{5, 0};
   redisContext* c = redisConnectWithTimeout("127.0.0.1", port, tv);
   if (c == nullptr || c->err) {
@@ -74,6 +75,10 @@ std::string redis_command(std::uint16_t port, const std::vector<std::string>& ar
     return "CONNECT:" + err;
   }
   redisSetTimeout(c, tv);
+  if (!password.empty()) {
+    auto* auth = static_cast<redisReply*>(redisCommand(c, "AUTH %b", password.data(), password.size()));
+    if (auth) freeReplyObject(auth);
+  }
   std::vector<const char*> argv;
   std::vector<std::size_t> lens;
   for (const auto& a : args) {
@@ -91,10 +96,10 @@ std::string redis_command(std::uint16_t port, const std::vector<std::string>& ar
 RedisServer::RedisServer(std::vector<std::string> extra_args)
     : extra_args_(std::move(extra_args)), dir_(make_temp_dir()) {
   unix_socket_ = dir_ + "/redis.sock";
-  for (int attempt = 0; attempt < 10; ++attempt) {
+  for (int attempt = 0; attempt < 5; ++attempt) {
     port_ = free_port();
     spawn();
-    if (wait_ready(std::chrono::seconds(10))) return;
+    if (wait_ready(std::chrono::seconds(5))) return;
     kill(SIGKILL);  // most likely the port was taken between free_port() and bind
   }
   throw std::runtime_error("could not start redis-server");
@@ -161,7 +166,8 @@ bool RedisServer::wait_ready(std::chrono::milliseconds limit) {
       pid_ = -1;
       return false;
     }
-    if (redis_command(port_, {"PING"}) == "PONG") return true;
+    const auto pong = redis_command(port_, {"PING"});
+    if (pong == "PONG" || pong.rfind("ERR:NOAUTH", 0) == 0) return true;
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   return false;

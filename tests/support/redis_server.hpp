@@ -62,6 +62,7 @@ std::uint16_t shared_server_port();
 std::uint16_t free_port();
 
 /// Runs `args` (first is the command) against 127.0.0.1:port with hiredis.
-std::string redis_command(std::uint16_t port, const std::vector<std::string>& args);
+std::string redis_command(std::uint16_t port, const std::vector<std::string>& args,
+                          const std::string& password = {});
 
 }  // namespace redis_lock::test

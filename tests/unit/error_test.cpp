@@ -34,6 +34,9 @@ TEST(ErrorCategory, ServerReplyMapping) {
             error::out_of_memory);
   EXPECT_EQ(error_from_reply("READONLY You can't write against a read only replica."),
             error::read_only);
+  EXPECT_EQ(error_from_reply("ERR The user executing the script can't run this command or "
+                             "subcommand script: f9b3, on @user_script:4."),
+            error::no_permission);
   EXPECT_EQ(error_from_reply("ERR something else"), error::server_error);
   EXPECT_EQ(error_from_reply("ERR unknown command 'OOM'"), error::server_error);
 }
