@@ -1,1 +1,86 @@
+// SPDX-License-Identifier: MIT
+// Server errors become distinct codes, and the server's own text is kept.
+#include "live.hpp"
 
+using namespace redis_lock;
+using namespace redis_lock::test;
+using boost::system::error_code;
+
+namespace {
+
+struct Result {
+  error_code ec;
+  bool owned = false;
+};
+
+Result try_acquire(asio::io_context& io, LockManager& locks, const std::string& resource) {
+  std::optional<Result> out;
+  locks.async_acquire(resource, {.ttl = 5s}, [&](error_code ec, LockGuard g) {
+    out = Result{ec, g.owns_lock()};
+  });
+  io.restart();
+  io.run_for(10s);
+  EXPECT_TRUE(out);
+  return out.value_or(Result{error::timeout});
+}
+
+}  // namespace
+
+TEST(ServerErrors, WrongTypeOnTheLeaseKey) {
+  asio::io_context io;
+  auto cfg = shared_server_config();
+  LockManager locks(io.get_executor(), cfg);
+  const auto resource = unique_resource();
+  ASSERT_EQ(redis_command(cfg.port, {"RPUSH", lease_key(resource), "x"}), "1");
+  auto r = try_acquire(io, locks, resource);
+  EXPECT_EQ(r.ec, error::wrong_type) << r.ec.message();
+  EXPECT_FALSE(r.owned);
+  EXPECT_NE(locks.last_server_error().find("WRONGTYPE"), std::string::npos);
+  EXPECT_NE(r.ec.message().find("WRONGTYPE"), std::string::npos);
+  EXPECT_EQ(redis_command(cfg.port, {"TYPE", lease_key(resource)}), "list") << "left untouched";
+}
+
+TEST(ServerErrors, WrongTypeOnTheFencingCounterTakesNoLease) {
+  asio::io_context io;
+  auto cfg = shared_server_config();
+  ManagerOptions opts;
+  opts.key_prefix = "wt" + std::to_string(std::random_device{}()) + ":";
+  LockManager locks(io.get_executor(), cfg, opts);
+  const auto resource = unique_resource();
+  // Learn the counter's name from a first acquisition, then break it.
+  {
+    auto first = try_acquire(io, locks, resource);
+    ASSERT_TRUE(first.owned);
+    io.restart();
+    io.run_for(5s);  // the guard's release
+  }
+  const auto fence_key = redis_command(cfg.port, {"KEYS", opts.key_prefix + "fence:*"});
+  ASSERT_EQ(fence_key.find(' '), std::string::npos) << fence_key;
+  redis_command(cfg.port, {"DEL", fence_key});
+  redis_command(cfg.port, {"RPUSH", fence_key, "x"});
+  auto r = try_acquire(io, locks, resource);
+  EXPECT_EQ(r.ec, error::wrong_type) << r.ec.message();
+  EXPECT_FALSE(r.owned);
+  EXPECT_EQ(redis_command(cfg.port, {"EXISTS", opts.key_prefix + "{" + resource + "}"}), "0")
+      << "a lease without a fencing token must not stay behind";
+}
+
+TEST(ServerErrors, OutOfMemory) {
+  RedisServer server({"--maxmemory", "2mb", "--maxmemory-policy", "noeviction"});
+  server.command({"DEBUG", "POPULATE", "40000", "filler", "100"});
+  asio::io_context io;
+  LockManager locks(io.get_executor(), server.config());
+  auto r = try_acquire(io, locks, "r");
+  EXPECT_EQ(r.ec, error::out_of_memory) << r.ec.message() << " / " << locks.last_server_error();
+  EXPECT_FALSE(r.owned);
+}
+
+TEST(ServerErrors, ReadOnlyReplica) {
+  RedisServer master;
+  RedisServer replica({"--replicaof", "127.0.0.1", std::to_string(master.port())});
+  asio::io_context io;
+  LockManager locks(io.get_executor(), replica.config());
+  auto r = try_acquire(io, locks, "r");
+  EXPECT_EQ(r.ec, error::read_only) << r.ec.message() << " / " << locks.last_server_error();
+  EXPECT_FALSE(r.owned);
+}
