@@ -1,5 +1,8 @@
 # SPDX-License-Identifier: MIT
 # Tests, examples and benchmarks: built only when redis_lock is the top-level project.
+# State file of the shared test server (CTest fixture "redis_standalone").
+set(REDIS_LOCK_FIXTURE_STATE "${PROJECT_BINARY_DIR}/tests/standalone.state")
+
 if(REDIS_LOCK_BUILD_TESTS)
   enable_testing()
   add_subdirectory(tests)

@@ -17,6 +17,16 @@ install(EXPORT redis_lockTargets
   NAMESPACE redis_lock::
   DESTINATION ${REDIS_LOCK_CMAKE_DIR})
 
+# A static redis_lock carries its private dependencies (hiredis, fmt) to the consumer's link.
+get_target_property(_rl_type redis_lock TYPE)
+if(_rl_type STREQUAL "SHARED_LIBRARY")
+  set(REDIS_LOCK_SHARED ON)
+  set(REDIS_LOCK_PC_CFLAGS_EXTRA "")
+else()
+  set(REDIS_LOCK_SHARED OFF)
+  set(REDIS_LOCK_PC_CFLAGS_EXTRA " -DREDIS_LOCK_STATIC_DEFINE")
+endif()
+
 configure_package_config_file(cmake/redis_lockConfig.cmake.in
   "${PROJECT_BINARY_DIR}/redis_lockConfig.cmake"
   INSTALL_DESTINATION ${REDIS_LOCK_CMAKE_DIR})
@@ -28,13 +38,10 @@ install(FILES
   cmake/redis_lock_find_hiredis.cmake
   DESTINATION ${REDIS_LOCK_CMAKE_DIR})
 
-# pkg-config: hiredis is private for a shared library, but a static one needs it to link.
-if(BUILD_SHARED_LIBS)
-  set(REDIS_LOCK_PC_REQUIRES_PRIVATE "hiredis fmt")
-  set(REDIS_LOCK_PC_LIBS_PRIVATE "-lboost_url")
-else()
-  set(REDIS_LOCK_PC_REQUIRES_PRIVATE "hiredis fmt")
-  set(REDIS_LOCK_PC_LIBS_PRIVATE "-lboost_url -pthread")
-endif()
+# pkg-config, relocatable (prefix found from the .pc file's own place).
+set(REDIS_LOCK_PC_REQUIRES_PRIVATE "hiredis fmt")
+set(REDIS_LOCK_PC_LIBS_PRIVATE "-lboost_url -pthread")
+file(RELATIVE_PATH REDIS_LOCK_PC_TO_PREFIX
+  "${CMAKE_INSTALL_PREFIX}/${CMAKE_INSTALL_LIBDIR}/pkgconfig" "${CMAKE_INSTALL_PREFIX}")
 configure_file(cmake/redis_lock.pc.in "${PROJECT_BINARY_DIR}/redis_lock.pc" @ONLY)
 install(FILES "${PROJECT_BINARY_DIR}/redis_lock.pc" DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)

@@ -1,0 +1,44 @@
+# SPDX-License-Identifier: MIT
+# Shared by the README's commands: find or install what the build needs.
+
+# Debian/Ubuntu packages the build, the tests and the examples need.
+REDIS_LOCK_PACKAGES=(
+  g++ cmake ninja-build ccache pkg-config
+  libboost1.81-dev libboost-url1.81-dev libboost-json1.81-dev libboost-context1.81-dev
+  libhiredis-dev libfmt-dev libgtest-dev libbenchmark-dev
+  redis-server
+)
+
+log() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
+
+# Installs missing packages with apt-get when root; otherwise prints the exact command.
+ensure_packages() {
+  if ! command -v dpkg-query >/dev/null; then
+    log "not a Debian-based system: install the equivalents of ${REDIS_LOCK_PACKAGES[*]}"
+    return 0
+  fi
+  local missing=() pkg
+  for pkg in "${REDIS_LOCK_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" ||
+      missing+=("$pkg")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then
+    log "installing ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq >/dev/null
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  else
+    echo "Missing packages: ${missing[*]}" >&2
+    echo "Install them with:" >&2
+    echo "  sudo apt-get install -y ${missing[*]}" >&2
+    exit 1
+  fi
+}
+
+# Never let a Redis started by a package's init scripts stand in for our own test servers.
+stop_system_redis() {
+  if [ "$(id -u)" -eq 0 ] && command -v service >/dev/null; then
+    service redis-server stop >/dev/null 2>&1 || true
+  fi
+}

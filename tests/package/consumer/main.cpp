@@ -1,0 +1,22 @@
+// SPDX-License-Identifier: MIT
+// A consumer of the installed (or embedded) library: compiles against the public headers
+// only and checks a bad input is refused without a server.
+#include <redis_lock/redis_lock.hpp>
+
+#include <boost/asio/io_context.hpp>
+
+#include <cstdio>
+
+int main() {
+  boost::asio::io_context io;
+  auto cfg = redis_lock::ConnectionConfig::from_url("redis://127.0.0.1:1");
+  if (!cfg) return 1;
+  redis_lock::LockManager locks(io.get_executor(), *cfg);
+  bool refused = false;
+  locks.async_acquire("", {}, [&](boost::system::error_code ec, redis_lock::LockGuard g) {
+    refused = ec == redis_lock::error::invalid_argument && !g;
+  });
+  io.run();
+  std::printf("redis_lock %s consumer: %s\n", REDIS_LOCK_VERSION_STRING, refused ? "ok" : "FAILED");
+  return refused ? 0 : 1;
+}
