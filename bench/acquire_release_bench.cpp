@@ -35,6 +35,7 @@ struct Args {
   double seconds = 2.0;
   int rounds = 3;
   int in_flight = 64;
+  std::string only;  // "lib-throughput" etc., for profiling one workload
 };
 
 struct Latency {
@@ -196,6 +197,7 @@ Args parse(int argc, char** argv) {
     else if (k == "--seconds") a.seconds = std::atof(argv[i + 1]);
     else if (k == "--rounds") a.rounds = std::atoi(argv[i + 1]);
     else if (k == "--in-flight") a.in_flight = std::atoi(argv[i + 1]);
+    else if (k == "--only") a.only = argv[i + 1];
   }
   return a;
 }
@@ -204,6 +206,19 @@ Args parse(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   const Args a = parse(argc, argv);
+  if (a.only == "lib-throughput") {
+    std::printf("%.0f pairs/s\n", lib_throughput(a));
+    return 0;
+  }
+  if (a.only == "raw-throughput") {
+    std::printf("%.0f pairs/s\n", raw_throughput(a));
+    return 0;
+  }
+  if (a.only == "lib-latency") {
+    const auto l = lib_latency(a);
+    std::printf("p50 %.1f us, p99 %.1f us\n", l.p50_us, l.p99_us);
+    return 0;
+  }
   std::printf("acquire+release on 127.0.0.1:%u: %d sequential pairs, %.1fs at %d in flight, "
               "%d alternating rounds (median reported)\n\n",
               a.port, a.pairs, a.seconds, a.in_flight, a.rounds);

@@ -24,7 +24,7 @@ namespace asio = boost::asio;
 using boost::system::error_code;
 
 struct Connection::Link {
-  explicit Link(const Strand& strand) : socket(strand), resolver(strand) {}
+  explicit Link(const asio::any_io_executor& ex) : socket(ex), resolver(ex) {}
   asio::generic::stream_protocol::socket socket;
   asio::ip::tcp::resolver resolver;
   std::vector<asio::generic::stream_protocol::endpoint> endpoints;
@@ -33,6 +33,7 @@ struct Connection::Link {
   std::string write_buf;
   std::array<char, 16 * 1024> read_buf;
   Clock::time_point drain_until = Clock::time_point::max();
+  Clock::time_point idle_since{};  // when in_flight last became empty
   bool writing = false;
   bool reading = false;
   bool is_tcp = true;
@@ -61,7 +62,7 @@ void fail_all(std::deque<auto>& pendings, error_code ec) {
     if (p.callback) {
       std::move(p.callback)(ec, Reply{});
     } else if (p.late) {
-      std::move(p.late)(ec, Reply{});
+      p.late->on_late_reply(ec, Reply{});
     }
   }
 }
@@ -72,8 +73,8 @@ Connection::Connection(Strand strand, ConnectionConfig config, std::string clien
     : strand_(std::move(strand)),
       config_(std::move(config)),
       client_name_(std::move(client_name)),
-      timer_(std::make_unique<asio::steady_timer>(strand_)),
-      connect_timer_(std::make_unique<asio::steady_timer>(strand_)) {}
+      timer_(std::make_unique<asio::steady_timer>(strand_.get_inner_executor())),
+      connect_timer_(std::make_unique<asio::steady_timer>(strand_.get_inner_executor())) {}
 
 Connection::~Connection() = default;
 
@@ -99,11 +100,14 @@ bool Connection::is_current_or_draining(const std::shared_ptr<Link>& link) const
   return link == link_ || std::find(draining_.begin(), draining_.end(), link) != draining_.end();
 }
 
-void Connection::execute(std::string_view resp, Callback callback, Callback late) {
+void Connection::execute(std::span<const std::string_view> command, Callback callback,
+                         std::shared_ptr<LateReplies> late) {
   if (shut_down_) return;  // the handler is destroyed, as Asio does with pending work
-  queued_bytes_.append(resp);
+  const auto before = queued_bytes_.size();
+  append_command(queued_bytes_, command);
   queued_.push_back(Pending{std::move(callback), std::move(late),
-                            Clock::now() + config_.command_timeout, resp.size()});
+                            Clock::now() + config_.command_timeout,
+                            queued_bytes_.size() - before});
   arm_timer();
   switch (state_) {
     case State::closed: start_connect(); break;
@@ -120,14 +124,14 @@ void Connection::start_connect() {
     // A recent attempt failed: wait a little instead of hammering a server that is down.
     state_ = State::backoff;
     connect_timer_->expires_at(next_connect_at_);
-    connect_timer_->async_wait([self = shared_from_this()](error_code ec) {
+    connect_timer_->async_wait(on_strand([self = shared_from_this()](error_code ec) {
       if (ec || self->shut_down_ || self->state_ != State::backoff) return;
       if (self->queued_.empty()) {
         self->state_ = State::closed;
       } else {
         self->connect_now();
       }
-    });
+    }));
     return;
   }
   connect_now();
@@ -135,15 +139,15 @@ void Connection::start_connect() {
 
 void Connection::connect_now() {
   state_ = State::connecting;
-  link_ = std::make_shared<Link>(strand_);
+  link_ = std::make_shared<Link>(strand_.get_inner_executor());
   auto link = link_;
   connect_timer_->expires_after(config_.connect_timeout);
-  connect_timer_->async_wait([self = shared_from_this(), link](error_code ec) {
+  connect_timer_->async_wait(on_strand([self = shared_from_this(), link](error_code ec) {
     if (ec || self->link_ != link) return;
     if (self->state_ == State::connecting || self->state_ == State::handshake) {
       self->on_connect_deadline();
     }
-  });
+  }));
 
   if (!config_.unix_socket.empty()) {
     link->is_tcp = false;
@@ -158,13 +162,13 @@ void Connection::connect_now() {
   }
   link->resolver.async_resolve(
       config_.host, std::to_string(config_.port),
-      [self = shared_from_this(), link](error_code ec,
-                                        asio::ip::tcp::resolver::results_type results) {
+      on_strand([self = shared_from_this(), link](error_code ec,
+                                                  asio::ip::tcp::resolver::results_type results) {
         if (self->link_ != link) return;
         if (ec || results.empty()) return self->connect_failed(error::connect_failed);
         for (const auto& entry : results) link->endpoints.emplace_back(entry.endpoint());
         self->try_endpoint(link, 0);
-      });
+      }));
 }
 
 void Connection::try_endpoint(const std::shared_ptr<Link>& link, std::size_t index) {
@@ -172,7 +176,7 @@ void Connection::try_endpoint(const std::shared_ptr<Link>& link, std::size_t ind
   error_code ignored;
   link->socket.close(ignored);
   link->socket.async_connect(
-      link->endpoints[index], [self = shared_from_this(), link, index](error_code ec) {
+      link->endpoints[index], on_strand([self = shared_from_this(), link, index](error_code ec) {
         if (self->link_ != link) return;
         if (ec) return self->try_endpoint(link, index + 1);
         if (link->is_tcp) {
@@ -181,7 +185,7 @@ void Connection::try_endpoint(const std::shared_ptr<Link>& link, std::size_t ind
           link->socket.set_option(asio::socket_base::keep_alive(true), opt_ec);
         }
         self->start_handshake(link);
-      });
+      }));
 }
 
 void Connection::start_handshake(const std::shared_ptr<Link>& link) {
@@ -225,14 +229,14 @@ void Connection::start_handshake(const std::shared_ptr<Link>& link) {
           }
           self->on_handshake_reply(link, ec, reply);
         }),
-        Callback{}, never, 0});
+        nullptr, never, 0});
   }
   link->write_buf = std::move(resp);
   link->writing = true;
   asio::async_write(link->socket, asio::buffer(link->write_buf),
-                    [self = shared_from_this(), link](error_code ec, std::size_t) {
+                    on_strand([self = shared_from_this(), link](error_code ec, std::size_t) {
                       self->on_write(link, ec);
-                    });
+                    }));
   start_read(link);
 }
 
@@ -277,6 +281,9 @@ void Connection::connect_failed(error_code ec) {
 bool Connection::idle_link_is_dead() {
   // The server may have closed an idle connection (restart, timeout, CLIENT KILL). Peeking
   // costs one syscall and lets us reconnect before writing, instead of losing the commands.
+  // A link that was busy a moment ago is very likely alive: skip the syscall on hot paths.
+  constexpr auto recently = std::chrono::milliseconds(1);
+  if (Clock::now() - link_->idle_since < recently) return false;
   char byte;
   const auto n = ::recv(link_->socket.native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
   if (n == 0) return true;
@@ -299,9 +306,9 @@ void Connection::flush() {
   queued_.clear();
   link->writing = true;
   asio::async_write(link->socket, asio::buffer(link->write_buf),
-                    [self = shared_from_this(), link](error_code ec, std::size_t) {
+                    on_strand([self = shared_from_this(), link](error_code ec, std::size_t) {
                       self->on_write(link, ec);
-                    });
+                    }));
   start_read(link);
 }
 
@@ -320,7 +327,9 @@ void Connection::start_read(const std::shared_ptr<Link>& link) {
   link->reading = true;
   link->socket.async_read_some(
       asio::buffer(link->read_buf),
-      [self = shared_from_this(), link](error_code ec, std::size_t n) { self->on_read(link, ec, n); });
+      on_strand([self = shared_from_this(), link](error_code ec, std::size_t n) {
+        self->on_read(link, ec, n);
+      }));
 }
 
 void Connection::on_read(const std::shared_ptr<Link>& link, error_code ec, std::size_t n) {
@@ -344,10 +353,11 @@ void Connection::on_read(const std::shared_ptr<Link>& link, error_code ec, std::
     if (link->in_flight.empty()) return fail(error::protocol_error);  // nobody asked for it
     auto pending = std::move(link->in_flight.front());
     link->in_flight.pop_front();
+    if (link->in_flight.empty()) link->idle_since = Clock::now();
     if (pending.callback) {
       std::move(pending.callback)(error_code{}, std::move(*reply));
     } else if (pending.late) {
-      std::move(pending.late)(error_code{}, std::move(*reply));
+      pending.late->on_late_reply(error_code{}, *reply);
     }
     if (!is_current_or_draining(link)) return;  // the callback's work closed the link
   }
@@ -422,11 +432,11 @@ void Connection::arm_timer() {
   timer_armed_ = true;
   timer_at_ = earliest;
   timer_->expires_at(earliest);
-  timer_->async_wait([self = shared_from_this()](error_code ec) {
+  timer_->async_wait(on_strand([self = shared_from_this()](error_code ec) {
     if (ec == asio::error::operation_aborted || self->shut_down_) return;
     self->timer_armed_ = false;
     self->on_timer();
-  });
+  }));
 }
 
 void Connection::on_timer() {
@@ -461,11 +471,23 @@ void Connection::on_timer() {
   for (auto& p : expired) std::move(p.callback)(error::timeout, Reply{});
 }
 
+bool Connection::has_work() const noexcept {
+  return !queued_.empty() || !draining_.empty() || (link_ && !link_->in_flight.empty());
+}
+
 void Connection::cancel_timer_if_idle() {
-  if (!timer_armed_ || !timer_ || !queued_.empty() || !draining_.empty()) return;
-  if (link_ && !link_->in_flight.empty()) return;
-  timer_armed_ = false;
-  timer_->cancel();
+  // Idle means idle, but a completion handler usually issues the next command at once
+  // (release after acquire, a loop): look again after it ran, so a chain of commands keeps
+  // one armed timer instead of paying a timerfd syscall to cancel and re-arm it each time.
+  if (!timer_armed_ || !timer_ || has_work() || idle_check_posted_) return;
+  idle_check_posted_ = true;
+  asio::post(strand_, [self = shared_from_this()] {
+    self->idle_check_posted_ = false;
+    if (self->timer_armed_ && self->timer_ && !self->has_work()) {
+      self->timer_armed_ = false;
+      self->timer_->cancel();
+    }
+  });
 }
 
 }  // namespace redis_lock::detail

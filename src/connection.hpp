@@ -9,16 +9,28 @@
 
 #include <boost/asio/any_completion_handler.hpp>
 #include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/bind_executor.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 
 #include <chrono>
 #include <deque>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
 namespace redis_lock::detail {
+
+/// Receives the reply of a command that was already completed with `error::timeout`, or
+/// `connection_lost` when that reply can no longer come.
+class LateReplies {
+ public:
+  virtual void on_late_reply(boost::system::error_code ec, const Reply& reply) = 0;
+
+ protected:
+  ~LateReplies() = default;
+};
 
 /// All member functions must be called on `strand()`; callbacks are invoked there too.
 ///
@@ -48,10 +60,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   const Strand& strand() const noexcept { return strand_; }
 
-  /// Queues one command already encoded as RESP; `callback` gets its reply or an error.
+  /// Queues one command (encoded straight into the write queue); `callback` gets its reply
+  /// or an error.
   /// If it times out after being written, `late` (optional) later gets the reply, or
   /// `connection_lost` if the reply never comes within the drain grace period.
-  void execute(std::string_view resp, Callback callback, Callback late = {});
+  void execute(std::span<const std::string_view> command, Callback callback,
+               std::shared_ptr<LateReplies> late = nullptr);
 
   /// The execution context is shutting down: drop sockets and timers without invoking
   /// callbacks (Asio destroys pending handlers on shutdown; we do the same).
@@ -61,7 +75,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   struct Link;
   struct Pending {
     Callback callback;  // empty once it has been completed with a timeout
-    Callback late;
+    std::shared_ptr<LateReplies> late;
     Clock::time_point deadline;
     std::size_t bytes = 0;  // size of its RESP in queued_bytes_ while queued
   };
@@ -92,6 +106,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void arm_timer();
   void on_timer();
   void cancel_timer_if_idle();
+  bool has_work() const noexcept;
+  /// Binds an I/O completion to the strand. Sockets and timers use the plain executor (small
+  /// enough to be stored in place), so per-operation work tracking copies no strand.
+  template <class Fn>
+  auto on_strand(Fn&& fn) const {
+    return boost::asio::bind_executor(strand_, std::forward<Fn>(fn));
+  }
 
   Strand strand_;
   ConnectionConfig config_;
@@ -108,6 +129,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool timer_armed_ = false;
   Clock::time_point timer_at_{};
   std::unique_ptr<boost::asio::steady_timer> connect_timer_;  // connect deadline / backoff
+  bool idle_check_posted_ = false;
   bool shut_down_ = false;
 };
 

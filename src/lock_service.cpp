@@ -9,12 +9,14 @@
 #include "token.hpp"
 
 #include <boost/asio/execution_context.hpp>
+#include <boost/asio/dispatch.hpp>
 #include <boost/asio/query.hpp>
 #include <boost/asio/steady_timer.hpp>
 
 #include <array>
 #include <charconv>
 #include <random>
+#include <span>
 #include <vector>
 
 namespace redis_lock::detail {
@@ -66,6 +68,9 @@ bool starts_with(std::string_view text, std::string_view prefix) {
   return text.substr(0, prefix.size()) == prefix;
 }
 
+constexpr std::string_view evalsha = "EVALSHA";
+constexpr std::string_view eval = "EVAL";
+
 std::string to_decimal(long long value) {
   char buf[24];
   auto [end, ec] = std::to_chars(buf, buf + sizeof buf, value);
@@ -82,13 +87,59 @@ milliseconds jittered(milliseconds cap) {
 
 // Handlers are only ever move-constructed: in Boost 1.81, move-assigning an
 // any_completion_handler recurses until the stack overflows.
-struct LockService::AcquireOp {
-  explicit AcquireOp(AcquireHandler h) : handler(std::move(h)) {}
-  AcquireHandler handler;
-  std::string resource;
+/// One script call on one lease. Its argument views point into its own strings, which never
+/// move (ops live in a shared_ptr). The op also takes the late reply if its command times out.
+struct ScriptOp : LateReplies, std::enable_shared_from_this<ScriptOp> {
+  virtual ~ScriptOp() = default;
+  /// The reply or the error; called exactly once.
+  virtual void on_reply(error_code ec, Reply reply) = 0;
+  void on_late_reply(error_code, const Reply&) override {}
+  bool wants_late_reply() const noexcept { return wants_late; }
+
+  void set_args(const Script& s, std::initializer_list<std::string_view> script_keys,
+                std::initializer_list<std::string_view> script_args) {
+    script = &s;
+    argv[0] = evalsha;
+    argv[1] = s.sha1;
+    argv[2] = script_keys.size() == 1 ? "1" : "2";
+    argc = 3;
+    for (auto k : script_keys) argv[argc++] = k;
+    for (auto a : script_args) argv[argc++] = a;
+  }
+  std::span<const std::string_view> command() const noexcept { return {argv.data(), argc}; }
+
+  std::shared_ptr<LockService> service;
   ResourceKeys keys;
   std::string token;
-  std::string ttl_ms;
+  std::string arg;  // ttl in ms (acquire, extend) or the release channel
+  const Script* script = nullptr;
+  std::array<std::string_view, 8> argv{};
+  std::size_t argc = 0;
+  bool sent_body = false;
+  bool wants_late = false;
+};
+
+// Handlers are only ever move-constructed: in Boost 1.81, move-assigning an
+// any_completion_handler recurses until the stack overflows.
+struct AcquireOp final : ScriptOp {
+  explicit AcquireOp(AcquireHandler h) : handler(std::move(h)) { wants_late = true; }
+
+  void on_reply(error_code ec, Reply reply) override;
+  void on_late_reply(error_code ec, const Reply& reply) override {
+    // The attempt timed out but may have run: give back what it took. A NOSCRIPT reply means
+    // it never ran; an empty reply with an error means we will never know, so release anyway.
+    if (!ec && reply.is_error()) return;
+    const bool taken = reply.type == Reply::Type::array && !reply.elements.empty() &&
+                       reply.elements[0].type == Reply::Type::integer &&
+                       reply.elements[0].integer == 1;
+    if (ec || taken) service->release_detached(resource, token);
+  }
+  void finish(error_code ec, LockGuard guard) {
+    deliver(service->executor(), Defer::no, std::move(handler), ec, std::move(guard));
+  }
+
+  AcquireHandler handler;
+  std::string resource;
   LockOptions options;
   Clock::time_point deadline;
   milliseconds backoff{first_backoff};
@@ -96,12 +147,23 @@ struct LockService::AcquireOp {
 };
 
 /// A compare-and-act script on one lease: release (arg = channel) or extend (arg = ttl).
-struct CompareOp {
+struct CompareOp final : ScriptOp {
   explicit CompareOp(BoolHandler h) : handler(std::move(h)) {}
-  ResourceKeys keys;
-  std::string token;
-  std::string arg;
-  BoolHandler handler;  // empty for a detached release
+
+  void on_reply(error_code ec, Reply reply) override {
+    if (!handler) return;  // a detached release: the ttl covers any failure
+    bool done = false;
+    if (!ec && reply.is_error()) {
+      ec = service->server_error(reply);
+    } else if (!ec && reply.type != Reply::Type::integer) {
+      ec = error::unexpected_reply;
+    } else if (!ec) {
+      done = reply.integer == 1;
+    }
+    deliver(service->executor(), Defer::no, std::move(handler), ec, done);
+  }
+
+  BoolHandler handler;
 };
 
 LockService::LockService(asio::any_io_executor ex, ConnectionConfig config, ManagerOptions options)
@@ -129,7 +191,9 @@ void LockService::on_context_shutdown() noexcept {
 
 template <class Fn>
 void LockService::on_strand(Fn&& fn) {
-  asio::post(connection_->strand(), std::forward<Fn>(fn));
+  // dispatch: a command issued from a completion handler (already on the strand) is queued
+  // at once and joins the write of its neighbours; from elsewhere it is posted.
+  asio::dispatch(connection_->strand(), std::forward<Fn>(fn));
 }
 
 std::string LockService::last_server_error() const {
@@ -145,46 +209,25 @@ error_code LockService::server_error(const Reply& reply) {
   return error_from_reply(reply.str);
 }
 
-template <std::size_t N>
-void LockService::run_script(const Script& script, std::size_t key_count,
-                             std::array<std::string_view, N> keys_and_args,
-                             ReplyCallback callback, ReplyCallback late) {
-  const std::string count = to_decimal(static_cast<long long>(key_count));
-  std::array<std::string_view, N + 3> argv;
-  argv[0] = "EVALSHA";
-  argv[1] = script.sha1;
-  argv[2] = count;
-  std::copy(keys_and_args.begin(), keys_and_args.end(), argv.begin() + 3);
-  std::string resp;
-  append_command(resp, argv);
-  // One of two things happens: the reply comes (and, if NOSCRIPT, the EVAL retry inherits
-  // the late handler), or the command times out (and the late handler waits for its reply).
-  std::shared_ptr<ReplyCallback> shared_late;
-  if (late) shared_late = std::make_shared<ReplyCallback>(std::move(late));
-  ReplyCallback late_for_evalsha =
-      shared_late ? ReplyCallback([shared_late](error_code ec, Reply reply) {
-        if (!ec && reply.is_error() && starts_with(reply.str, "NOSCRIPT")) return;  // never ran
-        if (*shared_late) std::move(*shared_late)(ec, std::move(reply));
-      })
-                  : ReplyCallback{};
+void LockService::send(std::shared_ptr<ScriptOp> op) {
+  if (!connection_) return;  // the context shut down: drop, as Asio drops pending handlers
+  std::shared_ptr<LateReplies> late;
+  if (op->wants_late_reply()) late = op;
+  const auto command = op->command();
   connection_->execute(
-      resp,
-      ReplyCallback([self = shared_from_this(), &script, argv, count, shared_late,
-                     callback = std::move(callback)](error_code ec, Reply reply) mutable {
-        if (!ec && reply.is_error() && starts_with(reply.str, "NOSCRIPT") && self->connection_) {
+      command,
+      Connection::Callback([op = std::move(op)](error_code ec, Reply reply) mutable {
+        if (!ec && reply.is_error() && starts_with(reply.str, "NOSCRIPT") && !op->sent_body) {
           // The script cache was flushed (or this is a new server): send the body once.
-          argv[0] = "EVAL";
-          argv[1] = script.body;
-          argv[2] = count;
-          std::string eval;
-          append_command(eval, argv);
-          self->connection_->execute(eval, std::move(callback),
-                                     shared_late ? std::move(*shared_late) : ReplyCallback{});
-          return;
+          op->sent_body = true;
+          op->argv[0] = eval;
+          op->argv[1] = op->script->body;
+          auto* service = op->service.get();
+          return service->send(std::move(op));
         }
-        std::move(callback)(ec, std::move(reply));
+        op->on_reply(ec, std::move(reply));
       }),
-      std::move(late_for_evalsha));
+      std::move(late));
 }
 
 // ---------------------------------------------------------------------------------------
@@ -199,10 +242,11 @@ void LockService::acquire(std::string resource, LockOptions options, AcquireHand
                    LockGuard{});
   }
   auto op = std::make_shared<AcquireOp>(std::move(handler));
+  op->service = shared_from_this();
   op->keys = make_keys(options_.key_prefix, resource);
   op->resource = std::move(resource);
   op->options = options;
-  op->ttl_ms = to_decimal(options.ttl.count());
+  op->arg = to_decimal(options.ttl.count());
   const auto now = Clock::now();
   op->deadline = options.wait >= std::chrono::duration_cast<milliseconds>(Clock::time_point::max() - now)
                      ? Clock::time_point::max()
@@ -213,103 +257,63 @@ void LockService::acquire(std::string resource, LockOptions options, AcquireHand
     return deliver(executor_, Defer::yes, std::move(op->handler), error_code(error::server_error),
                    LockGuard{});
   }
-  on_strand([self = shared_from_this(), op]() mutable { self->attempt(std::move(op)); });
+  op->set_args(acquire_script, {op->keys.lease, op->keys.fence}, {op->token, op->arg});
+  on_strand([self = shared_from_this(), op = std::move(op)]() mutable { self->send(std::move(op)); });
 }
 
-void LockService::attempt(std::shared_ptr<AcquireOp> op) {
-  if (!connection_) return;
-  auto* raw = op.get();
-  // If the reply misses its deadline the lease may still be taken later: the late handler
-  // sees the reply (in order, on the same connection) and gives back what was taken.
-  ReplyCallback late([self = shared_from_this(), resource = raw->resource,
-                      token = raw->token](error_code ec, Reply reply) mutable {
-    const bool taken = reply.type == Reply::Type::array && !reply.elements.empty() &&
-                       reply.elements[0].type == Reply::Type::integer &&
-                       reply.elements[0].integer == 1;
-    if (ec || taken) self->release_detached(std::move(resource), std::move(token));
-  });
-  run_script<4>(acquire_script, 2, {raw->keys.lease, raw->keys.fence, raw->token, raw->ttl_ms},
-                ReplyCallback([self = shared_from_this(), op = std::move(op)](
-                                  error_code ec, Reply reply) mutable {
-                  self->on_attempt(std::move(op), ec, std::move(reply));
-                }),
-                std::move(late));
-}
-
-void LockService::on_attempt(std::shared_ptr<AcquireOp> op, error_code ec, Reply reply) {
+void AcquireOp::on_reply(error_code ec, Reply reply) {
   if (ec) {
     // The connection broke after the script was sent: it may have run, so the lease could
-    // be ours without our knowing. Give it back. (A timeout is handled by the late handler.)
-    if (ec == error::connection_lost) release_detached(op->resource, op->token);
-    return finish(std::move(op), ec, LockGuard{});
+    // be ours without our knowing. Give it back. (After a timeout the late reply decides.)
+    if (ec == error::connection_lost) service->release_detached(resource, token);
+    return finish(ec, LockGuard{});
   }
-  if (reply.is_error()) return finish(std::move(op), server_error(reply), LockGuard{});
+  if (reply.is_error()) return finish(service->server_error(reply), LockGuard{});
   const bool well_formed = reply.type == Reply::Type::array && reply.elements.size() == 2 &&
                            reply.elements[0].type == Reply::Type::integer &&
                            reply.elements[1].type == Reply::Type::integer;
-  if (!well_formed) return finish(std::move(op), error::unexpected_reply, LockGuard{});
+  if (!well_formed) return finish(error::unexpected_reply, LockGuard{});
 
   if (reply.elements[0].integer == 1) {
     const auto fence = reply.elements[1].integer;
-    if (fence <= 0) return finish(std::move(op), error::unexpected_reply, LockGuard{});
-    auto guard = GuardAccess::make(shared_from_this(), std::move(op->resource),
-                                   std::move(op->token), static_cast<std::uint64_t>(fence));
-    return finish(std::move(op), {}, std::move(guard));
+    if (fence <= 0) return finish(error::unexpected_reply, LockGuard{});
+    auto guard = GuardAccess::make(service, std::move(resource), std::move(token),
+                                   static_cast<std::uint64_t>(fence));
+    return finish({}, std::move(guard));
   }
+  if (options.wait.count() == 0 || Clock::now() >= deadline) return finish({}, LockGuard{});
+  auto self = std::static_pointer_cast<AcquireOp>(shared_from_this());
+  service->retry_later(std::move(self), reply.elements[1].integer);
+}
 
+void LockService::retry_later(std::shared_ptr<AcquireOp> op, long long pttl) {
   // Held elsewhere. Sleep until the lease could expire or the backoff says, whichever first.
   const auto now = Clock::now();
-  if (op->options.wait.count() == 0 || now >= op->deadline) {
-    return finish(std::move(op), {}, LockGuard{});
-  }
-  const long long pttl = reply.elements[1].integer;
   milliseconds sleep = jittered(op->backoff);
   if (pttl > 0) sleep = std::min(sleep, milliseconds(pttl));
   op->backoff = std::min(op->backoff * 2, max_backoff);
   const auto wake = std::min(op->deadline, now + sleep);
   if (!op->timer) op->timer = std::make_unique<asio::steady_timer>(connection_->strand());
   op->timer->expires_at(wake);
+  op->sent_body = false;
+  op->set_args(acquire_script, {op->keys.lease, op->keys.fence}, {op->token, op->arg});
   auto* timer = op->timer.get();
   timer->async_wait([self = shared_from_this(), op = std::move(op)](error_code) mutable {
-    self->attempt(std::move(op));
+    self->send(std::move(op));
   });
-}
-
-void LockService::finish(std::shared_ptr<AcquireOp> op, error_code ec, LockGuard guard) {
-  deliver(executor_, Defer::no, std::move(op->handler), ec, std::move(guard));
 }
 
 // ---------------------------------------------------------------------------------------
 // Release and extend
 
-void LockService::compare_script(const Script& script, std::shared_ptr<CompareOp> op) {
-  if (!connection_) return;
-  auto* raw = op.get();
-  run_script<3>(script, 1, {raw->keys.lease, raw->token, raw->arg},
-                ReplyCallback([self = shared_from_this(), op = std::move(op)](
-                                  error_code ec, Reply reply) mutable {
-                  if (!op->handler) return;  // detached: the ttl covers any failure
-                  bool done = false;
-                  if (!ec && reply.is_error()) {
-                    ec = self->server_error(reply);
-                  } else if (!ec && reply.type != Reply::Type::integer) {
-                    ec = error::unexpected_reply;
-                  } else if (!ec) {
-                    done = reply.integer == 1;
-                  }
-                  deliver(self->executor_, Defer::no, std::move(op->handler), ec, done);
-                }));
-}
-
 void LockService::release(std::string resource, std::string token, BoolHandler handler) {
   if (!alive_.load()) return;
   auto op = std::make_shared<CompareOp>(std::move(handler));
+  op->service = shared_from_this();
   op->keys = make_keys(options_.key_prefix, resource);
   op->token = std::move(token);
-  op->arg = op->keys.channel;
-  on_strand([self = shared_from_this(), op]() mutable {
-    self->compare_script(release_script, std::move(op));
-  });
+  op->set_args(release_script, {op->keys.lease}, {op->token, op->keys.channel});
+  on_strand([self = shared_from_this(), op = std::move(op)]() mutable { self->send(std::move(op)); });
 }
 
 void LockService::release_detached(std::string resource, std::string token) noexcept {
@@ -328,12 +332,12 @@ void LockService::extend(std::string resource, std::string token, milliseconds t
                    false);
   }
   auto op = std::make_shared<CompareOp>(std::move(handler));
+  op->service = shared_from_this();
   op->keys = make_keys(options_.key_prefix, resource);
   op->token = std::move(token);
   op->arg = to_decimal(ttl.count());
-  on_strand([self = shared_from_this(), op]() mutable {
-    self->compare_script(extend_script, std::move(op));
-  });
+  op->set_args(extend_script, {op->keys.lease}, {op->token, op->arg});
+  on_strand([self = shared_from_this(), op = std::move(op)]() mutable { self->send(std::move(op)); });
 }
 
 }  // namespace redis_lock::detail

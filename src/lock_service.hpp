@@ -13,7 +13,7 @@
 
 namespace redis_lock::detail {
 
-struct Script;
+struct ScriptOp;
 
 struct GuardAccess {
   static LockGuard make(std::shared_ptr<LockService> service, std::string resource,
@@ -49,19 +49,14 @@ class LockService : public std::enable_shared_from_this<LockService> {
   /// Called by our execution_context service when the context shuts down.
   void on_context_shutdown() noexcept;
 
- private:
-  struct AcquireOp;
-  using ReplyCallback = Connection::Callback;
-
-  void attempt(std::shared_ptr<AcquireOp> op);
-  void on_attempt(std::shared_ptr<AcquireOp> op, boost::system::error_code ec, Reply reply);
-  void finish(std::shared_ptr<AcquireOp> op, boost::system::error_code ec, LockGuard guard);
-  template <std::size_t N>
-  void run_script(const Script& script, std::size_t key_count,
-                  std::array<std::string_view, N> keys_and_args, ReplyCallback callback,
-                  ReplyCallback late = {});
-  void compare_script(const Script& script, std::shared_ptr<struct CompareOp> op);
+  // Used by the script operations (on the strand).
+  void send(std::shared_ptr<ScriptOp> op);
+  void retry_later(std::shared_ptr<struct AcquireOp> op, long long pttl);
   boost::system::error_code server_error(const Reply& reply);
+  const boost::asio::any_io_executor& executor() const noexcept { return executor_; }
+  const ManagerOptions& options() const noexcept { return options_; }
+
+ private:
   template <class Fn>
   void on_strand(Fn&& fn);
 

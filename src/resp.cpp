@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: MIT
-// RESP through hiredis: redisFormatCommandArgv to encode, redisReader to decode.
+// RESP: a small binary-safe encoder, and hiredis' redisReader to decode.
 #include "resp.hpp"
 
 #include <redis_lock/error.hpp>
 
 #include <hiredis/hiredis.h>
 
+#include <charconv>
 #include <cstdlib>
 
 namespace redis_lock::detail {
@@ -13,31 +14,25 @@ namespace {
 
 template <class Range>
 void append_range(std::string& out, const Range& args) {
-  // hiredis wants parallel pointer/length arrays; lock commands have a handful of arguments.
-  constexpr std::size_t inline_args = 16;
-  const char* ptrs_small[inline_args];
-  std::size_t lens_small[inline_args];
-  std::vector<const char*> ptrs_big;
-  std::vector<std::size_t> lens_big;
-  const char** ptrs = ptrs_small;
-  std::size_t* lens = lens_small;
-  if (args.size() > inline_args) {
-    ptrs_big.resize(args.size());
-    lens_big.resize(args.size());
-    ptrs = ptrs_big.data();
-    lens = lens_big.data();
-  }
-  std::size_t i = 0;
+  // *<n>\r\n then $<len>\r\n<bytes>\r\n per argument: binary-safe by construction.
+  // (Written here rather than with redisFormatCommandArgv: its printf-based formatting was
+  // a tenth of the client's CPU time in the throughput benchmark.)
+  std::size_t size = 16;
+  for (std::string_view a : args) size += a.size() + 16;
+  out.reserve(out.size() + size);
+  char digits[24];
+  const auto append_header = [&](char kind, std::size_t n) {
+    const auto [end, ec] = std::to_chars(digits, digits + sizeof digits, n);
+    out.push_back(kind);
+    out.append(digits, end);
+    out.append("\r\n", 2);
+  };
+  append_header('*', args.size());
   for (std::string_view a : args) {
-    ptrs[i] = a.data();
-    lens[i] = a.size();
-    ++i;
+    append_header('$', a.size());
+    out.append(a.data(), a.size());
+    out.append("\r\n", 2);
   }
-  char* cmd = nullptr;
-  const int len = redisFormatCommandArgv(&cmd, static_cast<int>(i), ptrs, lens);
-  if (len < 0 || cmd == nullptr) throw std::bad_alloc();
-  out.append(cmd, static_cast<std::size_t>(len));
-  redisFreeCommand(cmd);
 }
 
 Reply convert(const redisReply* r) {

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// Layer 1 (resp): command formatting and reply parsing with hiredis, into an owned Reply.
+// Layer 1 (resp): command encoding, and reply parsing with hiredis into an owned Reply.
 #pragma once
 
 #include <boost/system/error_code.hpp>

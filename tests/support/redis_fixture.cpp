@@ -22,7 +22,7 @@ int main(int argc, char** argv) {
   const std::string state = argv[2];
   if (verb == "start") {
     std::vector<std::string> extra(argv + 3, argv + argc);
-    redis_lock::test::RedisServer server(extra);
+    redis_lock::test::RedisServer server(extra, /*die_with_parent=*/false);
     FILE* f = std::fopen(state.c_str(), "w");
     if (f == nullptr) return 1;
     std::fprintf(f, "%u %d %s\n", server.port(), static_cast<int>(server.pid()), server.dir().c_str());

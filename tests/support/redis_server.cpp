@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -93,8 +94,8 @@ std::string redis_command(std::uint16_t port, const std::vector<std::string>& ar
   return out;
 }
 
-RedisServer::RedisServer(std::vector<std::string> extra_args)
-    : extra_args_(std::move(extra_args)), dir_(make_temp_dir()) {
+RedisServer::RedisServer(std::vector<std::string> extra_args, bool die_with_parent)
+    : extra_args_(std::move(extra_args)), dir_(make_temp_dir()), die_with_parent_(die_with_parent) {
   unix_socket_ = dir_ + "/redis.sock";
   for (int attempt = 0; attempt < 5; ++attempt) {
     port_ = free_port();
@@ -152,6 +153,8 @@ void RedisServer::spawn() {
     ::dup2(devnull, 1);
     ::dup2(devnull, 2);  // a CTest fixture must not leave its output pipe open
     ::setsid();          // not killed with the fixture process's group
+    // A test that crashes must not leave its servers behind (the fixture's server stays).
+    if (die_with_parent_) ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     ::execvp("redis-server", argv.data());
     std::_Exit(127);
   }

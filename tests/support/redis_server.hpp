@@ -17,7 +17,8 @@ namespace redis_lock::test {
 /// the object. Admin commands go through a plain blocking hiredis client.
 class RedisServer {
  public:
-  explicit RedisServer(std::vector<std::string> extra_args = {});
+  /// `die_with_parent`: the server is killed if the test process dies (false for fixtures).
+  explicit RedisServer(std::vector<std::string> extra_args = {}, bool die_with_parent = true);
   ~RedisServer();
   RedisServer(const RedisServer&) = delete;
   RedisServer& operator=(const RedisServer&) = delete;
@@ -49,6 +50,7 @@ class RedisServer {
   std::string unix_socket_;
   std::uint16_t port_ = 0;
   pid_t pid_ = -1;
+  bool die_with_parent_ = true;
   bool keep_dir_ = false;
 };
 
