@@ -51,9 +51,12 @@ asio::awaitable<void> worker(const char* name, redis_lock::LockManager& locks,
     --charges;
     asio::steady_timer work(ex, 20ms);  // the "charge"
     co_await work.async_wait(asio::use_awaitable);
+    // Printed before releasing: the other worker cannot take the lock until this is sent.
+    std::printf("  [%s] charged; releasing %s\n", name, order.c_str());
     const bool released = co_await g.async_release(asio::use_awaitable);
-    std::printf("  [%s] released %s (%s)\n", name, order.c_str(),
-                released ? "it was still ours" : "it had expired");
+    if (!released) {
+      std::printf("  [%s] the lease had expired before the release: ttl too short!\n", name);
+    }
     asio::steady_timer pause(ex, 30ms);  // give the other worker its turn
     co_await pause.async_wait(asio::use_awaitable);
   }
