@@ -15,25 +15,6 @@ using boost::system::error_code;
 
 namespace {
 
-struct Outcome {
-  error_code ec;
-  bool owned = false;
-  std::uint64_t fence = 0;
-};
-
-/// One acquire (and release if taken), run to completion within `limit`.
-Outcome acquire_once(LockManager& locks, asio::io_context& io, const std::string& resource,
-                     std::chrono::milliseconds limit = 10s) {
-  std::optional<Outcome> out;
-  locks.async_acquire(resource, {.ttl = 5s}, [&](error_code ec, LockGuard g) {
-    out = Outcome{ec, g.owns_lock(), g.fencing_token()};
-  });
-  io.restart();
-  io.run_for(limit);
-  EXPECT_TRUE(out) << "acquire did not complete";
-  return out.value_or(Outcome{error::timeout});
-}
-
 int count_clients_named(std::uint16_t port, const std::string& name) {
   const auto list = redis_command(port, {"CLIENT", "LIST"});
   int n = 0;
@@ -174,10 +155,11 @@ TEST(Connection, RefusedFailsFast) {
 TEST(Connection, UnresolvableHostFails) {
   asio::io_context io;
   ConnectionConfig cfg;
-  cfg.host = "no-such-host.invalid";
+  cfg.host = "no-such-host.invalid";  // RFC 6761: never resolves
   LockManager locks(io.get_executor(), cfg);
   auto r = acquire_once(locks, io, "r");
-  EXPECT_EQ(r.ec, error::connect_failed) << r.ec.message();
+  // A resolver without a reachable DNS server may take longer than the connect deadline.
+  EXPECT_TRUE(r.ec == error::connect_failed || r.ec == error::connect_timeout) << r.ec.message();
 }
 
 TEST(Connection, StoppedServerHitsTheConnectDeadline) {

@@ -6,25 +6,6 @@ using namespace redis_lock;
 using namespace redis_lock::test;
 using boost::system::error_code;
 
-namespace {
-
-struct Result {
-  error_code ec;
-  bool owned = false;
-};
-
-Result try_acquire(asio::io_context& io, LockManager& locks, const std::string& resource) {
-  std::optional<Result> out;
-  locks.async_acquire(resource, {.ttl = 5s}, [&](error_code ec, LockGuard g) {
-    out = Result{ec, g.owns_lock()};
-  });
-  io.restart();
-  io.run_for(10s);
-  EXPECT_TRUE(out);
-  return out.value_or(Result{error::timeout});
-}
-
-}  // namespace
 
 TEST(ServerErrors, WrongTypeOnTheLeaseKey) {
   asio::io_context io;
@@ -32,7 +13,7 @@ TEST(ServerErrors, WrongTypeOnTheLeaseKey) {
   LockManager locks(io.get_executor(), cfg);
   const auto resource = unique_resource();
   ASSERT_EQ(redis_command(cfg.port, {"RPUSH", lease_key(resource), "x"}), "1");
-  auto r = try_acquire(io, locks, resource);
+  auto r = acquire_once(locks, io, resource);
   EXPECT_EQ(r.ec, error::wrong_type) << r.ec.message();
   EXPECT_FALSE(r.owned);
   EXPECT_NE(locks.last_server_error().find("WRONGTYPE"), std::string::npos);
@@ -49,7 +30,7 @@ TEST(ServerErrors, WrongTypeOnTheFencingCounterTakesNoLease) {
   const auto resource = unique_resource();
   // Learn the counter's name from a first acquisition, then break it.
   {
-    auto first = try_acquire(io, locks, resource);
+    auto first = acquire_once(locks, io, resource);
     ASSERT_TRUE(first.owned);
     io.restart();
     io.run_for(5s);  // the guard's release
@@ -58,7 +39,7 @@ TEST(ServerErrors, WrongTypeOnTheFencingCounterTakesNoLease) {
   ASSERT_EQ(fence_key.find(' '), std::string::npos) << fence_key;
   redis_command(cfg.port, {"DEL", fence_key});
   redis_command(cfg.port, {"RPUSH", fence_key, "x"});
-  auto r = try_acquire(io, locks, resource);
+  auto r = acquire_once(locks, io, resource);
   EXPECT_EQ(r.ec, error::wrong_type) << r.ec.message();
   EXPECT_FALSE(r.owned);
   EXPECT_EQ(redis_command(cfg.port, {"EXISTS", opts.key_prefix + "{" + resource + "}"}), "0")
@@ -70,7 +51,7 @@ TEST(ServerErrors, OutOfMemory) {
   server.command({"DEBUG", "POPULATE", "40000", "filler", "100"});
   asio::io_context io;
   LockManager locks(io.get_executor(), server.config());
-  auto r = try_acquire(io, locks, "r");
+  auto r = acquire_once(locks, io, "r");
   EXPECT_EQ(r.ec, error::out_of_memory) << r.ec.message() << " / " << locks.last_server_error();
   EXPECT_FALSE(r.owned);
 }
@@ -80,7 +61,7 @@ TEST(ServerErrors, ReadOnlyReplica) {
   RedisServer replica({"--replicaof", "127.0.0.1", std::to_string(master.port())});
   asio::io_context io;
   LockManager locks(io.get_executor(), replica.config());
-  auto r = try_acquire(io, locks, "r");
+  auto r = acquire_once(locks, io, "r");
   EXPECT_EQ(r.ec, error::read_only) << r.ec.message() << " / " << locks.last_server_error();
   EXPECT_FALSE(r.owned);
 }

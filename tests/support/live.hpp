@@ -51,6 +51,26 @@ void run_co(asio::io_context& io, Awaitable co, std::chrono::milliseconds limit 
   if (failure) std::rethrow_exception(failure);
 }
 
+/// What one acquire came back with (the guard is released when the test moves on).
+struct Outcome {
+  boost::system::error_code ec;
+  bool owned = false;
+  std::uint64_t fence = 0;
+};
+
+/// One acquire (its guard's release posted afterwards), run to completion within `limit`.
+inline Outcome acquire_once(LockManager& locks, asio::io_context& io, const std::string& resource,
+                            std::chrono::milliseconds limit = 10s) {
+  std::optional<Outcome> out;
+  locks.async_acquire(resource, {.ttl = 5s}, [&](boost::system::error_code ec, LockGuard g) {
+    out = Outcome{ec, g.owns_lock(), g.fencing_token()};
+  });
+  io.restart();
+  io.run_for(limit);
+  EXPECT_TRUE(out) << "acquire did not complete";
+  return out.value_or(Outcome{error::timeout});
+}
+
 /// The lease key of `resource` under the default prefix.
 inline std::string lease_key(std::string_view resource) {
   return "lock:{" + std::string(resource) + "}";
