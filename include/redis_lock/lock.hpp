@@ -59,15 +59,24 @@ class REDIS_LOCK_EXPORT LockGuard {
   /// token than the last one it accepted. 0 when nothing is held.
   std::uint64_t fencing_token() const noexcept { return fencing_token_; }
 
-  /// Releases the lock now.
+  /// Releases the lock now: a compare-and-delete that removes the lease only if it still
+  /// holds this guard's token, then notifies waiters.
   ///
   /// Completion signature: `void(boost::system::error_code, bool released)`; `released` is
   /// false when the lease had expired or belongs to another holder now. An empty guard
-  /// completes with `(no error, false)` without touching Redis.
-  /// The guard is empty as soon as this is called (with `deferred`, when it is launched; an
-  /// operation that is never launched still releases, as the destructor would).
+  /// completes with `(no error, false)` on the handler's associated executor without
+  /// touching Redis.
   /// Per-operation cancellation: not supported; the command is bounded by `command_timeout`.
-  /// Exception safety: basic; errors are reported through the completion.
+  /// Exception safety: strong for the guard (it is empty afterwards either way); errors are
+  /// reported through the completion, never thrown.
+  /// Thread safety: like any other member of the guard, from one thread at a time.
+  /// Object lifetimes: the guard is empty as soon as this is called; the operation owns the
+  /// lock from then on. A `deferred` operation that is never launched still releases, as the
+  /// destructor would.
+  ///
+  /// \code
+  /// bool released = co_await guard.async_release(asio::use_awaitable);
+  /// \endcode
   template <class CompletionToken = boost::asio::deferred_t>
   auto async_release(CompletionToken&& token = {}) {
     return boost::asio::async_initiate<CompletionToken, void(boost::system::error_code, bool)>(
@@ -77,13 +86,18 @@ class REDIS_LOCK_EXPORT LockGuard {
         token, std::move(*this));
   }
 
-  /// Sets the remaining lease to `ttl`, if this guard still owns it.
+  /// Sets the remaining lease to `ttl`, if this guard still owns it (compare-and-PEXPIRE).
   ///
   /// Completion signature: `void(boost::system::error_code, bool extended)`; `extended` is
   /// false when the lease had expired or belongs to another holder now (the guard still
   /// reports owns_lock(); it is up to the caller to stop). `ttl <= 0` completes with
   /// `error::invalid_argument` before anything is sent. An empty guard completes with
-  /// `(no error, false)`.
+  /// `(no error, false)` without touching Redis.
+  /// Per-operation cancellation: not supported; bounded by `command_timeout`.
+  /// Exception safety: no exception on the async path; errors go to the completion.
+  /// Thread safety: from the thread that owns the guard.
+  /// Object lifetimes: the operation copies what it needs; the guard may be moved or
+  /// destroyed while it is in flight (its destructor then releases the lock).
   template <class CompletionToken = boost::asio::deferred_t>
   auto async_extend(std::chrono::milliseconds ttl, CompletionToken&& token = {}) {
     return boost::asio::async_initiate<CompletionToken, void(boost::system::error_code, bool)>(
@@ -140,7 +154,16 @@ class REDIS_LOCK_EXPORT LockManager {
   /// `not_authenticated`, `no_permission`, `server_error`). When the reply is lost the lock
   /// state is unknown: the error is reported and a best-effort release is sent.
   /// Per-operation cancellation: not supported yet; bounded by `command_timeout` and `wait`.
-  /// Exception safety: basic; no exception escapes on the async path.
+  /// Exception safety: no exception escapes on the async path (a failed allocation in the
+  /// initiating call may throw `std::bad_alloc`, as with any Asio initiation).
+  /// Thread safety: may be called from any thread, concurrently.
+  /// Object lifetimes: `resource` is copied before this returns; the manager may be
+  /// destroyed while the operation is in flight.
+  ///
+  /// \code
+  /// LockGuard g = co_await locks.async_acquire("order:42", {.ttl = 5s}, asio::use_awaitable);
+  /// if (!g) co_return reply_409();
+  /// \endcode
   template <class CompletionToken = boost::asio::deferred_t>
   auto async_acquire(std::string_view resource, LockOptions options,
                      CompletionToken&& token = {}) {
