@@ -107,6 +107,10 @@ std::string LockManager::last_server_error() const {
 
 void LockManager::acquire_impl(std::shared_ptr<detail::LockService> service, std::string resource,
                                LockOptions options, detail::AcquireHandler handler) {
+  if (!service) {  // a moved-from manager
+    return detail::deliver(asio::any_io_executor(asio::system_executor()), detail::Defer::yes,
+                           std::move(handler), error_code(error::invalid_argument), LockGuard{});
+  }
   service->acquire(std::move(resource), options, std::move(handler));
 }
 

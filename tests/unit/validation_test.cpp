@@ -121,3 +121,17 @@ TEST(Validation, TlsIsRefusedCleanlyUntilSupported) {
   EXPECT_EQ(*result, error::connect_failed);
   EXPECT_EQ(listener.accepted, 0);
 }
+
+TEST(Validation, MovedFromManagerRefusesInsteadOfCrashing) {
+  asio::io_context io;
+  redis_lock::LockManager locks(io.get_executor(), redis_lock::ConnectionConfig{});
+  redis_lock::LockManager other(std::move(locks));
+  auto fut = locks.async_acquire("r", {}, asio::use_future);  // NOLINT(bugprone-use-after-move)
+  ASSERT_EQ(fut.wait_for(5s), std::future_status::ready);
+  try {
+    fut.get();
+    ADD_FAILURE() << "expected an error";
+  } catch (const boost::system::system_error& e) {
+    EXPECT_EQ(e.code(), error::invalid_argument);
+  }
+}
