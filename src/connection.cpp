@@ -55,6 +55,11 @@ std::chrono::milliseconds drain_grace(std::chrono::milliseconds command_timeout)
   return std::max(command_timeout * 10, std::chrono::milliseconds(2000));
 }
 
+bool is_push(const Reply& r) {
+  return r.type == Reply::Type::array && r.elements.size() == 3 &&
+         r.elements[0].type == Reply::Type::string && r.elements[0].str == "message";
+}
+
 void fail_all(std::deque<auto>& pendings, error_code ec) {
   auto failed = std::move(pendings);
   pendings.clear();
@@ -87,6 +92,27 @@ void Connection::shutdown() noexcept {
   connect_timer_.reset();
   queued_.clear();
   queued_bytes_.clear();
+}
+
+void Connection::set_subscriber(PushHandler on_push, LinkDownHandler on_link_down) {
+  on_push_ = std::move(on_push);
+  on_link_down_ = std::move(on_link_down);
+}
+
+void Connection::keep_reading(bool on) {
+  keep_reading_ = on;
+  if (!link_ || state_ != State::ready) return;
+  if (on) {
+    start_read(link_);
+  } else if (link_->reading && link_->in_flight.empty()) {
+    // Nothing more to receive: stop the read so that an idle manager holds no work.
+    error_code ignored;
+    link_->socket.cancel(ignored);
+  }
+}
+
+void Connection::notify_link_down() {
+  if (on_link_down_) on_link_down_();
 }
 
 void Connection::close_link() noexcept {
@@ -254,6 +280,7 @@ void Connection::on_handshake_reply(const std::shared_ptr<Link>& link, error_cod
     backoff_ = std::chrono::milliseconds{0};
     next_connect_at_ = {};
     flush();
+    if (link_ == link) start_read(link);
   }
 }
 
@@ -272,6 +299,7 @@ void Connection::connect_failed(error_code ec) {
   queued_.clear();
   queued_bytes_.clear();
   cancel_timer_if_idle();
+  notify_link_down();
   for (auto& p : failed) std::move(p.callback)(ec, Reply{});
 }
 
@@ -288,7 +316,9 @@ bool Connection::idle_link_is_dead() {
   const auto n = ::recv(link_->socket.native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
   if (n == 0) return true;
   if (n < 0) return errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
-  return true;  // unsolicited bytes while idle: a RESP2 server never sends any
+  // Unsolicited bytes while idle: a RESP2 server never sends any, except pushes to a
+  // subscriber, which are read later.
+  return !on_push_;
 }
 
 void Connection::flush() {
@@ -297,7 +327,8 @@ void Connection::flush() {
     close_link();
     state_ = State::closed;
     next_connect_at_ = {};
-    return start_connect();
+    start_connect();
+    return notify_link_down();
   }
   auto link = link_;
   link->write_buf.clear();
@@ -323,7 +354,9 @@ void Connection::on_write(const std::shared_ptr<Link>& link, error_code ec) {
 }
 
 void Connection::start_read(const std::shared_ptr<Link>& link) {
-  if (link->reading || link->in_flight.empty()) return;
+  const bool wanted = !link->in_flight.empty() ||
+                      (keep_reading_ && link == link_ && state_ == State::ready);
+  if (link->reading || !wanted) return;
   link->reading = true;
   link->socket.async_read_some(
       asio::buffer(link->read_buf),
@@ -336,6 +369,9 @@ void Connection::on_read(const std::shared_ptr<Link>& link, error_code ec, std::
   link->reading = false;
   if (!is_current_or_draining(link)) return;
   const bool current = link == link_;
+  if (ec == asio::error::operation_aborted && current) {
+    return start_read(link);  // keep_reading(false) stopped it; read again if still wanted
+  }
   const auto fail = [&](error_code why) {
     if (current) {
       drop_link(why);
@@ -350,6 +386,11 @@ void Connection::on_read(const std::shared_ptr<Link>& link, error_code ec, std::
     auto reply = link->reader.next(failed);
     if (failed) return fail(error::protocol_error);
     if (!reply) break;
+    if (on_push_ && is_push(*reply)) {
+      on_push_(*reply);
+      if (!is_current_or_draining(link)) return;
+      continue;
+    }
     if (link->in_flight.empty()) return fail(error::protocol_error);  // nobody asked for it
     auto pending = std::move(link->in_flight.front());
     link->in_flight.pop_front();
@@ -383,6 +424,7 @@ void Connection::drop_link(error_code ec) {
   // Queued commands were never written: they may go out on a fresh connection.
   if (!queued_.empty()) start_connect();
   cancel_timer_if_idle();
+  notify_link_down();
   fail_all(failed, ec);
 }
 
@@ -400,6 +442,7 @@ void Connection::start_draining() {
   }
   if (!queued_.empty()) start_connect();
   arm_timer();
+  notify_link_down();
   for (auto& cb : timed_out) std::move(cb)(error::timeout, Reply{});
 }
 

@@ -15,6 +15,7 @@
 
 #include <chrono>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -60,6 +61,14 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   const Strand& strand() const noexcept { return strand_; }
 
+  using PushHandler = std::function<void(const Reply&)>;
+  using LinkDownHandler = std::function<void()>;
+  /// Subscriber mode (RESP2 pub/sub): replies shaped ["message", channel, payload] go to
+  /// `on_push`; `on_link_down` hears that a link (and so its subscriptions) is gone.
+  void set_subscriber(PushHandler on_push, LinkDownHandler on_link_down);
+  /// While on, a read stays armed even with no command in flight (to receive pushes).
+  void keep_reading(bool on);
+
   /// Queues one command (encoded straight into the write queue); `callback` gets its reply
   /// or an error.
   /// If it times out after being written, `late` (optional) later gets the reply, or
@@ -100,6 +109,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   /// Closes a draining link, telling late handlers that no reply will come.
   void close_drained(const std::shared_ptr<Link>& link, boost::system::error_code ec);
   void close_link() noexcept;
+  void notify_link_down();
   bool is_current_or_draining(const std::shared_ptr<Link>& link) const noexcept;
   /// Connecting failed: fails every queued command with `ec`.
   void connect_failed(boost::system::error_code ec);
@@ -129,6 +139,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool timer_armed_ = false;
   Clock::time_point timer_at_{};
   std::unique_ptr<boost::asio::steady_timer> connect_timer_;  // connect deadline / backoff
+  PushHandler on_push_;
+  LinkDownHandler on_link_down_;
+  bool keep_reading_ = false;
   bool idle_check_posted_ = false;
   bool shut_down_ = false;
 };

@@ -69,8 +69,13 @@ ResourceKeys make_keys(std::string_view prefix, std::string_view resource) {
   ResourceKeys keys;
   keys.lease.reserve(prefix.size() + resource.size() + 2);
   keys.lease.append(prefix).append("{").append(resource).append("}");
+  // Every other key carries the tag of the lease's slot explicitly: appending to the lease
+  // key would not do, since a resource starting with '}' gives the lease an empty tag (then
+  // the whole key is hashed). Each kind of key has its own prefix, so no two collide.
   const auto tag = slot_tag(key_slot(keys.lease));
   keys.fence.append(prefix).append("fence:{").append(tag).append("}");
+  keys.queue.append(prefix).append("q:{").append(tag).append("}").append(resource);
+  keys.queue_expiry.append(prefix).append("qx:{").append(tag).append("}").append(resource);
   keys.channel.append(prefix).append("released:{").append(resource).append("}");
   return keys;
 }

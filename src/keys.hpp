@@ -21,9 +21,11 @@ std::string_view slot_tag(std::uint16_t slot) noexcept;
 
 /// The keys and channel of one resource under one prefix.
 struct ResourceKeys {
-  std::string lease;    // <prefix>{<resource>}
-  std::string fence;    // <prefix>fence:{<tag>}, same slot as lease
-  std::string channel;  // <prefix>released:{<resource>}
+  std::string lease;         // <prefix>{<resource>}
+  std::string fence;         // <prefix>fence:{<tag>}, same slot as lease
+  std::string queue;         // <prefix>q:{<tag>}<resource>   waiters in arrival order (zset)
+  std::string queue_expiry;  // <prefix>qx:{<tag>}<resource>  when each place lapses (zset)
+  std::string channel;       // <prefix>released:{<resource>}
 };
 
 ResourceKeys make_keys(std::string_view prefix, std::string_view resource);

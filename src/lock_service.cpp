@@ -11,6 +11,7 @@
 #include <boost/asio/execution_context.hpp>
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/query.hpp>
+#include <boost/asio/associated_cancellation_slot.hpp>
 #include <boost/asio/steady_timer.hpp>
 
 #include <array>
@@ -31,7 +32,13 @@ namespace {
 // Leases longer than this are refused as a likely unit mistake (and to keep PX in range).
 constexpr milliseconds max_ttl{milliseconds(315'360'000'000)};  // 10 years
 constexpr milliseconds first_backoff{2};
-constexpr milliseconds max_backoff{200};
+// Waiting: a waiter without a notification polls at most this often; a queued waiter keeps
+// its place while it retries within `waiter_ttl`; a lease handed to a waiter that does not
+// claim it (it died) lapses after `claim_window`.
+constexpr milliseconds max_backoff{500};
+constexpr std::string_view waiter_ttl_ms = "2000";
+constexpr milliseconds refresh_interval{600};  // well inside waiter_ttl
+constexpr std::string_view claim_window_ms = "1000";
 
 /// Learns of the execution context's shutdown, so that guards outliving their io_context
 /// neither post onto it nor destroy I/O objects of a dead context.
@@ -101,7 +108,8 @@ struct ScriptOp : LateReplies, std::enable_shared_from_this<ScriptOp> {
     script = &s;
     argv[0] = evalsha;
     argv[1] = s.sha1;
-    argv[2] = script_keys.size() == 1 ? "1" : "2";
+    static constexpr std::string_view counts[] = {"0", "1", "2", "3", "4"};
+    argv[2] = counts[script_keys.size()];
     argc = 3;
     for (auto k : script_keys) argv[argc++] = k;
     for (auto a : script_args) argv[argc++] = a;
@@ -113,7 +121,7 @@ struct ScriptOp : LateReplies, std::enable_shared_from_this<ScriptOp> {
   std::string token;
   std::string arg;  // ttl in ms (acquire, extend) or the release channel
   const Script* script = nullptr;
-  std::array<std::string_view, 8> argv{};
+  std::array<std::string_view, 12> argv{};
   std::size_t argc = 0;
   bool sent_body = false;
   bool wants_late = false;
@@ -121,21 +129,48 @@ struct ScriptOp : LateReplies, std::enable_shared_from_this<ScriptOp> {
 
 // Handlers are only ever move-constructed: in Boost 1.81, move-assigning an
 // any_completion_handler recurses until the stack overflows.
+//
+// States of a waiting acquire (all on the strand): an attempt in flight, or asleep on
+// `timer` until the lease could be free. Cancellation sets `cancelled`; the op then gives
+// back whatever it holds or has queued before completing with operation_aborted.
 struct AcquireOp final : ScriptOp {
   explicit AcquireOp(AcquireHandler h) : handler(std::move(h)) { wants_late = true; }
 
+  void start();
+  void attempt();
   void on_reply(error_code ec, Reply reply) override;
   void on_late_reply(error_code ec, const Reply& reply) override {
-    // The attempt timed out but may have run: give back what it took. A NOSCRIPT reply means
-    // it never ran; an empty reply with an error means we will never know, so release anyway.
+    // The attempt timed out but may have run: give back what it took (or the place it
+    // queued for). An error reply means it never ran; an error without a reply means we
+    // will never know, so release anyway.
     if (!ec && reply.is_error()) return;
     const bool taken = reply.type == Reply::Type::array && !reply.elements.empty() &&
                        reply.elements[0].type == Reply::Type::integer &&
                        reply.elements[0].integer == 1;
-    if (ec || taken) service->release_detached(resource, token);
+    if (ec || taken || options.wait.count() > 0) service->release_detached(resource, token);
+  }
+  void sleep_until_retry(long long pttl);
+  void cancel();
+  /// A release handed us the lease (or may have): try now instead of at the timer.
+  void nudge() {
+    if (done || cancelled) return;
+    if (in_flight) {
+      notified = true;  // the reply in flight may predate the hand-off
+    } else if (timer) {
+      timer->cancel();  // its handler attempts at once
+    }
   }
   void finish(error_code ec, LockGuard guard) {
+    if (done) return;
+    done = true;
+    if (registered) service->remove_waiter(token);
+    if (slot.is_connected()) slot.clear();
     deliver(service->executor(), Defer::no, std::move(handler), ec, std::move(guard));
+  }
+  /// Leaves the queue (and hands on a lease that reached us meanwhile).
+  void leave() {
+    if (joined) service->release_detached(resource, token);
+    joined = false;
   }
 
   AcquireHandler handler;
@@ -144,11 +179,19 @@ struct AcquireOp final : ScriptOp {
   Clock::time_point deadline;
   milliseconds backoff{first_backoff};
   std::unique_ptr<asio::steady_timer> timer;
+  asio::cancellation_slot slot;
+  bool joined = false;     // our token may be in the queue
+  bool registered = false; // listed with the service for notifications
+  bool notified = false;   // a notification came while an attempt was in flight
+  bool in_flight = false;  // an attempt awaits its reply
+  bool cancelled = false;
+  bool done = false;
 };
 
 /// A compare-and-act script on one lease: release (arg = channel) or extend (arg = ttl).
 struct CompareOp final : ScriptOp {
   explicit CompareOp(BoolHandler h) : handler(std::move(h)) {}
+  std::string member;  // our queue member, removed by a release (a waiter leaving)
 
   void on_reply(error_code ec, Reply reply) override {
     if (!handler) return;  // a detached release: the ttl covers any failure
@@ -171,7 +214,9 @@ LockService::LockService(asio::any_io_executor ex, ConnectionConfig config, Mana
       options_(std::move(options)),
       config_(config),
       connection_(std::make_shared<Connection>(asio::make_strand(executor_), std::move(config),
-                                               options_.client_name)) {}
+                                               options_.client_name)),
+      manager_id_(random_token().substr(0, 16)),
+      notify_prefix_(options_.key_prefix + "notify:") {}
 
 LockService::~LockService() = default;
 
@@ -186,6 +231,11 @@ void LockService::on_context_shutdown() noexcept {
     connection_->shutdown();
     connection_.reset();
   }
+  if (subscriber_) {
+    subscriber_->shutdown();
+    subscriber_.reset();
+  }
+  waiters_.clear();
   executor_ = asio::any_io_executor();
 }
 
@@ -231,6 +281,67 @@ void LockService::send(std::shared_ptr<ScriptOp> op) {
 }
 
 // ---------------------------------------------------------------------------------------
+// Waiters and notifications
+
+void LockService::add_waiter(const std::shared_ptr<AcquireOp>& op) {
+  if (!connection_) return;
+  waiters_.emplace(op->token, op);
+  if (subscription_ == Subscription::none) subscribe();
+  subscriber_->keep_reading(true);
+}
+
+void LockService::remove_waiter(const std::string& token) {
+  if (waiters_.erase(token) == 0) return;
+  // Stay subscribed (no SUBSCRIBE per acquisition), but stop reading: an idle manager
+  // holds no work, and no message is published to us while none of our tokens is queued.
+  if (waiters_.empty() && subscriber_) subscriber_->keep_reading(false);
+}
+
+void LockService::subscribe() {
+  if (!subscriber_) {
+    subscriber_ = std::make_shared<Connection>(connection_->strand(), config_,
+                                               options_.client_name.empty()
+                                                   ? std::string()
+                                                   : options_.client_name + ":sub");
+    std::weak_ptr<LockService> weak = weak_from_this();
+    subscriber_->set_subscriber(
+        [weak](const Reply& push) {
+          if (auto self = weak.lock()) self->on_notify(push);
+        },
+        [weak] {
+          // Subscriptions die with their link: resubscribe when a waiter next sleeps.
+          if (auto self = weak.lock()) self->subscription_ = Subscription::none;
+        });
+  }
+  subscription_ = Subscription::pending;
+  const std::string channel = notify_prefix_ + manager_id_;
+  const std::string_view command[] = {"SUBSCRIBE", channel};
+  subscriber_->execute(
+      command, Connection::Callback([weak = weak_from_this()](error_code ec, Reply reply) {
+        auto self = weak.lock();
+        if (!self || self->subscription_ != Subscription::pending) return;
+        if (ec || reply.is_error()) {
+          self->subscription_ = Subscription::none;  // waiters keep polling; retried later
+          return;
+        }
+        self->subscription_ = Subscription::confirmed;
+        // A release may have handed a lease to one of our waiters before we listened:
+        // let every waiter look once more.
+        std::vector<std::shared_ptr<AcquireOp>> ops;
+        for (auto& [token, weak_op] : self->waiters_) {
+          if (auto op = weak_op.lock()) ops.push_back(std::move(op));
+        }
+        for (auto& op : ops) op->nudge();
+      }));
+}
+
+void LockService::on_notify(const Reply& push) {
+  const auto it = waiters_.find(push.elements[2].str);
+  if (it == waiters_.end()) return;  // a waiter that finished meanwhile
+  if (auto op = it->second.lock()) op->nudge();
+}
+
+// ---------------------------------------------------------------------------------------
 // Acquire
 
 void LockService::acquire(std::string resource, LockOptions options, AcquireHandler handler) {
@@ -257,49 +368,116 @@ void LockService::acquire(std::string resource, LockOptions options, AcquireHand
     return deliver(executor_, Defer::yes, std::move(op->handler), error_code(error::server_error),
                    LockGuard{});
   }
-  op->set_args(acquire_script, {op->keys.lease, op->keys.fence}, {op->token, op->arg});
-  on_strand([self = shared_from_this(), op = std::move(op)]() mutable { self->send(std::move(op)); });
+  on_strand([op = std::move(op)]() mutable { op->start(); });
 }
 
+void AcquireOp::start() {
+  slot = asio::get_associated_cancellation_slot(handler);
+  if (slot.is_connected()) {
+    // Cancellation may be requested from any thread: act on it on the strand.
+    slot.assign([weak = std::weak_ptr<AcquireOp>(
+                     std::static_pointer_cast<AcquireOp>(shared_from_this())),
+                 strand = service->strand()](asio::cancellation_type) {
+      asio::post(strand, [weak] {
+        if (auto op = weak.lock()) op->cancel();
+      });
+    });
+  }
+  attempt();
+}
+
+void AcquireOp::attempt() {
+  in_flight = true;
+  notified = false;
+  sent_body = false;
+  const bool queue_up = options.wait.count() > 0;
+  set_args(acquire_script, {keys.lease, keys.fence, keys.queue, keys.queue_expiry},
+           {token, arg, queue_up ? "1" : "0", waiter_ttl_ms, service->member_suffix()});
+  service->send(std::static_pointer_cast<ScriptOp>(shared_from_this()));
+}
+
+void AcquireOp::cancel() {
+  if (done || cancelled) return;
+  cancelled = true;
+  if (in_flight) return;  // on_reply finishes the job
+  if (timer) timer->cancel();
+  leave();
+  finish(asio::error::operation_aborted, LockGuard{});
+}
+
+
 void AcquireOp::on_reply(error_code ec, Reply reply) {
+  in_flight = false;
   if (ec) {
     // The connection broke after the script was sent: it may have run, so the lease could
     // be ours without our knowing. Give it back. (After a timeout the late reply decides.)
-    if (ec == error::connection_lost) service->release_detached(resource, token);
+    if (ec == error::connection_lost) {
+      service->release_detached(resource, token);
+      joined = false;
+    }
     return finish(ec, LockGuard{});
   }
-  if (reply.is_error()) return finish(service->server_error(reply), LockGuard{});
+  if (reply.is_error()) {
+    leave();
+    return finish(service->server_error(reply), LockGuard{});
+  }
   const bool well_formed = reply.type == Reply::Type::array && reply.elements.size() == 2 &&
                            reply.elements[0].type == Reply::Type::integer &&
                            reply.elements[1].type == Reply::Type::integer;
-  if (!well_formed) return finish(error::unexpected_reply, LockGuard{});
-
+  if (!well_formed) {
+    leave();
+    return finish(error::unexpected_reply, LockGuard{});
+  }
   if (reply.elements[0].integer == 1) {
+    joined = false;  // the script took us out of the queue
     const auto fence = reply.elements[1].integer;
-    if (fence <= 0) return finish(error::unexpected_reply, LockGuard{});
-    auto guard = GuardAccess::make(service, std::move(resource), std::move(token),
-                                   static_cast<std::uint64_t>(fence));
+    if (fence <= 0) {
+      service->release_detached(resource, token);
+      return finish(error::unexpected_reply, LockGuard{});
+    }
+    auto guard = GuardAccess::make(service, resource, token, static_cast<std::uint64_t>(fence));
+    if (cancelled) return finish(asio::error::operation_aborted, LockGuard{});  // guard releases
     return finish({}, std::move(guard));
   }
-  if (options.wait.count() == 0 || Clock::now() >= deadline) return finish({}, LockGuard{});
-  auto self = std::static_pointer_cast<AcquireOp>(shared_from_this());
-  service->retry_later(std::move(self), reply.elements[1].integer);
+  joined = options.wait.count() > 0;
+  if (cancelled) {
+    leave();
+    return finish(asio::error::operation_aborted, LockGuard{});
+  }
+  if (options.wait.count() == 0 || Clock::now() >= deadline) {
+    leave();
+    return finish({}, LockGuard{});
+  }
+  sleep_until_retry(reply.elements[1].integer);
 }
 
-void LockService::retry_later(std::shared_ptr<AcquireOp> op, long long pttl) {
-  // Held elsewhere. Sleep until the lease could expire or the backoff says, whichever first.
+void AcquireOp::sleep_until_retry(long long pttl) {
+  auto self = std::static_pointer_cast<AcquireOp>(shared_from_this());
+  if (!registered) {
+    registered = true;
+    service->add_waiter(self);
+  } else {
+    service->add_waiter(self);  // idempotent; resubscribes after a lost subscriber link
+  }
+  if (notified) return attempt();
+  // Held elsewhere. When we listen for hand-offs, sleep until the lease could expire (its
+  // holder may have died) or our place in the queue needs refreshing: no polling. Until we
+  // listen, or while the lease is reserved for another waiter's claim (pttl -2), back off
+  // exponentially with full jitter.
   const auto now = Clock::now();
-  milliseconds sleep = jittered(op->backoff);
-  if (pttl > 0) sleep = std::min(sleep, milliseconds(pttl));
-  op->backoff = std::min(op->backoff * 2, max_backoff);
-  const auto wake = std::min(op->deadline, now + sleep);
-  if (!op->timer) op->timer = std::make_unique<asio::steady_timer>(connection_->strand());
-  op->timer->expires_at(wake);
-  op->sent_body = false;
-  op->set_args(acquire_script, {op->keys.lease, op->keys.fence}, {op->token, op->arg});
-  auto* timer = op->timer.get();
-  timer->async_wait([self = shared_from_this(), op = std::move(op)](error_code) mutable {
-    self->send(std::move(op));
+  milliseconds sleep{};
+  if (service->listening() && pttl > 0) {
+    sleep = std::min(milliseconds(pttl) + milliseconds(1), refresh_interval);
+  } else {
+    sleep = jittered(backoff);
+    if (pttl > 0) sleep = std::min(sleep, milliseconds(pttl));
+    backoff = std::min(backoff * 2, max_backoff);
+  }
+  if (!timer) timer = std::make_unique<asio::steady_timer>(service->strand());
+  timer->expires_at(std::min(deadline, now + sleep));
+  timer->async_wait([op = std::move(self)](error_code) {
+    if (op->done || op->cancelled) return;
+    op->attempt();
   });
 }
 
@@ -312,7 +490,9 @@ void LockService::release(std::string resource, std::string token, BoolHandler h
   op->service = shared_from_this();
   op->keys = make_keys(options_.key_prefix, resource);
   op->token = std::move(token);
-  op->set_args(release_script, {op->keys.lease}, {op->token, op->keys.channel});
+  op->member = op->token + manager_id_;
+  op->set_args(release_script, {op->keys.lease, op->keys.queue, op->keys.queue_expiry},
+               {op->token, notify_prefix_, claim_window_ms, op->member});
   on_strand([self = shared_from_this(), op = std::move(op)]() mutable { self->send(std::move(op)); });
 }
 

@@ -10,6 +10,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 
 namespace redis_lock::detail {
 
@@ -49,12 +50,20 @@ class LockService : public std::enable_shared_from_this<LockService> {
   /// Called by our execution_context service when the context shuts down.
   void on_context_shutdown() noexcept;
 
+  // Waiting (on the strand): a waiter is told by a message on this manager's notify channel
+  // when a release hands it the lease.
+  void add_waiter(const std::shared_ptr<struct AcquireOp>& op);
+  void remove_waiter(const std::string& token);
+  const std::string& member_suffix() const noexcept { return manager_id_; }
+  bool listening() const noexcept { return subscription_ == Subscription::confirmed; }
+  const std::string& notify_prefix() const noexcept { return notify_prefix_; }
+
   // Used by the script operations (on the strand).
   void send(std::shared_ptr<ScriptOp> op);
-  void retry_later(std::shared_ptr<struct AcquireOp> op, long long pttl);
   boost::system::error_code server_error(const Reply& reply);
   const boost::asio::any_io_executor& executor() const noexcept { return executor_; }
   const ManagerOptions& options() const noexcept { return options_; }
+  const Connection::Strand& strand() const noexcept { return connection_->strand(); }
 
  private:
   template <class Fn>
@@ -63,7 +72,15 @@ class LockService : public std::enable_shared_from_this<LockService> {
   boost::asio::any_io_executor executor_;
   ManagerOptions options_;
   ConnectionConfig config_;
+  void subscribe();
+  void on_notify(const Reply& push);
+
   std::shared_ptr<Connection> connection_;
+  std::string manager_id_;     // 16 hex digits; queue members are token + manager id
+  std::string notify_prefix_;  // <prefix>notify:  (+ manager id = our channel)
+  std::shared_ptr<Connection> subscriber_;  // created with the first waiter
+  enum class Subscription { none, pending, confirmed } subscription_ = Subscription::none;
+  std::unordered_map<std::string, std::weak_ptr<struct AcquireOp>> waiters_;  // by token
   std::atomic<bool> alive_{true};
   mutable std::mutex error_mutex_;
   std::string last_server_error_;

@@ -82,6 +82,8 @@ boost::system::error_code error_from_reply(std::string_view text) noexcept {
       {"OOM", error::out_of_memory},      {"READONLY", error::read_only},
       {"ERR invalid password", error::auth_failed},
       {"ERR AUTH", error::auth_failed},
+      // Redis refuses long commands from clients that have not authenticated yet.
+      {"ERR Protocol error: unauthenticated", error::not_authenticated},
   };
   for (const auto& p : table) {
     if (starts_with(text, p.prefix)) return p.code;

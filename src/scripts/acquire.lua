@@ -1,16 +1,63 @@
--- Take the lease and mint a fencing token in one atomic step.
--- KEYS[1] lease key, KEYS[2] fencing counter (same hash slot); ARGV[1] token, ARGV[2] ttl ms.
--- Returns {1, fencing_token} when taken, {0, pttl} when held by someone else.
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  local fence = redis.pcall('INCR', KEYS[2])
-  if type(fence) == 'table' and fence.err then
-    -- Never keep a lease whose fencing token could not be minted.
-    redis.call('DEL', KEYS[1])
-    return fence
+-- Take the lease and mint a fencing token in one atomic step, fairly: waiters queued before
+-- us come first, and a lease handed over to us by a release is ours to claim.
+-- KEYS[1] lease, KEYS[2] fencing counter (same slot), KEYS[3] queue (zset: member -> arrival),
+-- KEYS[4] queue expiry (zset: member -> ms); ARGV[1] token (32 hex digits), ARGV[2] ttl ms,
+-- ARGV[3] '1' to join the queue when held, ARGV[4] ms a queued waiter stays without retrying,
+-- ARGV[5] the waiter's manager id. A queue member is token .. manager id.
+-- Returns {1, fencing_token} when taken, {0, pttl} when not (pttl -2: free but reserved).
+local lease, fence, queue, expiry = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local token, ttl = ARGV[1], ARGV[2]
+local member = token .. ARGV[5]
+
+local function mint(queued)
+  if queued then
+    redis.call('ZREM', queue, member)
+    redis.call('ZREM', expiry, member)
   end
-  return {1, fence}
+  local f = redis.pcall('INCR', fence)
+  if type(f) == 'table' and f.err then
+    -- Never keep a lease whose fencing token could not be minted.
+    redis.call('DEL', lease)
+    return f
+  end
+  return {1, f}
 end
-if redis.call('TYPE', KEYS[1]).ok ~= 'string' then
-  return redis.error_reply('WRONGTYPE Operation against a key holding the wrong kind of value')
+
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
-return {0, redis.call('PTTL', KEYS[1])}
+
+local queued = redis.call('EXISTS', queue) == 1
+if not queued and redis.call('SET', lease, token, 'NX', 'PX', ttl) then
+  return mint(false)  -- the common, uncontended path
+end
+if queued then
+  -- Waiters that stopped refreshing their place (crashed) leave the queue.
+  local dead = redis.call('ZRANGEBYSCORE', expiry, '-inf', now_ms(), 'LIMIT', 0, 64)
+  if #dead > 0 then
+    redis.call('ZREM', expiry, unpack(dead))
+    redis.call('ZREM', queue, unpack(dead))
+  end
+end
+local current = redis.call('GET', lease)  -- WRONGTYPE if the key holds something else
+if current == token then
+  redis.call('PEXPIRE', lease, ttl)  -- handed over by a release: claim it
+  return mint(queued)
+end
+if not current then
+  local head = redis.call('ZRANGE', queue, 0, 0)[1]
+  if not head or head == member then
+    redis.call('SET', lease, token, 'PX', ttl)
+    return mint(queued)
+  end
+end
+if ARGV[3] == '1' then
+  if not redis.call('ZSCORE', queue, member) then
+    local last = redis.call('ZRANGE', queue, -1, -1, 'WITHSCORES')
+    local seq = last[2] and (tonumber(last[2]) + 1) or 1
+    redis.call('ZADD', queue, seq, member)
+  end
+  redis.call('ZADD', expiry, now_ms() + tonumber(ARGV[4]), member)
+end
+return {0, redis.call('PTTL', lease)}

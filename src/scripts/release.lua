@@ -1,8 +1,36 @@
--- Delete the lease only if it still holds our token, then tell waiters it is free.
--- KEYS[1] lease key; ARGV[1] token, ARGV[2] release channel. Returns 1 if deleted, else 0.
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('DEL', KEYS[1])
-  redis.call('PUBLISH', ARGV[2], '1')
-  return 1
+-- Give the lease up if it still holds our token: hand it to the first live waiter, who is
+-- told on its manager's notify channel and has ARGV[3] ms to claim it; or delete it. Also
+-- takes our own member out of the queue, so this is how a waiter that gives up leaves.
+-- KEYS[1] lease, KEYS[2] queue, KEYS[3] queue expiry; ARGV[1] token, ARGV[2] notify channel
+-- prefix, ARGV[3] claim window ms, ARGV[4] our queue member (token .. manager id).
+-- Returns 1 if the lease was ours, else 0.
+local lease, queue, expiry = KEYS[1], KEYS[2], KEYS[3]
+local token = ARGV[1]
+local queued = redis.call('EXISTS', queue) == 1
+if queued then
+  redis.call('ZREM', queue, ARGV[4])
+  redis.call('ZREM', expiry, ARGV[4])
 end
-return 0
+if redis.call('GET', lease) ~= token then
+  return 0
+end
+if queued then
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local dead = redis.call('ZRANGEBYSCORE', expiry, '-inf', now, 'LIMIT', 0, 64)
+  if #dead > 0 then
+    redis.call('ZREM', expiry, unpack(dead))
+    redis.call('ZREM', queue, unpack(dead))
+  end
+  local head = redis.call('ZRANGE', queue, 0, 0)[1]
+  if head then
+    local next_token = string.sub(head, 1, 32)
+    redis.call('SET', lease, next_token, 'PX', ARGV[3])
+    redis.call('ZREM', queue, head)
+    redis.call('ZREM', expiry, head)
+    redis.call('PUBLISH', ARGV[2] .. string.sub(head, 33), next_token)
+    return 1
+  end
+end
+redis.call('DEL', lease)
+return 1

@@ -66,8 +66,9 @@ TEST(Connection, PasswordAndAclUsers) {
   };
   // Exactly what a lock user needs (docs/security.md will list it).
   ASSERT_EQ(run_admin({"locker", "on", ">pw1", "~lock:*", "&lock:*", "+evalsha", "+eval",
-                       "+set", "+incr", "+del", "+get", "+pttl", "+type", "+pexpire",
-                       "+publish", "+client|setname", "+ping"}),
+                       "+set", "+incr", "+del", "+get", "+pttl", "+pexpire", "+publish",
+                       "+exists", "+time", "+zadd", "+zrem", "+zrange", "+zrangebyscore",
+                       "+zscore", "+client|setname", "+ping"}),
             "OK");
   ASSERT_EQ(run_admin({"scripter", "on", ">pw3", "~lock:*", "&lock:*", "+evalsha", "+eval",
                        "+ping"}),

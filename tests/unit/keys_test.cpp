@@ -38,6 +38,8 @@ TEST(Keys, LeaseAndFenceShareASlot) {
     const auto keys = make_keys("lock:", r);
     EXPECT_EQ(keys.lease, "lock:{" + r + "}");
     EXPECT_EQ(key_slot(keys.lease), key_slot(keys.fence)) << r;
+    EXPECT_EQ(key_slot(keys.lease), key_slot(keys.queue)) << r;
+    EXPECT_EQ(key_slot(keys.lease), key_slot(keys.queue_expiry)) << r;
     EXPECT_EQ(keys.fence.rfind("lock:fence:{", 0), 0u);
   }
   // Counters are bounded: distinct resources in one slot share one counter.
