@@ -3,72 +3,17 @@
 // expired, and two managers racing for one resource.
 #include "live.hpp"
 
-#include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <cstdio>
-
-extern char** environ;
+#include "child_process.hpp"
 
 using namespace redis_lock;
 using namespace redis_lock::test;
 using boost::system::error_code;
 
-namespace {
-
-/// Runs tests/integration/lock_holder.cpp, which takes a lock and hangs.
-class HolderProcess {
- public:
-  HolderProcess(std::uint16_t port, const std::string& resource, std::chrono::milliseconds ttl) {
-    int fds[2];
-    if (::pipe(fds) != 0) throw std::runtime_error("pipe");
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_adddup2(&actions, fds[1], 1);
-    posix_spawn_file_actions_addclose(&actions, fds[0]);
-    std::string port_s = std::to_string(port), ttl_s = std::to_string(ttl.count());
-    std::string path = REDIS_LOCK_HOLDER_PATH;
-    std::string res = resource;
-    char* argv[] = {path.data(), port_s.data(), res.data(), ttl_s.data(), nullptr};
-    if (posix_spawn(&pid_, path.c_str(), &actions, nullptr, argv, environ) != 0) {
-      throw std::runtime_error("posix_spawn");
-    }
-    posix_spawn_file_actions_destroy(&actions);
-    ::close(fds[1]);
-    out_ = ::fdopen(fds[0], "r");
-  }
-  ~HolderProcess() {
-    kill9();
-    if (out_) std::fclose(out_);
-  }
-  /// Blocks until the holder reports its fencing token (0 on failure).
-  std::uint64_t fencing_token() {
-    unsigned long long fence = 0;
-    if (std::fscanf(out_, "%llu", &fence) != 1) return 0;
-    return fence;
-  }
-  void kill9() {
-    if (pid_ <= 0) return;
-    ::kill(pid_, SIGKILL);
-    int status = 0;
-    ::waitpid(pid_, &status, 0);
-    pid_ = -1;
-  }
-
- private:
-  pid_t pid_ = -1;
-  FILE* out_ = nullptr;
-};
-
-}  // namespace
-
 TEST(Faults, HolderKilledWithSigkillLosesTheLeaseAtItsTtl) {
   auto cfg = shared_server_config();
   const auto resource = unique_resource();
-  HolderProcess holder(cfg.port, resource, 800ms);
-  const auto holder_fence = holder.fencing_token();
+  ChildProcess holder({REDIS_LOCK_HOLDER_PATH, std::to_string(cfg.port), resource, "800"});
+  const auto holder_fence = std::stoull("0" + holder.read_line());
   ASSERT_GT(holder_fence, 0u);
   holder.kill9();  // no destructor, no release: only the ttl frees the lease
   const auto killed_at = std::chrono::steady_clock::now();

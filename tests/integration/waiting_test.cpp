@@ -1,0 +1,277 @@
+// SPDX-License-Identifier: MIT
+// Waiting acquires: FIFO hand-off across managers and processes, cancellation at each point,
+// a queued waiter killed with SIGKILL, and idle-means-idle after waiting.
+#include "live.hpp"
+
+#include "child_process.hpp"
+#include "keys.hpp"
+
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_future.hpp>
+
+#include <algorithm>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+using namespace redis_lock;
+using namespace redis_lock::test;
+using boost::system::error_code;
+
+namespace {
+
+/// An io_context running on its own thread, so the test thread can watch Redis meanwhile.
+class Background {
+ public:
+  Background() : work_(asio::make_work_guard(io)), thread_([this] { io.run_for(120s); }) {}
+  ~Background() {
+    work_.reset();
+    thread_.join();
+  }
+  /// Runs `fn` on the io thread and waits for it.
+  template <class Fn>
+  void run(Fn fn) {
+    std::promise<void> done;
+    asio::post(io, [&] {
+      fn();
+      done.set_value();
+    });
+    done.get_future().wait();
+  }
+  asio::io_context io;
+
+ private:
+  asio::executor_work_guard<asio::io_context::executor_type> work_;
+  std::thread thread_;
+};
+
+detail::ResourceKeys keys_of(const std::string& resource) {
+  return detail::make_keys("lock:", resource);
+}
+
+/// Polls Redis (there is no signal for "queued") until the queue holds `n` waiters.
+bool wait_for_queue(std::uint16_t port, const std::string& resource, int n) {
+  const auto until = std::chrono::steady_clock::now() + 10s;
+  while (std::chrono::steady_clock::now() < until) {
+    if (redis_command(port, {"ZCARD", keys_of(resource).queue}) == std::to_string(n)) return true;
+    std::this_thread::sleep_for(2ms);
+  }
+  return false;
+}
+
+}  // namespace
+
+TEST(Waiting, WaitersAreServedInArrivalOrder) {
+  auto cfg = shared_server_config();
+  const auto resource = unique_resource();
+  Background bg;
+  LockManager holder_mgr(bg.io.get_executor(), cfg);
+  auto holder = holder_mgr.async_acquire(resource, {.ttl = 30s}, asio::use_future).get();
+  ASSERT_TRUE(holder);
+
+  constexpr int n = 6;
+  std::vector<std::unique_ptr<LockManager>> managers;
+  std::mutex m;
+  std::vector<int> order;
+  std::vector<std::uint64_t> fences;
+  std::promise<void> all_done;
+  for (int i = 0; i < n; ++i) {
+    managers.push_back(std::make_unique<LockManager>(bg.io.get_executor(), cfg));
+    managers.back()->async_acquire(resource, {.ttl = 10s, .wait = 20s},
+                                   [&, i](error_code ec, LockGuard g) {
+                                     EXPECT_FALSE(ec) << ec.message();
+                                     EXPECT_TRUE(g);
+                                     std::lock_guard lock(m);
+                                     order.push_back(i);
+                                     fences.push_back(g.fencing_token());
+                                     if (order.size() == n) all_done.set_value();
+                                     // g's destructor releases: the lock moves on.
+                                   });
+    ASSERT_TRUE(wait_for_queue(cfg.port, resource, i + 1)) << "waiter " << i << " never queued";
+  }
+  holder.async_release(asio::use_future).get();
+  ASSERT_EQ(all_done.get_future().wait_for(20s), std::future_status::ready);
+  std::vector<int> expected(n);
+  for (int i = 0; i < n; ++i) expected[i] = i;
+  EXPECT_EQ(order, expected);
+  EXPECT_TRUE(std::is_sorted(fences.begin(), fences.end()));
+  EXPECT_EQ(std::adjacent_find(fences.begin(), fences.end()), fences.end());
+  bg.run([] {});
+  EXPECT_EQ(redis_command(cfg.port, {"EXISTS", keys_of(resource).queue}), "0");
+}
+
+TEST(Waiting, FiftyWaitersInFiveProcessesNeverOverlap) {
+  auto cfg = shared_server_config();
+  const auto resource = unique_resource();
+  std::vector<std::unique_ptr<ChildProcess>> procs;
+  for (int p = 0; p < 5; ++p) {
+    procs.push_back(std::make_unique<ChildProcess>(std::vector<std::string>{
+        REDIS_LOCK_WAITER_PATH, std::to_string(cfg.port), resource, "10", "3", "30000"}));
+  }
+  struct Hold {
+    std::uint64_t fence;
+    long long start, end;
+  };
+  std::vector<Hold> holds;
+  for (auto& p : procs) {
+    for (std::string line = p->read_line(); !line.empty(); line = p->read_line()) {
+      std::istringstream in(line);
+      Hold h{};
+      in >> h.fence >> h.start >> h.end;
+      holds.push_back(h);
+    }
+    EXPECT_EQ(p->wait(), 0);
+  }
+  ASSERT_EQ(holds.size(), 50u);
+  std::sort(holds.begin(), holds.end(), [](const Hold& a, const Hold& b) { return a.start < b.start; });
+  for (std::size_t i = 1; i < holds.size(); ++i) {
+    EXPECT_LE(holds[i - 1].end, holds[i].start) << "two holders at once at " << i;
+    EXPECT_LT(holds[i - 1].fence, holds[i].fence) << "fencing token went backwards at " << i;
+  }
+}
+
+TEST(Waiting, CancelWhileQueuedLeavesNothingBehind) {
+  auto cfg = shared_server_config();
+  const auto resource = unique_resource();
+  Background bg;
+  LockManager a(bg.io.get_executor(), cfg);
+  LockManager b(bg.io.get_executor(), cfg);
+  auto holder = a.async_acquire(resource, {.ttl = 30s}, asio::use_future).get();
+  ASSERT_TRUE(holder);
+  asio::cancellation_signal cancel;
+  std::promise<error_code> result;
+  bg.run([&] {
+    b.async_acquire(resource, {.ttl = 5s, .wait = 20s},
+                    asio::bind_cancellation_slot(cancel.slot(), [&](error_code ec, LockGuard g) {
+                      EXPECT_FALSE(g);
+                      result.set_value(ec);
+                    }));
+  });
+  ASSERT_TRUE(wait_for_queue(cfg.port, resource, 1));
+  const auto start = std::chrono::steady_clock::now();
+  bg.run([&] { cancel.emit(asio::cancellation_type::terminal); });
+  auto fut = result.get_future();
+  ASSERT_EQ(fut.wait_for(5s), std::future_status::ready);
+  EXPECT_EQ(fut.get(), asio::error::operation_aborted);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 1s);
+  ASSERT_TRUE(wait_for_queue(cfg.port, resource, 0)) << "the cancelled waiter stayed queued";
+  holder.async_release(asio::use_future).get();
+  EXPECT_EQ(redis_command(cfg.port, {"EXISTS", lease_key(resource)}), "0")
+      << "the release handed the lease to a waiter that had gone";
+}
+
+TEST(Waiting, CancelBeforeTheReplyGivesBackWhatWasTaken) {
+  auto cfg = shared_server_config();
+  const auto resource = unique_resource();
+  Background bg;
+  LockManager locks(bg.io.get_executor(), cfg);
+  asio::cancellation_signal cancel;
+  std::promise<error_code> result;
+  bg.run([&] {
+    locks.async_acquire(resource, {.ttl = 30s, .wait = 5s},
+                        asio::bind_cancellation_slot(cancel.slot(),
+                                                     [&](error_code ec, LockGuard g) {
+                                                       EXPECT_FALSE(g);
+                                                       result.set_value(ec);
+                                                     }));
+    cancel.emit(asio::cancellation_type::terminal);  // the attempt is on its way, not back
+  });
+  auto fut = result.get_future();
+  ASSERT_EQ(fut.wait_for(5s), std::future_status::ready);
+  EXPECT_EQ(fut.get(), asio::error::operation_aborted);
+  bg.run([] {});
+  // Whether or not the attempt got there first, nothing may stay held: wait for the release.
+  const auto until = std::chrono::steady_clock::now() + 5s;
+  while (redis_command(cfg.port, {"EXISTS", lease_key(resource)}) != "0" &&
+         std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(2ms);
+  }
+  EXPECT_EQ(redis_command(cfg.port, {"EXISTS", lease_key(resource)}), "0");
+}
+
+TEST(Waiting, CancelAfterTheHandOffPassesTheLeaseOn) {
+  auto cfg = shared_server_config();
+  const auto resource = unique_resource();
+  const auto keys = keys_of(resource);
+  Background bg;
+  LockManager h(bg.io.get_executor(), cfg), a(bg.io.get_executor(), cfg),
+      b(bg.io.get_executor(), cfg);
+  auto holder = h.async_acquire(resource, {.ttl = 30s}, asio::use_future).get();
+  ASSERT_TRUE(holder);
+  asio::cancellation_signal cancel;
+  std::promise<error_code> a_result;
+  std::promise<std::uint64_t> b_result;
+  bg.run([&] {
+    a.async_acquire(resource, {.ttl = 30s, .wait = 20s},
+                    asio::bind_cancellation_slot(cancel.slot(), [&](error_code ec, LockGuard) {
+                      a_result.set_value(ec);
+                    }));
+  });
+  ASSERT_TRUE(wait_for_queue(cfg.port, resource, 1));
+  auto b_fut = b.async_acquire(resource, {.ttl = 30s, .wait = 20s}, asio::use_future);
+  ASSERT_TRUE(wait_for_queue(cfg.port, resource, 2));
+  // Hand the lease to A behind its back, as a release would, minus the notification.
+  const auto a_member = redis_command(cfg.port, {"ZRANGE", keys.queue, "0", "0"});
+  const auto a_token = a_member.substr(0, 32);
+  redis_command(cfg.port, {"ZREM", keys.queue, a_member});
+  redis_command(cfg.port, {"ZREM", keys.queue_expiry, a_member});
+  redis_command(cfg.port, {"SET", keys.lease, a_token, "PX", "30000"});
+  holder = LockGuard{};  // its release no longer matches: a no-op
+  bg.run([&] { cancel.emit(asio::cancellation_type::terminal); });
+  auto a_fut = a_result.get_future();
+  ASSERT_EQ(a_fut.wait_for(5s), std::future_status::ready);
+  // A was asleep (no notification), so it had not claimed yet: it must pass the lease on.
+  EXPECT_EQ(a_fut.get(), asio::error::operation_aborted);
+  ASSERT_EQ(b_fut.wait_for(5s), std::future_status::ready);
+  auto b_guard = b_fut.get();
+  EXPECT_TRUE(b_guard);
+}
+
+TEST(Waiting, QueuedWaiterKilledWithSigkillDoesNotStallTheLock) {
+  auto cfg = shared_server_config();
+  const auto resource = unique_resource();
+  Background bg;
+  LockManager h(bg.io.get_executor(), cfg), w(bg.io.get_executor(), cfg);
+  auto holder = h.async_acquire(resource, {.ttl = 30s}, asio::use_future).get();
+  ASSERT_TRUE(holder);
+  ChildProcess doomed({REDIS_LOCK_WAITER_PATH, std::to_string(cfg.port), resource, "1", "60000",
+                       "60000"});
+  ASSERT_TRUE(wait_for_queue(cfg.port, resource, 1));
+  auto fut = w.async_acquire(resource, {.ttl = 30s, .wait = 20s}, asio::use_future);
+  ASSERT_TRUE(wait_for_queue(cfg.port, resource, 2));
+  doomed.kill9();  // first in line, and dead
+  const auto released_at = std::chrono::steady_clock::now();
+  holder.async_release(asio::use_future).get();
+  ASSERT_EQ(fut.wait_for(10s), std::future_status::ready);
+  auto g = fut.get();
+  EXPECT_TRUE(g);
+  // The dead waiter's claim window (1 s) plus one of our sleeps at most.
+  EXPECT_LT(std::chrono::steady_clock::now() - released_at, 2500ms);
+}
+
+TEST(Waiting, IdleAgainAfterWaiting) {
+  auto cfg = shared_server_config();
+  const auto resource = unique_resource();
+  asio::io_context io;
+  LockManager a(io.get_executor(), cfg), b(io.get_executor(), cfg);
+  int done = 0;
+  a.async_acquire(resource, {.ttl = 10s}, [&](error_code, LockGuard held) {
+    auto shared = std::make_shared<LockGuard>(std::move(held));
+    b.async_acquire(resource, {.ttl = 10s, .wait = 10s}, [&](error_code ec, LockGuard g) {
+      EXPECT_FALSE(ec);
+      EXPECT_TRUE(g);
+      ++done;  // g released by its destructor
+    });
+    auto timer = std::make_shared<asio::steady_timer>(io, 50ms);
+    timer->async_wait([timer, shared](error_code) { *shared = LockGuard{}; });
+  });
+  const auto start = std::chrono::steady_clock::now();
+  io.run_for(10s);
+  EXPECT_EQ(done, 1);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 2s)
+      << "the subscriber kept a read armed with no waiter left";
+}
