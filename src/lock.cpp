@@ -29,17 +29,20 @@ void complete_empty(detail::BoolHandler handler) {
 LockGuard::LockGuard() noexcept = default;
 
 LockGuard::LockGuard(std::shared_ptr<detail::LockService> service, std::string resource,
-                     std::string token, std::uint64_t fencing_token) noexcept
+                     std::string token, std::uint64_t fencing_token,
+                     std::shared_ptr<detail::LeaseState> lease) noexcept
     : service_(std::move(service)),
       resource_(std::move(resource)),
       token_(std::move(token)),
-      fencing_token_(fencing_token) {}
+      fencing_token_(fencing_token),
+      lease_(std::move(lease)) {}
 
 LockGuard::LockGuard(LockGuard&& other) noexcept
     : service_(std::move(other.service_)),
       resource_(std::move(other.resource_)),
       token_(std::move(other.token_)),
-      fencing_token_(std::exchange(other.fencing_token_, 0)) {
+      fencing_token_(std::exchange(other.fencing_token_, 0)),
+      lease_(std::move(other.lease_)) {
   other.service_.reset();
   other.resource_.clear();
   other.token_.clear();
@@ -52,11 +55,22 @@ LockGuard& LockGuard::operator=(LockGuard&& other) noexcept {
     resource_ = std::move(other.resource_);
     token_ = std::move(other.token_);
     fencing_token_ = std::exchange(other.fencing_token_, 0);
+    lease_ = std::move(other.lease_);
     other.service_.reset();
     other.resource_.clear();
     other.token_.clear();
   }
   return *this;
+}
+
+std::chrono::steady_clock::time_point LockGuard::valid_until() const noexcept {
+  return lease_ ? lease_->valid_until() : std::chrono::steady_clock::time_point{};
+}
+
+bool LockGuard::lost() const noexcept { return lease_ && lease_->lost.load(); }
+
+asio::cancellation_slot LockGuard::lost_slot() const noexcept {
+  return lease_ ? lease_->signal.slot() : asio::cancellation_slot{};
 }
 
 LockGuard::~LockGuard() { release_detached(); }
@@ -65,6 +79,10 @@ void LockGuard::release_detached() noexcept {
   if (!service_) return;
   auto service = std::move(service_);
   service_.reset();
+  if (lease_) {
+    service->forget(lease_);
+    lease_.reset();
+  }
   service->release_detached(std::move(resource_), std::move(token_));
   resource_.clear();
   token_.clear();
@@ -74,16 +92,29 @@ void LockGuard::release_detached() noexcept {
 void LockGuard::release_impl(LockGuard guard, detail::BoolHandler handler) {
   std::shared_ptr<detail::LockService> service;
   std::string resource, token;
+  std::shared_ptr<detail::LeaseState> lease = std::move(guard.lease_);
   detail::GuardAccess::take(guard, service, resource, token);
   if (!service) return complete_empty(std::move(handler));
+  if (lease) service->forget(lease);
   service->release(std::move(resource), std::move(token), std::move(handler));
 }
 
 void LockGuard::extend_impl(std::shared_ptr<detail::LockService> service, std::string resource,
-                            std::string token, std::chrono::milliseconds ttl,
-                            detail::BoolHandler handler) {
+                            std::string token, std::shared_ptr<detail::LeaseState> lease,
+                            std::chrono::milliseconds ttl, detail::BoolHandler handler) {
   if (!service) return complete_empty(std::move(handler));
-  service->extend(std::move(resource), std::move(token), ttl, std::move(handler));
+  service->extend(std::move(resource), std::move(token), std::move(lease), ttl,
+                  std::move(handler));
+}
+
+void LockGuard::wait_lost_impl(std::shared_ptr<detail::LockService> service,
+                               std::shared_ptr<detail::LeaseState> lease,
+                               detail::ErrorHandler handler) {
+  if (!service || !lease) {
+    return detail::deliver(asio::any_io_executor(asio::system_executor()), detail::Defer::yes,
+                           std::move(handler), error_code(asio::error::operation_aborted));
+  }
+  service->wait_lost(std::move(lease), std::move(handler));
 }
 
 // ---------------------------------------------------------------------------------------

@@ -177,6 +177,7 @@ struct AcquireOp final : ScriptOp {
   std::string resource;
   LockOptions options;
   Clock::time_point deadline;
+  Clock::time_point attempt_started;
   milliseconds backoff{first_backoff};
   std::unique_ptr<asio::steady_timer> timer;
   asio::cancellation_slot slot;
@@ -191,10 +192,12 @@ struct AcquireOp final : ScriptOp {
 /// A compare-and-act script on one lease: release (arg = channel) or extend (arg = ttl).
 struct CompareOp final : ScriptOp {
   explicit CompareOp(BoolHandler h) : handler(std::move(h)) {}
-  std::string member;  // our queue member, removed by a release (a waiter leaving)
+  std::string member;                 // our queue member, removed by a release
+  std::shared_ptr<LeaseState> lease;  // an extension moves its validity (or finds it lost)
+  std::chrono::milliseconds new_ttl{};
+  Clock::time_point sent = Clock::now();
 
   void on_reply(error_code ec, Reply reply) override {
-    if (!handler) return;  // a detached release: the ttl covers any failure
     bool done = false;
     if (!ec && reply.is_error()) {
       ec = service->server_error(reply);
@@ -202,11 +205,22 @@ struct CompareOp final : ScriptOp {
       ec = error::unexpected_reply;
     } else if (!ec) {
       done = reply.integer == 1;
+      if (lease && done) lease->confirm(sent, new_ttl);
+      if (lease && !done) service->mark_lost(lease);
     }
+    if (!handler) return;  // a detached release: the ttl covers any failure
     deliver(service->executor(), Defer::no, std::move(handler), ec, done);
   }
 
   BoolHandler handler;
+};
+
+/// One watchdog extension.
+struct RenewOp final : ScriptOp {
+  std::shared_ptr<LeaseState> lease;
+  std::string ttl_ms;
+  Clock::time_point sent = Clock::now();
+  void on_reply(error_code ec, Reply reply) override { service->renewed(lease, sent, ec, reply); }
 };
 
 LockService::LockService(asio::any_io_executor ex, ConnectionConfig config, ManagerOptions options)
@@ -236,6 +250,8 @@ void LockService::on_context_shutdown() noexcept {
     subscriber_.reset();
   }
   waiters_.clear();
+  renewals_.clear();
+  renew_timer_.reset();
   executor_ = asio::any_io_executor();
 }
 
@@ -388,6 +404,7 @@ void AcquireOp::start() {
 
 void AcquireOp::attempt() {
   in_flight = true;
+  attempt_started = Clock::now();
   notified = false;
   sent_body = false;
   const bool queue_up = options.wait.count() > 0;
@@ -435,7 +452,21 @@ void AcquireOp::on_reply(error_code ec, Reply reply) {
       service->release_detached(resource, token);
       return finish(error::unexpected_reply, LockGuard{});
     }
-    auto guard = GuardAccess::make(service, resource, token, static_cast<std::uint64_t>(fence));
+    auto lease = std::make_shared<LeaseState>();
+    lease->confirm(attempt_started, options.ttl);
+    if (options.auto_renew) {
+      lease->resource = resource;
+      lease->token = token;
+      lease->ttl = options.ttl;
+      lease->renew_every = options.renew_every.count() > 0
+                               ? std::min(options.renew_every, options.ttl)
+                               : std::max(options.ttl / 3, milliseconds(1));
+      if (options.max_hold.count() > 0) lease->hold_until = attempt_started + options.max_hold;
+      lease->auto_renew = true;
+      service->watch(lease);
+    }
+    auto guard = GuardAccess::make(service, resource, token, static_cast<std::uint64_t>(fence),
+                                   std::move(lease));
     if (cancelled) return finish(asio::error::operation_aborted, LockGuard{});  // guard releases
     return finish({}, std::move(guard));
   }
@@ -504,7 +535,8 @@ void LockService::release_detached(std::string resource, std::string token) noex
   }
 }
 
-void LockService::extend(std::string resource, std::string token, milliseconds ttl,
+void LockService::extend(std::string resource, std::string token,
+                         std::shared_ptr<LeaseState> lease, milliseconds ttl,
                          BoolHandler handler) {
   if (!alive_.load()) return;
   if (ttl.count() <= 0 || ttl > max_ttl) {
@@ -516,8 +548,149 @@ void LockService::extend(std::string resource, std::string token, milliseconds t
   op->keys = make_keys(options_.key_prefix, resource);
   op->token = std::move(token);
   op->arg = to_decimal(ttl.count());
+  op->lease = std::move(lease);
+  op->new_ttl = ttl;
   op->set_args(extend_script, {op->keys.lease}, {op->token, op->arg});
   on_strand([self = shared_from_this(), op = std::move(op)]() mutable { self->send(std::move(op)); });
+}
+
+// ---------------------------------------------------------------------------------------
+// Renewal watchdog and lost leases
+
+void LockService::watch(const std::shared_ptr<LeaseState>& lease) {
+  if (!connection_) return;
+  schedule(lease, Clock::now() + lease->renew_every);
+}
+
+void LockService::schedule(const std::shared_ptr<LeaseState>& lease, Clock::time_point at) {
+  unschedule(*lease);
+  lease->schedule_entry = renewals_.emplace(at, lease);
+  lease->scheduled = true;
+  arm_renew_timer(at);
+}
+
+void LockService::arm_renew_timer(Clock::time_point at) {
+  if (renew_armed_ && renew_timer_at_ <= at) return;
+  if (!renew_timer_) renew_timer_ = std::make_unique<asio::steady_timer>(connection_->strand());
+  renew_armed_ = true;
+  renew_timer_at_ = at;
+  renew_timer_->expires_at(at);
+  renew_timer_->async_wait([weak = weak_from_this()](error_code ec) {
+    if (ec == asio::error::operation_aborted) return;
+    if (auto self = weak.lock()) {
+      self->renew_armed_ = false;
+      self->on_renew_timer();
+    }
+  });
+}
+
+void LockService::unschedule(LeaseState& lease) {
+  if (!lease.scheduled) return;
+  renewals_.erase(lease.schedule_entry);
+  lease.scheduled = false;
+  if (renewals_.empty() && renew_armed_) {
+    renew_armed_ = false;  // idle means idle: no timer for nothing
+    renew_timer_->cancel();
+  }
+}
+
+void LockService::on_renew_timer() {
+  const auto now = Clock::now();
+  while (!renewals_.empty() && renewals_.begin()->first <= now) {
+    auto lease = renewals_.begin()->second;
+    renewals_.erase(renewals_.begin());
+    lease->scheduled = false;
+    if (lease->released.load() || lease->lost.load()) continue;
+    const auto valid = lease->valid_until();
+    if (now >= valid) {
+      mark_lost(lease);  // no confirmed renewal in time: assume someone else may have it
+      continue;
+    }
+    // Past max_hold we stop renewing; the lease runs out and is reported lost at `valid`.
+    if (now < lease->hold_until && !lease->renewing) renew(lease);
+    schedule(lease, valid);  // a confirmed renewal reschedules earlier
+  }
+  if (!renewals_.empty()) arm_renew_timer(renewals_.begin()->first);
+}
+
+void LockService::renew(const std::shared_ptr<LeaseState>& lease) {
+  auto op = std::make_shared<RenewOp>();
+  op->service = shared_from_this();
+  op->lease = lease;
+  op->token = lease->token;
+  op->keys = make_keys(options_.key_prefix, lease->resource);
+  op->ttl_ms = to_decimal(lease->ttl.count());
+  op->set_args(extend_script, {op->keys.lease}, {op->token, op->ttl_ms});
+  lease->renewing = true;
+  send(std::move(op));
+}
+
+void LockService::renewed(const std::shared_ptr<LeaseState>& lease, Clock::time_point sent,
+                          error_code ec, const Reply& reply) {
+  lease->renewing = false;
+  if (lease->released.load() || lease->lost.load()) return;
+  const auto now = Clock::now();
+  if (ec || reply.is_error() || reply.type != Reply::Type::integer) {
+    // Unknown outcome: try again soon, as long as the lease may still be ours.
+    const auto retry = std::max(lease->renew_every / 4, milliseconds(10));
+    return schedule(lease, std::min(now + retry, lease->valid_until()));
+  }
+  if (reply.integer != 1) return mark_lost(lease);  // expired, or someone else's now
+  lease->confirm(sent, lease->ttl);
+  schedule(lease, sent + lease->renew_every);
+}
+
+void LockService::mark_lost(const std::shared_ptr<LeaseState>& lease) {
+  if (lease->lost.exchange(true)) return;
+  unschedule(*lease);
+  lease->signal.emit(asio::cancellation_type::terminal);
+  if (lease->lost_waiter) {
+    auto handler = std::move(*lease->lost_waiter);
+    lease->lost_waiter.reset();
+    deliver(executor_, Defer::no, std::move(handler), error_code(error::lock_lost));
+  }
+}
+
+void LockService::forget(const std::shared_ptr<LeaseState>& lease) noexcept {
+  lease->released.store(true);
+  if (!lease->auto_renew && !lease->has_waiter.load()) return;  // nothing on the strand
+  if (!alive_.load()) return;
+  try {
+    on_strand([self = shared_from_this(), lease] {
+      self->unschedule(*lease);
+      if (lease->lost_waiter) {
+        auto handler = std::move(*lease->lost_waiter);
+        lease->lost_waiter.reset();
+        deliver(self->executor_, Defer::no, std::move(handler),
+                error_code(asio::error::operation_aborted));
+      }
+    });
+  } catch (...) {
+    // Out of memory: the entry stays until its next check, which sees `released`.
+  }
+}
+
+void LockService::wait_lost(std::shared_ptr<LeaseState> lease, ErrorHandler handler) {
+  if (!alive_.load()) return;
+  on_strand([self = shared_from_this(), lease = std::move(lease),
+             handler = std::move(handler)]() mutable {
+    if (lease->lost.load()) {
+      return deliver(self->executor_, Defer::yes, std::move(handler),
+                     error_code(error::lock_lost));
+    }
+    lease->has_waiter.store(true);
+    if (lease->released.load()) {
+      return deliver(self->executor_, Defer::yes, std::move(handler),
+                     error_code(asio::error::operation_aborted));
+    }
+    if (lease->lost_waiter) {
+      auto previous = std::move(*lease->lost_waiter);
+      lease->lost_waiter.reset();
+      deliver(self->executor_, Defer::yes, std::move(previous),
+              error_code(asio::error::operation_aborted));
+    }
+    lease->lost_waiter.emplace(std::move(handler));
+  });
 }
 
 }  // namespace redis_lock::detail

@@ -4,9 +4,14 @@
 
 #include "connection.hpp"
 
+#include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/steady_timer.hpp>
+
 #include <redis_lock/lock.hpp>
 
 #include <atomic>
+#include <map>
+#include <optional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -16,10 +21,47 @@ namespace redis_lock::detail {
 
 struct ScriptOp;
 
+/// What a guard and the manager's renewal watchdog share about one held lease.
+/// Atomics may be read from the guard's thread; everything else lives on the strand.
+struct LeaseState {
+  using Clock = std::chrono::steady_clock;
+
+  std::string resource;
+  std::string token;
+  std::chrono::milliseconds ttl{};
+  std::chrono::milliseconds renew_every{};
+  Clock::time_point hold_until = Clock::time_point::max();
+  bool auto_renew = false;
+
+  std::atomic<Clock::rep> valid_until_ticks{0};
+  std::atomic<bool> lost{false};
+  std::atomic<bool> released{false};
+  std::atomic<bool> has_waiter{false};
+
+  // Strand only.
+  bool renewing = false;
+  bool scheduled = false;
+  std::multimap<Clock::time_point, std::shared_ptr<LeaseState>>::iterator schedule_entry;
+  boost::asio::cancellation_signal signal;
+  std::optional<ErrorHandler> lost_waiter;  // emplaced, never assigned (Boost 1.81)
+
+  Clock::time_point valid_until() const noexcept {
+    return Clock::time_point(Clock::duration(valid_until_ticks.load()));
+  }
+  /// `started` is when the command that set the ttl was issued; the margin covers clock
+  /// drift between us and the server (Redlock's ttl/100 + 2 ms).
+  void confirm(Clock::time_point started, std::chrono::milliseconds lease_ttl) noexcept {
+    const auto margin = lease_ttl / 100 + std::chrono::milliseconds(2);
+    valid_until_ticks.store((started + lease_ttl - margin).time_since_epoch().count());
+  }
+};
+
 struct GuardAccess {
   static LockGuard make(std::shared_ptr<LockService> service, std::string resource,
-                        std::string token, std::uint64_t fencing_token) {
-    return LockGuard(std::move(service), std::move(resource), std::move(token), fencing_token);
+                        std::string token, std::uint64_t fencing_token,
+                        std::shared_ptr<LeaseState> lease) {
+    return LockGuard(std::move(service), std::move(resource), std::move(token), fencing_token,
+                     std::move(lease));
   }
   static void take(LockGuard& guard, std::shared_ptr<LockService>& service, std::string& resource,
                    std::string& token) {
@@ -43,8 +85,17 @@ class LockService : public std::enable_shared_from_this<LockService> {
   void acquire(std::string resource, LockOptions options, AcquireHandler handler);
   void release(std::string resource, std::string token, BoolHandler handler);
   void release_detached(std::string resource, std::string token) noexcept;
-  void extend(std::string resource, std::string token, std::chrono::milliseconds ttl,
-              BoolHandler handler);
+  void extend(std::string resource, std::string token, std::shared_ptr<LeaseState> lease,
+              std::chrono::milliseconds ttl, BoolHandler handler);
+  /// The guard let go of the lease (release, destruction): stop renewing, end waits.
+  void forget(const std::shared_ptr<LeaseState>& lease) noexcept;
+  void wait_lost(std::shared_ptr<LeaseState> lease, ErrorHandler handler);
+
+  // Renewal watchdog (on the strand).
+  void watch(const std::shared_ptr<LeaseState>& lease);
+  void mark_lost(const std::shared_ptr<LeaseState>& lease);
+  void renewed(const std::shared_ptr<LeaseState>& lease, std::chrono::steady_clock::time_point sent,
+               boost::system::error_code ec, const Reply& reply);
   std::string last_server_error() const;
 
   /// Called by our execution_context service when the context shuts down.
@@ -74,6 +125,11 @@ class LockService : public std::enable_shared_from_this<LockService> {
   ConnectionConfig config_;
   void subscribe();
   void on_notify(const Reply& push);
+  void schedule(const std::shared_ptr<LeaseState>& lease, std::chrono::steady_clock::time_point at);
+  void unschedule(LeaseState& lease);
+  void arm_renew_timer(std::chrono::steady_clock::time_point at);
+  void on_renew_timer();
+  void renew(const std::shared_ptr<LeaseState>& lease);
 
   std::shared_ptr<Connection> connection_;
   std::string manager_id_;     // 16 hex digits; queue members are token + manager id
@@ -81,6 +137,12 @@ class LockService : public std::enable_shared_from_this<LockService> {
   std::shared_ptr<Connection> subscriber_;  // created with the first waiter
   enum class Subscription { none, pending, confirmed } subscription_ = Subscription::none;
   std::unordered_map<std::string, std::weak_ptr<struct AcquireOp>> waiters_;  // by token
+  // Renewal watchdog: one timer for all auto-renewed leases, at the earliest due time; all
+  // renewals due together go out in one pipelined write.
+  std::multimap<std::chrono::steady_clock::time_point, std::shared_ptr<LeaseState>> renewals_;
+  std::unique_ptr<boost::asio::steady_timer> renew_timer_;
+  std::chrono::steady_clock::time_point renew_timer_at_{};
+  bool renew_armed_ = false;
   std::atomic<bool> alive_{true};
   mutable std::mutex error_mutex_;
   std::string last_server_error_;

@@ -36,7 +36,9 @@ struct ConnectionConfig {
 struct LockOptions {
   std::chrono::milliseconds ttl{10'000};  ///< lease length, > 0
   std::chrono::milliseconds wait{0};      ///< keep trying this long; 0 = one attempt
-  bool auto_renew = false;                ///< watchdog extends while held (not yet implemented)
+  bool auto_renew = false;                ///< the manager's watchdog extends the lease while held
+  std::chrono::milliseconds renew_every{0};  ///< with auto_renew: 0 = every ttl / 3
+  std::chrono::milliseconds max_hold{0};  ///< with auto_renew: stop renewing after this; 0 = never
 };
 
 /// Settings of one LockManager that are not about the connection.

@@ -9,6 +9,7 @@
 #include <boost/asio/any_completion_handler.hpp>
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/async_result.hpp>
+#include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/deferred.hpp>
 #include <boost/system/error_code.hpp>
 
@@ -24,10 +25,12 @@ namespace redis_lock {
 class LockGuard;
 namespace detail {
 class LockService;
+struct LeaseState;
 struct GuardAccess;
 using AcquireHandler =
     boost::asio::any_completion_handler<void(boost::system::error_code, LockGuard)>;
 using BoolHandler = boost::asio::any_completion_handler<void(boost::system::error_code, bool)>;
+using ErrorHandler = boost::asio::any_completion_handler<void(boost::system::error_code)>;
 }  // namespace detail
 
 /// Ownership of one lock, like `std::unique_lock` for a Redis lease.
@@ -58,6 +61,43 @@ class REDIS_LOCK_EXPORT LockGuard {
   /// Strictly increasing per resource: a protected resource rejects writes carrying a lower
   /// token than the last one it accepted. 0 when nothing is held.
   std::uint64_t fencing_token() const noexcept { return fencing_token_; }
+
+  /// Until when the lease is certainly this guard's, on `std::chrono::steady_clock`: the
+  /// start of the acquiring (or last confirmed extending) command plus its ttl, minus a
+  /// drift margin (ttl / 100 + 2 ms). Only a confirmed extension moves it forward.
+  /// `time_point{}` when nothing is held.
+  std::chrono::steady_clock::time_point valid_until() const noexcept;
+
+  /// True once the lease is known to be lost: an extension (the watchdog's or yours) was
+  /// refused, or an auto-renewed lease reached `valid_until()` without a confirmed renewal.
+  /// A guard without auto_renew learns of a silent expiry only through valid_until().
+  bool lost() const noexcept;
+
+  /// A cancellation slot that is emitted (`cancellation_type::terminal`) when the lease is
+  /// lost, so work bound to it with `asio::bind_cancellation_slot` is cancelled. It is
+  /// emitted on the manager's strand: bind it to operations of the same io_context.
+  /// A default (unconnected) slot when nothing is held.
+  boost::asio::cancellation_slot lost_slot() const noexcept;
+
+  /// Waits until the lease is lost.
+  ///
+  /// Completion signature: `void(boost::system::error_code)`: `error::lock_lost` when the
+  /// lease is lost (at once if it already is), `operation_aborted` when the guard releases
+  /// first, is destroyed, or holds nothing. At most one wait per guard; a second replaces
+  /// the first, which completes with `operation_aborted`.
+  /// Per-operation cancellation: not supported; release the guard to end the wait.
+  /// Thread safety: from the guard's thread. Object lifetimes: the wait shares the lease
+  /// state, so the guard may be moved while it is pending.
+  template <class CompletionToken = boost::asio::deferred_t>
+  auto async_wait_lost(CompletionToken&& token = {}) {
+    return boost::asio::async_initiate<CompletionToken, void(boost::system::error_code)>(
+        [](auto handler, std::shared_ptr<detail::LockService> service,
+           std::shared_ptr<detail::LeaseState> lease) {
+          wait_lost_impl(std::move(service), std::move(lease),
+                         detail::ErrorHandler(std::move(handler)));
+        },
+        token, service_, lease_);
+  }
 
   /// Releases the lock now: a compare-and-delete that removes the lease only if it still
   /// holds this guard's token, then notifies waiters.
@@ -102,27 +142,32 @@ class REDIS_LOCK_EXPORT LockGuard {
   auto async_extend(std::chrono::milliseconds ttl, CompletionToken&& token = {}) {
     return boost::asio::async_initiate<CompletionToken, void(boost::system::error_code, bool)>(
         [](auto handler, std::shared_ptr<detail::LockService> service, std::string resource,
-           std::string owner, std::chrono::milliseconds new_ttl) {
-          extend_impl(std::move(service), std::move(resource), std::move(owner), new_ttl,
-                      detail::BoolHandler(std::move(handler)));
+           std::string owner, std::shared_ptr<detail::LeaseState> lease,
+           std::chrono::milliseconds new_ttl) {
+          extend_impl(std::move(service), std::move(resource), std::move(owner), std::move(lease),
+                      new_ttl, detail::BoolHandler(std::move(handler)));
         },
-        token, service_, resource_, token_, ttl);
+        token, service_, resource_, token_, lease_, ttl);
   }
 
  private:
   friend struct detail::GuardAccess;
   LockGuard(std::shared_ptr<detail::LockService> service, std::string resource, std::string token,
-            std::uint64_t fencing_token) noexcept;
+            std::uint64_t fencing_token, std::shared_ptr<detail::LeaseState> lease) noexcept;
   void release_detached() noexcept;
   static void release_impl(LockGuard guard, detail::BoolHandler handler);
   static void extend_impl(std::shared_ptr<detail::LockService> service, std::string resource,
-                          std::string token, std::chrono::milliseconds ttl,
-                          detail::BoolHandler handler);
+                          std::string token, std::shared_ptr<detail::LeaseState> lease,
+                          std::chrono::milliseconds ttl, detail::BoolHandler handler);
+  static void wait_lost_impl(std::shared_ptr<detail::LockService> service,
+                             std::shared_ptr<detail::LeaseState> lease,
+                             detail::ErrorHandler handler);
 
   std::shared_ptr<detail::LockService> service_;
   std::string resource_;
   std::string token_;
   std::uint64_t fencing_token_ = 0;
+  std::shared_ptr<detail::LeaseState> lease_;  // validity, loss, renewal
 };
 
 /// Takes locks on one Redis server. Many requests share one pipelined connection.

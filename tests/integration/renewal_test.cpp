@@ -1,0 +1,211 @@
+// SPDX-License-Identifier: MIT
+// The renewal watchdog and lost-lock signalling against a real server: renewal keeps a lease,
+// a refused renewal or a paused server makes the guard lost before anyone else can hold it,
+// release racing renewals never resurrects the lease, max_hold stops a stuck holder.
+#include "live.hpp"
+
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include <thread>
+
+using namespace redis_lock;
+using namespace redis_lock::test;
+using boost::system::error_code;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+asio::awaitable<void> sleep_for(std::chrono::milliseconds d) {
+  asio::steady_timer t(co_await asio::this_coro::executor, d);
+  co_await t.async_wait(asio::use_awaitable);
+}
+
+}  // namespace
+
+TEST(Renewal, ValidUntilFollowsTheTtl) {
+  asio::io_context io;
+  auto cfg = shared_server_config();
+  LockManager locks(io.get_executor(), cfg);
+  const auto resource = unique_resource();
+  run_co(io, [&]() -> asio::awaitable<void> {
+    const auto before = Clock::now();
+    auto g = co_await locks.async_acquire(resource, {.ttl = 10s}, asio::use_awaitable);
+    CO_ASSERT_TRUE(g);
+    EXPECT_GT(g.valid_until(), before + 9800ms);
+    EXPECT_LE(g.valid_until(), Clock::now() + 10s);
+    EXPECT_FALSE(g.lost());
+    const auto old = g.valid_until();
+    EXPECT_TRUE(co_await g.async_extend(60s, asio::use_awaitable));
+    EXPECT_GT(g.valid_until(), old + 49s);
+    co_await g.async_release(asio::use_awaitable);
+    EXPECT_EQ(g.valid_until(), Clock::time_point{});
+  }());
+}
+
+TEST(Renewal, AutoRenewKeepsTheLeaseAndStopsAtRelease) {
+  asio::io_context io;
+  auto cfg = shared_server_config();
+  LockManager locks(io.get_executor(), cfg);
+  const auto resource = unique_resource();
+  run_co(io, [&]() -> asio::awaitable<void> {
+    auto g = co_await locks.async_acquire(resource, {.ttl = 300ms, .auto_renew = true},
+                                          asio::use_awaitable);
+    CO_ASSERT_TRUE(g);
+    co_await sleep_for(1s);  // more than three ttls
+    EXPECT_FALSE(g.lost());
+    EXPECT_EQ(redis_command(cfg.port, {"GET", lease_key(resource)}), g.token());
+    EXPECT_GT(g.valid_until(), Clock::now());
+    EXPECT_TRUE(co_await g.async_release(asio::use_awaitable));
+  }());
+  // Nothing renews a released guard, and an idle manager leaves no timer behind.
+  const auto start = Clock::now();
+  io.restart();
+  io.run_for(5s);
+  EXPECT_LT(Clock::now() - start, 200ms);
+  EXPECT_EQ(redis_command(cfg.port, {"EXISTS", lease_key(resource)}), "0");
+}
+
+TEST(Renewal, RefusedRenewalMakesTheGuardLost) {
+  asio::io_context io;
+  auto cfg = shared_server_config();
+  LockManager locks(io.get_executor(), cfg);
+  const auto resource = unique_resource();
+  run_co(io, [&]() -> asio::awaitable<void> {
+    auto g = co_await locks.async_acquire(resource, {.ttl = 600ms, .auto_renew = true},
+                                          asio::use_awaitable);
+    CO_ASSERT_TRUE(g);
+    // Work bound to the lost slot is cancelled when the lock goes.
+    asio::steady_timer work(co_await asio::this_coro::executor, 30s);
+    std::optional<error_code> work_result;
+    work.async_wait(asio::bind_cancellation_slot(g.lost_slot(), [&](error_code ec) {
+      work_result = ec;
+    }));
+    // Another party takes the key behind our back (as after an expiry and a new holder).
+    redis_command(cfg.port, {"SET", lease_key(resource), "someone-else", "PX", "30000"});
+    const auto [ec] = co_await g.async_wait_lost(asio::as_tuple(asio::use_awaitable));
+    EXPECT_EQ(ec, error::lock_lost);
+    EXPECT_TRUE(g.lost());
+    co_await sleep_for(1ms);  // let the cancelled timer's handler run
+    CO_ASSERT_TRUE(work_result.has_value());
+    EXPECT_EQ(*work_result, asio::error::operation_aborted);
+    // Lost means lost: no renewal touched the new holder's key.
+    EXPECT_EQ(redis_command(cfg.port, {"GET", lease_key(resource)}), "someone-else");
+    EXPECT_FALSE(co_await g.async_release(asio::use_awaitable));
+  }());
+}
+
+TEST(Renewal, PausedServerIsNoticedBeforeAnyoneElseCanHoldTheLock) {
+  RedisServer server;
+  asio::io_context io;
+  auto cfg = server.config();
+  cfg.command_timeout = 5s;  // the renewal stays in flight: only the deadline can tell us
+  LockManager a(io.get_executor(), cfg);
+  Clock::time_point lost_at{}, b_acquired_at{};
+  std::uint64_t a_fence = 0, b_fence = 0;
+  run_co(io, [&]() -> asio::awaitable<void> {
+    auto g = co_await a.async_acquire("paused", {.ttl = 1s, .auto_renew = true},
+                                      asio::use_awaitable);
+    CO_ASSERT_TRUE(g);
+    a_fence = g.fencing_token();
+    co_await sleep_for(400ms);  // at least one renewal went through
+    server.pause();
+    const auto paused_at = Clock::now();
+    const auto [ec] = co_await g.async_wait_lost(asio::as_tuple(asio::use_awaitable));
+    lost_at = Clock::now();
+    EXPECT_EQ(ec, error::lock_lost);
+    EXPECT_LT(lost_at - paused_at, 1100ms);
+    co_await sleep_for(1500ms);  // paused for longer than the ttl
+    server.resume();
+  }(), 20s);
+  // After SIGCONT the lease has expired on the server; someone else takes it, later.
+  LockManager b(io.get_executor(), server.config());
+  run_co(io, [&]() -> asio::awaitable<void> {
+    auto g = co_await b.async_acquire("paused", {.ttl = 5s, .wait = 5s}, asio::use_awaitable);
+    CO_ASSERT_TRUE(g);
+    b_acquired_at = Clock::now();
+    b_fence = g.fencing_token();
+  }(), 20s);
+  EXPECT_LT(lost_at, b_acquired_at);
+  EXPECT_GT(b_fence, a_fence);
+}
+
+TEST(Renewal, ReleaseRacingRenewalsNeverResurrectsTheLease) {
+  asio::io_context io;
+  auto cfg = shared_server_config();
+  LockManager locks(io.get_executor(), cfg);
+  const auto resource = unique_resource();
+  run_co(io, [&]() -> asio::awaitable<void> {
+    for (int i = 0; i < 20; ++i) {
+      auto g = co_await locks.async_acquire(
+          resource, {.ttl = 2s, .auto_renew = true, .renew_every = 1ms}, asio::use_awaitable);
+      CO_ASSERT_TRUE(g);
+      co_await sleep_for(std::chrono::milliseconds(i % 4));  // renewals in flight
+      EXPECT_TRUE(co_await g.async_release(asio::use_awaitable));
+      co_await sleep_for(5ms);  // any late renewal lands now
+      EXPECT_EQ(redis_command(cfg.port, {"EXISTS", lease_key(resource)}), "0") << "round " << i;
+    }
+  }());
+}
+
+TEST(Renewal, MaxHoldStopsRenewingAStuckHolder) {
+  asio::io_context io;
+  auto cfg = shared_server_config();
+  LockManager locks(io.get_executor(), cfg);
+  const auto resource = unique_resource();
+  run_co(io, [&]() -> asio::awaitable<void> {
+    const auto start = Clock::now();
+    auto g = co_await locks.async_acquire(
+        resource, {.ttl = 300ms, .auto_renew = true, .max_hold = 600ms}, asio::use_awaitable);
+    CO_ASSERT_TRUE(g);
+    const auto [ec] = co_await g.async_wait_lost(asio::as_tuple(asio::use_awaitable));
+    EXPECT_EQ(ec, error::lock_lost);
+    const auto held = Clock::now() - start;
+    EXPECT_GE(held, 600ms);
+    EXPECT_LT(held, 1200ms);
+  }());
+}
+
+TEST(Renewal, RefusedExtensionMarksAPlainGuardLost) {
+  asio::io_context io;
+  auto cfg = shared_server_config();
+  LockManager locks(io.get_executor(), cfg);
+  const auto resource = unique_resource();
+  run_co(io, [&]() -> asio::awaitable<void> {
+    auto g = co_await locks.async_acquire(resource, {.ttl = 10s}, asio::use_awaitable);
+    CO_ASSERT_TRUE(g);
+    redis_command(cfg.port, {"DEL", lease_key(resource)});
+    EXPECT_FALSE(co_await g.async_extend(10s, asio::use_awaitable));
+    EXPECT_TRUE(g.lost());
+    const auto [ec] = co_await g.async_wait_lost(asio::as_tuple(asio::use_awaitable));
+    EXPECT_EQ(ec, error::lock_lost);
+  }());
+}
+
+TEST(Renewal, WaitLostEndsWithTheGuard) {
+  asio::io_context io;
+  auto cfg = shared_server_config();
+  LockManager locks(io.get_executor(), cfg);
+  const auto resource = unique_resource();
+  std::optional<error_code> result;
+  run_co(io, [&]() -> asio::awaitable<void> {
+    auto g = co_await locks.async_acquire(resource, {.ttl = 10s, .auto_renew = true},
+                                          asio::use_awaitable);
+    CO_ASSERT_TRUE(g);
+    g.async_wait_lost([&](error_code ec) { result = ec; });
+    co_await sleep_for(1ms);  // the wait is registered
+    EXPECT_TRUE(co_await g.async_release(asio::use_awaitable));
+    co_await sleep_for(1ms);
+  }());
+  ASSERT_TRUE(result);
+  EXPECT_EQ(*result, asio::error::operation_aborted);
+  redis_lock::LockGuard empty;
+  std::optional<error_code> empty_result;
+  empty.async_wait_lost([&](error_code ec) { empty_result = ec; });
+  io.restart();
+  io.run_for(2s);
+  const auto until = Clock::now() + 2s;
+  while (!empty_result && Clock::now() < until) std::this_thread::yield();  // system executor
+  ASSERT_TRUE(empty_result);
+  EXPECT_EQ(*empty_result, asio::error::operation_aborted);
+}
