@@ -35,6 +35,8 @@ class Category final : public boost::system::error_category {
       case error::lock_lost: return "the lock was lost";
       case error::shutdown: return "the execution context is shutting down";
       case error::unexpected_reply: return "the server sent a reply of an unexpected shape";
+      case error::not_replicated:
+        return "too few replicas confirmed the lock in time; it was released";
     }
     return "unknown redis_lock error";
   }

@@ -125,6 +125,7 @@ struct ScriptOp : LateReplies, std::enable_shared_from_this<ScriptOp> {
   std::size_t argc = 0;
   bool sent_body = false;
   bool wants_late = false;
+  bool durable = false;  // goes on the connection that may block on WAIT
 };
 
 // Handlers are only ever move-constructed: in Boost 1.81, move-assigning an
@@ -151,6 +152,24 @@ struct AcquireOp final : ScriptOp {
   }
   void sleep_until_retry(long long pttl);
   void cancel();
+  void confirm_replicated(LockGuard guard) {
+    // WAIT on the connection that carried the acquire: it counts the replicas that have
+    // everything written on it so far, our SET included.
+    auto shared = std::make_shared<LockGuard>(std::move(guard));
+    in_flight = true;
+    service->wait_replicas(
+        options.min_replicas, options.replication_timeout,
+        Connection::Callback([op = std::static_pointer_cast<AcquireOp>(shared_from_this()),
+                              shared](error_code ec, Reply reply) {
+          op->in_flight = false;
+          if (!ec && reply.is_error()) ec = op->service->server_error(reply);
+          if (!ec && reply.type != Reply::Type::integer) ec = error::unexpected_reply;
+          if (!ec && reply.integer < op->options.min_replicas) ec = error::not_replicated;
+          if (!ec && op->cancelled) ec = asio::error::operation_aborted;
+          if (ec) return op->finish(ec, LockGuard{});  // *shared releases the lease
+          op->finish({}, std::move(*shared));
+        }));
+  }
   /// A release handed us the lease (or may have): try now instead of at the timer.
   void nudge() {
     if (done || cancelled) return;
@@ -249,6 +268,10 @@ void LockService::on_context_shutdown() noexcept {
     subscriber_->shutdown();
     subscriber_.reset();
   }
+  if (durable_) {
+    durable_->shutdown();
+    durable_.reset();
+  }
   waiters_.clear();
   renewals_.clear();
   renew_timer_.reset();
@@ -280,7 +303,11 @@ void LockService::send(std::shared_ptr<ScriptOp> op) {
   std::shared_ptr<LateReplies> late;
   if (op->wants_late_reply()) late = op;
   const auto command = op->command();
-  connection_->execute(
+  if (op->durable && !durable_) {
+    durable_ = std::make_shared<Connection>(connection_->strand(), config_, options_.client_name);
+  }
+  Connection& target = op->durable ? *durable_ : *connection_;
+  target.execute(
       command,
       Connection::Callback([op = std::move(op)](error_code ec, Reply reply) mutable {
         if (!ec && reply.is_error() && starts_with(reply.str, "NOSCRIPT") && !op->sent_body) {
@@ -363,7 +390,9 @@ void LockService::on_notify(const Reply& push) {
 void LockService::acquire(std::string resource, LockOptions options, AcquireHandler handler) {
   if (!alive_.load()) return;  // the context is gone: drop the handler, as Asio does
   if (resource.empty() || options.ttl.count() <= 0 || options.ttl > max_ttl ||
-      options.wait.count() < 0 || config_.tls) {
+      options.wait.count() < 0 || options.renew_every.count() < 0 ||
+      options.max_hold.count() < 0 || options.min_replicas < 0 ||
+      options.replication_timeout.count() < 0 || config_.tls) {
     return deliver(executor_, Defer::yes, std::move(handler),
                    error_code(config_.tls ? error::connect_failed : error::invalid_argument),
                    LockGuard{});
@@ -373,6 +402,7 @@ void LockService::acquire(std::string resource, LockOptions options, AcquireHand
   op->keys = make_keys(options_.key_prefix, resource);
   op->resource = std::move(resource);
   op->options = options;
+  op->durable = options.min_replicas > 0;
   op->arg = to_decimal(options.ttl.count());
   const auto now = Clock::now();
   op->deadline = options.wait >= std::chrono::duration_cast<milliseconds>(Clock::time_point::max() - now)
@@ -468,6 +498,7 @@ void AcquireOp::on_reply(error_code ec, Reply reply) {
     auto guard = GuardAccess::make(service, resource, token, static_cast<std::uint64_t>(fence),
                                    std::move(lease));
     if (cancelled) return finish(asio::error::operation_aborted, LockGuard{});  // guard releases
+    if (options.min_replicas > 0) return confirm_replicated(std::move(guard));
     return finish({}, std::move(guard));
   }
   joined = options.wait.count() > 0;
@@ -514,6 +545,13 @@ void AcquireOp::sleep_until_retry(long long pttl) {
 
 // ---------------------------------------------------------------------------------------
 // Release and extend
+
+void LockService::wait_replicas(int replicas, milliseconds timeout, Connection::Callback callback) {
+  const auto count = to_decimal(replicas);
+  const auto ms = to_decimal(timeout.count());
+  const std::string_view command[] = {"WAIT", count, ms};
+  durable_->execute(command, std::move(callback));
+}
 
 void LockService::release(std::string resource, std::string token, BoolHandler handler) {
   if (!alive_.load()) return;

@@ -111,6 +111,9 @@ class LockService : public std::enable_shared_from_this<LockService> {
 
   // Used by the script operations (on the strand).
   void send(std::shared_ptr<ScriptOp> op);
+  /// WAIT for `replicas` on the connection the durable acquires use.
+  void wait_replicas(int replicas, std::chrono::milliseconds timeout,
+                     Connection::Callback callback);
   boost::system::error_code server_error(const Reply& reply);
   const boost::asio::any_io_executor& executor() const noexcept { return executor_; }
   const ManagerOptions& options() const noexcept { return options_; }
@@ -135,6 +138,8 @@ class LockService : public std::enable_shared_from_this<LockService> {
   std::string manager_id_;     // 16 hex digits; queue members are token + manager id
   std::string notify_prefix_;  // <prefix>notify:  (+ manager id = our channel)
   std::shared_ptr<Connection> subscriber_;  // created with the first waiter
+  // Acquires with min_replicas: WAIT blocks its connection, so they get one of their own.
+  std::shared_ptr<Connection> durable_;
   enum class Subscription { none, pending, confirmed } subscription_ = Subscription::none;
   std::unordered_map<std::string, std::weak_ptr<struct AcquireOp>> waiters_;  // by token
   // Renewal watchdog: one timer for all auto-renewed leases, at the earliest due time; all

@@ -39,6 +39,11 @@ struct LockOptions {
   bool auto_renew = false;                ///< the manager's watchdog extends the lease while held
   std::chrono::milliseconds renew_every{0};  ///< with auto_renew: 0 = every ttl / 3
   std::chrono::milliseconds max_hold{0};  ///< with auto_renew: stop renewing after this; 0 = never
+  /// After taking the lease, WAIT until this many replicas have it, for at most
+  /// `replication_timeout`; fewer: the lease is released and the acquire fails with
+  /// `error::not_replicated`. So a failover cannot silently hand the lock to a second holder.
+  int min_replicas = 0;
+  std::chrono::milliseconds replication_timeout{100};
 };
 
 /// Settings of one LockManager that are not about the connection.

@@ -29,6 +29,7 @@ enum class error {
   lock_lost,             ///< the lease expired or passed to another holder
   shutdown,              ///< the io_context is shutting down
   unexpected_reply,      ///< a reply of a shape the library does not expect
+  not_replicated,        ///< fewer replicas than LockOptions::min_replicas confirmed the lease
 };
 
 /// The category of `redis_lock::error`; its name() is "redis_lock".

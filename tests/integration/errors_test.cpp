@@ -57,7 +57,7 @@ TEST(ServerErrors, OutOfMemory) {
 }
 
 TEST(ServerErrors, ReadOnlyReplica) {
-  RedisServer master;
+  RedisServer master({"--repl-diskless-sync-delay", "0"});
   RedisServer replica({"--replicaof", "127.0.0.1", std::to_string(master.port())});
   asio::io_context io;
   LockManager locks(io.get_executor(), replica.config());
