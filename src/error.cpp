@@ -37,6 +37,7 @@ class Category final : public boost::system::error_category {
       case error::unexpected_reply: return "the server sent a reply of an unexpected shape";
       case error::not_replicated:
         return "too few replicas confirmed the lock in time; it was released";
+      case error::not_acquired: return "the lock was held elsewhere; the work did not run";
     }
     return "unknown redis_lock error";
   }

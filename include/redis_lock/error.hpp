@@ -30,6 +30,7 @@ enum class error {
   shutdown,              ///< the io_context is shutting down
   unexpected_reply,      ///< a reply of a shape the library does not expect
   not_replicated,        ///< fewer replicas than LockOptions::min_replicas confirmed the lease
+  not_acquired,          ///< with_lock: held elsewhere until the wait ran out (work not run)
 };
 
 /// The category of `redis_lock::error`; its name() is "redis_lock".

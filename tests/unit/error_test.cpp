@@ -10,7 +10,7 @@ using redis_lock::error;
 
 TEST(ErrorCategory, NameAndMessages) {
   EXPECT_STREQ(redis_lock::error_category().name(), "redis_lock");
-  for (int e = 1; e <= static_cast<int>(error::not_replicated); ++e) {
+  for (int e = 1; e <= static_cast<int>(error::not_acquired); ++e) {
     const auto msg = make_error_code(static_cast<error>(e)).message();
     EXPECT_FALSE(msg.empty());
     EXPECT_NE(msg, "unknown redis_lock error") << e;

@@ -1,0 +1,87 @@
+// SPDX-License-Identifier: MIT
+// with_lock / async_with_lock: work under a lease, work cancelled when the lease is lost.
+#include "live.hpp"
+
+#include <redis_lock/with_lock.hpp>
+
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_future.hpp>
+
+using namespace redis_lock;
+using namespace redis_lock::test;
+using boost::system::error_code;
+
+TEST(WithLock, RunsTheWorkUnderTheLeaseAndReleases) {
+  asio::io_context io;
+  auto cfg = shared_server_config();
+  LockManager locks(io.get_executor(), cfg);
+  const auto resource = unique_resource();
+  bool ran = false;
+  std::optional<error_code> result;
+  async_with_lock(locks, resource, {.ttl = 300ms},
+                  [&](const LockGuard& g) -> asio::awaitable<void> {
+                    EXPECT_EQ(redis_command(cfg.port, {"GET", lease_key(resource)}), g.token());
+                    asio::steady_timer t(co_await asio::this_coro::executor, 700ms);
+                    co_await t.async_wait(asio::use_awaitable);  // longer than the ttl: renewed
+                    ran = true;
+                  },
+                  [&](std::exception_ptr e, error_code ec) {
+                    EXPECT_FALSE(e);
+                    result = ec;
+                  });
+  io.run_for(10s);
+  ASSERT_TRUE(result);
+  EXPECT_FALSE(*result) << result->message();
+  EXPECT_TRUE(ran);
+  EXPECT_EQ(redis_command(cfg.port, {"EXISTS", lease_key(resource)}), "0");
+}
+
+TEST(WithLock, LostLeaseCancelsTheWork) {
+  asio::io_context io;
+  auto cfg = shared_server_config();
+  LockManager locks(io.get_executor(), cfg);
+  const auto resource = unique_resource();
+  std::optional<error_code> result;
+  bool cancelled = false;
+  async_with_lock(locks, resource, {.ttl = 600ms},
+                  [&](const LockGuard&) -> asio::awaitable<void> {
+                    // Someone else takes the key: the next renewal is refused.
+                    redis_command(cfg.port, {"SET", lease_key(resource), "intruder", "PX", "30000"});
+                    asio::steady_timer t(co_await asio::this_coro::executor, 30s);
+                    try {
+                      co_await t.async_wait(asio::use_awaitable);
+                    } catch (const boost::system::system_error& e) {
+                      cancelled = e.code() == asio::error::operation_aborted;
+                      throw;
+                    }
+                  },
+                  [&](std::exception_ptr e, error_code ec) {
+                    EXPECT_FALSE(e);
+                    result = ec;
+                  });
+  io.run_for(10s);
+  ASSERT_TRUE(result);
+  EXPECT_EQ(*result, error::lock_lost);
+  EXPECT_TRUE(cancelled);
+  EXPECT_EQ(redis_command(cfg.port, {"GET", lease_key(resource)}), "intruder");
+}
+
+TEST(WithLock, HeldElsewhereDoesNotRunTheWork) {
+  asio::io_context io;
+  auto cfg = shared_server_config();
+  LockManager a(io.get_executor(), cfg), b(io.get_executor(), cfg);
+  const auto resource = unique_resource();
+  bool ran = false;
+  std::optional<error_code> result;
+  run_co(io, [&]() -> asio::awaitable<void> {
+    auto held = co_await a.async_acquire(resource, {.ttl = 10s}, asio::use_awaitable);
+    CO_ASSERT_TRUE(held);
+    result = co_await with_lock(b, resource, {.ttl = 1s}, [&](const LockGuard&) -> asio::awaitable<void> {
+      ran = true;
+      co_return;
+    });
+  }());
+  ASSERT_TRUE(result);
+  EXPECT_EQ(*result, error::not_acquired);
+  EXPECT_FALSE(ran);
+}
