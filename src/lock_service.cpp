@@ -236,10 +236,12 @@ struct CompareOp final : ScriptOp {
 
 /// One watchdog extension.
 struct RenewOp final : ScriptOp {
-  std::shared_ptr<LeaseState> lease;
+  std::weak_ptr<LeaseState> lease;
   std::string ttl_ms;
-  Clock::time_point sent = Clock::now();
-  void on_reply(error_code ec, Reply reply) override { service->renewed(lease, sent, ec, reply); }
+  Clock::time_point sent;
+  void on_reply(error_code ec, Reply reply) override {
+    if (auto held = lease.lock()) service->renewed(held, sent, ec, reply);
+  }
 };
 
 LockService::LockService(asio::any_io_executor ex, ConnectionConfig config, ManagerOptions options)
@@ -595,9 +597,21 @@ void LockService::extend(std::string resource, std::string token,
 // ---------------------------------------------------------------------------------------
 // Renewal watchdog and lost leases
 
+namespace {
+
+// Renewals are due on a 25 ms grid (rounded down, so never late): leases taken around the
+// same time renew in the same timer turn and the same write.
+Clock::time_point renewal_slot(Clock::time_point due) {
+  constexpr auto grid = std::chrono::duration_cast<Clock::duration>(milliseconds(25));
+  const auto since = due.time_since_epoch();
+  return Clock::time_point(since - since % grid);
+}
+
+}  // namespace
+
 void LockService::watch(const std::shared_ptr<LeaseState>& lease) {
   if (!connection_) return;
-  schedule(lease, Clock::now() + lease->renew_every);
+  schedule(lease, renewal_slot(Clock::now() + lease->renew_every));
 }
 
 void LockService::schedule(const std::shared_ptr<LeaseState>& lease, Clock::time_point at) {
@@ -633,8 +647,12 @@ void LockService::unschedule(LeaseState& lease) {
 }
 
 void LockService::on_renew_timer() {
+  // At most this many leases per turn: with 100k leases due at once, one turn would build a
+  // 10 MB write; in slices, each slice's write goes out while the next is prepared.
+  constexpr int slice = 1024;
   const auto now = Clock::now();
-  while (!renewals_.empty() && renewals_.begin()->first <= now) {
+  int handled = 0;
+  while (!renewals_.empty() && renewals_.begin()->first <= now && handled++ < slice) {
     auto lease = renewals_.begin()->second;
     renewals_.erase(renewals_.begin());
     lease->scheduled = false;
@@ -645,22 +663,35 @@ void LockService::on_renew_timer() {
       continue;
     }
     // Past max_hold we stop renewing; the lease runs out and is reported lost at `valid`.
-    if (now < lease->hold_until && !lease->renewing) renew(lease);
-    schedule(lease, valid);  // a confirmed renewal reschedules earlier
+    if (now < lease->hold_until && !lease->renewing) {
+      renew(lease);
+      // Its reply (or its command deadline) reschedules the lease. Only if that deadline
+      // could fall after `valid` does the loss need a check of its own.
+      if (now + config_.command_timeout < valid) continue;
+    }
+    schedule(lease, valid);
   }
-  if (!renewals_.empty()) arm_renew_timer(renewals_.begin()->first);
+  if (!renewals_.empty()) arm_renew_timer(std::max(renewals_.begin()->first, now));
 }
 
 void LockService::renew(const std::shared_ptr<LeaseState>& lease) {
-  auto op = std::make_shared<RenewOp>();
-  op->service = shared_from_this();
-  op->lease = lease;
-  op->token = lease->token;
-  op->keys = make_keys(options_.key_prefix, lease->resource);
-  op->ttl_ms = to_decimal(lease->ttl.count());
-  op->set_args(extend_script, {op->keys.lease}, {op->token, op->ttl_ms});
+  if (!lease->renewal) {
+    // Keys and arguments are the same every time: build them once per lease. The op holds
+    // the lease weakly, or the two would keep each other alive.
+    auto op = std::make_shared<RenewOp>();
+    op->service = shared_from_this();
+    op->lease = lease;
+    op->token = lease->token;
+    op->keys = make_keys(options_.key_prefix, lease->resource);
+    op->ttl_ms = to_decimal(lease->ttl.count());
+    lease->renewal = op;
+  }
+  auto& op = static_cast<RenewOp&>(*lease->renewal);
+  op.sent = Clock::now();
+  op.sent_body = false;
+  op.set_args(extend_script, {op.keys.lease}, {op.token, op.ttl_ms});
   lease->renewing = true;
-  send(std::move(op));
+  send(lease->renewal);
 }
 
 void LockService::renewed(const std::shared_ptr<LeaseState>& lease, Clock::time_point sent,
@@ -675,7 +706,7 @@ void LockService::renewed(const std::shared_ptr<LeaseState>& lease, Clock::time_
   }
   if (reply.integer != 1) return mark_lost(lease);  // expired, or someone else's now
   lease->confirm(sent, lease->ttl);
-  schedule(lease, sent + lease->renew_every);
+  schedule(lease, renewal_slot(sent + lease->renew_every));
 }
 
 void LockService::mark_lost(const std::shared_ptr<LeaseState>& lease) {

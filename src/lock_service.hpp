@@ -39,6 +39,7 @@ struct LeaseState {
   std::atomic<bool> has_waiter{false};
 
   // Strand only.
+  std::shared_ptr<ScriptOp> renewal;  // built once, reused for every renewal
   bool renewing = false;
   bool scheduled = false;
   std::multimap<Clock::time_point, std::shared_ptr<LeaseState>>::iterator schedule_entry;
