@@ -7,6 +7,7 @@
 #include <redis_lock/redis_lock.hpp>
 
 #include "keys.hpp"
+#include "raw_redis.hpp"
 #include "redis_lock_scripts.hpp"
 #include "token.hpp"
 
@@ -52,11 +53,7 @@ Latency summarize(std::vector<double>& us) {
 class RawClient {
  public:
   explicit RawClient(std::uint16_t port) {
-    ctx_ = redisConnect("127.0.0.1", port);
-    if (ctx_ == nullptr || ctx_->err) {
-      std::fprintf(stderr, "raw connect failed\n");
-      std::exit(1);
-    }
+    ctx_ = bench::connect_or_exit(port);
     for (const auto* s : {&detail::acquire_script, &detail::release_script}) {
       auto* r = static_cast<redisReply*>(
           redisCommand(ctx_, "SCRIPT LOAD %b", s->body.data(), s->body.size()));

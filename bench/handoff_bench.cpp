@@ -12,6 +12,7 @@
 #include "keys.hpp"
 #include "redis_lock_scripts.hpp"
 #include "token.hpp"
+#include "raw_redis.hpp"
 
 #include <boost/asio/io_context.hpp>
 #include <hiredis/hiredis.h>
@@ -38,32 +39,7 @@ struct Args {
   int handoffs = 2000;
 };
 
-redisContext* connect_raw(std::uint16_t port) {
-  redisContext* c = redisConnect("127.0.0.1", port);
-  if (c == nullptr || c->err) {
-    std::fprintf(stderr, "connect failed\n");
-    std::exit(1);
-  }
-  return c;
-}
-
-std::string command(redisContext* c, const std::vector<std::string>& args) {
-  std::vector<const char*> argv;
-  std::vector<std::size_t> lens;
-  for (const auto& a : args) {
-    argv.push_back(a.data());
-    lens.push_back(a.size());
-  }
-  auto* r = static_cast<redisReply*>(
-      redisCommandArgv(c, static_cast<int>(argv.size()), argv.data(), lens.data()));
-  std::string out;
-  if (r != nullptr) {
-    if (r->type == REDIS_REPLY_INTEGER) out = std::to_string(r->integer);
-    else if (r->str != nullptr) out.assign(r->str, r->len);
-    freeReplyObject(r);
-  }
-  return out;
-}
+using bench::command;
 
 /// Commands sent by clients since the last SLOWLOG RESET (threshold 0). Redis 7 also logs
 /// the commands a script runs, under the pseudo-client "?:0": those are left out, and so are
@@ -97,7 +73,7 @@ double percentile(std::vector<double> v, double p) {
 
 /// p50 of one raw acquire+release pair: the same scripts with the same arguments.
 double raw_pair_p50_us(std::uint16_t port, int pairs) {
-  redisContext* c = connect_raw(port);
+  redisContext* c = bench::connect_or_exit(port);
   for (const auto* s : {&detail::acquire_script, &detail::release_script}) {
     command(c, {"SCRIPT", "LOAD", std::string(s->body)});
   }
@@ -184,7 +160,7 @@ int main(int argc, char** argv) {
     else if (k == "--waiters") a.waiters = std::atoi(argv[i + 1]);
     else if (k == "--handoffs") a.handoffs = std::atoi(argv[i + 1]);
   }
-  redisContext* admin = connect_raw(a.port);
+  redisContext* admin = bench::connect_or_exit(a.port);
   const double raw_p50 = raw_pair_p50_us(a.port, 2000);
 
   command(admin, {"CONFIG", "SET", "slowlog-log-slower-than", "0"});

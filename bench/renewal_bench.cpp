@@ -8,6 +8,7 @@
 #include <redis_lock/redis_lock.hpp>
 
 #include "keys.hpp"
+#include "raw_redis.hpp"
 #include "redis_lock_scripts.hpp"
 
 #include <boost/asio/io_context.hpp>
@@ -66,7 +67,7 @@ long evalsha_calls(redisContext* c) {
 
 /// Raw: one renewal round of `n` extension scripts, pipelined in batches of 1000.
 double raw_round_cpu(std::uint16_t port, int n, long ttl_ms) {
-  redisContext* c = redisConnect("127.0.0.1", port);
+  redisContext* c = bench::connect_or_exit(port);
   auto* loaded = static_cast<redisReply*>(redisCommand(
       c, "SCRIPT LOAD %b", detail::extend_script.body.data(), detail::extend_script.body.size()));
   freeReplyObject(loaded);
@@ -107,7 +108,7 @@ int main(int argc, char** argv) {
     else if (k == "--ttl-ms") ttl_ms = std::atol(argv[i + 1]);
   }
   const auto ttl = std::chrono::milliseconds(ttl_ms);
-  redisContext* admin = redisConnect("127.0.0.1", port);
+  redisContext* admin = bench::connect_or_exit(port);
 
   const double raw_cpu = raw_round_cpu(port, n, ttl_ms);
 
