@@ -5,23 +5,12 @@
 #include "completion.hpp"
 #include "lock_service.hpp"
 
-#include <boost/asio/system_executor.hpp>
 
 namespace redis_lock {
 
 namespace asio = boost::asio;
 using boost::system::error_code;
 
-namespace {
-
-// An empty guard has no executor of its own: complete on the handler's associated executor,
-// reached through the system executor, never inline.
-void complete_empty(detail::BoolHandler handler) {
-  detail::deliver(asio::any_io_executor(asio::system_executor()), detail::Defer::yes,
-                  std::move(handler), error_code{}, false);
-}
-
-}  // namespace
 
 // ---------------------------------------------------------------------------------------
 // LockGuard
@@ -94,7 +83,6 @@ void LockGuard::release_impl(LockGuard guard, detail::BoolHandler handler) {
   std::string resource, token;
   std::shared_ptr<detail::LeaseState> lease = std::move(guard.lease_);
   detail::GuardAccess::take(guard, service, resource, token);
-  if (!service) return complete_empty(std::move(handler));
   if (lease) service->forget(lease);
   service->release(std::move(resource), std::move(token), std::move(handler));
 }
@@ -102,7 +90,7 @@ void LockGuard::release_impl(LockGuard guard, detail::BoolHandler handler) {
 void LockGuard::extend_impl(std::shared_ptr<detail::LockService> service, std::string resource,
                             std::string token, std::shared_ptr<detail::LeaseState> lease,
                             std::chrono::milliseconds ttl, detail::BoolHandler handler) {
-  if (!service) return complete_empty(std::move(handler));
+  // Empty guards are completed by the header (complete_without_lock): `service` is set.
   service->extend(std::move(resource), std::move(token), std::move(lease), ttl,
                   std::move(handler));
 }
@@ -110,10 +98,6 @@ void LockGuard::extend_impl(std::shared_ptr<detail::LockService> service, std::s
 void LockGuard::wait_lost_impl(std::shared_ptr<detail::LockService> service,
                                std::shared_ptr<detail::LeaseState> lease,
                                detail::ErrorHandler handler) {
-  if (!service || !lease) {
-    return detail::deliver(asio::any_io_executor(asio::system_executor()), detail::Defer::yes,
-                           std::move(handler), error_code(asio::error::operation_aborted));
-  }
   service->wait_lost(std::move(lease), std::move(handler));
 }
 
@@ -138,10 +122,6 @@ std::string LockManager::last_server_error() const {
 
 void LockManager::acquire_impl(std::shared_ptr<detail::LockService> service, std::string resource,
                                LockOptions options, detail::AcquireHandler handler) {
-  if (!service) {  // a moved-from manager
-    return detail::deliver(asio::any_io_executor(asio::system_executor()), detail::Defer::yes,
-                           std::move(handler), error_code(error::invalid_argument), LockGuard{});
-  }
   service->acquire(std::move(resource), options, std::move(handler));
 }
 

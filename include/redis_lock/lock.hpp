@@ -11,6 +11,8 @@
 #include <boost/asio/async_result.hpp>
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/deferred.hpp>
+#include <boost/asio/error.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/system/error_code.hpp>
 
 #include <chrono>
@@ -31,6 +33,17 @@ using AcquireHandler =
     boost::asio::any_completion_handler<void(boost::system::error_code, LockGuard)>;
 using BoolHandler = boost::asio::any_completion_handler<void(boost::system::error_code, bool)>;
 using ErrorHandler = boost::asio::any_completion_handler<void(boost::system::error_code)>;
+
+/// Completes an operation on an empty guard: on the handler's associated executor, never
+/// inside the initiating call, and without touching Redis. Done here, where the handler's
+/// type is known, so that no type-erased executor is involved.
+template <class Handler, class... Args>
+void complete_without_lock(Handler&& handler, Args... args) {
+  auto ex = boost::asio::get_associated_executor(handler);
+  boost::asio::post(ex, [h = std::forward<Handler>(handler), ... a = std::move(args)]() mutable {
+    std::move(h)(std::move(a)...);
+  });
+}
 }  // namespace detail
 
 /// Ownership of one lock, like `std::unique_lock` for a Redis lease.
@@ -93,6 +106,11 @@ class REDIS_LOCK_EXPORT LockGuard {
     return boost::asio::async_initiate<CompletionToken, void(boost::system::error_code)>(
         [](auto handler, std::shared_ptr<detail::LockService> service,
            std::shared_ptr<detail::LeaseState> lease) {
+          if (!service || !lease) {
+            return detail::complete_without_lock(
+                std::move(handler),
+                boost::system::error_code(boost::asio::error::operation_aborted));
+          }
           wait_lost_impl(std::move(service), std::move(lease),
                          detail::ErrorHandler(std::move(handler)));
         },
@@ -121,6 +139,10 @@ class REDIS_LOCK_EXPORT LockGuard {
   auto async_release(CompletionToken&& token = {}) {
     return boost::asio::async_initiate<CompletionToken, void(boost::system::error_code, bool)>(
         [](auto handler, LockGuard guard) {
+          if (!guard.owns_lock()) {
+            return detail::complete_without_lock(std::move(handler), boost::system::error_code{},
+                                                 false);
+          }
           release_impl(std::move(guard), detail::BoolHandler(std::move(handler)));
         },
         token, std::move(*this));
@@ -144,6 +166,10 @@ class REDIS_LOCK_EXPORT LockGuard {
         [](auto handler, std::shared_ptr<detail::LockService> service, std::string resource,
            std::string owner, std::shared_ptr<detail::LeaseState> lease,
            std::chrono::milliseconds new_ttl) {
+          if (!service) {
+            return detail::complete_without_lock(std::move(handler), boost::system::error_code{},
+                                                 false);
+          }
           extend_impl(std::move(service), std::move(resource), std::move(owner), std::move(lease),
                       new_ttl, detail::BoolHandler(std::move(handler)));
         },
@@ -216,6 +242,11 @@ class REDIS_LOCK_EXPORT LockManager {
                                        void(boost::system::error_code, LockGuard)>(
         [](auto handler, std::shared_ptr<detail::LockService> service, std::string name,
            LockOptions opts) {
+          if (!service) {  // a moved-from manager
+            return detail::complete_without_lock(
+                std::move(handler), boost::system::error_code(error::invalid_argument),
+                LockGuard{});
+          }
           acquire_impl(std::move(service), std::move(name), opts,
                        detail::AcquireHandler(std::move(handler)));
         },
