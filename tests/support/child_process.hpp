@@ -60,6 +60,9 @@ class ChildProcess {
     pid_ = -1;
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   }
+  void signal(int sig) {
+    if (pid_ > 0) ::kill(pid_, sig);
+  }
   void kill9() {
     if (pid_ <= 0) return;
     ::kill(pid_, SIGKILL);

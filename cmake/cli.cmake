@@ -1,0 +1,6 @@
+# SPDX-License-Identifier: MIT
+# The redis-lock command-line tool, installed with the library.
+add_executable(redis_lock_cli src/cli/redis_lock_cli.cpp)
+set_target_properties(redis_lock_cli PROPERTIES OUTPUT_NAME redis-lock)
+target_link_libraries(redis_lock_cli PRIVATE redis_lock::redis_lock)
+redis_lock_warnings(redis_lock_cli)

@@ -1,0 +1,143 @@
+// SPDX-License-Identifier: MIT
+// The redis-lock command-line tool, run as a real process against a real server.
+#include "live.hpp"
+
+#include "child_process.hpp"
+
+#include <boost/asio/use_future.hpp>
+
+#include <algorithm>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <thread>
+
+using namespace redis_lock;
+using namespace redis_lock::test;
+
+namespace {
+
+std::string url() { return "redis://127.0.0.1:" + std::to_string(shared_server_port()); }
+
+std::vector<std::string> cli(std::vector<std::string> args) {
+  args.insert(args.begin(), {REDIS_LOCK_CLI_PATH, "--url", url()});
+  return args;
+}
+
+bool wait_until_exists(const std::string& key, bool exists) {
+  const auto until = std::chrono::steady_clock::now() + 10s;
+  while (std::chrono::steady_clock::now() < until) {
+    if ((redis_command(shared_server_port(), {"EXISTS", key}) == "1") == exists) return true;
+    std::this_thread::sleep_for(5ms);  // polling Redis: there is no signal for "locked"
+  }
+  return false;
+}
+
+}  // namespace
+
+TEST(Cli, ConcurrentInvocationsNeverOverlap) {
+  const auto resource = unique_resource();
+  char path[] = "/tmp/redis_lock_cli_XXXXXX";
+  const int fd = ::mkstemp(path);
+  ASSERT_GE(fd, 0);
+  ::close(fd);
+  const std::string script = std::string("echo \"$$ start $(date +%s%N)\" >> ") + path +
+                             "; sleep 0.1; echo \"$$ end $(date +%s%N)\" >> " + path;
+  std::vector<std::unique_ptr<ChildProcess>> runs;
+  for (int i = 0; i < 4; ++i) {
+    runs.push_back(std::make_unique<ChildProcess>(
+        cli({"--wait", "30s", resource, "--", "sh", "-c", script})));
+  }
+  for (auto& r : runs) EXPECT_EQ(r->wait(), 0);
+  std::map<std::string, std::pair<long long, long long>> spans;  // shell pid -> start, end
+  std::ifstream in(path);
+  std::string pid, what;
+  long long ns = 0;
+  while (in >> pid >> what >> ns) (what == "start" ? spans[pid].first : spans[pid].second) = ns;
+  std::remove(path);
+  ASSERT_EQ(spans.size(), 4u);
+  std::vector<std::pair<long long, long long>> ordered;
+  for (auto& [p, span] : spans) ordered.push_back(span);
+  std::sort(ordered.begin(), ordered.end());
+  for (std::size_t i = 1; i < ordered.size(); ++i) {
+    EXPECT_LE(ordered[i - 1].second, ordered[i].first) << "two commands ran at once";
+  }
+}
+
+TEST(Cli, CommandSeesTheLockInItsEnvironment) {
+  const auto resource = unique_resource();
+  ChildProcess run(cli({resource, "--", "sh", "-c",
+                        "echo \"$REDIS_LOCK_RESOURCE $REDIS_LOCK_FENCING_TOKEN\""}));
+  std::istringstream line(run.read_line());
+  std::string got_resource;
+  unsigned long long fence = 0;
+  line >> got_resource >> fence;
+  EXPECT_EQ(run.wait(), 0);
+  EXPECT_EQ(got_resource, resource);
+  EXPECT_GT(fence, 0u);
+  EXPECT_EQ(redis_command(shared_server_port(), {"EXISTS", lease_key(resource)}), "0")
+      << "released when the command exited";
+}
+
+TEST(Cli, ExitCodes) {
+  const auto resource = unique_resource();
+  EXPECT_EQ(ChildProcess(cli({resource, "--", "sh", "-c", "exit 7"})).wait(), 7);
+  EXPECT_EQ(ChildProcess(cli({resource, "--", "/no/such/command"})).wait(), 127);
+  EXPECT_EQ(ChildProcess({REDIS_LOCK_CLI_PATH, resource}).wait(), 2);  // no command
+  EXPECT_EQ(ChildProcess({REDIS_LOCK_CLI_PATH, "--ttl", "soon", resource, "--", "true"}).wait(), 2);
+  EXPECT_EQ(ChildProcess({REDIS_LOCK_CLI_PATH, "--url", "redis://127.0.0.1:" +
+                                                            std::to_string(free_port()),
+                          resource, "--", "true"})
+                .wait(),
+            3);
+}
+
+TEST(Cli, NonblockExitsOneWhenHeldElsewhere) {
+  const auto resource = unique_resource();
+  asio::io_context io;
+  LockManager locks(io.get_executor(), shared_server_config());
+  LockGuard held;
+  locks.async_acquire(resource, {.ttl = 30s}, [&](boost::system::error_code, LockGuard g) {
+    held = std::move(g);
+  });
+  io.run_for(5s);
+  ASSERT_TRUE(held);
+  ChildProcess run(cli({"--nonblock", resource, "--", "sh", "-c", "echo ran"}));
+  EXPECT_EQ(run.read_line(), "") << "the command must not run";
+  EXPECT_EQ(run.wait(), 1);
+  EXPECT_EQ(ChildProcess(cli({"--wait", "200ms", resource, "--", "true"})).wait(), 1);
+}
+
+TEST(Cli, LostLockTerminatesTheCommand) {
+  const auto resource = unique_resource();
+  ChildProcess run(cli({"--ttl", "600ms", "--kill-after", "2s", resource, "--", "sleep", "30"}));
+  ASSERT_TRUE(wait_until_exists(lease_key(resource), true));
+  const auto start = std::chrono::steady_clock::now();
+  // Someone else owns the key now: the next renewal is refused.
+  redis_command(shared_server_port(), {"SET", lease_key(resource), "intruder", "PX", "30000"});
+  EXPECT_EQ(run.wait(), 4);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 3s);
+  EXPECT_EQ(redis_command(shared_server_port(), {"GET", lease_key(resource)}), "intruder");
+}
+
+TEST(Cli, SignalsArePassedOnAndTheLockIsReleased) {
+  const auto resource = unique_resource();
+  ChildProcess run(cli({resource, "--", "sleep", "30"}));
+  ASSERT_TRUE(wait_until_exists(lease_key(resource), true));
+  run.signal(SIGTERM);
+  EXPECT_EQ(run.wait(), 128 + SIGTERM);  // sleep died of the SIGTERM we passed on
+  EXPECT_EQ(redis_command(shared_server_port(), {"EXISTS", lease_key(resource)}), "0");
+}
+
+TEST(Cli, CommandIgnoringSigtermIsKilledAfterKillAfter) {
+  const auto resource = unique_resource();
+  ChildProcess run(cli({"--ttl", "600ms", "--kill-after", "300ms", resource, "--", "sh", "-c",
+                        "trap '' TERM; exec sleep 30"}));
+  ASSERT_TRUE(wait_until_exists(lease_key(resource), true));
+  const auto start = std::chrono::steady_clock::now();
+  redis_command(shared_server_port(), {"SET", lease_key(resource), "intruder", "PX", "30000"});
+  EXPECT_EQ(run.wait(), 4);
+  const auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_GE(took, 300ms);  // SIGTERM was ignored; SIGKILL came after --kill-after
+  EXPECT_LT(took, 3s);
+}
