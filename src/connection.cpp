@@ -60,7 +60,9 @@ bool is_push(const Reply& r) {
          r.elements[0].type == Reply::Type::string && r.elements[0].str == "message";
 }
 
-void fail_all(std::deque<auto>& pendings, error_code ec) {
+// (A template, not `std::deque<auto>&`: that spelling is a GCC extension clang rejects.)
+template <class Pendings>
+void fail_all(Pendings& pendings, error_code ec) {
   auto failed = std::move(pendings);
   pendings.clear();
   for (auto& p : failed) {

@@ -96,8 +96,33 @@ boost::system::error_code error_from_reply(std::string_view text) noexcept {
   return error::server_error;
 }
 
+namespace {
+
+// hiredis (0.14) allocates an array's element table as soon as it reads the header, so a
+// hostile server sending "*6222222176" made it ask for 50 GB (found by the reply fuzzer).
+// Our replies have a handful of elements: refuse large arrays before anything is allocated;
+// hiredis then fails the stream and we drop the connection with protocol_error.
+constexpr long long max_array_elements = 1024;
+
+redisReplyObjectFunctions* bounded_functions(const redisReplyObjectFunctions* defaults) {
+  static const redisReplyObjectFunctions* original = defaults;
+  static redisReplyObjectFunctions bounded = [] {
+    redisReplyObjectFunctions fn = *original;
+    fn.createArray = [](const redisReadTask* task, auto elements) -> void* {
+      const auto n = static_cast<long long>(elements);
+      if (n < 0 || n > max_array_elements) return nullptr;  // negative: a wrapped count
+      return original->createArray(task, elements);
+    };
+    return fn;
+  }();
+  return &bounded;
+}
+
+}  // namespace
+
 ReplyReader::ReplyReader() : reader_(redisReaderCreate()) {
   if (reader_ == nullptr) throw std::bad_alloc();
+  reader_->fn = bounded_functions(reader_->fn);
 }
 
 ReplyReader::~ReplyReader() { redisReaderFree(reader_); }

@@ -7,6 +7,7 @@ REDIS_LOCK_PACKAGES=(
   libboost1.81-dev libboost-url1.81-dev libboost-json1.81-dev libboost-context1.81-dev
   libhiredis-dev libfmt-dev libgtest-dev libbenchmark-dev
   redis-server
+  clang libclang-rt-dev
 )
 
 log() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }

@@ -78,3 +78,24 @@ TEST(Resp, RejectsGarbage) {
   EXPECT_FALSE(reader.next(failed));
   EXPECT_TRUE(failed);
 }
+
+TEST(Resp, HugeArrayHeaderIsRefusedNotAllocated) {
+  // Regression test from the reply fuzzer: hiredis would allocate the element table first.
+  ReplyReader reader;
+  const std::string wire = "*6222222176\r\n:1\r\n";
+  reader.feed(wire.data(), wire.size());
+  bool failed = false;
+  EXPECT_FALSE(reader.next(failed));
+  EXPECT_TRUE(failed);
+}
+
+TEST(Resp, ArraysUpToTheLimitStillDecode) {
+  ReplyReader reader;
+  std::string wire = "*1024\r\n";
+  for (int i = 0; i < 1024; ++i) wire += ":1\r\n";
+  reader.feed(wire.data(), wire.size());
+  bool failed = false;
+  auto r = reader.next(failed);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->elements.size(), 1024u);
+}
