@@ -244,7 +244,8 @@ int main(int argc, char** argv) {
   }
   auto config = redis_lock::ConnectionConfig::from_url(options->url);
   if (!config) {
-    std::fprintf(stderr, "redis-lock: bad URL: %s\n", options->url.c_str());
+    // Not echoed: it may carry a password.
+    std::fputs("redis-lock: the URL is not a valid redis://, rediss:// or unix:// URL\n", stderr);
     return exit_usage;
   }
   asio::io_context io(1);

@@ -85,6 +85,10 @@ TEST(Cli, ExitCodes) {
   EXPECT_EQ(ChildProcess(cli({resource, "--", "/no/such/command"})).wait(), 127);
   EXPECT_EQ(ChildProcess({REDIS_LOCK_CLI_PATH, resource}).wait(), 2);  // no command
   EXPECT_EQ(ChildProcess({REDIS_LOCK_CLI_PATH, "--ttl", "soon", resource, "--", "true"}).wait(), 2);
+  EXPECT_EQ(ChildProcess({REDIS_LOCK_CLI_PATH, "--url", "redis://:s3cret@host:99999", resource,
+                          "--", "true"})
+                .wait(),
+            2);
   EXPECT_EQ(ChildProcess({REDIS_LOCK_CLI_PATH, "--url", "redis://127.0.0.1:" +
                                                             std::to_string(free_port()),
                           resource, "--", "true"})
