@@ -79,12 +79,11 @@ void LockGuard::release_detached() noexcept {
 }
 
 void LockGuard::release_impl(LockGuard guard, detail::BoolHandler handler) {
-  std::shared_ptr<detail::LockService> service;
-  std::string resource, token;
-  std::shared_ptr<detail::LeaseState> lease = std::move(guard.lease_);
-  detail::GuardAccess::take(guard, service, resource, token);
-  if (lease) service->forget(lease);
-  service->release(std::move(resource), std::move(token), std::move(handler));
+  // The header completes empty guards itself: `guard` holds a lock here. Taking everything
+  // out leaves it empty, so its destructor posts nothing more.
+  auto service = std::exchange(guard.service_, nullptr);
+  if (auto lease = std::exchange(guard.lease_, nullptr)) service->forget(lease);
+  service->release(std::move(guard.resource_), std::move(guard.token_), std::move(handler));
 }
 
 void LockGuard::extend_impl(std::shared_ptr<detail::LockService> service, std::string resource,

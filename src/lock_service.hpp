@@ -64,14 +64,6 @@ struct GuardAccess {
     return LockGuard(std::move(service), std::move(resource), std::move(token), fencing_token,
                      std::move(lease));
   }
-  static void take(LockGuard& guard, std::shared_ptr<LockService>& service, std::string& resource,
-                   std::string& token) {
-    service = std::move(guard.service_);
-    resource = std::move(guard.resource_);
-    token = std::move(guard.token_);
-    guard.service_.reset();
-    guard.fencing_token_ = 0;
-  }
 };
 
 class LockService : public std::enable_shared_from_this<LockService> {
@@ -108,7 +100,6 @@ class LockService : public std::enable_shared_from_this<LockService> {
   void remove_waiter(const std::string& token);
   const std::string& member_suffix() const noexcept { return manager_id_; }
   bool listening() const noexcept { return subscription_ == Subscription::confirmed; }
-  const std::string& notify_prefix() const noexcept { return notify_prefix_; }
 
   // Used by the script operations (on the strand).
   void send(std::shared_ptr<ScriptOp> op);
@@ -117,7 +108,6 @@ class LockService : public std::enable_shared_from_this<LockService> {
                      Connection::Callback callback);
   boost::system::error_code server_error(const Reply& reply);
   const boost::asio::any_io_executor& executor() const noexcept { return executor_; }
-  const ManagerOptions& options() const noexcept { return options_; }
   const Connection::Strand& strand() const noexcept { return connection_->strand(); }
 
  private:
