@@ -4,6 +4,8 @@
 #include <redis_lock/redis_lock.hpp>
 
 #include <boost/asio/as_tuple.hpp>
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
@@ -15,6 +17,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -58,7 +61,8 @@ options:
   -h, --help         this text
 DURATION: a number with ms, s, m or h (a bare number is seconds).
 
-SIGINT and SIGTERM are passed on to COMMAND. The lock is released when COMMAND exits.
+SIGINT and SIGTERM are passed on to COMMAND (while waiting for the lock, they end the wait
+with status 128+N). The lock is released when COMMAND exits.
 
 exit status:
   COMMAND's status when it ran under the lock (128+N if killed by signal N)
@@ -183,8 +187,32 @@ asio::awaitable<int> run(const Options& o, redis_lock::ConnectionConfig config) 
   redis_lock::LockOptions lock_options{.ttl = o.ttl, .auto_renew = o.renew};
   lock_options.wait = o.nonblock ? 0ms : o.wait.value_or(std::chrono::hours(24 * 365 * 10));
 
-  auto [ec, guard] = co_await locks.async_acquire(o.resource, lock_options,
-                                                  asio::as_tuple(asio::use_awaitable));
+  // Signals are ours from the start: SIGINT/SIGTERM while we wait for the lock cancel the
+  // wait (and leave the queue); once the command runs they are passed on. (Installed only
+  // after acquiring, a SIGTERM in between killed redis-lock itself: seen under ASan.)
+  asio::signal_set signals(ex, SIGINT, SIGTERM, SIGCHLD);
+  asio::cancellation_signal cancel_acquire;
+  pid_t child = -1;
+  int early_signal = 0;
+  std::function<void()> watch_early = [&] {
+    signals.async_wait([&](boost::system::error_code sig_ec, int sig) {
+      if (sig_ec) return;
+      if (sig == SIGCHLD) return watch_early();  // not our command's: nothing runs yet
+      if (child > 0) {
+        ::kill(child, sig);  // arrived just as the command started
+      } else {
+        early_signal = sig;
+        cancel_acquire.emit(asio::cancellation_type::terminal);
+      }
+    });
+  };
+  watch_early();
+
+  auto [ec, guard] = co_await locks.async_acquire(
+      o.resource, lock_options,
+      asio::bind_cancellation_slot(cancel_acquire.slot(), asio::as_tuple(asio::use_awaitable)));
+  if (early_signal != 0) co_return 128 + early_signal;  // the guard, if any, releases
+  signals.cancel();  // the main loop below waits on the signals from now on
   if (ec) {
     std::fprintf(stderr, "redis-lock: %s: %s\n", o.resource.c_str(), ec.message().c_str());
     co_return exit_redis_error;
@@ -194,9 +222,6 @@ asio::awaitable<int> run(const Options& o, redis_lock::ConnectionConfig config) 
     co_return exit_not_acquired;
   }
 
-  // Signals first, so that no SIGCHLD is missed between the spawn and the wait.
-  asio::signal_set signals(ex, SIGINT, SIGTERM, SIGCHLD);
-  pid_t child = -1;
   if (const int err = spawn_command(o, guard.fencing_token(), child); err != 0) {
     std::fprintf(stderr, "redis-lock: %s: %s\n", o.command[0].c_str(), std::strerror(err));
     co_await guard.async_release(asio::as_tuple(asio::use_awaitable));
@@ -222,6 +247,7 @@ asio::awaitable<int> run(const Options& o, redis_lock::ConnectionConfig config) 
     const pid_t done = ::waitpid(child, &status, WNOHANG);
     if (done == child) break;
     auto [sig_ec, signal] = co_await signals.async_wait(asio::as_tuple(asio::use_awaitable));
+    if (sig_ec == asio::error::operation_aborted) continue;  // the early watcher's cancel
     if (sig_ec) break;
     if (signal == SIGINT || signal == SIGTERM) ::kill(child, signal);  // pass it on
   }

@@ -3,6 +3,7 @@
 #include "live.hpp"
 
 #include "child_process.hpp"
+#include "keys.hpp"
 
 #include <boost/asio/use_future.hpp>
 
@@ -144,4 +145,23 @@ TEST(Cli, CommandIgnoringSigtermIsKilledAfterKillAfter) {
   const auto took = std::chrono::steady_clock::now() - start;
   EXPECT_GE(took, 300ms);  // SIGTERM was ignored; SIGKILL came after --kill-after
   EXPECT_LT(took, 3s);
+}
+
+TEST(Cli, SignalWhileWaitingEndsTheWaitAndLeavesTheQueue) {
+  const auto resource = unique_resource();
+  asio::io_context io;
+  LockManager locks(io.get_executor(), shared_server_config());
+  LockGuard held;
+  locks.async_acquire(resource, {.ttl = 30s}, [&](boost::system::error_code, LockGuard g) {
+    held = std::move(g);
+  });
+  io.run_for(5s);
+  ASSERT_TRUE(held);
+  ChildProcess run(cli({"--wait", "30s", resource, "--", "sh", "-c", "echo ran"}));
+  const auto queue = detail::make_keys("lock:", resource).queue;
+  ASSERT_TRUE(wait_until_exists(queue, true));
+  run.signal(SIGTERM);
+  EXPECT_EQ(run.read_line(), "") << "the command must not run";
+  EXPECT_EQ(run.wait(), 128 + SIGTERM);
+  EXPECT_TRUE(wait_until_exists(queue, false)) << "the cancelled wait stayed queued";
 }
