@@ -42,7 +42,7 @@ install(FILES
   DESTINATION ${REDIS_LOCK_CMAKE_DIR})
 
 # pkg-config, relocatable (prefix found from the .pc file's own place).
-set(REDIS_LOCK_PC_REQUIRES_PRIVATE "hiredis fmt")
+set(REDIS_LOCK_PC_REQUIRES_PRIVATE "hiredis fmt libssl libcrypto")
 set(REDIS_LOCK_PC_LIBS_PRIVATE "-lboost_url -pthread")
 file(RELATIVE_PATH REDIS_LOCK_PC_TO_PREFIX
   "${CMAKE_INSTALL_PREFIX}/${CMAKE_INSTALL_LIBDIR}/pkgconfig" "${CMAKE_INSTALL_PREFIX}")

@@ -22,6 +22,7 @@ add_library(redis_lock
   src/lock.cpp
   src/lock_service.cpp
   src/resp.cpp
+  src/tls.cpp
   src/token.cpp)
 add_library(redis_lock::redis_lock ALIAS redis_lock)
 
@@ -35,7 +36,7 @@ target_include_directories(redis_lock
     "${PROJECT_BINARY_DIR}/generated")
 target_link_libraries(redis_lock
   PUBLIC Boost::system Threads::Threads
-  PRIVATE Boost::url hiredis::hiredis fmt::fmt)
+  PRIVATE Boost::url hiredis::hiredis fmt::fmt OpenSSL::SSL OpenSSL::Crypto)
 # Asio is used without its deprecated interfaces; the same defines hold for consumers.
 target_compile_definitions(redis_lock PUBLIC BOOST_ASIO_NO_DEPRECATED)
 redis_lock_warnings(redis_lock)

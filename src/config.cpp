@@ -39,6 +39,24 @@ bool apply_query(const boost::urls::url_view& url, ConnectionConfig& cfg) {
       if (!parse_millis(param.value, cfg.connect_timeout)) return false;
     } else if (param.key == "command_timeout") {
       if (!parse_millis(param.value, cfg.command_timeout)) return false;
+    } else if (!cfg.tls) {
+      return false;  // the TLS parameters below only mean something with rediss://
+    } else if (param.key == "tls_ca_file") {
+      cfg.tls_ca_file = param.value;
+    } else if (param.key == "tls_cert_file") {
+      cfg.tls_cert_file = param.value;
+    } else if (param.key == "tls_key_file") {
+      cfg.tls_key_file = param.value;
+    } else if (param.key == "tls_server_name") {
+      cfg.tls_server_name = param.value;
+    } else if (param.key == "tls_verify") {
+      if (param.value == "true") {
+        cfg.tls_verify = true;
+      } else if (param.value == "false") {
+        cfg.tls_verify = false;
+      } else {
+        return false;
+      }
     } else {
       return false;
     }

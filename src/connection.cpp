@@ -9,6 +9,10 @@
 #include <boost/asio/ip/address.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/local/stream_protocol.hpp>
+#include <boost/asio/ssl/context.hpp>
+#include <boost/asio/ssl/error.hpp>
+#include <boost/asio/ssl/host_name_verification.hpp>
+#include <boost/asio/ssl/stream.hpp>
 #include <boost/asio/write.hpp>
 
 #include <algorithm>
@@ -24,9 +28,11 @@ namespace asio = boost::asio;
 using boost::system::error_code;
 
 struct Connection::Link {
+  using Socket = asio::generic::stream_protocol::socket;
   explicit Link(const asio::any_io_executor& ex) : socket(ex), resolver(ex) {}
-  asio::generic::stream_protocol::socket socket;
+  Socket socket;
   asio::ip::tcp::resolver resolver;
+  std::unique_ptr<asio::ssl::stream<Socket&>> tls;  // rediss://: every byte goes through it
   std::vector<asio::generic::stream_protocol::endpoint> endpoints;
   ReplyReader reader;
   std::deque<Pending> in_flight;
@@ -37,6 +43,24 @@ struct Connection::Link {
   bool writing = false;
   bool reading = false;
   bool is_tcp = true;
+
+  // One read and one write may be outstanding at once, on the strand, also through TLS.
+  template <class Handler>
+  void write(Handler&& handler) {
+    if (tls) {
+      asio::async_write(*tls, asio::buffer(write_buf), std::forward<Handler>(handler));
+    } else {
+      asio::async_write(socket, asio::buffer(write_buf), std::forward<Handler>(handler));
+    }
+  }
+  template <class Handler>
+  void read_some(Handler&& handler) {
+    if (tls) {
+      tls->async_read_some(asio::buffer(read_buf), std::forward<Handler>(handler));
+    } else {
+      socket.async_read_some(asio::buffer(read_buf), std::forward<Handler>(handler));
+    }
+  }
 
   void close() noexcept {
     error_code ignored;
@@ -76,10 +100,12 @@ void fail_all(Pendings& pendings, error_code ec) {
 
 }  // namespace
 
-Connection::Connection(Strand strand, ConnectionConfig config, std::string client_name)
+Connection::Connection(Strand strand, ConnectionConfig config, std::string client_name,
+                       std::shared_ptr<asio::ssl::context> tls)
     : strand_(std::move(strand)),
       config_(std::move(config)),
       client_name_(std::move(client_name)),
+      tls_(std::move(tls)),
       timer_(std::make_unique<asio::steady_timer>(strand_.get_inner_executor())),
       connect_timer_(std::make_unique<asio::steady_timer>(strand_.get_inner_executor())) {}
 
@@ -212,6 +238,33 @@ void Connection::try_endpoint(const std::shared_ptr<Link>& link, std::size_t ind
           link->socket.set_option(asio::ip::tcp::no_delay(true), opt_ec);
           link->socket.set_option(asio::socket_base::keep_alive(true), opt_ec);
         }
+        if (self->tls_) return self->start_tls(link);
+        self->start_handshake(link);
+      }));
+}
+
+void Connection::start_tls(const std::shared_ptr<Link>& link) {
+  // The connect deadline covers the TLS handshake too.
+  link->tls = std::make_unique<asio::ssl::stream<Link::Socket&>>(link->socket, *tls_);
+  const std::string& name = config_.tls_server_name.empty() ? config_.host : config_.tls_server_name;
+  error_code not_an_ip;
+  asio::ip::make_address(name, not_an_ip);
+  // SNI carries host names only (RFC 6066); the name is verified either way.
+  // (SSL_set_tlsext_host_name spelled out: the macro uses a C cast.)
+  if (not_an_ip && SSL_ctrl(link->tls->native_handle(), SSL_CTRL_SET_TLSEXT_HOSTNAME,
+                            TLSEXT_NAMETYPE_host_name, const_cast<char*>(name.c_str())) != 1) {
+    return connect_failed(error::tls_handshake_failed);
+  }
+  if (config_.tls_verify) {
+    error_code ec;
+    link->tls->set_verify_callback(asio::ssl::host_name_verification(name), ec);
+    if (ec) return connect_failed(error::tls_handshake_failed);
+  }
+  link->tls->async_handshake(
+      asio::ssl::stream_base::client,
+      on_strand([self = shared_from_this(), link](error_code ec) {
+        if (self->link_ != link) return;
+        if (ec) return self->connect_failed(error::tls_handshake_failed);
         self->start_handshake(link);
       }));
 }
@@ -260,11 +313,14 @@ void Connection::start_handshake(const std::shared_ptr<Link>& link) {
         nullptr, never, 0});
   }
   link->write_buf = std::move(resp);
+  write_link(link);
+}
+
+void Connection::write_link(const std::shared_ptr<Link>& link) {
   link->writing = true;
-  asio::async_write(link->socket, asio::buffer(link->write_buf),
-                    on_strand([self = shared_from_this(), link](error_code ec, std::size_t) {
-                      self->on_write(link, ec);
-                    }));
+  link->write(on_strand([self = shared_from_this(), link](error_code ec, std::size_t) {
+    self->on_write(link, ec);
+  }));
   start_read(link);
 }
 
@@ -337,12 +393,7 @@ void Connection::flush() {
   link->write_buf.swap(queued_bytes_);
   for (auto& p : queued_) link->in_flight.push_back(std::move(p));
   queued_.clear();
-  link->writing = true;
-  asio::async_write(link->socket, asio::buffer(link->write_buf),
-                    on_strand([self = shared_from_this(), link](error_code ec, std::size_t) {
-                      self->on_write(link, ec);
-                    }));
-  start_read(link);
+  write_link(link);
 }
 
 void Connection::on_write(const std::shared_ptr<Link>& link, error_code ec) {
@@ -360,11 +411,9 @@ void Connection::start_read(const std::shared_ptr<Link>& link) {
                       (keep_reading_ && link == link_ && state_ == State::ready);
   if (link->reading || !wanted) return;
   link->reading = true;
-  link->socket.async_read_some(
-      asio::buffer(link->read_buf),
-      on_strand([self = shared_from_this(), link](error_code ec, std::size_t n) {
-        self->on_read(link, ec, n);
-      }));
+  link->read_some(on_strand([self = shared_from_this(), link](error_code ec, std::size_t n) {
+    self->on_read(link, ec, n);
+  }));
 }
 
 void Connection::on_read(const std::shared_ptr<Link>& link, error_code ec, std::size_t n) {
@@ -381,7 +430,14 @@ void Connection::on_read(const std::shared_ptr<Link>& link, error_code ec, std::
       close_drained(link, why);
     }
   };
-  if (ec) return fail(error::connection_lost);
+  if (ec) {
+    // A TLS alert while the handshake's commands are out: the server refused us (TLS 1.3
+    // servers check a client certificate after the client thinks the handshake is done).
+    const bool refused = link->tls && state_ == State::handshake && current &&
+                         (ec.category() == asio::error::get_ssl_category() ||
+                          ec == asio::ssl::error::stream_truncated);
+    return fail(refused ? error::tls_handshake_failed : error::connection_lost);
+  }
   if (!link->reader.feed(link->read_buf.data(), n)) return fail(error::protocol_error);
   for (;;) {
     bool failed = false;
@@ -415,7 +471,7 @@ void Connection::on_read(const std::shared_ptr<Link>& link, error_code ec, std::
 void Connection::drop_link(error_code ec) {
   if (state_ != State::ready) {
     // Lost during the handshake: a connect failure (with backoff), not a lost command.
-    return connect_failed(error::connect_failed);
+    return connect_failed(ec == error::tls_handshake_failed ? ec : error::connect_failed);
   }
   std::deque<Pending> failed;
   if (link_) failed = std::move(link_->in_flight);

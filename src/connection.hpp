@@ -21,6 +21,10 @@
 #include <string>
 #include <vector>
 
+namespace boost::asio::ssl {
+class context;
+}
+
 namespace redis_lock::detail {
 
 /// Receives the reply of a command that was already completed with `error::timeout`, or
@@ -54,7 +58,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   using Callback = boost::asio::any_completion_handler<void(boost::system::error_code, Reply)>;
   using Clock = std::chrono::steady_clock;
 
-  Connection(Strand strand, ConnectionConfig config, std::string client_name);
+  /// `tls`: the context of a rediss:// configuration (see make_tls_context), else null.
+  Connection(Strand strand, ConnectionConfig config, std::string client_name,
+             std::shared_ptr<boost::asio::ssl::context> tls = nullptr);
   ~Connection();
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
@@ -94,7 +100,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void connect_now();
   void try_endpoint(const std::shared_ptr<Link>& link, std::size_t index);
   void on_connect_deadline();
+  void start_tls(const std::shared_ptr<Link>& link);
   void start_handshake(const std::shared_ptr<Link>& link);
+  void write_link(const std::shared_ptr<Link>& link);
   void on_handshake_reply(const std::shared_ptr<Link>& link, boost::system::error_code ec,
                           const Reply& reply);
   void flush();
@@ -127,6 +135,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   Strand strand_;
   ConnectionConfig config_;
   std::string client_name_;
+  std::shared_ptr<boost::asio::ssl::context> tls_;
   State state_ = State::closed;
   std::shared_ptr<Link> link_;
   std::string queued_bytes_;

@@ -38,6 +38,11 @@ class Category final : public boost::system::error_category {
       case error::not_replicated:
         return "too few replicas confirmed the lock in time; it was released";
       case error::not_acquired: return "the lock was held elsewhere; the work did not run";
+      case error::tls_config_invalid:
+        return "a TLS CA, certificate or key file cannot be read or used";
+      case error::tls_handshake_failed:
+        return "TLS handshake failed (untrusted certificate, host name mismatch, or client "
+               "certificate refused)";
     }
     return "unknown redis_lock error";
   }

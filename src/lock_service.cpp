@@ -6,6 +6,7 @@
 #include "completion.hpp"
 #include "keys.hpp"
 #include "redis_lock_scripts.hpp"
+#include "tls.hpp"
 #include "token.hpp"
 
 #include <boost/asio/execution_context.hpp>
@@ -244,12 +245,21 @@ struct RenewOp final : ScriptOp {
   }
 };
 
+namespace {
+// Checks the configuration (nothing has been sent) and reads the TLS files, once.
+error_code prepare(const ConnectionConfig& config, std::shared_ptr<asio::ssl::context>& tls) {
+  if (auto ec = validate(config)) return ec;
+  return make_tls_context(config, tls);
+}
+}  // namespace
+
 LockService::LockService(asio::any_io_executor ex, ConnectionConfig config, ManagerOptions options)
     : executor_(std::move(ex)),
       options_(std::move(options)),
       config_(config),
+      config_error_(prepare(config_, tls_)),
       connection_(std::make_shared<Connection>(asio::make_strand(executor_), std::move(config),
-                                               options_.client_name)),
+                                               options_.client_name, tls_)),
       manager_id_(random_token().substr(0, 16)),
       notify_prefix_(options_.key_prefix + "notify:") {}
 
@@ -306,7 +316,8 @@ void LockService::send(std::shared_ptr<ScriptOp> op) {
   if (op->wants_late_reply()) late = op;
   const auto command = op->command();
   if (op->durable && !durable_) {
-    durable_ = std::make_shared<Connection>(connection_->strand(), config_, options_.client_name);
+    durable_ = std::make_shared<Connection>(connection_->strand(), config_, options_.client_name,
+                                           tls_);
   }
   Connection& target = op->durable ? *durable_ : *connection_;
   target.execute(
@@ -347,7 +358,8 @@ void LockService::subscribe() {
     subscriber_ = std::make_shared<Connection>(connection_->strand(), config_,
                                                options_.client_name.empty()
                                                    ? std::string()
-                                                   : options_.client_name + ":sub");
+                                                   : options_.client_name + ":sub",
+                                               tls_);
     std::weak_ptr<LockService> weak = weak_from_this();
     subscriber_->set_subscriber(
         [weak](const Reply& push) {
@@ -394,9 +406,9 @@ void LockService::acquire(std::string resource, LockOptions options, AcquireHand
   if (resource.empty() || options.ttl.count() <= 0 || options.ttl > max_ttl ||
       options.wait.count() < 0 || options.renew_every.count() < 0 ||
       options.max_hold.count() < 0 || options.min_replicas < 0 ||
-      options.replication_timeout.count() < 0 || config_.tls) {
+      options.replication_timeout.count() < 0 || config_error_) {
     return deliver(executor_, Defer::yes, std::move(handler),
-                   error_code(config_.tls ? error::connect_failed : error::invalid_argument),
+                   config_error_ ? config_error_ : error_code(error::invalid_argument),
                    LockGuard{});
   }
   auto op = std::make_shared<AcquireOp>(std::move(handler));

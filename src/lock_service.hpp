@@ -117,6 +117,8 @@ class LockService : public std::enable_shared_from_this<LockService> {
   boost::asio::any_io_executor executor_;
   ManagerOptions options_;
   ConnectionConfig config_;
+  std::shared_ptr<boost::asio::ssl::context> tls_;  // rediss://, shared by our connections
+  boost::system::error_code config_error_;  // config_ unusable: every acquire fails with it
   void subscribe();
   void on_notify(const Reply& push);
   void schedule(const std::shared_ptr<LeaseState>& lease, std::chrono::steady_clock::time_point at);

@@ -21,14 +21,26 @@ struct ConnectionConfig {
   std::string username;     ///< ACL user; empty with a password means AUTH <password>
   std::string password;
   int database = 0;  ///< SELECT; 0 sends nothing
-  bool tls = false;  ///< rediss:// (TLS arrives in a later release; connecting fails cleanly)
+  bool tls = false;  ///< rediss://: TLS over TCP, server certificate and host name verified
   std::chrono::milliseconds connect_timeout{1000};  ///< connect + handshake deadline
   std::chrono::milliseconds command_timeout{1000};  ///< per-command reply deadline
+
+  // TLS (only with `tls = true`). Files are PEM and are read once, when the LockManager is
+  // made; a file that cannot be used fails every acquire with `error::tls_config_invalid`.
+  std::string tls_ca_file;      ///< CAs to trust; empty: the system's default trust store
+  std::string tls_cert_file;    ///< client certificate (with tls_key_file) for mutual TLS
+  std::string tls_key_file;     ///< private key of tls_cert_file (unencrypted PEM)
+  std::string tls_server_name;  ///< SNI and the name verified; empty: `host`
+  /// Verify the server's certificate chain and name. Turning it off makes TLS encrypt
+  /// without knowing whom it talks to: for tests only.
+  bool tls_verify = true;
 
   /// Parses `redis://[user[:password]@]host[:port][/db]`, `rediss://...` and
   /// `unix:///path.sock[?db=N]`. User and password are percent-decoded; IPv6 hosts are
   /// written in brackets. Query parameters: `db`, `connect_timeout`, `command_timeout`
-  /// (milliseconds). Anything else fails with `error::invalid_argument`.
+  /// (milliseconds); with rediss:// also `tls_ca_file`, `tls_cert_file`, `tls_key_file`,
+  /// `tls_server_name` (percent-decoded) and `tls_verify` (`true`/`false`). Anything else
+  /// fails with `error::invalid_argument`.
   REDIS_LOCK_EXPORT static boost::system::result<ConnectionConfig> from_url(std::string_view url);
 };
 

@@ -31,6 +31,8 @@ enum class error {
   unexpected_reply,      ///< a reply of a shape the library does not expect
   not_replicated,        ///< fewer replicas than LockOptions::min_replicas confirmed the lease
   not_acquired,          ///< with_lock: held elsewhere until the wait ran out (work not run)
+  tls_config_invalid,    ///< a TLS CA, certificate or key file cannot be read or used
+  tls_handshake_failed,  ///< TLS failed: untrusted certificate, wrong host name, refused client
 };
 
 /// The category of `redis_lock::error`; its name() is "redis_lock".

@@ -118,3 +118,24 @@ TEST(FromUrl, MalformedIsInvalidArgument) {
     EXPECT_EQ(cfg.error(), redis_lock::error::invalid_argument) << url;
   }
 }
+
+TEST(FromUrl, TlsParameters) {
+  auto cfg = ConnectionConfig::from_url(
+      "rediss://h:6380?tls_ca_file=/etc/ca%20dir/ca.pem&tls_cert_file=/c.pem&tls_key_file=/k.pem"
+      "&tls_server_name=redis.internal&tls_verify=false");
+  ASSERT_TRUE(cfg) << cfg.error().message();
+  EXPECT_TRUE(cfg->tls);
+  EXPECT_EQ(cfg->tls_ca_file, "/etc/ca dir/ca.pem");
+  EXPECT_EQ(cfg->tls_cert_file, "/c.pem");
+  EXPECT_EQ(cfg->tls_key_file, "/k.pem");
+  EXPECT_EQ(cfg->tls_server_name, "redis.internal");
+  EXPECT_FALSE(cfg->tls_verify);
+  EXPECT_TRUE(ConnectionConfig::from_url("rediss://h")->tls_verify);  // verified by default
+  EXPECT_TRUE(ConnectionConfig::from_url("rediss://h?tls_verify=true")->tls_verify);
+  // TLS parameters on a plain URL are a mistake, not something to ignore.
+  EXPECT_FALSE(ConnectionConfig::from_url("redis://h?tls_ca_file=/ca.pem"));
+  EXPECT_FALSE(ConnectionConfig::from_url("unix:///s.sock?tls_verify=false"));
+  EXPECT_FALSE(ConnectionConfig::from_url("rediss://h?tls_verify=no"));
+  EXPECT_FALSE(ConnectionConfig::from_url("rediss://h?tls_verify"));
+  EXPECT_FALSE(ConnectionConfig::from_url("rediss://h?tls_sni=x"));
+}

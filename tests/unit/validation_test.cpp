@@ -9,6 +9,7 @@
 #include <boost/asio/use_future.hpp>
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <optional>
 
 namespace asio = boost::asio;
@@ -107,20 +108,59 @@ TEST(Validation, EmptyGuardCompletesWithoutRedis) {
   EXPECT_FALSE(*extended);
 }
 
-TEST(Validation, TlsIsRefusedCleanlyUntilSupported) {
+TEST(Validation, BadConnectionConfigsAreRejectedBeforeConnecting) {
   asio::io_context io;
   CountingListener listener(io);
-  auto cfg = listener.config();
-  cfg.tls = true;
-  redis_lock::LockManager locks(io.get_executor(), cfg);
-  std::optional<boost::system::error_code> result;
-  locks.async_acquire("r", {}, [&](boost::system::error_code ec, redis_lock::LockGuard) {
-    result = ec;
-    listener.acceptor.close();
-  });
-  io.run_for(2s);
-  ASSERT_TRUE(result);
-  EXPECT_EQ(*result, error::connect_failed);
+  using Config = redis_lock::ConnectionConfig;
+  struct Case {
+    const char* what;
+    std::function<void(Config&)> change;
+    error expected;
+  };
+  const Case cases[] = {
+      {"TLS file without tls", [](Config& c) { c.tls_ca_file = "/etc/hostname"; },
+       error::invalid_argument},
+      {"tls_verify off without tls", [](Config& c) { c.tls_verify = false; },
+       error::invalid_argument},
+      {"certificate without key",
+       [](Config& c) { c.tls = true, c.tls_cert_file = "/etc/hostname"; },
+       error::invalid_argument},
+      {"key without certificate",
+       [](Config& c) { c.tls = true, c.tls_key_file = "/etc/hostname"; },
+       error::invalid_argument},
+      {"TLS over a Unix socket", [](Config& c) { c.tls = true, c.unix_socket = "/tmp/x.sock"; },
+       error::invalid_argument},
+      {"no host", [](Config& c) { c.host.clear(); }, error::invalid_argument},
+      {"zero connect timeout", [](Config& c) { c.connect_timeout = 0ms; },
+       error::invalid_argument},
+      {"negative command timeout", [](Config& c) { c.command_timeout = -1ms; },
+       error::invalid_argument},
+      {"missing CA file",
+       [](Config& c) { c.tls = true, c.tls_ca_file = "/nonexistent/ca.pem"; },
+       error::tls_config_invalid},
+      {"CA file that is not PEM", [](Config& c) { c.tls = true, c.tls_ca_file = "/etc/hostname"; },
+       error::tls_config_invalid},
+      {"certificate file that is not PEM",
+       [](Config& c) {
+         c.tls = true, c.tls_cert_file = "/etc/hostname", c.tls_key_file = "/etc/hostname";
+       },
+       error::tls_config_invalid},
+  };
+  for (const auto& c : cases) {
+    auto cfg = listener.config();
+    c.change(cfg);
+    redis_lock::LockManager locks(io.get_executor(), cfg);
+    std::optional<boost::system::error_code> result;
+    locks.async_acquire("r", {}, [&](boost::system::error_code ec, redis_lock::LockGuard g) {
+      EXPECT_FALSE(g.owns_lock());
+      result = ec;
+    });
+    io.restart();
+    const auto until = std::chrono::steady_clock::now() + 2s;
+    while (!result && std::chrono::steady_clock::now() < until) io.run_one_for(100ms);
+    ASSERT_TRUE(result) << c.what;
+    EXPECT_EQ(*result, c.expected) << c.what << ": " << result->message();
+  }
   EXPECT_EQ(listener.accepted, 0);
 }
 

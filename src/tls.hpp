@@ -1,0 +1,28 @@
+// SPDX-License-Identifier: MIT
+// TLS for rediss://: the checks on a ConnectionConfig that need no I/O, and the OpenSSL
+// context its connections share.
+#pragma once
+
+#include <redis_lock/config.hpp>
+
+#include <boost/system/error_code.hpp>
+
+#include <memory>
+
+namespace boost::asio::ssl {
+class context;
+}
+
+namespace redis_lock::detail {
+
+/// Checks what can be checked without I/O: TLS settings only with `tls`, a certificate only
+/// with its key, no TLS over a Unix socket, timeouts > 0. `error::invalid_argument` if not.
+boost::system::error_code validate(const ConnectionConfig& config);
+
+/// The client context for `config` (TLS 1.2 or later; verification of the server's chain
+/// and name unless `tls_verify` is off; the client certificate if given). Files are read
+/// here, once. Fails with `error::tls_config_invalid`.
+boost::system::error_code make_tls_context(const ConnectionConfig& config,
+                                           std::shared_ptr<boost::asio::ssl::context>& out);
+
+}  // namespace redis_lock::detail

@@ -1,0 +1,166 @@
+// SPDX-License-Identifier: MIT
+// rediss:// against a real redis-server with a TLS port and a CA the harness generated:
+// locks, waiting and renewal over TLS; the server's certificate and name are verified; mutual
+// TLS; every refusal is a distinct error within the connect deadline and leaves nothing locked.
+#include "live.hpp"
+#include "tls_material.hpp"
+
+#include <boost/asio/steady_timer.hpp>
+
+#include <algorithm>
+#include <initializer_list>
+
+using namespace redis_lock;
+using namespace redis_lock::test;
+using boost::system::error_code;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+asio::awaitable<void> sleep_for(std::chrono::milliseconds d) {
+  asio::steady_timer t(co_await asio::this_coro::executor, d);
+  co_await t.async_wait(asio::use_awaitable);
+}
+
+/// One acquire that must fail; checks it failed in time and that nothing got locked.
+void expect_refused(const TlsRedisServer& tls, const ConnectionConfig& cfg,
+                    std::initializer_list<error> expected) {
+  asio::io_context io;
+  LockManager locks(io.get_executor(), cfg);
+  const auto resource = unique_resource();
+  const auto start = Clock::now();
+  const auto r = acquire_once(locks, io, resource);
+  EXPECT_TRUE(std::any_of(expected.begin(), expected.end(), [&](error e) { return r.ec == e; }))
+      << r.ec.message();
+  EXPECT_FALSE(r.owned);
+  EXPECT_LT(Clock::now() - start, cfg.connect_timeout + 500ms);
+  EXPECT_EQ(tls.server->command({"EXISTS", lease_key(resource)}), "0");
+}
+
+}  // namespace
+
+TEST(Tls, LocksWaitingAndRenewalOverTls) {
+  TlsRedisServer tls;
+  asio::io_context io;
+  LockManager first(io.get_executor(), tls.config());
+  LockManager second(io.get_executor(), tls.config());
+  const auto resource = unique_resource();
+  run_co(io, [&]() -> asio::awaitable<void> {
+    auto held = co_await first.async_acquire(resource, {.ttl = 300ms, .auto_renew = true},
+                                             asio::use_awaitable);
+    CO_ASSERT_TRUE(held);
+    EXPECT_GT(held.fencing_token(), 0u);
+    // The lease is in the server, written over the TLS port.
+    EXPECT_EQ(tls.server->command({"GET", lease_key(resource)}), held.token());
+    co_await sleep_for(1s);  // three ttls: renewed over TLS
+    EXPECT_FALSE(held.lost());
+    // A waiter over TLS (its subscriber connection too) gets the lease handed over.
+    bool handed_over = false;
+    second.async_acquire(resource, {.ttl = 5s, .wait = 5s},
+                         [&](error_code ec, LockGuard g) {
+                           EXPECT_FALSE(ec) << ec.message();
+                           EXPECT_TRUE(g.owns_lock());
+                           EXPECT_GT(g.fencing_token(), held.fencing_token());
+                           handed_over = true;
+                         });
+    co_await sleep_for(200ms);
+    EXPECT_FALSE(handed_over);
+    EXPECT_TRUE(co_await held.async_release(asio::use_awaitable));
+    for (int i = 0; i < 100 && !handed_over; ++i) co_await sleep_for(10ms);
+    EXPECT_TRUE(handed_over);
+  }, 15s);
+}
+
+TEST(Tls, ServerNameIsVerified) {
+  TlsRedisServer tls;
+  asio::io_context io;
+  auto by_name = tls.config();
+  by_name.host = "localhost";  // in the certificate's SAN, like 127.0.0.1
+  {
+    LockManager locks(io.get_executor(), by_name);
+    const auto r = acquire_once(locks, io, unique_resource());
+    EXPECT_FALSE(r.ec) << r.ec.message();
+    EXPECT_TRUE(r.owned);
+  }
+  auto override_name = tls.config();
+  override_name.tls_server_name = "localhost";
+  {
+    LockManager locks(io.get_executor(), override_name);
+    const auto r = acquire_once(locks, io, unique_resource());
+    EXPECT_FALSE(r.ec) << r.ec.message();
+  }
+  auto wrong = tls.config();
+  wrong.tls_server_name = "redis.example.com";
+  expect_refused(tls, wrong, {error::tls_handshake_failed});
+}
+
+TEST(Tls, UntrustedCertificateIsRefused) {
+  TlsRedisServer tls;
+  auto cfg = tls.config();
+  cfg.tls_ca_file = TlsMaterial::get().other_ca_cert;
+  expect_refused(tls, cfg, {error::tls_handshake_failed});
+  // The system's trust store does not know our test CA either.
+  cfg.tls_ca_file.clear();
+  expect_refused(tls, cfg, {error::tls_handshake_failed});
+  // Verification off: encrypted, but with nobody checked (what tests and nothing else want).
+  cfg.tls_verify = false;
+  asio::io_context io;
+  LockManager locks(io.get_executor(), cfg);
+  const auto r = acquire_once(locks, io, unique_resource());
+  EXPECT_FALSE(r.ec) << r.ec.message();
+  EXPECT_TRUE(r.owned);
+}
+
+TEST(Tls, MutualTls) {
+  TlsRedisServer tls(/*require_client_cert=*/true);
+  const auto& m = TlsMaterial::get();
+  auto cfg = tls.config();
+  cfg.connect_timeout = 2s;
+  expect_refused(tls, cfg, {error::tls_handshake_failed});  // no client certificate
+  cfg.tls_cert_file = m.other_client_cert;  // signed by a CA the server does not trust
+  cfg.tls_key_file = m.other_client_key;
+  expect_refused(tls, cfg, {error::tls_handshake_failed});
+  cfg.tls_cert_file = m.client_cert;
+  cfg.tls_key_file = m.client_key;
+  asio::io_context io;
+  LockManager locks(io.get_executor(), cfg);
+  const auto r = acquire_once(locks, io, unique_resource());
+  EXPECT_FALSE(r.ec) << r.ec.message();
+  EXPECT_TRUE(r.owned);
+}
+
+TEST(Tls, KeyThatDoesNotMatchItsCertificate) {
+  TlsRedisServer tls;
+  const auto& m = TlsMaterial::get();
+  auto cfg = tls.config();
+  cfg.tls_cert_file = m.client_cert;
+  cfg.tls_key_file = m.other_client_key;
+  expect_refused(tls, cfg, {error::tls_config_invalid});
+}
+
+TEST(Tls, TlsClientAgainstAPlainPortAndTheReverse) {
+  TlsRedisServer tls;
+  auto cfg = tls.config();
+  cfg.port = tls.server->port();  // speaks plain RESP: it waits for the end of a line
+  cfg.connect_timeout = 300ms;
+  cfg.command_timeout = 300ms;
+  expect_refused(tls, cfg, {error::connect_timeout, error::timeout});
+  // A plain client on the TLS port: the server never answers in RESP.
+  ConnectionConfig plain;
+  plain.port = tls.tls_port;
+  plain.connect_timeout = 300ms;
+  expect_refused(tls, plain, {error::connect_failed, error::connect_timeout, error::timeout});
+}
+
+TEST(Tls, UrlWithTlsParameters) {
+  TlsRedisServer tls;
+  const auto& m = TlsMaterial::get();
+  auto cfg = ConnectionConfig::from_url("rediss://localhost:" + std::to_string(tls.tls_port) +
+                                        "?tls_ca_file=" + m.ca_cert);
+  ASSERT_TRUE(cfg);
+  asio::io_context io;
+  LockManager locks(io.get_executor(), *cfg);
+  const auto r = acquire_once(locks, io, unique_resource());
+  EXPECT_FALSE(r.ec) << r.ec.message();
+  EXPECT_TRUE(r.owned);
+}
