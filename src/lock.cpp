@@ -72,7 +72,7 @@ void LockGuard::release_detached() noexcept {
     service->forget(lease_);
     lease_.reset();
   }
-  service->release_detached(std::move(resource_), std::move(token_));
+  service->release_detached(std::move(resource_), std::move(token_), /*by_guard=*/true);
   resource_.clear();
   token_.clear();
   fencing_token_ = 0;
@@ -83,7 +83,8 @@ void LockGuard::release_impl(LockGuard guard, detail::BoolHandler handler) {
   // out leaves it empty, so its destructor posts nothing more.
   auto service = std::exchange(guard.service_, nullptr);
   if (auto lease = std::exchange(guard.lease_, nullptr)) service->forget(lease);
-  service->release(std::move(guard.resource_), std::move(guard.token_), std::move(handler));
+  service->release(std::move(guard.resource_), std::move(guard.token_), std::move(handler),
+                   /*by_guard=*/true);
 }
 
 void LockGuard::extend_impl(std::shared_ptr<detail::LockService> service, std::string resource,

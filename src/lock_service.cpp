@@ -183,6 +183,7 @@ struct AcquireOp final : ScriptOp {
   void finish(error_code ec, LockGuard guard) {
     if (done) return;
     done = true;
+    if (auto* observer = service->observer()) report(*observer, ec, guard);
     if (registered) service->remove_waiter(token);
     if (slot.is_connected()) slot.clear();
     deliver(service->executor(), Defer::no, std::move(handler), ec, std::move(guard));
@@ -193,9 +194,25 @@ struct AcquireOp final : ScriptOp {
     joined = false;
   }
 
+  void report(Observer& observer, error_code ec, const LockGuard& guard) const noexcept {
+    AcquireEvent e{resource, AcquireOutcome::acquired, ec, Clock::now() - called, attempts,
+                   waited, guard.fencing_token()};
+    if (ec == asio::error::operation_aborted) {
+      e.outcome = AcquireOutcome::cancelled;
+    } else if (ec) {
+      e.outcome = AcquireOutcome::failed;
+    } else if (!guard) {
+      e.outcome = AcquireOutcome::not_acquired;
+    }
+    observer.on_acquire(e);
+  }
+
   AcquireHandler handler;
   std::string resource;
   LockOptions options;
+  Clock::time_point called = Clock::now();
+  int attempts = 0;
+  bool waited = false;     // joined the queue at least once
   Clock::time_point deadline;
   Clock::time_point attempt_started;
   milliseconds backoff{first_backoff};
@@ -214,6 +231,8 @@ struct CompareOp final : ScriptOp {
   explicit CompareOp(BoolHandler h) : handler(std::move(h)) {}
   std::string member;                 // our queue member, removed by a release
   std::shared_ptr<LeaseState> lease;  // an extension moves its validity (or finds it lost)
+  std::string resource;               // set when the observer hears of this op
+  LeaseCommand command = LeaseCommand::release;
   std::chrono::milliseconds new_ttl{};
   Clock::time_point sent = Clock::now();
 
@@ -227,6 +246,9 @@ struct CompareOp final : ScriptOp {
       done = reply.integer == 1;
       if (lease && done) lease->confirm(sent, new_ttl);
       if (lease && !done) service->mark_lost(lease);
+    }
+    if (auto* observer = service->observer(); observer && !resource.empty()) {
+      observer->on_lease({resource, command, done, ec, Clock::now() - sent});
     }
     if (!handler) return;  // a detached release: the ttl covers any failure
     deliver(service->executor(), Defer::no, std::move(handler), ec, done);
@@ -407,9 +429,14 @@ void LockService::acquire(std::string resource, LockOptions options, AcquireHand
       options.wait.count() < 0 || options.renew_every.count() < 0 ||
       options.max_hold.count() < 0 || options.min_replicas < 0 ||
       options.replication_timeout.count() < 0 || config_error_) {
-    return deliver(executor_, Defer::yes, std::move(handler),
-                   config_error_ ? config_error_ : error_code(error::invalid_argument),
-                   LockGuard{});
+    const error_code ec = config_error_ ? config_error_ : error_code(error::invalid_argument);
+    if (observer()) {
+      on_strand([self = shared_from_this(), resource, ec] {
+        self->observer()->on_acquire(
+            {resource, AcquireOutcome::failed, ec, Clock::duration::zero(), 0, false, 0});
+      });
+    }
+    return deliver(executor_, Defer::yes, std::move(handler), ec, LockGuard{});
   }
   auto op = std::make_shared<AcquireOp>(std::move(handler));
   op->service = shared_from_this();
@@ -447,6 +474,7 @@ void AcquireOp::start() {
 }
 
 void AcquireOp::attempt() {
+  ++attempts;
   in_flight = true;
   attempt_started = Clock::now();
   notified = false;
@@ -498,8 +526,8 @@ void AcquireOp::on_reply(error_code ec, Reply reply) {
     }
     auto lease = std::make_shared<LeaseState>();
     lease->confirm(attempt_started, options.ttl);
+    if (options.auto_renew || service->observer()) lease->resource = resource;  // for on_lost
     if (options.auto_renew) {
-      lease->resource = resource;
       lease->token = token;
       lease->ttl = options.ttl;
       lease->renew_every = options.renew_every.count() > 0
@@ -516,6 +544,7 @@ void AcquireOp::on_reply(error_code ec, Reply reply) {
     return finish({}, std::move(guard));
   }
   joined = options.wait.count() > 0;
+  waited = waited || joined;
   if (cancelled) {
     leave();
     return finish(asio::error::operation_aborted, LockGuard{});
@@ -567,9 +596,11 @@ void LockService::wait_replicas(int replicas, milliseconds timeout, Connection::
   durable_->execute(command, std::move(callback));
 }
 
-void LockService::release(std::string resource, std::string token, BoolHandler handler) {
+void LockService::release(std::string resource, std::string token, BoolHandler handler,
+                          bool by_guard) {
   if (!alive_.load()) return;
   auto op = std::make_shared<CompareOp>(std::move(handler));
+  if (by_guard && observer()) op->resource = resource;
   op->service = shared_from_this();
   op->keys = make_keys(options_.key_prefix, resource);
   op->token = std::move(token);
@@ -579,9 +610,10 @@ void LockService::release(std::string resource, std::string token, BoolHandler h
   on_strand([self = shared_from_this(), op = std::move(op)]() mutable { self->send(std::move(op)); });
 }
 
-void LockService::release_detached(std::string resource, std::string token) noexcept {
+void LockService::release_detached(std::string resource, std::string token,
+                                   bool by_guard) noexcept {
   try {
-    release(std::move(resource), std::move(token), BoolHandler{});
+    release(std::move(resource), std::move(token), BoolHandler{}, by_guard);
   } catch (...) {
     // Out of memory while posting: the lease expires after its ttl instead.
   }
@@ -602,6 +634,8 @@ void LockService::extend(std::string resource, std::string token,
   op->arg = to_decimal(ttl.count());
   op->lease = std::move(lease);
   op->new_ttl = ttl;
+  op->command = LeaseCommand::extend;
+  if (observer()) op->resource = resource;
   op->set_args(extend_script, {op->keys.lease}, {op->token, op->arg});
   on_strand([self = shared_from_this(), op = std::move(op)]() mutable { self->send(std::move(op)); });
 }
@@ -709,8 +743,13 @@ void LockService::renew(const std::shared_ptr<LeaseState>& lease) {
 void LockService::renewed(const std::shared_ptr<LeaseState>& lease, Clock::time_point sent,
                           error_code ec, const Reply& reply) {
   lease->renewing = false;
-  if (lease->released.load() || lease->lost.load()) return;
   const auto now = Clock::now();
+  if (auto* observer = this->observer()) {
+    if (!ec && reply.is_error()) ec = server_error(reply);
+    const bool ok = !ec && reply.type == Reply::Type::integer && reply.integer == 1;
+    observer->on_lease({lease->resource, LeaseCommand::renewal, ok, ec, now - sent});
+  }
+  if (lease->released.load() || lease->lost.load()) return;
   if (ec || reply.is_error() || reply.type != Reply::Type::integer) {
     // Unknown outcome: try again soon, as long as the lease may still be ours.
     const auto retry = std::max(lease->renew_every / 4, milliseconds(10));
@@ -724,6 +763,7 @@ void LockService::renewed(const std::shared_ptr<LeaseState>& lease, Clock::time_
 void LockService::mark_lost(const std::shared_ptr<LeaseState>& lease) {
   if (lease->lost.exchange(true)) return;
   unschedule(*lease);
+  if (auto* observer = this->observer()) observer->on_lost(lease->resource);
   lease->signal.emit(asio::cancellation_type::terminal);
   if (lease->lost_waiter) {
     auto handler = std::move(*lease->lost_waiter);

@@ -8,6 +8,7 @@
 #include <boost/asio/steady_timer.hpp>
 
 #include <redis_lock/lock.hpp>
+#include <redis_lock/observer.hpp>
 
 #include <atomic>
 #include <map>
@@ -76,8 +77,10 @@ class LockService : public std::enable_shared_from_this<LockService> {
 
   // Callable from any thread.
   void acquire(std::string resource, LockOptions options, AcquireHandler handler);
-  void release(std::string resource, std::string token, BoolHandler handler);
-  void release_detached(std::string resource, std::string token) noexcept;
+  /// `by_guard`: a guard's own release (reported to the observer), not a clean-up.
+  void release(std::string resource, std::string token, BoolHandler handler,
+               bool by_guard = false);
+  void release_detached(std::string resource, std::string token, bool by_guard = false) noexcept;
   void extend(std::string resource, std::string token, std::shared_ptr<LeaseState> lease,
               std::chrono::milliseconds ttl, BoolHandler handler);
   /// The guard let go of the lease (release, destruction): stop renewing, end waits.
@@ -108,6 +111,7 @@ class LockService : public std::enable_shared_from_this<LockService> {
                      Connection::Callback callback);
   boost::system::error_code server_error(const Reply& reply);
   const boost::asio::any_io_executor& executor() const noexcept { return executor_; }
+  Observer* observer() const noexcept { return options_.observer.get(); }
   const Connection::Strand& strand() const noexcept { return connection_->strand(); }
 
  private:

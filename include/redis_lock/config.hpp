@@ -8,10 +8,13 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 
 namespace redis_lock {
+
+class Observer;  // <redis_lock/observer.hpp>
 
 /// Where the lock server is and how to talk to it.
 struct ConnectionConfig {
@@ -62,6 +65,8 @@ struct LockOptions {
 struct ManagerOptions {
   std::string key_prefix = "lock:";      ///< lease key of resource R is `<prefix>{R}`
   std::string client_name = "redis_lock";  ///< CLIENT SETNAME; empty sends nothing
+  /// Metrics and log hooks (see observer.hpp); null: none, at the cost of one branch.
+  std::shared_ptr<Observer> observer{};
 };
 
 }  // namespace redis_lock

@@ -5,4 +5,5 @@
 #include <redis_lock/config.hpp>
 #include <redis_lock/error.hpp>
 #include <redis_lock/lock.hpp>
+#include <redis_lock/observer.hpp>
 #include <redis_lock/version.hpp>

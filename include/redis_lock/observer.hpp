@@ -1,0 +1,66 @@
+// SPDX-License-Identifier: MIT
+// Hooks for metrics and logs: what a LockManager did, as it happens.
+#pragma once
+
+#include <boost/system/error_code.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <string_view>
+
+namespace redis_lock {
+
+/// How an `async_acquire` ended.
+enum class AcquireOutcome {
+  acquired,      ///< the guard holds the lock
+  not_acquired,  ///< held elsewhere (for the whole `wait`): contention, not an error
+  failed,        ///< completed with an error (see `AcquireEvent::error`)
+  cancelled,     ///< cancelled through its cancellation slot
+};
+
+/// One completed `async_acquire`.
+struct AcquireEvent {
+  std::string_view resource;
+  AcquireOutcome outcome;
+  boost::system::error_code error;              ///< with `failed` and `cancelled`
+  std::chrono::steady_clock::duration latency;  ///< from the call to the completion
+  int attempts;                                 ///< acquire scripts run (1 unless it waited)
+  bool waited;                                  ///< it joined the wait queue (contention)
+  std::uint64_t fencing_token;                  ///< with `acquired`, else 0
+};
+
+/// What a compare-and-act command on a held lease did.
+enum class LeaseCommand {
+  release,  ///< `async_release`, or the release a guard's destructor posts
+  extend,   ///< `async_extend`
+  renewal,  ///< the watchdog's extension of an auto-renewed guard
+};
+
+/// One release, extension or renewal, answered or failed.
+struct LeaseEvent {
+  std::string_view resource;
+  LeaseCommand command;
+  /// The lease was still ours (released / extended). False without an error: it had
+  /// expired or belongs to someone else now.
+  bool succeeded;
+  boost::system::error_code error;              ///< the command failed (no answer, server error)
+  std::chrono::steady_clock::duration latency;  ///< from sending to the reply
+};
+
+/// Receives what one or more LockManagers do. Install it with `ManagerOptions::observer`;
+/// without one (the default) the cost is one pointer test per event.
+///
+/// Calls come from the manager's strand — never two at once for one manager — but several
+/// managers sharing an observer call it concurrently. Do not block: count, enqueue, return.
+/// Resource names are views valid only during the call. The observer must not throw.
+class Observer {
+ public:
+  virtual ~Observer() = default;
+  virtual void on_acquire(const AcquireEvent&) noexcept {}
+  virtual void on_lease(const LeaseEvent&) noexcept {}
+  /// A held lease was lost: a renewal found it gone, or no renewal succeeded before it could
+  /// have expired (the guard's `lost_slot()` fires right after this call).
+  virtual void on_lost(std::string_view /*resource*/) noexcept {}
+};
+
+}  // namespace redis_lock

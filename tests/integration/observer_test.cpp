@@ -1,0 +1,155 @@
+// SPDX-License-Identifier: MIT
+// The observer hooks report what happened: acquires by outcome (with contention, attempts and
+// latency), releases, extensions, renewals and lost leases, with errors by kind.
+#include "live.hpp"
+
+#include <boost/asio/steady_timer.hpp>
+
+#include <mutex>
+#include <vector>
+
+using namespace redis_lock;
+using namespace redis_lock::test;
+using boost::system::error_code;
+
+namespace {
+
+struct Recorder final : Observer {
+  struct Acquire {
+    std::string resource;
+    AcquireOutcome outcome;
+    error_code error;
+    std::chrono::steady_clock::duration latency;
+    int attempts;
+    bool waited;
+    std::uint64_t fence;
+  };
+  struct Lease {
+    std::string resource;
+    LeaseCommand command;
+    bool succeeded;
+    error_code error;
+  };
+  void on_acquire(const AcquireEvent& e) noexcept override {
+    std::lock_guard lock(mutex);
+    acquires.push_back({std::string(e.resource), e.outcome, e.error, e.latency, e.attempts,
+                        e.waited, e.fencing_token});
+  }
+  void on_lease(const LeaseEvent& e) noexcept override {
+    std::lock_guard lock(mutex);
+    leases.push_back({std::string(e.resource), e.command, e.succeeded, e.error});
+  }
+  void on_lost(std::string_view resource) noexcept override {
+    std::lock_guard lock(mutex);
+    lost.emplace_back(resource);
+  }
+  int count(LeaseCommand c, bool succeeded) {
+    std::lock_guard lock(mutex);
+    return static_cast<int>(std::count_if(leases.begin(), leases.end(), [&](const Lease& l) {
+      return l.command == c && l.succeeded == succeeded;
+    }));
+  }
+  std::mutex mutex;
+  std::vector<Acquire> acquires;
+  std::vector<Lease> leases;
+  std::vector<std::string> lost;
+};
+
+asio::awaitable<void> sleep_for(std::chrono::milliseconds d) {
+  asio::steady_timer t(co_await asio::this_coro::executor, d);
+  co_await t.async_wait(asio::use_awaitable);
+}
+
+}  // namespace
+
+TEST(Observer, AcquireOutcomesAndLeaseCommands) {
+  asio::io_context io;
+  auto rec = std::make_shared<Recorder>();
+  LockManager locks(io.get_executor(), shared_server_config(), {.observer = rec});
+  LockManager other(io.get_executor(), shared_server_config());  // not observed
+  const auto resource = unique_resource();
+  run_co(io, [&]() -> asio::awaitable<void> {
+    auto g = co_await locks.async_acquire(resource, {.ttl = 5s}, asio::use_awaitable);
+    CO_ASSERT_TRUE(g);
+    auto busy = co_await locks.async_acquire(resource, {.ttl = 5s}, asio::use_awaitable);
+    EXPECT_FALSE(busy);
+    EXPECT_TRUE(co_await g.async_extend(10s, asio::use_awaitable));
+    EXPECT_TRUE(co_await g.async_release(asio::use_awaitable));
+    // Contention with waiting: `other` holds it for a moment.
+    auto held = co_await other.async_acquire(resource, {.ttl = 5s}, asio::use_awaitable);
+    CO_ASSERT_TRUE(held);
+    asio::steady_timer later(co_await asio::this_coro::executor, 50ms);
+    later.async_wait([&](error_code) { held.async_release(asio::detached); });
+    auto waited = co_await locks.async_acquire(resource, {.ttl = 5s, .wait = 5s},
+                                               asio::use_awaitable);
+    CO_ASSERT_TRUE(waited);
+    // A lease that expired before its release: released = false.
+    auto brief = co_await locks.async_acquire(resource + "-brief", {.ttl = 20ms},
+                                              asio::use_awaitable);
+    CO_ASSERT_TRUE(brief);
+    co_await sleep_for(60ms);
+    EXPECT_FALSE(co_await brief.async_release(asio::use_awaitable));
+    // Bad input is reported as a failure too.
+    auto [ec, none] = co_await locks.async_acquire("", {}, asio::as_tuple(asio::use_awaitable));
+    EXPECT_EQ(ec, error::invalid_argument);
+    {
+      auto dropped = std::move(waited);  // released by its destructor: reported as well
+    }
+    co_await sleep_for(50ms);
+  });
+  std::lock_guard lock(rec->mutex);
+  ASSERT_EQ(rec->acquires.size(), 5u);
+  const auto& first = rec->acquires[0];
+  EXPECT_EQ(first.resource, resource);
+  EXPECT_EQ(first.outcome, AcquireOutcome::acquired);
+  EXPECT_EQ(first.attempts, 1);
+  EXPECT_FALSE(first.waited);
+  EXPECT_GT(first.fence, 0u);
+  EXPECT_GT(first.latency, std::chrono::steady_clock::duration::zero());
+  EXPECT_EQ(rec->acquires[1].outcome, AcquireOutcome::not_acquired);
+  EXPECT_EQ(rec->acquires[1].fence, 0u);
+  EXPECT_EQ(rec->acquires[2].outcome, AcquireOutcome::acquired);
+  EXPECT_TRUE(rec->acquires[2].waited);
+  EXPECT_GE(rec->acquires[2].attempts, 2);
+  EXPECT_GE(rec->acquires[2].latency, 40ms);
+  EXPECT_EQ(rec->acquires[3].outcome, AcquireOutcome::acquired);
+  EXPECT_EQ(rec->acquires[4].outcome, AcquireOutcome::failed);
+  EXPECT_EQ(rec->acquires[4].error, error::invalid_argument);
+  // extend, release, release of the expired lease, the destructor's release; nothing from
+  // the unobserved manager and no clean-up releases.
+  ASSERT_EQ(rec->leases.size(), 4u);
+  EXPECT_EQ(rec->leases[0].command, LeaseCommand::extend);
+  EXPECT_TRUE(rec->leases[0].succeeded);
+  EXPECT_EQ(rec->leases[1].command, LeaseCommand::release);
+  EXPECT_TRUE(rec->leases[1].succeeded);
+  EXPECT_EQ(rec->leases[2].resource, resource + "-brief");
+  EXPECT_FALSE(rec->leases[2].succeeded);
+  EXPECT_FALSE(rec->leases[2].error);
+  EXPECT_EQ(rec->leases[3].command, LeaseCommand::release);
+  EXPECT_TRUE(rec->leases[3].succeeded);
+  EXPECT_TRUE(rec->lost.empty());
+}
+
+TEST(Observer, RenewalsAndALostLease) {
+  asio::io_context io;
+  auto rec = std::make_shared<Recorder>();
+  LockManager locks(io.get_executor(), shared_server_config(), {.observer = rec});
+  const auto resource = unique_resource();
+  const auto port = shared_server_port();
+  run_co(io, [&]() -> asio::awaitable<void> {
+    auto g = co_await locks.async_acquire(resource, {.ttl = 150ms, .auto_renew = true},
+                                          asio::use_awaitable);
+    CO_ASSERT_TRUE(g);
+    co_await sleep_for(400ms);
+    EXPECT_FALSE(g.lost());
+    EXPECT_GE(rec->count(LeaseCommand::renewal, true), 3);
+    // Someone deletes the lease behind our back: the next renewal finds it gone.
+    redis_command(port, {"DEL", lease_key(resource)});
+    auto [ec] = co_await g.async_wait_lost(asio::as_tuple(asio::use_awaitable));
+    EXPECT_EQ(ec, error::lock_lost);
+  });
+  EXPECT_EQ(rec->count(LeaseCommand::renewal, false), 1);
+  std::lock_guard lock(rec->mutex);
+  ASSERT_EQ(rec->lost.size(), 1u);
+  EXPECT_EQ(rec->lost[0], resource);
+}
