@@ -17,3 +17,12 @@ if(REDIS_LOCK_BUILD_FUZZERS)
   enable_testing()
   add_subdirectory(tests/fuzz)
 endif()
+
+# The API reference builds without a single Doxygen warning (docs/Doxyfile fails on any).
+find_program(DOXYGEN_EXECUTABLE doxygen)
+if(REDIS_LOCK_BUILD_TESTS AND DOXYGEN_EXECUTABLE)
+  add_test(NAME docs.doxygen COMMAND ${CMAKE_COMMAND} -E env
+    REDIS_LOCK_DOCS_OUT=${PROJECT_BINARY_DIR}/docs ${DOXYGEN_EXECUTABLE} docs/Doxyfile
+    WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+  set_tests_properties(docs.doxygen PROPERTIES FAIL_REGULAR_EXPRESSION "warning|error")
+endif()

@@ -18,11 +18,11 @@ class Observer;  // <redis_lock/observer.hpp>
 
 /// Where the lock server is and how to talk to it.
 struct ConnectionConfig {
-  std::string host = "127.0.0.1";
-  std::uint16_t port = 6379;
+  std::string host = "127.0.0.1";  ///< name (resolved at each connect) or IP address
+  std::uint16_t port = 6379;       ///< TCP port
   std::string unix_socket;  ///< non-empty: connect to this Unix socket instead of host:port
-  std::string username;     ///< ACL user; empty with a password means AUTH <password>
-  std::string password;
+  std::string username;     ///< ACL user; empty with a password: `AUTH password` alone
+  std::string password;     ///< sent only in AUTH; never in an error message
   int database = 0;  ///< SELECT; 0 sends nothing
   bool tls = false;  ///< rediss://: TLS over TCP, server certificate and host name verified
   std::chrono::milliseconds connect_timeout{1000};  ///< connect + handshake deadline
@@ -58,7 +58,7 @@ struct LockOptions {
   /// `replication_timeout`; fewer: the lease is released and the acquire fails with
   /// `error::not_replicated`. So a failover cannot silently hand the lock to a second holder.
   int min_replicas = 0;
-  std::chrono::milliseconds replication_timeout{100};
+  std::chrono::milliseconds replication_timeout{100};  ///< how long that WAIT may take
 };
 
 /// Settings of one LockManager that are not about the connection.

@@ -38,13 +38,16 @@ enum class error {
 /// The category of `redis_lock::error`; its name() is "redis_lock".
 REDIS_LOCK_EXPORT const boost::system::error_category& error_category() noexcept;
 
+/// Makes `error_code`s from `redis_lock::error`, so `ec == redis_lock::error::timeout` works.
 inline boost::system::error_code make_error_code(error e) noexcept {
   return {static_cast<int>(e), error_category()};
 }
 
 }  // namespace redis_lock
 
+/// \cond INTERNAL
 template <>
 struct boost::system::is_error_code_enum<redis_lock::error> : std::true_type {};
 template <>
 struct std::is_error_code_enum<redis_lock::error> : std::true_type {};
+/// \endcond

@@ -58,14 +58,19 @@ void complete_without_lock(Handler&& handler, Args... args) {
 class REDIS_LOCK_EXPORT LockGuard {
  public:
   LockGuard() noexcept;  ///< holds nothing
+  /// Takes over `other`'s lock; `other` holds nothing afterwards.
   LockGuard(LockGuard&& other) noexcept;
   /// Releases what *this held (by posting), then takes over `other`'s lock.
   LockGuard& operator=(LockGuard&& other) noexcept;
   LockGuard(const LockGuard&) = delete;
   LockGuard& operator=(const LockGuard&) = delete;
+  /// Still holding: posts the release (never blocks, never throws).
   ~LockGuard();
 
+  /// True while the guard holds a lock it took (even if the lease has expired meanwhile:
+  /// see lost() and valid_until()).
   bool owns_lock() const noexcept { return service_ != nullptr; }
+  /// owns_lock()
   explicit operator bool() const noexcept { return owns_lock(); }
   /// The resource name given to async_acquire (empty when nothing is held).
   const std::string& resource() const noexcept { return resource_; }
@@ -205,14 +210,23 @@ class REDIS_LOCK_EXPORT LockGuard {
 /// pending on its executor (io_context::run() returns).
 class REDIS_LOCK_EXPORT LockManager {
  public:
+  /// The executor completions run on unless a handler has its own associated executor.
   using executor_type = boost::asio::any_io_executor;
 
+  /// A manager for the server in `config`. Nothing is connected yet: the first acquire
+  /// connects. A configuration that cannot work (see ConnectionConfig) is reported by every
+  /// acquire, before anything is sent. TLS files are read here.
   LockManager(executor_type ex, ConnectionConfig config);
+  /// As above, with a key prefix, client name or observer (ManagerOptions).
   LockManager(executor_type ex, ConnectionConfig config, ManagerOptions options);
+  /// A moved-from manager refuses acquires with `error::invalid_argument`.
   LockManager(LockManager&&) noexcept = default;
+  /// Move assignment; operations of the replaced manager continue.
   LockManager& operator=(LockManager&&) noexcept = default;
+  /// Operations in flight and guards keep the shared state alive.
   ~LockManager();
 
+  /// The executor given to the constructor.
   executor_type get_executor() const noexcept { return executor_; }
 
   /// Tries to take the lock on `resource` for `options.ttl`.
@@ -222,9 +236,12 @@ class REDIS_LOCK_EXPORT LockManager {
   /// contention is not an error. Errors are failures: `invalid_argument` (empty resource,
   /// ttl <= 0, negative wait; nothing is sent), I/O errors (`timeout`, `connection_lost`,
   /// `connect_failed`, ...), and server errors (`wrong_type`, `out_of_memory`, `read_only`,
-  /// `not_authenticated`, `no_permission`, `server_error`). When the reply is lost the lock
-  /// state is unknown: the error is reported and a best-effort release is sent.
-  /// Per-operation cancellation: not supported yet; bounded by `command_timeout` and `wait`.
+  /// `not_authenticated`, `no_permission`, `server_error`), and configuration errors
+  /// (`tls_config_invalid`, `tls_handshake_failed`). When the reply is lost the lock state is
+  /// unknown: the error is reported and a best-effort release is sent.
+  /// Per-operation cancellation: supported (`bind_cancellation_slot`): completes with
+  /// `operation_aborted`, leaves the wait queue, and releases a lease that arrived meanwhile.
+  /// Otherwise bounded by `command_timeout` and `wait`.
   /// Exception safety: no exception escapes on the async path (a failed allocation in the
   /// initiating call may throw `std::bad_alloc`, as with any Asio initiation).
   /// Thread safety: may be called from any thread, concurrently.

@@ -20,8 +20,8 @@ enum class AcquireOutcome {
 
 /// One completed `async_acquire`.
 struct AcquireEvent {
-  std::string_view resource;
-  AcquireOutcome outcome;
+  std::string_view resource;                    ///< as given to async_acquire
+  AcquireOutcome outcome;                       ///< how it ended
   boost::system::error_code error;              ///< with `failed` and `cancelled`
   std::chrono::steady_clock::duration latency;  ///< from the call to the completion
   int attempts;                                 ///< acquire scripts run (1 unless it waited)
@@ -38,8 +38,8 @@ enum class LeaseCommand {
 
 /// One release, extension or renewal, answered or failed.
 struct LeaseEvent {
-  std::string_view resource;
-  LeaseCommand command;
+  std::string_view resource;  ///< the guard's resource
+  LeaseCommand command;       ///< which command
   /// The lease was still ours (released / extended). False without an error: it had
   /// expired or belongs to someone else now.
   bool succeeded;
@@ -56,7 +56,10 @@ struct LeaseEvent {
 class Observer {
  public:
   virtual ~Observer() = default;
+  /// An async_acquire completed (also with bad input, reported as `failed`).
   virtual void on_acquire(const AcquireEvent&) noexcept {}
+  /// A guard's release, extension or renewal was answered or failed. (Releases the library
+  /// sends to clean up after a failed or cancelled acquire are not reported.)
   virtual void on_lease(const LeaseEvent&) noexcept {}
   /// A held lease was lost: a renewal found it gone, or no renewal succeeded before it could
   /// have expired (the guard's `lost_slot()` fires right after this call).
