@@ -402,8 +402,19 @@ void Connection::on_write(const std::shared_ptr<Link>& link, error_code ec) {
     if (ec && is_current_or_draining(link)) close_drained(link, error::connection_lost);
     return;
   }
-  if (ec) return drop_link(error::connection_lost);
+  if (ec) return drop_link(link_error(*link, ec));
   flush();
+}
+
+error_code Connection::link_error(const Link& link, error_code ec) const {
+  // A TLS alert, or the connection closed, while the handshake's commands are out: the
+  // server refused us. (TLS 1.3 servers check a client certificate after the client thinks
+  // the handshake is done; our AUTH/PING may then meet a reset instead of the alert.)
+  const bool refused = link.tls && state_ == State::handshake &&
+                       (ec.category() == asio::error::get_ssl_category() ||
+                        ec == asio::ssl::error::stream_truncated || ec == asio::error::eof ||
+                        ec == asio::error::connection_reset || ec == asio::error::broken_pipe);
+  return refused ? error_code(error::tls_handshake_failed) : error_code(error::connection_lost);
 }
 
 void Connection::start_read(const std::shared_ptr<Link>& link) {
@@ -430,14 +441,7 @@ void Connection::on_read(const std::shared_ptr<Link>& link, error_code ec, std::
       close_drained(link, why);
     }
   };
-  if (ec) {
-    // A TLS alert while the handshake's commands are out: the server refused us (TLS 1.3
-    // servers check a client certificate after the client thinks the handshake is done).
-    const bool refused = link->tls && state_ == State::handshake && current &&
-                         (ec.category() == asio::error::get_ssl_category() ||
-                          ec == asio::ssl::error::stream_truncated);
-    return fail(refused ? error::tls_handshake_failed : error::connection_lost);
-  }
+  if (ec) return fail(current ? link_error(*link, ec) : error_code(error::connection_lost));
   if (!link->reader.feed(link->read_buf.data(), n)) return fail(error::protocol_error);
   for (;;) {
     bool failed = false;

@@ -110,6 +110,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void start_read(const std::shared_ptr<Link>& link);
   void on_read(const std::shared_ptr<Link>& link, boost::system::error_code ec, std::size_t n);
   void on_write(const std::shared_ptr<Link>& link, boost::system::error_code ec);
+  /// What an I/O error on the current link means: connection_lost, or tls_handshake_failed
+  /// when a TLS server dropped us during the handshake.
+  boost::system::error_code link_error(const Link& link, boost::system::error_code ec) const;
   /// Drops the current link; fails its in-flight commands with `ec`; queued ones reconnect.
   void drop_link(boost::system::error_code ec);
   /// The current link's oldest command timed out: fail its commands, let the link drain.
