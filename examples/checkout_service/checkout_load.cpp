@@ -5,6 +5,8 @@
 //
 //   checkout_load --port P [--host 127.0.0.1] [--url redis://...] [--requests 400]
 //                 [--orders 50] [--ledger-prefix checkout:]
+//   checkout_load --port P --one ORDER_ID [--amount CENTS]     one request: prints
+//                 "<status> <body>" and exits 0 if it got an HTTP answer
 //
 // Exit status 0 when everything held, 1 otherwise.
 #include "ledger.hpp"
@@ -84,6 +86,8 @@ int main(int argc, char** argv) {
   if (const char* env = std::getenv("REDIS_LOCK_URL")) url = env;
   unsigned short port = 8080;
   int requests = 400, orders = 50;
+  std::string one;
+  std::int64_t one_amount = 1000;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string arg = argv[i], value = argv[i + 1];
     if (arg == "--host") host = value;
@@ -92,6 +96,8 @@ int main(int argc, char** argv) {
     else if (arg == "--requests") requests = std::atoi(value.c_str());
     else if (arg == "--orders") orders = std::atoi(value.c_str());
     else if (arg == "--ledger-prefix") prefix = value;
+    else if (arg == "--one") one = value;
+    else if (arg == "--amount") one_amount = std::atoll(value.c_str());
     else {
       std::fprintf(stderr, "checkout_load: unknown option %s\n", arg.c_str());
       return 2;
@@ -105,6 +111,17 @@ int main(int argc, char** argv) {
   if (!config) {
     std::fputs("checkout_load: --url is not a valid URL\n", stderr);
     return 2;
+  }
+  if (!one.empty()) {
+    asio::io_context io;
+    Answer answer;
+    asio::co_spawn(io, post_checkout({asio::ip::make_address(host), port}, one, one_amount),
+                   [&](std::exception_ptr e, Answer a) {
+                     if (!e) answer = std::move(a);
+                   });
+    io.run();
+    std::printf("%d %s\n", answer.status, json::serialize(answer.body).c_str());
+    return answer.status == 0 ? 1 : 0;
   }
   const std::string run = random_run_id();
   const auto order_id = [&](int k) { return "run" + run + "-order-" + std::to_string(k); };

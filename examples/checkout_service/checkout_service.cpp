@@ -15,6 +15,7 @@
 //
 //   checkout_service [--url redis://127.0.0.1:6379] [--listen 127.0.0.1] [--port 8080]
 //                    [--workers N] [--charge-ms 20] [--ledger-prefix checkout:]
+//                    [--lock-ttl-ms 5000] [--no-renew]
 //
 // --workers N forks N processes that each accept on the same port (SO_REUSEPORT), each with
 // its own LockManager: the lock, not the process, keeps orders apart.
@@ -66,6 +67,8 @@ struct Options {
   unsigned short port = 8080;
   int workers = 1;
   std::chrono::milliseconds charge_time{20};
+  std::chrono::milliseconds lock_ttl{5000};
+  bool renew = true;  // --no-renew: to watch fencing stop a holder whose lease ran out
   std::string ledger_prefix = "checkout:";
 };
 
@@ -229,7 +232,7 @@ class Worker {
     // One attempt, no waiting: a second request for an order in progress is told so at once.
     // auto_renew keeps the lease for as long as the charge takes.
     auto [ec, guard] = co_await locks_.async_acquire(
-        "order:" + order_id, {.ttl = 5s, .auto_renew = true},
+        "order:" + order_id, {.ttl = opt_.lock_ttl, .auto_renew = opt_.renew},
         asio::as_tuple(asio::use_awaitable));
     if (ec) {
       ++errors_;
@@ -349,6 +352,7 @@ int run_worker(const Options& opt, const redis_lock::ConnectionConfig& config, i
   std::fputs(
       "usage: checkout_service [--url URL] [--listen ADDR] [--port P] [--workers N]\n"
       "                        [--charge-ms MS] [--ledger-prefix PREFIX]\n"
+      "                        [--lock-ttl-ms MS] [--no-renew]\n"
       "  URL defaults to $REDIS_LOCK_URL or redis://127.0.0.1:6379\n",
       code == 0 ? stdout : stderr);
   std::exit(code);
@@ -360,6 +364,10 @@ Options parse(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--help" || arg == "-h") usage(0);
+    if (arg == "--no-renew") {
+      opt.renew = false;
+      continue;
+    }
     if (i + 1 >= argc) usage(2);
     const std::string value = argv[++i];
     try {
@@ -373,6 +381,8 @@ Options parse(int argc, char** argv) {
         opt.workers = std::stoi(value);
       } else if (arg == "--charge-ms") {
         opt.charge_time = std::chrono::milliseconds(std::stoi(value));
+      } else if (arg == "--lock-ttl-ms") {
+        opt.lock_ttl = std::chrono::milliseconds(std::stoi(value));
       } else if (arg == "--ledger-prefix") {
         opt.ledger_prefix = value;
       } else {
@@ -382,7 +392,10 @@ Options parse(int argc, char** argv) {
       usage(2);
     }
   }
-  if (opt.workers < 1 || opt.workers > 64 || opt.charge_time.count() < 0) usage(2);
+  if (opt.workers < 1 || opt.workers > 64 || opt.charge_time.count() < 0 ||
+      opt.lock_ttl.count() <= 0) {
+    usage(2);
+  }
   return opt;
 }
 
