@@ -1,0 +1,34 @@
+// SPDX-License-Identifier: MIT
+// Test harness: a TCP proxy between the client and redis-server that adds latency or cuts the
+// path (a partition that later heals), for faults the kernel's netem cannot make here.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+
+namespace redis_lock::test {
+
+class TcpProxy {
+ public:
+  /// Listens on a free loopback port and forwards each connection to 127.0.0.1:target_port,
+  /// on a thread of its own.
+  explicit TcpProxy(std::uint16_t target_port);
+  ~TcpProxy();
+  TcpProxy(const TcpProxy&) = delete;
+  TcpProxy& operator=(const TcpProxy&) = delete;
+
+  std::uint16_t port() const noexcept;
+  /// Every chunk is delivered this much later than it arrived, in each direction.
+  void set_delay(std::chrono::milliseconds delay) noexcept;
+  /// On: nothing is forwarded (bytes wait, as behind a dead link); off: the path heals and
+  /// what waited is delivered.
+  void set_blackhole(bool on) noexcept;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace redis_lock::test
