@@ -299,14 +299,22 @@ void Connection::start_handshake(const std::shared_ptr<Link>& link) {
   }
   state_ = State::handshake;
   handshake_left_ = count;
+  const bool has_select = config_.database != 0;
   for (std::size_t i = 0; i < count; ++i) {
     const bool is_setname = !client_name_.empty() && i + 1 == count;
+    const bool is_select = has_select && i + 1 == count - (client_name_.empty() ? 0 : 1);
     link->in_flight.push_back(Pending{
-        Callback([self = shared_from_this(), link, is_setname](error_code ec, Reply reply) {
+        Callback([self = shared_from_this(), link, is_setname, is_select](error_code ec,
+                                                                          Reply reply) {
           // A user without the right to name its connection may still take locks.
           if (is_setname && !ec && reply.is_error()) {
             reply = Reply{};
             reply.type = Reply::Type::status;
+          }
+          // "ERR DB index is out of range": the configuration asks for what is not there.
+          if (is_select && !ec && reply.is_error() &&
+              error_from_reply(reply.str) == error::server_error) {
+            return self->connect_failed(error::invalid_argument);
           }
           self->on_handshake_reply(link, ec, reply);
         }),

@@ -269,8 +269,16 @@ struct RenewOp final : ScriptOp {
 
 namespace {
 // Checks the configuration (nothing has been sent) and reads the TLS files, once.
-error_code prepare(const ConnectionConfig& config, std::shared_ptr<asio::ssl::context>& tls) {
+error_code prepare(const ConnectionConfig& config, const ManagerOptions& options,
+                   std::shared_ptr<asio::ssl::context>& tls) {
   if (auto ec = validate(config)) return ec;
+  // A brace in the prefix would become the keys' hash tag: the lease and its fencing
+  // counter could land in different Cluster slots.
+  if (options.key_prefix.find_first_of("{}") != std::string::npos) return error::invalid_argument;
+  // Redis refuses client names with spaces, newlines or other unprintable bytes.
+  for (unsigned char c : options.client_name) {
+    if (c <= ' ' || c > '~') return error::invalid_argument;
+  }
   return make_tls_context(config, tls);
 }
 }  // namespace
@@ -279,7 +287,7 @@ LockService::LockService(asio::any_io_executor ex, ConnectionConfig config, Mana
     : executor_(std::move(ex)),
       options_(std::move(options)),
       config_(config),
-      config_error_(prepare(config_, tls_)),
+      config_error_(prepare(config_, options_, tls_)),
       connection_(std::make_shared<Connection>(asio::make_strand(executor_), std::move(config),
                                                options_.client_name, tls_)),
       manager_id_(random_token().substr(0, 16)),

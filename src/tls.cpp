@@ -20,7 +20,10 @@ error_code validate(const ConnectionConfig& config) {
   if (config.connect_timeout.count() <= 0 || config.command_timeout.count() <= 0) {
     return error::invalid_argument;
   }
-  if (config.unix_socket.empty() && config.host.empty()) return error::invalid_argument;
+  if (config.unix_socket.empty() && (config.host.empty() || config.port == 0)) {
+    return error::invalid_argument;
+  }
+  if (config.database < 0) return error::invalid_argument;
   return {};
 }
 

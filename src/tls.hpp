@@ -16,7 +16,8 @@ class context;
 namespace redis_lock::detail {
 
 /// Checks what can be checked without I/O: TLS settings only with `tls`, a certificate only
-/// with its key, no TLS over a Unix socket, timeouts > 0. `error::invalid_argument` if not.
+/// with its key, no TLS over a Unix socket, timeouts > 0, a host and a port (or a socket), a
+/// database >= 0. `error::invalid_argument` if not.
 boost::system::error_code validate(const ConnectionConfig& config);
 
 /// The client context for `config` (TLS 1.2 or later; verification of the server's chain

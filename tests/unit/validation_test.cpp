@@ -58,6 +58,10 @@ TEST(Validation, BadOptionsAreRejectedBeforeAnythingIsSent) {
       {"r", {.ttl = std::chrono::milliseconds::max()}},
       {"r", {.ttl = 1s, .wait = -1ms}},
       {"r", {.ttl = 1s, .wait = std::chrono::milliseconds::min()}},
+      {"r", {.ttl = 1s, .auto_renew = true, .renew_every = -1ms}},
+      {"r", {.ttl = 1s, .auto_renew = true, .max_hold = -1ms}},
+      {"r", {.ttl = 1s, .min_replicas = -1}},
+      {"r", {.ttl = 1s, .min_replicas = 1, .replication_timeout = -1ms}},
   };
   int completed = 0;
   bool initiating = false;
@@ -131,6 +135,8 @@ TEST(Validation, BadConnectionConfigsAreRejectedBeforeConnecting) {
       {"TLS over a Unix socket", [](Config& c) { c.tls = true, c.unix_socket = "/tmp/x.sock"; },
        error::invalid_argument},
       {"no host", [](Config& c) { c.host.clear(); }, error::invalid_argument},
+      {"port 0", [](Config& c) { c.port = 0; }, error::invalid_argument},
+      {"negative database", [](Config& c) { c.database = -1; }, error::invalid_argument},
       {"zero connect timeout", [](Config& c) { c.connect_timeout = 0ms; },
        error::invalid_argument},
       {"negative command timeout", [](Config& c) { c.command_timeout = -1ms; },
@@ -178,4 +184,29 @@ TEST(Validation, MovedFromManagerRefusesInsteadOfCrashing) {
   io.run_for(5s);
   ASSERT_TRUE(result);
   EXPECT_EQ(*result, error::invalid_argument);
+}
+
+TEST(Validation, BadManagerOptionsAreRejectedBeforeConnecting) {
+  asio::io_context io;
+  CountingListener listener(io);
+  const redis_lock::ManagerOptions cases[] = {
+      {.key_prefix = "app{1}:"},  // would become the hash tag: lease and counter split
+      {.key_prefix = "}"},
+      {.key_prefix = "lock:", .client_name = "two words"},
+      {.key_prefix = "lock:", .client_name = "line\nbreak"},
+      {.key_prefix = "lock:", .client_name = std::string("nul\0", 4)},
+  };
+  for (const auto& options : cases) {
+    redis_lock::LockManager locks(io.get_executor(), listener.config(), options);
+    std::optional<boost::system::error_code> result;
+    locks.async_acquire("r", {}, [&](boost::system::error_code ec, redis_lock::LockGuard) {
+      result = ec;
+    });
+    io.restart();
+    const auto until = std::chrono::steady_clock::now() + 2s;
+    while (!result && std::chrono::steady_clock::now() < until) io.run_one_for(100ms);
+    ASSERT_TRUE(result) << options.key_prefix << " / " << options.client_name;
+    EXPECT_EQ(*result, error::invalid_argument) << options.key_prefix << " / " << options.client_name;
+  }
+  EXPECT_EQ(listener.accepted, 0);
 }
