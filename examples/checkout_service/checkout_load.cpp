@@ -5,6 +5,7 @@
 //
 //   checkout_load --port P [--host 127.0.0.1] [--url redis://...] [--requests 400]
 //                 [--orders 50] [--ledger-prefix checkout:]
+//   checkout_load --port P --probe-bad-input     malformed requests must get 400/404/405/413
 //   checkout_load --port P --one ORDER_ID [--amount CENTS]     one request: prints
 //                 "<status> <body>" and exits 0 if it got an HTTP answer
 //
@@ -66,6 +67,72 @@ asio::awaitable<Answer> post_checkout(asio::ip::tcp::endpoint target, std::strin
   co_return Answer{static_cast<int>(res.result_int()), jec ? json::value{} : body};
 }
 
+// One raw request (method, target, body) for the bad-input probe: the status, 0 if none.
+asio::awaitable<int> raw_request(asio::ip::tcp::endpoint target, http::verb method,
+                                 std::string path, std::string body) {
+  beast::tcp_stream stream(co_await asio::this_coro::executor);
+  stream.expires_after(10s);
+  auto [ec] = co_await stream.async_connect(target, asio::as_tuple(asio::use_awaitable));
+  if (ec) co_return 0;
+  http::request<http::string_body> req{method, path, 11};
+  req.set(http::field::host, "checkout");
+  req.keep_alive(false);
+  req.body() = std::move(body);
+  req.prepare_payload();
+  auto [wec, wn] = co_await http::async_write(stream, req, asio::as_tuple(asio::use_awaitable));
+  if (wec) co_return 0;
+  beast::flat_buffer buffer;
+  http::response<http::string_body> res;
+  auto [rec, rn] = co_await http::async_read(stream, buffer, res, asio::as_tuple(asio::use_awaitable));
+  co_return rec ? 0 : static_cast<int>(res.result_int());
+}
+
+// Bad requests get the right 4xx and charge nothing.
+int probe_bad_input(asio::ip::tcp::endpoint target) {
+  struct Case {
+    const char* what;
+    http::verb method;
+    std::string path, body;
+    int expected;
+  };
+  const std::vector<Case> cases = {
+      {"not JSON", http::verb::post, "/checkout", "{order", 400},
+      {"JSON but not an object", http::verb::post, "/checkout", "[1,2]", 400},
+      {"no order_id", http::verb::post, "/checkout", R"({"amount": 5})", 400},
+      {"order_id not a string", http::verb::post, "/checkout", R"({"order_id": 7, "amount": 5})", 400},
+      {"order_id with a space", http::verb::post, "/checkout", R"({"order_id": "a b", "amount": 5})", 400},
+      {"order_id too long", http::verb::post, "/checkout",
+       R"({"order_id": ")" + std::string(129, 'x') + R"(", "amount": 5})", 400},
+      {"amount zero", http::verb::post, "/checkout", R"({"order_id": "a", "amount": 0})", 400},
+      {"amount negative", http::verb::post, "/checkout", R"({"order_id": "a", "amount": -3})", 400},
+      {"amount not an integer", http::verb::post, "/checkout", R"({"order_id": "a", "amount": 1.5})", 400},
+      {"amount too large", http::verb::post, "/checkout",
+       R"({"order_id": "a", "amount": 10000000001})", 400},
+      {"body over 8 KiB", http::verb::post, "/checkout", std::string(9000, ' '), 413},
+      {"wrong method", http::verb::get, "/checkout", "", 405},
+      {"unknown path", http::verb::post, "/nope", "{}", 404},
+  };
+  asio::io_context io;
+  std::vector<int> got(cases.size());
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    asio::co_spawn(io, raw_request(target, cases[i].method, cases[i].path, cases[i].body),
+                   [&got, i](std::exception_ptr e, int status) {
+                     if (!e) got[i] = status;
+                   });
+  }
+  io.run();
+  int wrong = 0;
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    if (got[i] != cases[i].expected) {
+      ++wrong;
+      std::printf("bad input '%s': got %d, expected %d\n", cases[i].what, got[i], cases[i].expected);
+    }
+  }
+  std::printf("bad input: %zu/%zu requests refused with the right status\n",
+              cases.size() - static_cast<std::size_t>(wrong), cases.size());
+  return wrong == 0 ? 0 : 1;
+}
+
 std::string text(const json::value& body, const char* field) {
   const auto* obj = body.if_object();
   const auto* v = obj ? obj->if_contains(field) : nullptr;
@@ -87,9 +154,20 @@ int main(int argc, char** argv) {
   unsigned short port = 8080;
   int requests = 400, orders = 50;
   std::string one;
+  bool probe = false;
   std::int64_t one_amount = 1000;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string arg = argv[i], value = argv[i + 1];
+  for (int i = 1; i < argc; i += 2) {
+    const std::string arg = argv[i];
+    if (arg == "--probe-bad-input") {
+      probe = true;
+      --i;
+      continue;
+    }
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "checkout_load: %s needs a value\n", arg.c_str());
+      return 2;
+    }
+    const std::string value = argv[i + 1];
     if (arg == "--host") host = value;
     else if (arg == "--port") port = static_cast<unsigned short>(std::atoi(value.c_str()));
     else if (arg == "--url") url = value;
@@ -112,6 +190,7 @@ int main(int argc, char** argv) {
     std::fputs("checkout_load: --url is not a valid URL\n", stderr);
     return 2;
   }
+  if (probe) return probe_bad_input({asio::ip::make_address(host), port});
   if (!one.empty()) {
     asio::io_context io;
     Answer answer;

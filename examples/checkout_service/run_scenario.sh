@@ -26,6 +26,7 @@ done
 echo "checkout_service: $workers worker processes on 127.0.0.1:$port (SO_REUSEPORT)"
 
 status=0
+"$load" --port "$port" --probe-bad-input || status=1
 "$load" --port "$port" --url "$url" --requests "${CHECKOUT_REQUESTS:-400}" \
   --orders "${CHECKOUT_ORDERS:-50}" || status=$?
 
