@@ -185,7 +185,6 @@ struct AcquireOp final : ScriptOp {
     done = true;
     if (auto* observer = service->observer()) report(*observer, ec, guard);
     if (registered) service->remove_waiter(token);
-    if (slot.is_connected()) slot.clear();
     deliver(service->executor(), Defer::no, std::move(handler), ec, std::move(guard));
   }
   /// Leaves the queue (and hands on a lease that reached us meanwhile).
@@ -217,7 +216,6 @@ struct AcquireOp final : ScriptOp {
   Clock::time_point attempt_started;
   milliseconds backoff{first_backoff};
   std::unique_ptr<asio::steady_timer> timer;
-  asio::cancellation_slot slot;
   bool joined = false;     // our token may be in the queue
   bool registered = false; // listed with the service for notifications
   bool notified = false;   // a notification came while an attempt was in flight
@@ -463,23 +461,24 @@ void LockService::acquire(std::string resource, LockOptions options, AcquireHand
     return deliver(executor_, Defer::yes, std::move(op->handler), error_code(error::server_error),
                    LockGuard{});
   }
-  on_strand([op = std::move(op)]() mutable { op->start(); });
-}
-
-void AcquireOp::start() {
-  slot = asio::get_associated_cancellation_slot(handler);
+  // The cancellation handler is installed here, in the initiating call, on the caller's
+  // thread: Asio lets a signal be emitted only where its operation was initiated and
+  // completes, never concurrently with installing the handler. (Installing it later on our
+  // strand raced with an emit from the caller's strand: Stress.ThreadsCancellations... under
+  // TSan.) For the same reason the slot is never cleared from our side: the handler holds the
+  // op weakly, so an emit after completion finds nothing to cancel.
+  auto slot = asio::get_associated_cancellation_slot(op->handler);
   if (slot.is_connected()) {
-    // Cancellation may be requested from any thread: act on it on the strand.
-    slot.assign([weak = std::weak_ptr<AcquireOp>(
-                     std::static_pointer_cast<AcquireOp>(shared_from_this())),
-                 strand = service->strand()](asio::cancellation_type) {
+    slot.assign([weak = std::weak_ptr<AcquireOp>(op), strand = strand()](asio::cancellation_type) {
       asio::post(strand, [weak] {
-        if (auto op = weak.lock()) op->cancel();
+        if (auto alive = weak.lock()) alive->cancel();
       });
     });
   }
-  attempt();
+  on_strand([op = std::move(op)]() mutable { op->start(); });
 }
+
+void AcquireOp::start() { attempt(); }
 
 void AcquireOp::attempt() {
   ++attempts;

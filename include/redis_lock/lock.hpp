@@ -93,7 +93,11 @@ class REDIS_LOCK_EXPORT LockGuard {
 
   /// A cancellation slot that is emitted (`cancellation_type::terminal`) when the lease is
   /// lost, so work bound to it with `asio::bind_cancellation_slot` is cancelled. It is
-  /// emitted on the manager's strand: bind it to operations of the same io_context.
+  /// emitted on the manager's strand. Asio forbids emitting a signal concurrently with an
+  /// operation installing or clearing its handler, so: with one thread running the
+  /// io_context, bind it to anything on that io_context; with several threads, bind it only
+  /// to operations that run on the manager's executor as a strand, or use async_wait_lost(),
+  /// which completes on your handler's executor and is safe from any thread.
   /// A default (unconnected) slot when nothing is held.
   boost::asio::cancellation_slot lost_slot() const noexcept;
 
