@@ -303,9 +303,15 @@ void Connection::start_handshake(const std::shared_ptr<Link>& link) {
   for (std::size_t i = 0; i < count; ++i) {
     const bool is_setname = !client_name_.empty() && i + 1 == count;
     const bool is_select = has_select && i + 1 == count - (client_name_.empty() ? 0 : 1);
+    // These callbacks live in the link's own queue, which the connection owns: they hold
+    // both weakly, or a link stuck in its handshake when the io_context is destroyed would
+    // keep itself and the connection alive forever (seen by LSan, FaultMatrix.Partition...).
     link->in_flight.push_back(Pending{
-        Callback([self = shared_from_this(), link, is_setname, is_select](error_code ec,
-                                                                          Reply reply) {
+        Callback([weak_self = weak_from_this(), weak_link = std::weak_ptr<Link>(link), is_setname,
+                  is_select](error_code ec, Reply reply) {
+          const auto self = weak_self.lock();
+          const auto alive_link = weak_link.lock();
+          if (!self || !alive_link) return;
           // A user without the right to name its connection may still take locks.
           if (is_setname && !ec && reply.is_error()) {
             reply = Reply{};
@@ -316,7 +322,7 @@ void Connection::start_handshake(const std::shared_ptr<Link>& link) {
               error_from_reply(reply.str) == error::server_error) {
             return self->connect_failed(error::invalid_argument);
           }
-          self->on_handshake_reply(link, ec, reply);
+          self->on_handshake_reply(alive_link, ec, reply);
         }),
         nullptr, never, 0});
   }

@@ -163,8 +163,9 @@ class LockLoad {
   }
 
  private:
-  std::vector<std::function<int()>> all_calls_;
   asio::io_context io_;
+  // The completions hold timers of io_: destroyed before it (declared after it).
+  std::vector<std::function<int()>> all_calls_;
   LockManager locks_;
   std::vector<std::string> resources_;
   std::atomic<bool> stopping_{false};
