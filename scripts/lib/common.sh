@@ -43,3 +43,22 @@ stop_system_redis() {
     service redis-server stop >/dev/null 2>&1 || true
   fi
 }
+
+# The peers of ./scripts/bench: Node.js with npm (for redlock and redis-semaphore, installed
+# from bench/peers/package-lock.json) and Debian's python3-redis.
+ensure_bench_peers() {
+  local missing=()
+  command -v node >/dev/null && command -v npm >/dev/null || missing+=(nodejs npm)
+  /usr/bin/python3 -c 'import redis' 2>/dev/null || missing+=(python3-redis)
+  if [ ${#missing[@]} -gt 0 ]; then
+    if [ "$(id -u)" -eq 0 ]; then
+      log "installing ${missing[*]}"
+      apt-get update -qq >/dev/null
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    else
+      echo "Install them with: sudo apt-get install -y ${missing[*]}" >&2
+      exit 1
+    fi
+  fi
+  (cd bench/peers && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
+}
