@@ -30,6 +30,13 @@ namespace redis_lock {
 /// (the work's pending operation was cancelled) or had expired by the time it finished;
 /// `error::not_acquired` when the lock stayed held elsewhere for `options.wait`; the
 /// acquire's error otherwise. Exceptions from the work propagate, after the release.
+///
+/// Cancellation: the work is cancelled (terminal) when the lease is lost; cancelling the
+/// coroutine that awaits with_lock cancels the acquire or the work, and the lock is released.
+/// Exception safety: the lock is released before an exception from the work propagates.
+/// Thread safety: as LockManager::async_acquire; the work runs on the awaiting coroutine's
+/// executor (with several threads, keep it on a strand: see LockGuard::lost_slot()).
+/// Object lifetimes: `locks` must outlive the call; `work` and `resource` are owned by it.
 template <class Work>
 boost::asio::awaitable<boost::system::error_code> with_lock(LockManager& locks,
                                                             std::string resource,
@@ -55,7 +62,10 @@ boost::asio::awaitable<boost::system::error_code> with_lock(LockManager& locks,
   co_return boost::system::error_code{};
 }
 
-/// with_lock for any completion token: `void(std::exception_ptr, boost::system::error_code)`.
+/// with_lock for any completion token. Completion signature:
+/// `void(std::exception_ptr, boost::system::error_code)`: the work's exception (after the
+/// release), and with_lock's result. Runs on `locks.get_executor()`; cancellation, exception
+/// safety, thread safety and lifetimes as for with_lock.
 template <class Work, class CompletionToken = boost::asio::deferred_t>
 auto async_with_lock(LockManager& locks, std::string resource, LockOptions options, Work work,
                      CompletionToken&& token = {}) {
