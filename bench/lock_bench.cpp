@@ -10,7 +10,11 @@
 //                   has had it: the gap from a release being issued to the next owner's
 //                   acquire completing, and client commands per acquisition (SLOWLOG at
 //                   threshold 0, script-internal entries left out); baseline: one raw pair
-// Renewal cost and memory per held lock: bench/renewal_bench.
+//   (d) held     1k, 10k, 100k auto-renewed locks held by one manager: client CPU over a
+//                renewal period (share of a core, per renewal; baseline: raw hiredis sending
+//                the same extension script in batches of 1000), Redis commands per second,
+//   (e)          heap and RSS per held lock, and (growth) acquire+release p50 while they
+//                are held, next to p50 with none held.
 //
 //   lock_bench --port P [--quick] [--hold-ms 1] [--json FILE]
 #include <redis_lock/redis_lock.hpp>
@@ -24,8 +28,13 @@
 #include <boost/asio/steady_timer.hpp>
 #include <hiredis/hiredis.h>
 
+#include <malloc.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
+#include <fstream>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
@@ -287,6 +296,153 @@ Handoff lib_handoff(const Args& a, int waiters, int handoffs) {
   return h;
 }
 
+// ------------------------------------------------------------------------ held locks
+
+double cpu_seconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+}
+
+long rss_bytes() {
+  std::ifstream statm("/proc/self/statm");
+  long pages = 0, resident = 0;
+  statm >> pages >> resident;
+  return resident * sysconf(_SC_PAGESIZE);
+}
+
+long evalsha_calls(redisContext* c) {
+  const auto info = bench::command(c, {"INFO", "commandstats"});
+  const auto at = info.find("cmdstat_evalsha:calls=");
+  return at == std::string::npos ? 0 : std::atol(info.c_str() + at + 22);
+}
+
+/// CPU of a raw client renewing `n` leases once: the same extension script, pipelined in
+/// batches of 1000 (the leases are set up first, outside the measurement).
+double raw_renewal_cpu_us(const Args& a, int n) {
+  redisContext* c = bench::connect_or_exit(a.port);
+  bench::command(c, {"SCRIPT", "LOAD", std::string(detail::extend_script.body)});
+  std::vector<detail::ResourceKeys> keys;
+  std::vector<std::string> tokens;
+  for (int i = 0; i < n; ++i) {
+    keys.push_back(detail::make_keys("lock:", "bench:raw:held:" + std::to_string(i)));
+    tokens.push_back(detail::random_token());
+    redisAppendCommand(c, "SET %s %s PX 60000", keys.back().lease.c_str(), tokens.back().c_str());
+  }
+  for (int i = 0; i < n; ++i) {
+    void* r = nullptr;
+    if (redisGetReply(c, &r) != REDIS_OK) std::exit(1);
+    freeReplyObject(r);
+  }
+  const std::string sha(detail::extend_script.sha1);
+  const double t0 = cpu_seconds();
+  for (int from = 0; from < n; from += 1000) {
+    const int to = std::min(n, from + 1000);
+    for (int i = from; i < to; ++i) {
+      const char* argv[] = {"EVALSHA", sha.c_str(), "1", keys[i].lease.c_str(), tokens[i].c_str(),
+                            "30000"};
+      const std::size_t lens[] = {7, sha.size(), 1, keys[i].lease.size(), tokens[i].size(), 5};
+      redisAppendCommandArgv(c, 6, argv, lens);
+    }
+    for (int i = from; i < to; ++i) {
+      void* r = nullptr;
+      if (redisGetReply(c, &r) != REDIS_OK) std::exit(1);
+      if (static_cast<redisReply*>(r)->type != REDIS_REPLY_INTEGER) std::exit(1);
+      freeReplyObject(r);
+    }
+  }
+  const double us = (cpu_seconds() - t0) * 1e6 / n;
+  for (int i = 0; i < n; ++i) redisAppendCommand(c, "DEL %s", keys[i].lease.c_str());
+  for (int i = 0; i < n; ++i) {
+    void* r = nullptr;
+    if (redisGetReply(c, &r) != REDIS_OK) std::exit(1);
+    freeReplyObject(r);
+  }
+  redisFree(c);
+  return us;
+}
+
+struct Held {
+  int locks = 0;
+  double cpu_share = 0, cpu_us_per_renewal = 0, raw_cpu_us_per_renewal = 0;
+  double commands_per_s = 0, heap_bytes_per_lock = 0, rss_bytes_per_lock = 0;
+  double latency_p50_us = 0, latency_p50_none_us = 0;
+  long renewals = 0, lost = 0;
+};
+
+Held held_locks(const Args& a, int n) {
+  const auto ttl = a.quick ? 3s : 30s;
+  const auto window = a.quick ? 2100ms : 10500ms;  // a little over one renewal period
+  Held h;
+  h.locks = n;
+  h.raw_cpu_us_per_renewal = raw_renewal_cpu_us(a, n);
+  asio::io_context io(1);
+  redis_lock::LockManager locks(io.get_executor(), config(a));
+  const auto p50_now = [&] {
+    // Uncontended acquire+release pairs on another resource while the held ones renew.
+    std::vector<double> us;
+    std::function<void()> next = [&] {
+      if (us.size() >= 500) return;
+      const auto t0 = Clock::now();
+      locks.async_acquire("bench:held:probe", {.ttl = 10s},
+                          [&, t0](boost::system::error_code ec, redis_lock::LockGuard g) {
+                            if (ec || !g) std::exit(1);
+                            g.async_release([&, t0](boost::system::error_code, bool) {
+                              us.push_back(micros(Clock::now() - t0));
+                              next();
+                            });
+                          });
+    };
+    next();
+    while (us.size() < 500) io.run_one();
+    return percentiles(us).p50;
+  };
+  h.latency_p50_none_us = p50_now();
+
+  const auto heap0 = mallinfo2().uordblks;
+  const auto rss0 = rss_bytes();
+  std::vector<redis_lock::LockGuard> held;
+  held.reserve(static_cast<std::size_t>(n));
+  const std::string prefix = "bench:held:" + std::to_string(n) + ":" + detail::random_token().substr(0, 6) + ":";
+  int pending = 0, started = 0;
+  std::function<void()> more = [&] {
+    while (pending < 256 && started < n) {  // bounded in flight, like a real service
+      ++pending;
+      locks.async_acquire(prefix + std::to_string(started++), {.ttl = ttl, .auto_renew = true},
+                          [&](boost::system::error_code ec, redis_lock::LockGuard g) {
+                            if (ec || !g) std::exit(1);
+                            held.push_back(std::move(g));
+                            --pending;
+                            more();
+                          });
+    }
+  };
+  more();
+  while (static_cast<int>(held.size()) < n) io.run_one();
+  h.heap_bytes_per_lock = static_cast<double>(mallinfo2().uordblks - heap0) / n;
+  h.rss_bytes_per_lock = static_cast<double>(rss_bytes() - rss0) / n;
+
+  redisContext* admin = bench::connect_or_exit(a.port);
+  const long calls0 = evalsha_calls(admin);
+  const double cpu0 = cpu_seconds();
+  const auto t0 = Clock::now();
+  io.run_for(window);
+  const double wall = std::chrono::duration<double>(Clock::now() - t0).count();
+  const double cpu = cpu_seconds() - cpu0;
+  const long calls = evalsha_calls(admin) - calls0 - 1;  // INFO itself is not an EVALSHA
+  redisFree(admin);
+  h.renewals = std::max(calls, 1L);
+  h.cpu_share = cpu / wall;
+  h.cpu_us_per_renewal = cpu * 1e6 / static_cast<double>(h.renewals);
+  h.commands_per_s = static_cast<double>(calls) / wall;
+  for (const auto& g : held) h.lost += g.lost();
+  h.latency_p50_us = p50_now();
+  held.clear();  // the destructors post the releases
+  io.run();
+  return h;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -351,7 +507,9 @@ int main(int argc, char** argv) {
     tps.push_back({n, raw_v[1], lib_v[1]});
   }
   std::vector<Handoff> handoff_runs;
-  for (int w : {2, 8, 64}) handoff_runs.push_back(lib_handoff(a, w, handoffs));
+  for (int w : {2, 4, 8, 16, 32, 64}) handoff_runs.push_back(lib_handoff(a, w, handoffs));
+  std::vector<Held> held_runs;
+  for (int n : {1'000, 10'000, 100'000}) held_runs.push_back(held_locks(a, n));
 
   std::printf("redis_lock %s vs raw hiredis (same scripts, same server, same run)\n\n",
               REDIS_LOCK_VERSION_STRING);
@@ -372,6 +530,21 @@ int main(int argc, char** argv) {
                 h.gap.p50 / raw_lat.p50);
     std::snprintf(label, sizeof label, "    gap p99 / commands per acquisition");
     std::printf("%-44s %12s %12.1f %8.2f\n", label, "", h.gap.p99, h.commands_per_acquisition);
+  }
+  for (const auto& h : held_runs) {
+    char label[64];
+    std::snprintf(label, sizeof label, "(d) %d held: CPU us per renewal", h.locks);
+    std::printf("%-44s %12.2f %12.2f %7.2fx\n", label, h.raw_cpu_us_per_renewal,
+                h.cpu_us_per_renewal, h.cpu_us_per_renewal / h.raw_cpu_us_per_renewal);
+    std::printf("%-44s %12s %11.2f%% %8s\n", "    share of one core", "", h.cpu_share * 100, "");
+    std::printf("%-44s %12s %12.0f %8s\n", "    Redis commands per second", "", h.commands_per_s, "");
+    std::printf("%-44s %12s %12.0f %8s\n", "(e) heap bytes per held lock", "",
+                h.heap_bytes_per_lock, "");
+    std::printf("%-44s %12s %12.0f %8s\n", "    RSS bytes per held lock", "", h.rss_bytes_per_lock,
+                "");
+    std::printf("%-44s %12.1f %12.1f %7.2fx\n", "    latency p50 none held -> held, us",
+                h.latency_p50_none_us, h.latency_p50_us, h.latency_p50_us / h.latency_p50_none_us);
+    if (h.lost) std::printf("    LOST LEASES: %ld\n", h.lost);
   }
 
   if (!a.json.empty()) {
@@ -394,6 +567,17 @@ int main(int argc, char** argv) {
                       "\"commands_per_acquisition\":%.3f,\"raw_pair_p50_us\":%.3f}",
                    i ? "," : "", h.waiters, h.acquisitions, h.gap.p50, h.gap.p99,
                    h.commands_per_acquisition, raw_lat.p50);
+    }
+    std::fprintf(f, "],\"held\":[");
+    for (std::size_t i = 0; i < held_runs.size(); ++i) {
+      const auto& h = held_runs[i];
+      std::fprintf(f, "%s{\"locks\":%d,\"cpu_share\":%.5f,\"cpu_us_per_renewal\":%.3f,"
+                      "\"raw_cpu_us_per_renewal\":%.3f,\"commands_per_s\":%.1f,"
+                      "\"heap_bytes_per_lock\":%.1f,\"rss_bytes_per_lock\":%.1f,"
+                      "\"latency_p50_us\":%.3f,\"latency_p50_none_us\":%.3f,\"lost\":%ld}",
+                   i ? "," : "", h.locks, h.cpu_share, h.cpu_us_per_renewal,
+                   h.raw_cpu_us_per_renewal, h.commands_per_s, h.heap_bytes_per_lock,
+                   h.rss_bytes_per_lock, h.latency_p50_us, h.latency_p50_none_us, h.lost);
     }
     std::fprintf(f, "]}\n");
     std::fclose(f);
