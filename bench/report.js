@@ -152,7 +152,7 @@ md.push('|---|---|---|');
 for (const r of all) md.push(`| ${r.library} | ${r.version} | ${r.runtime} |`);
 md.push('\n## (a) Latency: one acquire + release at a time\n');
 md.push('![latency](latency.svg)\n');
-md.push('This VM\'s loopback round trip drifts by up to 4x for minutes at a time, so each program is compared with a raw hiredis client (redis_lock\'s scripts, pipelined the same way) measured right before it: "vs raw" is the program\'s cost over one bare round-trip pair at that moment, and the last column compares those.\n');
+md.push('This VM\'s loopback round trip drifts by up to 4x for minutes at a time, so each program is compared with a raw hiredis client (redis_lock\'s scripts, pipelined the same way) measured right before it: "vs raw" is the program\'s cost over one bare round-trip pair at that moment, and the last column compares those. **Read this table with care:** the drift is not only between minutes but between traffic patterns — the same probe runs at ~35 us instead of ~200 us while timers and periodic traffic keep the VM awake (see the growth section), and a peer whose run happens to keep it awake (redis-semaphore here) shows a p50 below one bare round trip. Latency across libraries wants a bare-metal machine; throughput (server-bound) and hand-off (set by retry intervals) below do not depend on it.\n');
 md.push('| library | p50 (us) | p99 (us) | raw p50, same window (us) | p50 vs raw | vs redis_lock |');
 md.push('|---|---:|---:|---:|---:|---:|');
 for (const r of all) {
