@@ -9,6 +9,7 @@
 //      (except where the fault loses the server's data, which no lock survives: noted).
 #include "live.hpp"
 #include "tcp_proxy.hpp"
+#include "tls_material.hpp"
 
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/post.hpp>
@@ -326,5 +327,22 @@ TEST(FaultMatrix, PartitionThatHeals) {
   proxy.set_blackhole(false);
   run_for(1000ms);
   check(load, server, resources);
+  EXPECT_TRUE(load.saw(error::timeout));
+}
+
+TEST(FaultMatrix, PartitionThatHealsOverTls) {
+  // The same partition with every byte inside TLS: timeouts, then fresh TLS handshakes.
+  TlsRedisServer tls;
+  TcpProxy proxy(tls.tls_port);
+  auto cfg = tls.config();
+  cfg.port = proxy.port();
+  const auto resources = three_resources();
+  LockLoad load(cfg, resources, 8);
+  run_for(300ms);
+  proxy.set_blackhole(true);
+  run_for(1000ms);
+  proxy.set_blackhole(false);
+  run_for(1000ms);
+  check(load, *tls.server, resources);
   EXPECT_TRUE(load.saw(error::timeout));
 }
