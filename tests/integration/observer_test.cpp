@@ -55,11 +55,6 @@ struct Recorder final : Observer {
   std::vector<std::string> lost;
 };
 
-asio::awaitable<void> sleep_for(std::chrono::milliseconds d) {
-  asio::steady_timer t(co_await asio::this_coro::executor, d);
-  co_await t.async_wait(asio::use_awaitable);
-}
-
 }  // namespace
 
 TEST(Observer, AcquireOutcomesAndLeaseCommands) {

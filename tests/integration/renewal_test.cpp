@@ -14,15 +14,6 @@ using namespace redis_lock::test;
 using boost::system::error_code;
 using Clock = std::chrono::steady_clock;
 
-namespace {
-
-asio::awaitable<void> sleep_for(std::chrono::milliseconds d) {
-  asio::steady_timer t(co_await asio::this_coro::executor, d);
-  co_await t.async_wait(asio::use_awaitable);
-}
-
-}  // namespace
-
 TEST(Renewal, ValidUntilFollowsTheTtl) {
   asio::io_context io;
   auto cfg = shared_server_config();

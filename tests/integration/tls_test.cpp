@@ -17,11 +17,6 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-asio::awaitable<void> sleep_for(std::chrono::milliseconds d) {
-  asio::steady_timer t(co_await asio::this_coro::executor, d);
-  co_await t.async_wait(asio::use_awaitable);
-}
-
 /// One acquire that must fail; checks it failed in time and that nothing got locked.
 void expect_refused(const TlsRedisServer& tls, const ConnectionConfig& cfg,
                     std::initializer_list<error> expected) {

@@ -10,6 +10,7 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <gtest/gtest.h>
 
@@ -49,6 +50,12 @@ void run_co(asio::io_context& io, Awaitable co, std::chrono::milliseconds limit 
   io.run_for(limit);
   ASSERT_TRUE(done) << "coroutine did not finish within " << limit.count() << " ms";
   if (failure) std::rethrow_exception(failure);
+}
+
+/// In a coroutine: waits `d` on the coroutine's executor.
+inline asio::awaitable<void> sleep_for(std::chrono::milliseconds d) {
+  asio::steady_timer t(co_await asio::this_coro::executor, d);
+  co_await t.async_wait(asio::use_awaitable);
 }
 
 /// What one acquire came back with (the guard is released when the test moves on).
