@@ -274,55 +274,41 @@ void Connection::start_handshake(const std::shared_ptr<Link>& link) {
   // is in: pipelining them together could run a lock command on a connection whose AUTH
   // failed.
   std::string resp;
-  std::size_t count = 0;
+  std::vector<HandshakeStep> steps;
   if (!config_.password.empty()) {
     if (config_.username.empty()) {
       append_command(resp, {"AUTH", config_.password});
     } else {
       append_command(resp, {"AUTH", config_.username, config_.password});
     }
-    ++count;
+    steps.push_back(HandshakeStep::auth);
   }
   if (config_.database != 0) {
     const auto db = std::to_string(config_.database);
     append_command(resp, {"SELECT", db});
-    ++count;
+    steps.push_back(HandshakeStep::select);
   }
   if (!client_name_.empty()) {
     append_command(resp, {"CLIENT", "SETNAME", client_name_});
-    ++count;
+    steps.push_back(HandshakeStep::setname);
   }
-  if (count == 0) {
+  if (steps.empty()) {
     // Nothing to say first: ask for nothing, but still learn that the server answers.
     append_command(resp, {"PING"});
-    ++count;
+    steps.push_back(HandshakeStep::ping);
   }
   state_ = State::handshake;
-  handshake_left_ = count;
-  const bool has_select = config_.database != 0;
-  for (std::size_t i = 0; i < count; ++i) {
-    const bool is_setname = !client_name_.empty() && i + 1 == count;
-    const bool is_select = has_select && i + 1 == count - (client_name_.empty() ? 0 : 1);
+  handshake_left_ = steps.size();
+  for (const auto step : steps) {
     // These callbacks live in the link's own queue, which the connection owns: they hold
     // both weakly, or a link stuck in its handshake when the io_context is destroyed would
     // keep itself and the connection alive forever (seen by LSan, FaultMatrix.Partition...).
     link->in_flight.push_back(Pending{
-        Callback([weak_self = weak_from_this(), weak_link = std::weak_ptr<Link>(link), is_setname,
-                  is_select](error_code ec, Reply reply) {
+        Callback([weak_self = weak_from_this(), weak_link = std::weak_ptr<Link>(link),
+                  step](error_code ec, Reply reply) {
           const auto self = weak_self.lock();
           const auto alive_link = weak_link.lock();
-          if (!self || !alive_link) return;
-          // A user without the right to name its connection may still take locks.
-          if (is_setname && !ec && reply.is_error()) {
-            reply = Reply{};
-            reply.type = Reply::Type::status;
-          }
-          // "ERR DB index is out of range": the configuration asks for what is not there.
-          if (is_select && !ec && reply.is_error() &&
-              error_from_reply(reply.str) == error::server_error) {
-            return self->connect_failed(error::invalid_argument);
-          }
-          self->on_handshake_reply(alive_link, ec, reply);
+          if (self && alive_link) self->on_handshake_reply(alive_link, step, ec, reply);
         }),
         nullptr, never, 0});
   }
@@ -338,13 +324,17 @@ void Connection::write_link(const std::shared_ptr<Link>& link) {
   start_read(link);
 }
 
-void Connection::on_handshake_reply(const std::shared_ptr<Link>& link, error_code ec,
-                                    const Reply& reply) {
+void Connection::on_handshake_reply(const std::shared_ptr<Link>& link, HandshakeStep step,
+                                    error_code ec, const Reply& reply) {
   if (link_ != link || state_ != State::handshake) return;
   if (ec) return;  // drop_link is failing the handshake already
-  if (reply.is_error()) {
+  // A user without the right to name its connection may still take locks.
+  if (reply.is_error() && step != HandshakeStep::setname) {
     const auto code = error_from_reply(reply.str);
-    return connect_failed(code == error::server_error ? error_code(error::auth_failed) : code);
+    if (code != error::server_error) return connect_failed(code);
+    // "ERR DB index is out of range": the configuration asks for what is not there.
+    return connect_failed(step == HandshakeStep::select ? error::invalid_argument
+                                                        : error::auth_failed);
   }
   if (--handshake_left_ == 0) {
     state_ = State::ready;

@@ -103,8 +103,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void start_tls(const std::shared_ptr<Link>& link);
   void start_handshake(const std::shared_ptr<Link>& link);
   void write_link(const std::shared_ptr<Link>& link);
-  void on_handshake_reply(const std::shared_ptr<Link>& link, boost::system::error_code ec,
-                          const Reply& reply);
+  enum class HandshakeStep { auth, select, setname, ping };
+  void on_handshake_reply(const std::shared_ptr<Link>& link, HandshakeStep step,
+                          boost::system::error_code ec, const Reply& reply);
   void flush();
   bool idle_link_is_dead();
   void start_read(const std::shared_ptr<Link>& link);
