@@ -138,7 +138,6 @@ struct ScriptOp : LateReplies, std::enable_shared_from_this<ScriptOp> {
 struct AcquireOp final : ScriptOp {
   explicit AcquireOp(AcquireHandler h) : handler(std::move(h)) { wants_late = true; }
 
-  void start();
   void attempt();
   void on_reply(error_code ec, Reply reply) override;
   void on_late_reply(error_code ec, const Reply& reply) override {
@@ -475,10 +474,8 @@ void LockService::acquire(std::string resource, LockOptions options, AcquireHand
       });
     });
   }
-  on_strand([op = std::move(op)]() mutable { op->start(); });
+  on_strand([op = std::move(op)]() mutable { op->attempt(); });
 }
-
-void AcquireOp::start() { attempt(); }
 
 void AcquireOp::attempt() {
   ++attempts;
@@ -752,9 +749,11 @@ void LockService::renewed(const std::shared_ptr<LeaseState>& lease, Clock::time_
   lease->renewing = false;
   const auto now = Clock::now();
   if (auto* observer = this->observer()) {
-    if (!ec && reply.is_error()) ec = server_error(reply);
-    const bool ok = !ec && reply.type == Reply::Type::integer && reply.integer == 1;
-    observer->on_lease({lease->resource, LeaseCommand::renewal, ok, ec, now - sent});
+    // The error as the event reports it; it must not change what happens next (nor
+    // last_server_error()), observed or not.
+    const error_code event_ec = ec || !reply.is_error() ? ec : error_from_reply(reply.str);
+    const bool ok = !event_ec && reply.type == Reply::Type::integer && reply.integer == 1;
+    observer->on_lease({lease->resource, LeaseCommand::renewal, ok, event_ec, now - sent});
   }
   if (lease->released.load() || lease->lost.load()) return;
   if (ec || reply.is_error() || reply.type != Reply::Type::integer) {
