@@ -44,17 +44,20 @@ struct Answer {
   json::value body;
 };
 
-asio::awaitable<Answer> post_checkout(asio::ip::tcp::endpoint target, std::string order_id,
-                                      std::int64_t amount) {
+// One request on a connection of its own; the status (0 if no HTTP answer came within
+// `limit`) and the body parsed as JSON (null if it is not).
+asio::awaitable<Answer> request(asio::ip::tcp::endpoint target, http::verb method,
+                                std::string path, std::string body,
+                                std::chrono::seconds limit) {
   beast::tcp_stream stream(co_await asio::this_coro::executor);
-  stream.expires_after(30s);
+  stream.expires_after(limit);
   auto [ec] = co_await stream.async_connect(target, asio::as_tuple(asio::use_awaitable));
   if (ec) co_return Answer{};
-  http::request<http::string_body> req{http::verb::post, "/checkout", 11};
+  http::request<http::string_body> req{method, path, 11};
   req.set(http::field::host, "checkout");
   req.set(http::field::content_type, "application/json");
   req.keep_alive(false);
-  req.body() = json::serialize(json::object{{"order_id", order_id}, {"amount", amount}});
+  req.body() = std::move(body);
   req.prepare_payload();
   auto [wec, wn] = co_await http::async_write(stream, req, asio::as_tuple(asio::use_awaitable));
   if (wec) co_return Answer{};
@@ -63,28 +66,14 @@ asio::awaitable<Answer> post_checkout(asio::ip::tcp::endpoint target, std::strin
   auto [rec, rn] = co_await http::async_read(stream, buffer, res, asio::as_tuple(asio::use_awaitable));
   if (rec) co_return Answer{};
   boost::system::error_code jec;
-  auto body = json::parse(res.body(), jec);
-  co_return Answer{static_cast<int>(res.result_int()), jec ? json::value{} : body};
+  auto parsed = json::parse(res.body(), jec);
+  co_return Answer{static_cast<int>(res.result_int()), jec ? json::value{} : parsed};
 }
 
-// One raw request (method, target, body) for the bad-input probe: the status, 0 if none.
-asio::awaitable<int> raw_request(asio::ip::tcp::endpoint target, http::verb method,
-                                 std::string path, std::string body) {
-  beast::tcp_stream stream(co_await asio::this_coro::executor);
-  stream.expires_after(10s);
-  auto [ec] = co_await stream.async_connect(target, asio::as_tuple(asio::use_awaitable));
-  if (ec) co_return 0;
-  http::request<http::string_body> req{method, path, 11};
-  req.set(http::field::host, "checkout");
-  req.keep_alive(false);
-  req.body() = std::move(body);
-  req.prepare_payload();
-  auto [wec, wn] = co_await http::async_write(stream, req, asio::as_tuple(asio::use_awaitable));
-  if (wec) co_return 0;
-  beast::flat_buffer buffer;
-  http::response<http::string_body> res;
-  auto [rec, rn] = co_await http::async_read(stream, buffer, res, asio::as_tuple(asio::use_awaitable));
-  co_return rec ? 0 : static_cast<int>(res.result_int());
+asio::awaitable<Answer> post_checkout(asio::ip::tcp::endpoint target, std::string order_id,
+                                      std::int64_t amount) {
+  return request(target, http::verb::post, "/checkout",
+                 json::serialize(json::object{{"order_id", order_id}, {"amount", amount}}), 30s);
 }
 
 // Bad requests get the right 4xx and charge nothing.
@@ -115,9 +104,9 @@ int probe_bad_input(asio::ip::tcp::endpoint target) {
   asio::io_context io;
   std::vector<int> got(cases.size());
   for (std::size_t i = 0; i < cases.size(); ++i) {
-    asio::co_spawn(io, raw_request(target, cases[i].method, cases[i].path, cases[i].body),
-                   [&got, i](std::exception_ptr e, int status) {
-                     if (!e) got[i] = status;
+    asio::co_spawn(io, request(target, cases[i].method, cases[i].path, cases[i].body, 10s),
+                   [&got, i](std::exception_ptr e, Answer a) {
+                     if (!e) got[i] = a.status;
                    });
   }
   io.run();
