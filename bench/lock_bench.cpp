@@ -88,7 +88,7 @@ class Raw {
   }
   void append_release(const detail::ResourceKeys& k, const std::string& token) {
     append({"EVALSHA", std::string(detail::release_script.sha1), "3", k.lease, k.queue,
-            k.queue_expiry, token, "lock:notify:", "1000", token + suffix_});
+            k.queue_expiry, token, "lock:notify:", "1000", token + suffix_, "PUBLISH"});
   }
   /// Reads one reply; an error reply means the baseline is not doing the work: stop.
   void expect_reply() {

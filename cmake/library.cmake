@@ -21,6 +21,7 @@ add_library(redis_lock
   src/keys.cpp
   src/lock.cpp
   src/lock_service.cpp
+  src/router.cpp
   src/resp.cpp
   src/tls.cpp
   src/token.cpp)

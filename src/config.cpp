@@ -33,7 +33,11 @@ bool parse_millis(std::string_view text, std::chrono::milliseconds& out) {
 bool apply_query(const boost::urls::url_view& url, ConnectionConfig& cfg) {
   for (auto param : url.params()) {
     if (!param.has_value) return false;
-    if (param.key == "db") {
+    if (cfg.topology == Topology::sentinel && param.key == "sentinel_username") {
+      cfg.sentinel_username = param.value;
+    } else if (cfg.topology == Topology::sentinel && param.key == "sentinel_password") {
+      cfg.sentinel_password = param.value;
+    } else if (param.key == "db") {
       if (!parse_int(std::string_view(param.value), cfg.database, 0, 1 << 20)) return false;
     } else if (param.key == "connect_timeout") {
       if (!parse_millis(param.value, cfg.connect_timeout)) return false;
@@ -64,9 +68,7 @@ bool apply_query(const boost::urls::url_view& url, ConnectionConfig& cfg) {
   return true;
 }
 
-}  // namespace
-
-boost::system::result<ConnectionConfig> ConnectionConfig::from_url(std::string_view text) {
+boost::system::result<ConnectionConfig> parse_single(std::string_view text, Topology topology) {
   const boost::system::error_code bad = error::invalid_argument;
   auto parsed = boost::urls::parse_absolute_uri(text);
   if (!parsed) return bad;
@@ -74,6 +76,7 @@ boost::system::result<ConnectionConfig> ConnectionConfig::from_url(std::string_v
   if (url.has_fragment()) return bad;
 
   ConnectionConfig cfg;
+  cfg.topology = topology;
   const std::string scheme = url.scheme();
   if (scheme == "unix" || scheme == "redis+unix") {
     // unix:///path.sock: the authority is empty and the path is the socket.
@@ -117,6 +120,78 @@ boost::system::result<ConnectionConfig> ConnectionConfig::from_url(std::string_v
   }
   if (!apply_query(url, cfg)) return bad;
   return cfg;
+}
+
+bool valid_master_name(std::string_view name) {
+  if (name.empty()) return false;
+  for (unsigned char c : name) {
+    if (c <= ' ' || c > '~' || c == '/' || c == '?' || c == '#' || c == '%') return false;
+  }
+  return true;
+}
+
+// redis+cluster://[userinfo@]h1:p1,h2:p2[/][?query] and
+// redis+sentinel://[userinfo@]s1:p1,s2:p2/master[/db][?query]. Boost.URL reads one host per
+// authority, so the host list is split here; each host, and the URL rebuilt around the
+// first one, go through the single-host parser (user info decoding, database, query).
+boost::system::result<ConnectionConfig> parse_multi(std::string_view text, Topology topology,
+                                                    bool tls) {
+  const boost::system::error_code bad = error::invalid_argument;
+  const auto rest = text.substr(text.find("://") + 3);
+  const auto authority_end = std::min(rest.find_first_of("/?#"), rest.size());
+  const auto authority = rest.substr(0, authority_end);
+  auto tail = std::string(rest.substr(authority_end));
+  const auto at = authority.rfind('@');
+  const auto userinfo = at == std::string_view::npos ? std::string_view{} : authority.substr(0, at + 1);
+  auto hosts = at == std::string_view::npos ? authority : authority.substr(at + 1);
+
+  std::string master;
+  if (topology == Topology::sentinel) {
+    // The path starts with the master's name; what follows is the usual /db.
+    if (tail.size() < 2 || tail[0] != '/') return bad;
+    const auto name_end = std::min(tail.find_first_of("/?#", 1), tail.size());
+    master = tail.substr(1, name_end - 1);
+    if (!valid_master_name(master)) return bad;
+    tail.erase(0, name_end);
+  }
+  const std::string scheme = tls ? "rediss://" : "redis://";
+  const std::string first_host(hosts.substr(0, hosts.find(',')));
+  std::vector<Endpoint> nodes;
+  while (true) {
+    const auto comma = hosts.find(',');
+    const auto one = hosts.substr(0, comma);
+    if (one.empty()) return bad;
+    auto node = parse_single(scheme + std::string(one), Topology::standalone);
+    if (!node) return bad;
+    // Sentinels listen on 26379 unless told otherwise.
+    const auto bracket = one.rfind(']');
+    const bool has_port = one.find(':', bracket == std::string_view::npos ? 0 : bracket) !=
+                          std::string_view::npos;
+    if (topology == Topology::sentinel && !has_port) node->port = 26379;
+    nodes.push_back({node->host, node->port});
+    if (comma == std::string_view::npos) break;
+    hosts.remove_prefix(comma + 1);
+  }
+  auto cfg = parse_single(scheme + std::string(userinfo) + first_host + tail, topology);
+  if (!cfg) return bad;
+  if (topology == Topology::cluster && cfg->database != 0) return bad;  // Cluster has db 0 only
+  cfg->nodes = std::move(nodes);
+  cfg->sentinel_master = std::move(master);
+  return cfg;
+}
+
+}  // namespace
+
+boost::system::result<ConnectionConfig> ConnectionConfig::from_url(std::string_view text) {
+  const auto colon = text.find("://");
+  const auto scheme = colon == std::string_view::npos ? std::string_view{} : text.substr(0, colon);
+  if (scheme == "redis+cluster" || scheme == "rediss+cluster") {
+    return parse_multi(text, Topology::cluster, scheme.starts_with("rediss"));
+  }
+  if (scheme == "redis+sentinel" || scheme == "rediss+sentinel") {
+    return parse_multi(text, Topology::sentinel, scheme.starts_with("rediss"));
+  }
+  return parse_single(text, Topology::standalone);
 }
 
 }  // namespace redis_lock

@@ -79,9 +79,15 @@ std::chrono::milliseconds drain_grace(std::chrono::milliseconds command_timeout)
   return std::max(command_timeout * 10, std::chrono::milliseconds(2000));
 }
 
+// A message on a (shard) channel, or a Cluster node telling a shard subscriber that the
+// channel's slot moved away (we never send SUNSUBSCRIBE ourselves, so it is always a push).
 bool is_push(const Reply& r) {
-  return r.type == Reply::Type::array && r.elements.size() == 3 &&
-         r.elements[0].type == Reply::Type::string && r.elements[0].str == "message";
+  if (r.type != Reply::Type::array || r.elements.size() != 3 ||
+      r.elements[0].type != Reply::Type::string) {
+    return false;
+  }
+  const auto& kind = r.elements[0].str;
+  return kind == "message" || kind == "smessage" || kind == "sunsubscribe";
 }
 
 // (A template, not `std::deque<auto>&`: that spelling is a GCC extension clang rejects.)

@@ -43,6 +43,11 @@ class Category final : public boost::system::error_category {
       case error::tls_handshake_failed:
         return "TLS handshake failed (untrusted certificate, host name mismatch, or client "
                "certificate refused)";
+      case error::cluster_down:
+        return "the Redis Cluster cannot serve this key's slot now (down, failing over or "
+               "resharding)";
+      case error::master_not_found:
+        return "no sentinel named a reachable master for this name";
     }
     return "unknown redis_lock error";
   }

@@ -107,6 +107,9 @@ struct ScriptOp : LateReplies, std::enable_shared_from_this<ScriptOp> {
   void set_args(const Script& s, std::initializer_list<std::string_view> script_keys,
                 std::initializer_list<std::string_view> script_args) {
     script = &s;
+    redirects = 0;
+    retries = 0;
+    retry_until = {};
     argv[0] = evalsha;
     argv[1] = s.sha1;
     static constexpr std::string_view counts[] = {"0", "1", "2", "3", "4"};
@@ -124,6 +127,12 @@ struct ScriptOp : LateReplies, std::enable_shared_from_this<ScriptOp> {
   const Script* script = nullptr;
   std::array<std::string_view, 12> argv{};
   std::size_t argc = 0;
+  std::uint16_t slot = 0;              // routes the command (Cluster)
+  std::size_t node = Router::no_node;  // where it was sent last
+  int redirects = 0;                   // MOVED/ASK followed for this command
+  int retries = 0;                     // TRYAGAIN/CLUSTERDOWN retries of this command
+  Clock::time_point retry_until{};     // TRYAGAIN/CLUSTERDOWN: retried until then
+  Clock::time_point patience{};        // ... and at least until then (a waiting acquire)
   bool sent_body = false;
   bool wants_late = false;
   bool durable = false;  // goes on the connection that may block on WAIT
@@ -158,7 +167,7 @@ struct AcquireOp final : ScriptOp {
     auto shared = std::make_shared<LockGuard>(std::move(guard));
     in_flight = true;
     service->wait_replicas(
-        options.min_replicas, options.replication_timeout,
+        node, options.min_replicas, options.replication_timeout,
         Connection::Callback([op = std::static_pointer_cast<AcquireOp>(shared_from_this()),
                               shared](error_code ec, Reply reply) {
           op->in_flight = false;
@@ -285,32 +294,35 @@ LockService::LockService(asio::any_io_executor ex, ConnectionConfig config, Mana
       options_(std::move(options)),
       config_(config),
       config_error_(prepare(config_, options_, tls_)),
-      connection_(std::make_shared<Connection>(asio::make_strand(executor_), std::move(config),
-                                               options_.client_name, tls_)),
+      strand_(asio::make_strand(executor_)),
+      router_(std::make_shared<Router>(strand_, std::move(config), options_.client_name, tls_)),
       manager_id_(random_token().substr(0, 16)),
       notify_prefix_(options_.key_prefix + "notify:") {}
 
 LockService::~LockService() = default;
 
 void LockService::watch_context_shutdown() {
+  // (Here rather than in the constructor: the handlers hold us weakly.)
+  router_->set_subscriber_setup([weak = weak_from_this()](Connection& c, std::size_t node) {
+    c.set_subscriber(
+        [weak](const Reply& push) {
+          if (auto self = weak.lock()) self->on_notify(push);
+        },
+        [weak, node] {
+          if (auto self = weak.lock()) self->on_subscriber_down(node);
+        });
+  });
   auto& ctx = asio::query(executor_, asio::execution::context);
   asio::use_service<ShutdownWatch>(ctx).add(weak_from_this());
 }
 
 void LockService::on_context_shutdown() noexcept {
   alive_.store(false);
-  if (connection_) {
-    connection_->shutdown();
-    connection_.reset();
+  if (router_) {
+    router_->shutdown();
+    router_.reset();
   }
-  if (subscriber_) {
-    subscriber_->shutdown();
-    subscriber_.reset();
-  }
-  if (durable_) {
-    durable_->shutdown();
-    durable_.reset();
-  }
+  subscriptions_.clear();
   waiters_.clear();
   renewals_.clear();
   renew_timer_.reset();
@@ -321,7 +333,7 @@ template <class Fn>
 void LockService::on_strand(Fn&& fn) {
   // dispatch: a command issued from a completion handler (already on the strand) is queued
   // at once and joins the write of its neighbours; from elsewhere it is posted.
-  asio::dispatch(connection_->strand(), std::forward<Fn>(fn));
+  asio::dispatch(strand_, std::forward<Fn>(fn));
 }
 
 std::string LockService::last_server_error() const {
@@ -337,89 +349,176 @@ error_code LockService::server_error(const Reply& reply) {
   return error_from_reply(reply.str);
 }
 
-void LockService::send(std::shared_ptr<ScriptOp> op) {
-  if (!connection_) return;  // the context shut down: drop, as Asio drops pending handlers
+void LockService::send(std::shared_ptr<ScriptOp> op, std::size_t ask_node) {
+  if (!router_) return;  // the context shut down: drop, as Asio drops pending handlers
   std::shared_ptr<LateReplies> late;
   if (op->wants_late_reply()) late = op;
   const auto command = op->command();
-  if (op->durable && !durable_) {
-    durable_ = std::make_shared<Connection>(connection_->strand(), config_, options_.client_name,
-                                           tls_);
+  const bool asking = ask_node != Router::no_node;
+  op->node = asking ? ask_node : router_->node_for(op->slot);
+  Connection& target =
+      router_->connection(op->node, op->durable ? Router::Pool::durable : Router::Pool::commands);
+  if (asking) {
+    // ASK: the slot is being moved and this key is already at the target, which serves it
+    // only to a client that says ASKING first, on the same connection, for one command.
+    static constexpr std::string_view asking_command[] = {"ASKING"};
+    target.execute(asking_command, Connection::Callback([](error_code, Reply) {}));
   }
-  Connection& target = op->durable ? *durable_ : *connection_;
   target.execute(
       command,
       Connection::Callback([op = std::move(op)](error_code ec, Reply reply) mutable {
-        if (!ec && reply.is_error() && starts_with(reply.str, "NOSCRIPT") && !op->sent_body) {
-          // The script cache was flushed (or this is a new server): send the body once.
-          op->sent_body = true;
-          op->argv[0] = eval;
-          op->argv[1] = op->script->body;
-          auto* service = op->service.get();
-          return service->send(std::move(op));
+        auto* service = op->service.get();
+        if (!ec && reply.is_error()) {
+          if (starts_with(reply.str, "NOSCRIPT") && !op->sent_body) {
+            // The script cache was flushed (or this is a new server): send the body once.
+            op->sent_body = true;
+            op->argv[0] = eval;
+            op->argv[1] = op->script->body;
+            return service->send(std::move(op));
+          }
+          if (service->redirected(op, reply)) return;
+        } else if (ec && service->router_ && service->router_->cluster()) {
+          // The node may have failed over: look at the map again (the op itself fails;
+          // whoever retries it finds the new master).
+          service->router_->refresh();
         }
         op->on_reply(ec, std::move(reply));
       }),
       std::move(late));
 }
 
+bool LockService::redirected(std::shared_ptr<ScriptOp>& op, const Reply& reply) {
+  if (!router_ || !router_->cluster()) return false;
+  constexpr int max_redirects = 5;
+  const std::string_view text = reply.str;
+  const bool moved = starts_with(text, "MOVED ");
+  if (moved || starts_with(text, "ASK ")) {
+    // "MOVED <slot> <host>:<port>"
+    const auto slot_start = text.find(' ') + 1;
+    const auto space = text.find(' ', slot_start);
+    if (space == std::string_view::npos || ++op->redirects > max_redirects) return false;
+    const auto node = router_->node_at(text.substr(space + 1), op->node);
+    if (moved) {
+      router_->moved(op->slot, node);
+      send(std::move(op));
+    } else {
+      send(std::move(op), node);
+    }
+    return true;
+  }
+  const bool down = starts_with(text, "CLUSTERDOWN");
+  if (!down && !starts_with(text, "TRYAGAIN")) return false;
+  // TRYAGAIN: a multi-key command in a slot being moved whose keys are split between the
+  // two nodes for a moment. CLUSTERDOWN: the slot has no master yet (failover under way).
+  // Both pass; retry for up to one command timeout, backing off.
+  const auto now = Clock::now();
+  if (op->retry_until == Clock::time_point{}) {
+    op->retry_until = std::max(now + config_.command_timeout, op->patience);
+  }
+  if (now >= op->retry_until) return false;
+  if (down) router_->refresh();
+  const auto delay = std::min(milliseconds(5 << std::min(op->retries++, 5)), milliseconds(100));
+  auto timer = std::make_shared<asio::steady_timer>(strand_, delay);
+  timer->async_wait([timer, op = std::move(op)](error_code) mutable {
+    auto* service = op->service.get();
+    service->send(std::move(op));
+  });
+  return true;
+}
+
 // ---------------------------------------------------------------------------------------
 // Waiters and notifications
 
+std::uint16_t LockService::slot_of(std::string_view lease_key) const noexcept {
+  return config_.topology == Topology::cluster ? key_slot(lease_key) : 0;
+}
+
+bool LockService::listening(std::uint16_t slot) const noexcept {
+  const auto it = subscriptions_.find(slot);
+  return it != subscriptions_.end() && it->second.state == Subscription::State::confirmed;
+}
+
+std::string LockService::notify_channel(std::uint16_t slot) const {
+  if (config_.topology != Topology::cluster) return notify_prefix_ + manager_id_;
+  std::string channel = notify_prefix_;
+  channel.append("{").append(slot_tag(slot)).append("}").append(manager_id_);
+  return channel;
+}
+
 void LockService::add_waiter(const std::shared_ptr<AcquireOp>& op) {
-  if (!connection_) return;
+  if (!router_) return;
   waiters_.emplace(op->token, op);
-  if (subscription_ == Subscription::none) subscribe();
-  subscriber_->keep_reading(true);
+  auto& sub = subscriptions_[op->slot];
+  if (sub.state == Subscription::State::none) subscribe(op->slot);
+  if (sub.node != Router::no_node) {
+    router_->connection(sub.node, Router::Pool::subscriber).keep_reading(true);
+  }
 }
 
 void LockService::remove_waiter(const std::string& token) {
   if (waiters_.erase(token) == 0) return;
   // Stay subscribed (no SUBSCRIBE per acquisition), but stop reading: an idle manager
   // holds no work, and no message is published to us while none of our tokens is queued.
-  if (waiters_.empty() && subscriber_) subscriber_->keep_reading(false);
+  if (waiters_.empty() && router_) {
+    router_->for_each_subscriber([](std::size_t, Connection& c) { c.keep_reading(false); });
+  }
 }
 
-void LockService::subscribe() {
-  if (!subscriber_) {
-    subscriber_ = std::make_shared<Connection>(connection_->strand(), config_,
-                                               options_.client_name.empty()
-                                                   ? std::string()
-                                                   : options_.client_name + ":sub",
-                                               tls_);
-    std::weak_ptr<LockService> weak = weak_from_this();
-    subscriber_->set_subscriber(
-        [weak](const Reply& push) {
-          if (auto self = weak.lock()) self->on_notify(push);
-        },
-        [weak] {
-          // Subscriptions die with their link: resubscribe when a waiter next sleeps.
-          if (auto self = weak.lock()) self->subscription_ = Subscription::none;
-        });
+void LockService::on_subscriber_down(std::size_t node) {
+  // Subscriptions die with their link: resubscribe when a waiter next sleeps.
+  for (auto& [slot, sub] : subscriptions_) {
+    if (sub.node == node) sub.state = Subscription::State::none;
   }
-  subscription_ = Subscription::pending;
-  const std::string channel = notify_prefix_ + manager_id_;
-  const std::string_view command[] = {"SUBSCRIBE", channel};
-  subscriber_->execute(
-      command, Connection::Callback([weak = weak_from_this()](error_code ec, Reply reply) {
+}
+
+void LockService::subscribe(std::uint16_t slot, int redirects) {
+  const bool cluster = config_.topology == Topology::cluster;
+  auto& sub = subscriptions_[slot];
+  sub.state = Subscription::State::pending;
+  sub.node = router_->node_for(slot);
+  const std::string channel = notify_channel(slot);
+  // On a Cluster, a shard channel lives on the node serving its slot.
+  const std::string_view command[] = {cluster ? "SSUBSCRIBE" : "SUBSCRIBE", channel};
+  Connection& subscriber = router_->connection(sub.node, Router::Pool::subscriber);
+  subscriber.keep_reading(true);
+  subscriber.execute(
+      command, Connection::Callback([weak = weak_from_this(), slot, node = sub.node,
+                                     redirects](error_code ec, Reply reply) {
         auto self = weak.lock();
-        if (!self || self->subscription_ != Subscription::pending) return;
+        if (!self || !self->router_) return;
+        auto& entry = self->subscriptions_[slot];
+        if (entry.state != Subscription::State::pending || entry.node != node) return;
+        if (!ec && reply.is_error() && starts_with(reply.str, "MOVED ") && redirects < 5) {
+          const auto space = reply.str.find(' ', 6);
+          if (space != std::string::npos) {
+            const auto owner = self->router_->node_at(std::string_view(reply.str).substr(space + 1), node);
+            self->router_->moved(slot, owner);
+            return self->subscribe(slot, redirects + 1);
+          }
+        }
         if (ec || reply.is_error()) {
-          self->subscription_ = Subscription::none;  // waiters keep polling; retried later
+          entry.state = Subscription::State::none;  // waiters keep polling; retried later
           return;
         }
-        self->subscription_ = Subscription::confirmed;
+        entry.state = Subscription::State::confirmed;
         // A release may have handed a lease to one of our waiters before we listened:
-        // let every waiter look once more.
+        // let every waiter of this slot look once more.
         std::vector<std::shared_ptr<AcquireOp>> ops;
         for (auto& [token, weak_op] : self->waiters_) {
-          if (auto op = weak_op.lock()) ops.push_back(std::move(op));
+          if (auto op = weak_op.lock(); op && op->slot == slot) ops.push_back(std::move(op));
         }
         for (auto& op : ops) op->nudge();
       }));
 }
 
 void LockService::on_notify(const Reply& push) {
+  if (push.elements[0].str == "sunsubscribe") {
+    // A Cluster node gave the channel's slot away: subscribe again where it went.
+    const auto it = subscriptions_.find(key_slot(push.elements[1].str));
+    if (it != subscriptions_.end()) it->second.state = Subscription::State::none;
+    if (router_) router_->refresh();
+    return;
+  }
   const auto it = waiters_.find(push.elements[2].str);
   if (it == waiters_.end()) return;  // a waiter that finished meanwhile
   if (auto op = it->second.lock()) op->nudge();
@@ -446,6 +545,7 @@ void LockService::acquire(std::string resource, LockOptions options, AcquireHand
   auto op = std::make_shared<AcquireOp>(std::move(handler));
   op->service = shared_from_this();
   op->keys = make_keys(options_.key_prefix, resource);
+  op->slot = slot_of(op->keys.lease);
   op->resource = std::move(resource);
   op->options = options;
   op->durable = options.min_replicas > 0;
@@ -484,6 +584,7 @@ void AcquireOp::attempt() {
   notified = false;
   sent_body = false;
   const bool queue_up = options.wait.count() > 0;
+  patience = deadline;
   set_args(acquire_script, {keys.lease, keys.fence, keys.queue, keys.queue_expiry},
            {token, arg, queue_up ? "1" : "0", waiter_ttl_ms, service->member_suffix()});
   service->send(std::static_pointer_cast<ScriptOp>(shared_from_this()));
@@ -575,7 +676,7 @@ void AcquireOp::sleep_until_retry(long long pttl) {
   // exponentially with full jitter.
   const auto now = Clock::now();
   milliseconds sleep{};
-  if (service->listening() && pttl > 0) {
+  if (service->listening(slot) && pttl > 0) {
     sleep = std::min(milliseconds(pttl) + milliseconds(1), refresh_interval);
   } else {
     sleep = jittered(backoff);
@@ -593,11 +694,13 @@ void AcquireOp::sleep_until_retry(long long pttl) {
 // ---------------------------------------------------------------------------------------
 // Release and extend
 
-void LockService::wait_replicas(int replicas, milliseconds timeout, Connection::Callback callback) {
+void LockService::wait_replicas(std::size_t node, int replicas, milliseconds timeout,
+                                Connection::Callback callback) {
+  if (!router_) return;
   const auto count = to_decimal(replicas);
   const auto ms = to_decimal(timeout.count());
   const std::string_view command[] = {"WAIT", count, ms};
-  durable_->execute(command, std::move(callback));
+  router_->connection(node, Router::Pool::durable).execute(command, std::move(callback));
 }
 
 void LockService::release(std::string resource, std::string token, BoolHandler handler,
@@ -607,10 +710,16 @@ void LockService::release(std::string resource, std::string token, BoolHandler h
   if (by_guard && observer()) op->resource = resource;
   op->service = shared_from_this();
   op->keys = make_keys(options_.key_prefix, resource);
+  op->slot = slot_of(op->keys.lease);
   op->token = std::move(token);
   op->member = op->token + manager_id_;
+  // The channel of the next waiter's manager is this prefix + its manager id.
+  const bool cluster = config_.topology == Topology::cluster;
+  op->arg = notify_prefix_;
+  if (cluster) op->arg.append("{").append(slot_tag(op->slot)).append("}");
   op->set_args(release_script, {op->keys.lease, op->keys.queue, op->keys.queue_expiry},
-               {op->token, notify_prefix_, claim_window_ms, op->member});
+               {op->token, op->arg, claim_window_ms, op->member,
+                cluster ? std::string_view("SPUBLISH") : std::string_view("PUBLISH")});
   on_strand([self = shared_from_this(), op = std::move(op)]() mutable { self->send(std::move(op)); });
 }
 
@@ -634,6 +743,7 @@ void LockService::extend(std::string resource, std::string token,
   auto op = std::make_shared<CompareOp>(std::move(handler));
   op->service = shared_from_this();
   op->keys = make_keys(options_.key_prefix, resource);
+  op->slot = slot_of(op->keys.lease);
   op->token = std::move(token);
   op->arg = to_decimal(ttl.count());
   op->lease = std::move(lease);
@@ -660,7 +770,7 @@ Clock::time_point renewal_slot(Clock::time_point due) {
 }  // namespace
 
 void LockService::watch(const std::shared_ptr<LeaseState>& lease) {
-  if (!connection_) return;
+  if (!router_) return;
   schedule(lease, renewal_slot(Clock::now() + lease->renew_every));
 }
 
@@ -673,7 +783,7 @@ void LockService::schedule(const std::shared_ptr<LeaseState>& lease, Clock::time
 
 void LockService::arm_renew_timer(Clock::time_point at) {
   if (renew_armed_ && renew_timer_at_ <= at) return;
-  if (!renew_timer_) renew_timer_ = std::make_unique<asio::steady_timer>(connection_->strand());
+  if (!renew_timer_) renew_timer_ = std::make_unique<asio::steady_timer>(strand_);
   renew_armed_ = true;
   renew_timer_at_ = at;
   renew_timer_->expires_at(at);
@@ -733,6 +843,7 @@ void LockService::renew(const std::shared_ptr<LeaseState>& lease) {
     op->lease = lease;
     op->token = lease->token;
     op->keys = make_keys(options_.key_prefix, lease->resource);
+    op->slot = slot_of(op->keys.lease);
     op->ttl_ms = to_decimal(lease->ttl.count());
     lease->renewal = op;
   }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "connection.hpp"
+#include "router.hpp"
 
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -102,17 +103,21 @@ class LockService : public std::enable_shared_from_this<LockService> {
   void add_waiter(const std::shared_ptr<struct AcquireOp>& op);
   void remove_waiter(const std::string& token);
   const std::string& member_suffix() const noexcept { return manager_id_; }
-  bool listening() const noexcept { return subscription_ == Subscription::confirmed; }
+  /// Whether a release of a lease in `slot` would reach us at once.
+  bool listening(std::uint16_t slot) const noexcept;
+  /// The slot that routes the commands on `lease_key` (0 unless on a Cluster).
+  std::uint16_t slot_of(std::string_view lease_key) const noexcept;
 
   // Used by the script operations (on the strand).
-  void send(std::shared_ptr<ScriptOp> op);
-  /// WAIT for `replicas` on the connection the durable acquires use.
-  void wait_replicas(int replicas, std::chrono::milliseconds timeout,
+  /// Sends `op` to the node serving its slot; `ask_node`: once to that node, after ASKING.
+  void send(std::shared_ptr<ScriptOp> op, std::size_t ask_node = Router::no_node);
+  /// WAIT for `replicas` on the connection of `node` that the durable acquires use.
+  void wait_replicas(std::size_t node, int replicas, std::chrono::milliseconds timeout,
                      Connection::Callback callback);
   boost::system::error_code server_error(const Reply& reply);
   const boost::asio::any_io_executor& executor() const noexcept { return executor_; }
   Observer* observer() const noexcept { return options_.observer.get(); }
-  const Connection::Strand& strand() const noexcept { return connection_->strand(); }
+  const Connection::Strand& strand() const noexcept { return strand_; }
 
  private:
   template <class Fn>
@@ -123,21 +128,31 @@ class LockService : public std::enable_shared_from_this<LockService> {
   ConnectionConfig config_;
   std::shared_ptr<boost::asio::ssl::context> tls_;  // rediss://, shared by our connections
   boost::system::error_code config_error_;  // config_ unusable: every acquire fails with it
-  void subscribe();
+  void subscribe(std::uint16_t slot, int redirects = 0);
+  std::string notify_channel(std::uint16_t slot) const;
   void on_notify(const Reply& push);
+  void on_subscriber_down(std::size_t node);
+  /// A redirection or a transient Cluster refusal: resends `op` and returns true, or returns
+  /// false when the reply is final (not one of those, or out of redirections and time).
+  bool redirected(std::shared_ptr<ScriptOp>& op, const Reply& reply);
   void schedule(const std::shared_ptr<LeaseState>& lease, std::chrono::steady_clock::time_point at);
   void unschedule(LeaseState& lease);
   void arm_renew_timer(std::chrono::steady_clock::time_point at);
   void on_renew_timer();
   void renew(const std::shared_ptr<LeaseState>& lease);
 
-  std::shared_ptr<Connection> connection_;
+  Connection::Strand strand_;
+  std::shared_ptr<Router> router_;  // null once the execution context shut down
   std::string manager_id_;     // 16 hex digits; queue members are token + manager id
-  std::string notify_prefix_;  // <prefix>notify:  (+ manager id = our channel)
-  std::shared_ptr<Connection> subscriber_;  // created with the first waiter
-  // Acquires with min_replicas: WAIT blocks its connection, so they get one of their own.
-  std::shared_ptr<Connection> durable_;
-  enum class Subscription { none, pending, confirmed } subscription_ = Subscription::none;
+  // <prefix>notify:  (+ manager id = our channel). On a Cluster each slot has its own
+  // channel, <prefix>notify:{<slot tag>}<manager id>, which the release script publishes
+  // on with SPUBLISH from inside the slot; a waiter subscribes to its lease's slot.
+  std::string notify_prefix_;
+  struct Subscription {
+    enum class State { none, pending, confirmed } state = State::none;
+    std::size_t node = Router::no_node;
+  };
+  std::unordered_map<std::uint16_t, Subscription> subscriptions_;  // by slot (0: standalone)
   std::unordered_map<std::string, std::weak_ptr<struct AcquireOp>> waiters_;  // by token
   // Renewal watchdog: one timer for all auto-renewed leases, at the earliest due time; all
   // renewals due together go out in one pipelined write.

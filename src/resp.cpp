@@ -81,6 +81,8 @@ boost::system::error_code error_from_reply(std::string_view text) noexcept {
       {"WRONGPASS", error::auth_failed},  {"NOPERM", error::no_permission},
       {"OOM", error::out_of_memory},      {"READONLY", error::read_only},
       {"ERR invalid password", error::auth_failed},
+      {"CLUSTERDOWN", error::cluster_down},     {"TRYAGAIN", error::cluster_down},
+      {"MOVED", error::cluster_down},           {"ASK", error::cluster_down},
       {"ERR AUTH", error::auth_failed},
       // Redis refuses long commands from clients that have not authenticated yet.
       {"ERR Protocol error: unauthenticated", error::not_authenticated},

@@ -10,6 +10,39 @@ namespace redis_lock::detail {
 namespace ssl = boost::asio::ssl;
 using boost::system::error_code;
 
+namespace {
+
+error_code validate_topology(const ConnectionConfig& config) {
+  const bool sentinel = config.topology == Topology::sentinel;
+  if (!sentinel && (!config.sentinel_master.empty() || !config.sentinel_username.empty() ||
+                    !config.sentinel_password.empty())) {
+    return error::invalid_argument;
+  }
+  switch (config.topology) {
+    case Topology::standalone:
+      if (!config.nodes.empty()) return error::invalid_argument;
+      return {};
+    case Topology::cluster:
+      if (config.database != 0) return error::invalid_argument;  // a Cluster has database 0 only
+      break;
+    case Topology::sentinel:
+      if (config.sentinel_master.empty()) return error::invalid_argument;
+      for (unsigned char c : config.sentinel_master) {
+        if (c <= ' ' || c > '~') return error::invalid_argument;
+      }
+      break;
+    default:
+      return error::invalid_argument;
+  }
+  if (!config.unix_socket.empty()) return error::invalid_argument;  // nodes are TCP
+  for (const auto& node : config.nodes) {
+    if (node.host.empty() || node.port == 0) return error::invalid_argument;
+  }
+  return {};
+}
+
+}  // namespace
+
 error_code validate(const ConnectionConfig& config) {
   const bool has_tls_settings = !config.tls_ca_file.empty() || !config.tls_cert_file.empty() ||
                                 !config.tls_key_file.empty() || !config.tls_server_name.empty() ||
@@ -24,7 +57,7 @@ error_code validate(const ConnectionConfig& config) {
     return error::invalid_argument;
   }
   if (config.database < 0) return error::invalid_argument;
-  return {};
+  return validate_topology(config);
 }
 
 error_code make_tls_context(const ConnectionConfig& config, std::shared_ptr<ssl::context>& out) {

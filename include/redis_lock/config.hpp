@@ -11,10 +11,26 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace redis_lock {
 
 class Observer;  // <redis_lock/observer.hpp>
+
+/// What kind of deployment holds the locks (see docs/safety.md for what each guarantees).
+enum class Topology {
+  standalone,  ///< one server: `host:port` or `unix_socket`
+  cluster,     ///< Redis Cluster: `nodes` are seeds (any node will do), slots are discovered
+  sentinel,    ///< master/replicas under Sentinel: `nodes` are the sentinels
+};
+
+/// One server address.
+struct Endpoint {
+  std::string host;          ///< name or IP address
+  std::uint16_t port = 6379; ///< TCP port
+  /// Same host (as written) and port.
+  friend bool operator==(const Endpoint&, const Endpoint&) = default;
+};
 
 /// Where the lock server is and how to talk to it.
 struct ConnectionConfig {
@@ -38,12 +54,25 @@ struct ConnectionConfig {
   /// without knowing whom it talks to: for tests only.
   bool tls_verify = true;
 
+  /// The deployment. Every node of a Cluster or Sentinel set is reached with the same
+  /// credentials, database, TLS settings and timeouts as above.
+  Topology topology = Topology::standalone;
+  /// Cluster: seed nodes; Sentinel: the sentinels. Empty: `host:port` is the only one.
+  std::vector<Endpoint> nodes;
+  std::string sentinel_master;    ///< Sentinel: the name the sentinels monitor the master by
+  std::string sentinel_username;  ///< Sentinel: AUTH user for the sentinels (not the data nodes)
+  std::string sentinel_password;  ///< Sentinel: AUTH password for the sentinels
+
   /// Parses `redis://[user[:password]@]host[:port][/db]`, `rediss://...` and
   /// `unix:///path.sock[?db=N]`. User and password are percent-decoded; IPv6 hosts are
   /// written in brackets. Query parameters: `db`, `connect_timeout`, `command_timeout`
   /// (milliseconds); with rediss:// also `tls_ca_file`, `tls_cert_file`, `tls_key_file`,
-  /// `tls_server_name` (percent-decoded) and `tls_verify` (`true`/`false`). Anything else
-  /// fails with `error::invalid_argument`.
+  /// `tls_server_name` (percent-decoded) and `tls_verify` (`true`/`false`).
+  ///
+  /// Several servers: `redis+cluster://[user[:password]@]h1:p1,h2:p2` (seed nodes, database
+  /// 0 only) and `redis+sentinel://[user[:password]@]s1:p1,s2:p2/master-name[/db]` with
+  /// query parameters `sentinel_username` and `sentinel_password`; `rediss+cluster://` and
+  /// `rediss+sentinel://` with TLS. Anything else fails with `error::invalid_argument`.
   REDIS_LOCK_EXPORT static boost::system::result<ConnectionConfig> from_url(std::string_view url);
 };
 

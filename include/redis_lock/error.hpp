@@ -33,6 +33,8 @@ enum class error {
   not_acquired,          ///< with_lock: held elsewhere until the wait ran out (work not run)
   tls_config_invalid,    ///< a TLS CA, certificate or key file cannot be read or used
   tls_handshake_failed,  ///< TLS failed: untrusted certificate, wrong host name, refused client
+  cluster_down,          ///< the Cluster cannot serve the key's slot now (CLUSTERDOWN, resharding)
+  master_not_found,      ///< no sentinel named a reachable master (or it was not a master)
 };
 
 /// The category of `redis_lock::error`; its name() is "redis_lock".

@@ -2,7 +2,8 @@
 -- told on its manager's notify channel and has ARGV[3] ms to claim it; or delete it. Also
 -- takes our own member out of the queue, so this is how a waiter that gives up leaves.
 -- KEYS[1] lease, KEYS[2] queue, KEYS[3] queue expiry; ARGV[1] token, ARGV[2] notify channel
--- prefix, ARGV[3] claim window ms, ARGV[4] our queue member (token .. manager id).
+-- prefix, ARGV[3] claim window ms, ARGV[4] our queue member (token .. manager id), ARGV[5]
+-- PUBLISH, or SPUBLISH on a Cluster (the channel then carries this slot's hash tag).
 -- Returns 1 if the lease was ours, else 0.
 local lease, queue, expiry = KEYS[1], KEYS[2], KEYS[3]
 local token = ARGV[1]
@@ -28,7 +29,7 @@ if queued then
     redis.call('SET', lease, next_token, 'PX', ARGV[3])
     redis.call('ZREM', queue, head)
     redis.call('ZREM', expiry, head)
-    redis.call('PUBLISH', ARGV[2] .. string.sub(head, 33), next_token)
+    redis.call(ARGV[5], ARGV[2] .. string.sub(head, 33), next_token)
     return 1
   end
 end

@@ -139,3 +139,56 @@ TEST(FromUrl, TlsParameters) {
   EXPECT_FALSE(ConnectionConfig::from_url("rediss://h?tls_verify"));
   EXPECT_FALSE(ConnectionConfig::from_url("rediss://h?tls_sni=x"));
 }
+
+TEST(FromUrl, ClusterSeeds) {
+  auto cfg = ConnectionConfig::from_url("redis+cluster://u:p%40w@10.0.0.1:7000,node-b:7001,[::1]");
+  ASSERT_TRUE(cfg);
+  EXPECT_EQ(cfg->topology, redis_lock::Topology::cluster);
+  ASSERT_EQ(cfg->nodes.size(), 3u);
+  EXPECT_EQ(cfg->nodes[0], (redis_lock::Endpoint{"10.0.0.1", 7000}));
+  EXPECT_EQ(cfg->nodes[1], (redis_lock::Endpoint{"node-b", 7001}));
+  EXPECT_EQ(cfg->nodes[2], (redis_lock::Endpoint{"::1", 6379}));
+  EXPECT_EQ(cfg->username, "u");
+  EXPECT_EQ(cfg->password, "p@w");
+  EXPECT_FALSE(cfg->tls);
+  auto tls = ConnectionConfig::from_url("rediss+cluster://h:1/?command_timeout=50&tls_verify=false");
+  ASSERT_TRUE(tls);
+  EXPECT_TRUE(tls->tls);
+  EXPECT_FALSE(tls->tls_verify);
+  EXPECT_EQ(tls->command_timeout, 50ms);
+  ASSERT_EQ(tls->nodes.size(), 1u);
+}
+
+TEST(FromUrl, SentinelSet) {
+  auto cfg = ConnectionConfig::from_url(
+      "redis+sentinel://:secret@s1:26380,s2/mymaster/2?sentinel_password=sp&sentinel_username=su");
+  ASSERT_TRUE(cfg);
+  EXPECT_EQ(cfg->topology, redis_lock::Topology::sentinel);
+  EXPECT_EQ(cfg->sentinel_master, "mymaster");
+  ASSERT_EQ(cfg->nodes.size(), 2u);
+  EXPECT_EQ(cfg->nodes[0], (redis_lock::Endpoint{"s1", 26380}));
+  EXPECT_EQ(cfg->nodes[1], (redis_lock::Endpoint{"s2", 26379}));  // the Sentinel default
+  EXPECT_EQ(cfg->password, "secret");
+  EXPECT_EQ(cfg->database, 2);
+  EXPECT_EQ(cfg->sentinel_username, "su");
+  EXPECT_EQ(cfg->sentinel_password, "sp");
+}
+
+TEST(FromUrl, MalformedMultiHostUrls) {
+  for (const char* url : {
+           "redis+cluster://",                  // no host
+           "redis+cluster://h1:7000,",          // empty host in the list
+           "redis+cluster://h1:7000,,h2:7001",  // empty host in the list
+           "redis+cluster://h1:0",              // port 0
+           "redis+cluster://h1:7000/3",         // a Cluster has database 0 only
+           "redis+cluster://h1:7000/?sentinel_password=x",  // not a Sentinel URL
+           "redis+sentinel://s1:26379",         // no master name
+           "redis+sentinel://s1:26379/",        // empty master name
+           "redis+sentinel://s1:26379/m%20x",   // percent sign in the name
+           "redis+sentinel://s1:26379/m/x",     // database not a number
+           "redis+sentinel://s1:26379/m?bogus=1",
+           "redis+redlock://h1,h2,h3",          // not a scheme (yet)
+       }) {
+    EXPECT_FALSE(ConnectionConfig::from_url(url)) << url;
+  }
+}

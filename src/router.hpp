@@ -1,0 +1,88 @@
+// SPDX-License-Identifier: MIT
+// Layer 3 (topology): which connection carries a command for a key. Standalone: the one
+// server. Cluster: the master serving the key's slot, from a map loaded with CLUSTER SLOTS
+// and corrected by MOVED. Sentinel: the master the sentinels name, confirmed with ROLE.
+#pragma once
+
+#include "connection.hpp"
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace redis_lock::detail {
+
+/// All member functions must be called on the strand its connections share.
+class Router : public std::enable_shared_from_this<Router> {
+ public:
+  /// Each node has up to three connections: lock commands; durable acquires (WAIT blocks
+  /// its connection); and pub/sub for waiters.
+  enum class Pool : std::size_t { commands = 0, durable = 1, subscriber = 2 };
+  static constexpr std::size_t no_node = static_cast<std::size_t>(-1);
+  /// Prepares a new subscriber connection of node `node` (push and link-down handlers).
+  using SubscriberSetup = std::function<void(Connection&, std::size_t node)>;
+
+  Router(Connection::Strand strand, ConnectionConfig config, std::string client_name,
+         std::shared_ptr<boost::asio::ssl::context> tls);
+  ~Router();
+  Router(const Router&) = delete;
+  Router& operator=(const Router&) = delete;
+
+  /// Set once, before the first subscriber connection is made.
+  void set_subscriber_setup(SubscriberSetup setup) { setup_ = std::move(setup); }
+  bool cluster() const noexcept { return config_.topology == Topology::cluster; }
+
+  /// The node serving `slot`. While the Cluster's map is unknown: a node that answered
+  /// before (or the first seed), and a load of the map is started.
+  std::size_t node_for(std::uint16_t slot);
+  /// The node at `address` ("host:port", as MOVED and ASK give it), added if new. An empty
+  /// host means the host of node `from`, which sent the redirection.
+  std::size_t node_at(std::string_view address, std::size_t from);
+  Connection& connection(std::size_t node, Pool pool);
+  /// MOVED: `node` serves `slot` now. The rest of the map is likely stale too: reload it.
+  void moved(std::uint16_t slot, std::size_t node);
+  /// A node failed (connection lost, timeout) or the map may be stale: reload it soon.
+  /// At most one load at a time, and at most one every `min_refresh_interval`.
+  void refresh();
+  /// Calls `fn(node)` for every node that has a subscriber connection.
+  void for_each_subscriber(const std::function<void(std::size_t, Connection&)>& fn);
+  void shutdown() noexcept;
+
+  static constexpr std::chrono::milliseconds min_refresh_interval{100};
+
+ private:
+  struct Node {
+    Endpoint endpoint;
+    std::string address;  // host:port
+    std::array<std::shared_ptr<Connection>, 3> pools;
+  };
+  std::size_t add_node(Endpoint endpoint);
+  void query_slots(std::size_t tried);
+  bool apply_slots(const Reply& reply, std::size_t from);
+  void refresh_done();
+
+  Connection::Strand strand_;
+  ConnectionConfig config_;
+  std::string client_name_;
+  std::shared_ptr<boost::asio::ssl::context> tls_;
+  SubscriberSetup setup_;
+  std::vector<Node> nodes_;  // seeds first, then nodes learned from the map or redirections
+  std::map<std::string, std::size_t, std::less<>> by_address_;
+  std::vector<std::int32_t> slots_;  // Cluster: node index per slot, -1 unknown
+  std::size_t fallback_ = 0;         // a node that answered the last map query
+  bool map_loaded_ = false;
+  bool refreshing_ = false;
+  bool refresh_again_ = false;
+  std::size_t next_candidate_ = 0;
+  std::chrono::steady_clock::time_point last_refresh_{};
+  std::unique_ptr<boost::asio::steady_timer> refresh_timer_;
+  bool refresh_timer_armed_ = false;
+  bool shut_down_ = false;
+};
+
+}  // namespace redis_lock::detail
