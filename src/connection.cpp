@@ -145,6 +145,15 @@ void Connection::keep_reading(bool on) {
   }
 }
 
+std::optional<Endpoint> Connection::located() const {
+  if (!locator_ || state_ != State::ready) return std::nullopt;
+  return Endpoint{config_.host, config_.port};
+}
+
+void Connection::leave_server() {
+  if (state_ == State::ready) drop_link(error::connection_lost);
+}
+
 void Connection::notify_link_down() {
   if (on_link_down_) on_link_down_();
 }
@@ -201,6 +210,22 @@ void Connection::connect_now() {
   state_ = State::connecting;
   link_ = std::make_shared<Link>(strand_.get_inner_executor());
   auto link = link_;
+  if (locator_) {
+    // Ask where the master is first; the connect deadline starts once we know (locating
+    // has deadlines of its own: each sentinel's connect and command timeouts).
+    return locator_([weak = weak_from_this(), link](error_code ec, Endpoint at) {
+      const auto self = weak.lock();
+      if (!self || self->shut_down_ || self->link_ != link) return;
+      if (ec) return self->connect_failed(ec);
+      self->config_.host = std::move(at.host);
+      self->config_.port = at.port;
+      self->resolve_and_connect(link);
+    });
+  }
+  resolve_and_connect(link);
+}
+
+void Connection::resolve_and_connect(const std::shared_ptr<Link>& link) {
   connect_timer_->expires_after(config_.connect_timeout);
   connect_timer_->async_wait(on_strand([self = shared_from_this(), link](error_code ec) {
     if (ec || self->link_ != link) return;
@@ -298,6 +323,12 @@ void Connection::start_handshake(const std::shared_ptr<Link>& link) {
     append_command(resp, {"CLIENT", "SETNAME", client_name_});
     steps.push_back(HandshakeStep::setname);
   }
+  if (locator_) {
+    // The address came from a sentinel, which may not have noticed a failover yet: only a
+    // master will do.
+    append_command(resp, {"ROLE"});
+    steps.push_back(HandshakeStep::role);
+  }
   if (steps.empty()) {
     // Nothing to say first: ask for nothing, but still learn that the server answers.
     append_command(resp, {"PING"});
@@ -341,6 +372,11 @@ void Connection::on_handshake_reply(const std::shared_ptr<Link>& link, Handshake
     // "ERR DB index is out of range": the configuration asks for what is not there.
     return connect_failed(step == HandshakeStep::select ? error::invalid_argument
                                                         : error::auth_failed);
+  }
+  if (step == HandshakeStep::role &&
+      !(reply.type == Reply::Type::array && !reply.elements.empty() &&
+        reply.elements[0].type == Reply::Type::string && reply.elements[0].str == "master")) {
+    return connect_failed(error::master_not_found);
   }
   if (--handshake_left_ == 0) {
     state_ = State::ready;
@@ -467,11 +503,16 @@ void Connection::on_read(const std::shared_ptr<Link>& link, error_code ec, std::
     auto pending = std::move(link->in_flight.front());
     link->in_flight.pop_front();
     if (link->in_flight.empty()) link->idle_since = Clock::now();
+    // A located master that answers READONLY was demoted by a failover: after this reply,
+    // leave it (the commands behind it fail with read_only too) and locate again.
+    const bool demoted = locator_ && current && state_ == State::ready && reply->is_error() &&
+                         reply->str.starts_with("READONLY");
     if (pending.callback) {
       std::move(pending.callback)(error_code{}, std::move(*reply));
     } else if (pending.late) {
       pending.late->on_late_reply(error_code{}, *reply);
     }
+    if (demoted && link_ == link) return drop_link(error::read_only);
     if (!is_current_or_draining(link)) return;  // the callback's work closed the link
   }
   if (link != link_ && link->in_flight.empty()) {

@@ -17,6 +17,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -75,6 +76,20 @@ class Connection : public std::enable_shared_from_this<Connection> {
   /// While on, a read stays armed even with no command in flight (to receive pushes).
   void keep_reading(bool on);
 
+  /// Finds the server before each connect (Sentinel): calls back with its address or an
+  /// error, on the strand.
+  using LocateDone = std::function<void(boost::system::error_code, Endpoint)>;
+  using Locator = std::function<void(LocateDone)>;
+  /// Locates the server before each connect, confirms with ROLE that it is a master, and
+  /// drops the link when a command finds it demoted (READONLY), so the next command
+  /// locates the master again.
+  void set_locator(Locator locator) { locator_ = std::move(locator); }
+  /// With a locator: the server the current link goes to (empty while none is connected).
+  std::optional<Endpoint> located() const;
+  /// Leaves the current server: its in-flight commands fail with connection_lost; queued
+  /// and later ones go to a newly located server.
+  void leave_server();
+
   /// Queues one command (encoded straight into the write queue); `callback` gets its reply
   /// or an error.
   /// If it times out after being written, `late` (optional) later gets the reply, or
@@ -98,12 +113,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   void start_connect();
   void connect_now();
+  void resolve_and_connect(const std::shared_ptr<Link>& link);
   void try_endpoint(const std::shared_ptr<Link>& link, std::size_t index);
   void on_connect_deadline();
   void start_tls(const std::shared_ptr<Link>& link);
   void start_handshake(const std::shared_ptr<Link>& link);
   void write_link(const std::shared_ptr<Link>& link);
-  enum class HandshakeStep { auth, select, setname, ping };
+  enum class HandshakeStep { auth, select, setname, ping, role };
   void on_handshake_reply(const std::shared_ptr<Link>& link, HandshakeStep step,
                           boost::system::error_code ec, const Reply& reply);
   void flush();
@@ -152,6 +168,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool timer_armed_ = false;
   Clock::time_point timer_at_{};
   std::unique_ptr<boost::asio::steady_timer> connect_timer_;  // connect deadline / backoff
+  Locator locator_;
   PushHandler on_push_;
   LinkDownHandler on_link_down_;
   bool keep_reading_ = false;

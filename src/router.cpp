@@ -3,6 +3,8 @@
 
 #include "keys.hpp"
 
+#include <redis_lock/error.hpp>
+
 #include <boost/asio/steady_timer.hpp>
 
 #include <charconv>
@@ -36,6 +38,66 @@ bool parse_address(std::string_view text, Endpoint& out) {
 
 }  // namespace
 
+SentinelLocator::SentinelLocator(Connection::Strand strand, const ConnectionConfig& config,
+                                 const std::string& client_name,
+                                 std::shared_ptr<asio::ssl::context> tls)
+    : master_(config.sentinel_master) {
+  auto nodes = config.nodes;
+  if (nodes.empty()) nodes.push_back({config.host, config.port});
+  for (const auto& sentinel : nodes) {
+    ConnectionConfig c = config;
+    c.topology = Topology::standalone;
+    c.nodes.clear();
+    c.host = sentinel.host;
+    c.port = sentinel.port;
+    c.username = config.sentinel_username;
+    c.password = config.sentinel_password;
+    c.sentinel_master.clear();
+    c.sentinel_username.clear();
+    c.sentinel_password.clear();
+    c.database = 0;
+    sentinels_.push_back(std::make_shared<Connection>(
+        strand, std::move(c), client_name.empty() ? client_name : client_name + ":sentinel", tls));
+  }
+}
+
+void SentinelLocator::locate(Connection::LocateDone done) {
+  ask(0, error::master_not_found, std::move(done));
+}
+
+void SentinelLocator::ask(std::size_t tried, error_code refused, Connection::LocateDone done) {
+  if (sentinels_.empty()) return;  // shut down: dropped, as Asio drops pending handlers
+  if (tried >= sentinels_.size()) return done(refused, Endpoint{});
+  const auto index = (preferred_ + tried) % sentinels_.size();
+  const std::string_view command[] = {"SENTINEL", "GET-MASTER-ADDR-BY-NAME", master_};
+  sentinels_[index]->execute(
+      command, Connection::Callback([weak = weak_from_this(), tried, index, refused,
+                                     done = std::move(done)](error_code ec, Reply reply) mutable {
+        const auto self = weak.lock();
+        if (!self) return;
+        // A sentinel refusing our credentials is worth reporting if nobody answers.
+        if (ec == error::auth_failed || ec == error::not_authenticated ||
+            ec == error::no_permission) {
+          refused = ec;
+        }
+        Endpoint at;
+        if (!ec && reply.type == Reply::Type::array && reply.elements.size() == 2 &&
+            reply.elements[0].type == Reply::Type::string &&
+            reply.elements[1].type == Reply::Type::string &&
+            parse_address(reply.elements[0].str + ":" + reply.elements[1].str, at) &&
+            !at.host.empty()) {
+          self->preferred_ = index;
+          return done({}, std::move(at));
+        }
+        self->ask(tried + 1, refused, std::move(done));
+      }));
+}
+
+void SentinelLocator::shutdown() noexcept {
+  for (auto& c : sentinels_) c->shutdown();
+  sentinels_.clear();
+}
+
 Router::Router(Connection::Strand strand, ConnectionConfig config, std::string client_name,
                std::shared_ptr<asio::ssl::context> tls)
     : strand_(std::move(strand)),
@@ -49,6 +111,9 @@ Router::Router(Connection::Strand strand, ConnectionConfig config, std::string c
   } else {
     // One server: standalone (host:port or a Unix socket) or the master Sentinel names.
     nodes_.push_back(Node{{config_.host, config_.port}, {}, {}});
+    if (config_.topology == Topology::sentinel) {
+      locator_ = std::make_shared<SentinelLocator>(strand_, config_, client_name_, tls_);
+    }
   }
 }
 
@@ -79,6 +144,7 @@ std::size_t Router::node_at(std::string_view address, std::size_t from) {
 }
 
 Connection& Router::connection(std::size_t node, Pool pool) {
+  if (locator_) verify_master();
   auto& slot = nodes_.at(node).pools[static_cast<std::size_t>(pool)];
   if (!slot) {
     ConnectionConfig config = config_;
@@ -90,9 +156,33 @@ Connection& Router::connection(std::size_t node, Pool pool) {
     std::string name = client_name_;
     if (pool == Pool::subscriber && !name.empty()) name += ":sub";
     slot = std::make_shared<Connection>(strand_, std::move(config), std::move(name), tls_);
+    if (locator_) {
+      slot->set_locator([weak = std::weak_ptr<SentinelLocator>(locator_)](
+                            Connection::LocateDone done) {
+        if (auto locator = weak.lock()) locator->locate(std::move(done));
+      });
+    }
     if (pool == Pool::subscriber && setup_) setup_(*slot, node);
   }
   return *slot;
+}
+
+void Router::verify_master() {
+  const auto now = Clock::now();
+  if (verifying_ || now < next_verify_ || shut_down_) return;
+  verifying_ = true;
+  next_verify_ = now + verify_interval;
+  locator_->locate([weak = weak_from_this()](error_code ec, Endpoint master) {
+    const auto self = weak.lock();
+    if (!self || self->shut_down_) return;
+    self->verifying_ = false;
+    if (ec) return;  // the sentinels cannot tell: stay (errors on the data path move us)
+    for (auto& c : self->nodes_[0].pools) {
+      if (!c) continue;
+      const auto at = c->located();
+      if (at && *at != master) c->leave_server();
+    }
+  });
 }
 
 void Router::for_each_subscriber(const std::function<void(std::size_t, Connection&)>& fn) {
@@ -195,6 +285,7 @@ bool Router::apply_slots(const Reply& reply, std::size_t from) {
 
 void Router::shutdown() noexcept {
   shut_down_ = true;
+  if (locator_) locator_->shutdown();
   refresh_timer_.reset();
   for (auto& node : nodes_) {
     for (auto& c : node.pools) {

@@ -17,6 +17,26 @@
 
 namespace redis_lock::detail {
 
+/// Sentinel: asks the sentinels, in turn, where the master named `sentinel_master` is.
+/// Each sentinel has one connection (its own AUTH: sentinel_username/sentinel_password),
+/// idle between questions. All member functions must be called on the strand.
+class SentinelLocator : public std::enable_shared_from_this<SentinelLocator> {
+ public:
+  SentinelLocator(Connection::Strand strand, const ConnectionConfig& config,
+                  const std::string& client_name, std::shared_ptr<boost::asio::ssl::context> tls);
+  /// Calls back exactly once: the master's address, or master_not_found (no sentinel
+  /// named one), or the sentinels' AUTH error if they refused us.
+  void locate(Connection::LocateDone done);
+  void shutdown() noexcept;
+
+ private:
+  void ask(std::size_t tried, boost::system::error_code refused, Connection::LocateDone done);
+
+  std::string master_;
+  std::vector<std::shared_ptr<Connection>> sentinels_;
+  std::size_t preferred_ = 0;  // the sentinel that answered last is asked first
+};
+
 /// All member functions must be called on the strand its connections share.
 class Router : public std::enable_shared_from_this<Router> {
  public:
@@ -54,6 +74,10 @@ class Router : public std::enable_shared_from_this<Router> {
   void shutdown() noexcept;
 
   static constexpr std::chrono::milliseconds min_refresh_interval{100};
+  /// Sentinel: while commands flow, the sentinels are asked this often whether the master
+  /// is still where our connections go (a master demoted by a failover may keep accepting
+  /// writes until the sentinels reconfigure it, up to ~10 s later).
+  static constexpr std::chrono::milliseconds verify_interval{1000};
 
  private:
   struct Node {
@@ -62,6 +86,7 @@ class Router : public std::enable_shared_from_this<Router> {
     std::array<std::shared_ptr<Connection>, 3> pools;
   };
   std::size_t add_node(Endpoint endpoint);
+  void verify_master();
   void query_slots(std::size_t tried);
   bool apply_slots(const Reply& reply, std::size_t from);
   void refresh_done();
@@ -71,6 +96,9 @@ class Router : public std::enable_shared_from_this<Router> {
   std::string client_name_;
   std::shared_ptr<boost::asio::ssl::context> tls_;
   SubscriberSetup setup_;
+  std::shared_ptr<SentinelLocator> locator_;  // Sentinel only
+  bool verifying_ = false;
+  std::chrono::steady_clock::time_point next_verify_{};
   std::vector<Node> nodes_;  // seeds first, then nodes learned from the map or redirections
   std::map<std::string, std::size_t, std::less<>> by_address_;
   std::vector<std::int32_t> slots_;  // Cluster: node index per slot, -1 unknown

@@ -2,6 +2,8 @@
 // Starting, stopping and hurting redis-server processes for the tests.
 #include "redis_server.hpp"
 
+#include <fstream>
+
 #include <hiredis/hiredis.h>
 
 #include <arpa/inet.h>
@@ -96,6 +98,23 @@ std::string redis_command(std::uint16_t port, const std::vector<std::string>& ar
 
 RedisServer::RedisServer(std::vector<std::string> extra_args, bool die_with_parent)
     : extra_args_(std::move(extra_args)), dir_(make_temp_dir()), die_with_parent_(die_with_parent) {
+  start();
+}
+
+std::unique_ptr<RedisServer> RedisServer::sentinel(std::vector<std::string> config_lines) {
+  return std::unique_ptr<RedisServer>(new RedisServer(SentinelMode{}, std::move(config_lines)));
+}
+
+RedisServer::RedisServer(SentinelMode, std::vector<std::string> config_lines)
+    : dir_(make_temp_dir()) {
+  sentinel_config_ = dir_ + "/sentinel.conf";
+  std::ofstream file(sentinel_config_);
+  for (const auto& line : config_lines) file << line << "\n";
+  file.close();
+  start();
+}
+
+void RedisServer::start() {
   unix_socket_ = dir_ + "/redis.sock";
   for (int attempt = 0; attempt < 5; ++attempt) {
     port_ = free_port();
@@ -130,17 +149,18 @@ ConnectionConfig RedisServer::config() const {
 }
 
 void RedisServer::spawn() {
-  std::vector<std::string> args = {"redis-server",
-                                   "--port", std::to_string(port_),
-                                   "--bind", "127.0.0.1",
-                                   "--unixsocket", unix_socket_,
-                                   "--unixsocketperm", "700",
-                                   "--save", "",
-                                   "--appendonly", "no",
-                                   "--protected-mode", "no",
-                                   "--dir", dir_,
-                                   "--logfile", dir_ + "/redis.log",
-                                   "--enable-debug-command", "yes"};
+  std::vector<std::string> args = {"redis-server"};
+  if (!sentinel_config_.empty()) {
+    args.push_back(sentinel_config_);  // the config file comes first
+    args.push_back("--sentinel");
+  }
+  const std::vector<std::string> common = {
+      "--port", std::to_string(port_),   "--bind", "127.0.0.1",
+      "--unixsocket", unix_socket_,      "--unixsocketperm", "700",
+      "--save", "",                      "--appendonly", "no",
+      "--protected-mode", "no",          "--dir", dir_,
+      "--logfile", dir_ + "/redis.log",  "--enable-debug-command", "yes"};
+  args.insert(args.end(), common.begin(), common.end());
   args.insert(args.end(), extra_args_.begin(), extra_args_.end());
   const pid_t pid = ::fork();
   if (pid < 0) throw std::runtime_error("fork failed");

@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,8 @@ class RedisServer {
  public:
   /// `die_with_parent`: the server is killed if the test process dies (false for fixtures).
   explicit RedisServer(std::vector<std::string> extra_args = {}, bool die_with_parent = true);
+  /// A redis-server in Sentinel mode, with `config_lines` as its (rewritable) config file.
+  static std::unique_ptr<RedisServer> sentinel(std::vector<std::string> config_lines);
   ~RedisServer();
   RedisServer(const RedisServer&) = delete;
   RedisServer& operator=(const RedisServer&) = delete;
@@ -42,8 +45,13 @@ class RedisServer {
   std::string command(const std::vector<std::string>& args) const;
 
  private:
+  struct SentinelMode {};
+  RedisServer(SentinelMode, std::vector<std::string> config_lines);
+  void start();
   void spawn();
   bool wait_ready(std::chrono::milliseconds limit);
+
+  std::string sentinel_config_;  // path of the config file; empty: not a sentinel
 
   std::vector<std::string> extra_args_;
   std::string dir_;
