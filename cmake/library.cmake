@@ -4,7 +4,7 @@ include(${CMAKE_CURRENT_LIST_DIR}/warnings.cmake)
 
 # Lua scripts are embedded with their SHA1 computed here, so EVALSHA needs no hashing code.
 set(_rl_script_defs "")
-foreach(name acquire release extend)
+foreach(name acquire release extend raise_fence)
   set(_file "${PROJECT_SOURCE_DIR}/src/scripts/${name}.lua")
   set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS "${_file}")
   file(READ "${_file}" _body)

@@ -191,6 +191,11 @@ boost::system::result<ConnectionConfig> ConnectionConfig::from_url(std::string_v
   if (scheme == "redis+sentinel" || scheme == "rediss+sentinel") {
     return parse_multi(text, Topology::sentinel, scheme.starts_with("rediss"));
   }
+  if (scheme == "redis+redlock" || scheme == "rediss+redlock") {
+    auto cfg = parse_multi(text, Topology::redlock, scheme.starts_with("rediss"));
+    if (cfg && cfg->nodes.size() < 3) return boost::system::error_code(error::invalid_argument);
+    return cfg;
+  }
   return parse_single(text, Topology::standalone);
 }
 

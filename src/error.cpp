@@ -48,6 +48,8 @@ class Category final : public boost::system::error_category {
                "resharding)";
       case error::master_not_found:
         return "no sentinel named a reachable master for this name";
+      case error::no_quorum:
+        return "too few Redlock masters answered for a majority decision";
     }
     return "unknown redis_lock error";
   }

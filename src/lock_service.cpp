@@ -127,6 +127,8 @@ struct ScriptOp : LateReplies, std::enable_shared_from_this<ScriptOp> {
   const Script* script = nullptr;
   std::array<std::string_view, 12> argv{};
   std::size_t argc = 0;
+  bool is_acquire = false;             // replies {taken, fence|pttl}; else 1/0
+  std::vector<NodeResult> node_results;  // Redlock: each master's answer
   std::uint16_t slot = 0;              // routes the command (Cluster)
   std::size_t node = Router::no_node;  // where it was sent last
   int redirects = 0;                   // MOVED/ASK followed for this command
@@ -145,7 +147,10 @@ struct ScriptOp : LateReplies, std::enable_shared_from_this<ScriptOp> {
 // `timer` until the lease could be free. Cancellation sets `cancelled`; the op then gives
 // back whatever it holds or has queued before completing with operation_aborted.
 struct AcquireOp final : ScriptOp {
-  explicit AcquireOp(AcquireHandler h) : handler(std::move(h)) { wants_late = true; }
+  explicit AcquireOp(AcquireHandler h) : handler(std::move(h)) {
+    wants_late = true;
+    is_acquire = true;
+  }
 
   void attempt();
   void on_reply(error_code ec, Reply reply) override;
@@ -203,7 +208,7 @@ struct AcquireOp final : ScriptOp {
 
   void report(Observer& observer, error_code ec, const LockGuard& guard) const noexcept {
     AcquireEvent e{resource, AcquireOutcome::acquired, ec, Clock::now() - called, attempts,
-                   waited, guard.fencing_token()};
+                   waited, guard.fencing_token(), node_results};
     if (ec == asio::error::operation_aborted) {
       e.outcome = AcquireOutcome::cancelled;
     } else if (ec) {
@@ -224,6 +229,7 @@ struct AcquireOp final : ScriptOp {
   Clock::time_point attempt_started;
   milliseconds backoff{first_backoff};
   std::unique_ptr<asio::steady_timer> timer;
+  bool queue_up = false;   // this attempt joins the queue if the lease is held
   bool joined = false;     // our token may be in the queue
   bool registered = false; // listed with the service for notifications
   bool notified = false;   // a notification came while an attempt was in flight
@@ -254,7 +260,7 @@ struct CompareOp final : ScriptOp {
       if (lease && !done) service->mark_lost(lease);
     }
     if (auto* observer = service->observer(); observer && !resource.empty()) {
-      observer->on_lease({resource, command, done, ec, Clock::now() - sent});
+      observer->on_lease({resource, command, done, ec, Clock::now() - sent, node_results});
     }
     if (!handler) return;  // a detached release: the ttl covers any failure
     deliver(service->executor(), Defer::no, std::move(handler), ec, done);
@@ -269,7 +275,7 @@ struct RenewOp final : ScriptOp {
   std::string ttl_ms;
   Clock::time_point sent;
   void on_reply(error_code ec, Reply reply) override {
-    if (auto held = lease.lock()) service->renewed(held, sent, ec, reply);
+    if (auto held = lease.lock()) service->renewed(held, sent, ec, reply, node_results);
   }
 };
 
@@ -351,6 +357,7 @@ error_code LockService::server_error(const Reply& reply) {
 
 void LockService::send(std::shared_ptr<ScriptOp> op, std::size_t ask_node) {
   if (!router_) return;  // the context shut down: drop, as Asio drops pending handlers
+  if (config_.topology == Topology::redlock) return send_to_all(std::move(op));
   std::shared_ptr<LateReplies> late;
   if (op->wants_late_reply()) late = op;
   const auto command = op->command();
@@ -427,6 +434,273 @@ bool LockService::redirected(std::shared_ptr<ScriptOp>& op, const Reply& reply) 
 }
 
 // ---------------------------------------------------------------------------------------
+// Redlock: every command goes to all N masters at once; a majority (N / 2 + 1) decides.
+
+/// One script call fanned out to every master. The replies are merged into the one reply the
+/// single-server code expects, so acquire, release, extend and renewal work unchanged:
+/// acquire -> {1, fencing token} / {0, pttl} / error; release, extend -> 1 / 0 / error.
+/// The merge decides as soon as the outcome is certain, never later than a command timeout.
+struct QuorumCall : std::enable_shared_from_this<QuorumCall> {
+  std::shared_ptr<ScriptOp> op;
+  std::size_t quorum = 0;
+  std::size_t granted = 0, refused = 0, failed = 0;
+  std::vector<long long> fences;  // acquire: each granting master's fencing counter, else -1
+  long long pttl = -1;            // acquire: the shortest remaining lease among refusals
+  error_code first_error;
+  Clock::time_point started = Clock::now();
+  bool decided = false;
+  bool succeeded = false;
+  // Fencing write-back (acquire only): masters confirmed at or above `token`.
+  long long token = 0;
+  std::size_t at_token = 0, raising = 0;
+  std::string token_text;
+  std::unique_ptr<asio::steady_timer> deadline;  // acquires whose ttl is below the timeout
+
+  std::size_t size() const noexcept { return fences.size(); }
+  LockService& service() const noexcept { return *op->service; }
+
+  void on_node_reply(std::size_t node, error_code ec, const Reply& reply);
+  void decide();
+  void mint();
+  void raised(error_code ec, const Reply& reply);
+  void finish_mint();
+  /// The acquire failed: give back whatever was (or may yet be) taken anywhere.
+  void give_back() const {
+    auto& acquire = static_cast<AcquireOp&>(*op);
+    service().release_detached(acquire.resource, acquire.token);
+  }
+  void complete(error_code ec, Reply reply) {
+    decided = true;
+    if (deadline) deadline->cancel();
+    for (auto& r : op->node_results) {
+      if (r.outcome == NodeOutcome::no_answer) r.latency = Clock::now() - started;
+    }
+    auto finished = std::move(op);
+    op = nullptr;
+    // `op` is needed by late replies (give_back) only for acquires: keep a handle.
+    held = finished;
+    finished->on_reply(ec, std::move(reply));
+  }
+  std::shared_ptr<ScriptOp> held;  // after completion: the op, for late replies
+};
+
+namespace {
+
+Reply integer_reply(long long value) {
+  Reply r;
+  r.type = Reply::Type::integer;
+  r.integer = value;
+  return r;
+}
+
+Reply acquire_reply(long long taken, long long value) {
+  Reply r;
+  r.type = Reply::Type::array;
+  r.elements = {integer_reply(taken), integer_reply(value)};
+  return r;
+}
+
+/// A late answer to an acquire that the majority had already decided: if the attempt did
+/// not succeed and this master took the lease (or may have), give it back.
+struct LateAcquire final : LateReplies {
+  // Strong: the call's own callbacks are gone by now (they completed with the timeout).
+  // The connection holds this only until the late reply or the end of its drain period.
+  std::shared_ptr<QuorumCall> call;
+  void on_late_reply(error_code ec, const Reply& reply) override {
+    const auto& c = call;
+    if (c->succeeded || !c->held) return;
+    if (!ec && reply.is_error()) return;  // it never ran
+    const bool taken = reply.type == Reply::Type::array && !reply.elements.empty() &&
+                       reply.elements[0].integer == 1;
+    if (ec || taken) {
+      auto& acquire = static_cast<AcquireOp&>(*c->held);
+      acquire.service->release_detached(acquire.resource, acquire.token);
+    }
+  }
+};
+
+}  // namespace
+
+void LockService::eval_on(std::size_t node, const Script& script,
+                          std::array<std::string_view, 12> argv, std::size_t argc,
+                          std::shared_ptr<void> keep, Connection::Callback callback,
+                          std::shared_ptr<LateReplies> late, bool with_body) {
+  if (!router_) return;
+  if (with_body) {
+    argv[0] = eval;
+    argv[1] = script.body;
+  }
+  router_->connection(node, Router::Pool::commands)
+      .execute({argv.data(), argc},
+               Connection::Callback([self = shared_from_this(), node, &script, argv, argc,
+                                     keep = std::move(keep), callback = std::move(callback),
+                                     late, with_body](error_code ec, Reply reply) mutable {
+                 if (!ec && reply.is_error() && !with_body && starts_with(reply.str, "NOSCRIPT")) {
+                   // This master's script cache was flushed (or it restarted): once with the body.
+                   return self->eval_on(node, script, argv, argc, std::move(keep),
+                                        std::move(callback), std::move(late), true);
+                 }
+                 std::move(callback)(ec, std::move(reply));
+               }),
+               late);
+}
+
+void LockService::send_to_all(std::shared_ptr<ScriptOp> op) {
+  const auto n = config_.nodes.size();
+  auto call = std::make_shared<QuorumCall>();
+  call->quorum = n / 2 + 1;
+  call->fences.assign(n, -1);
+  op->node_results.assign(n, NodeResult{});
+  for (std::size_t i = 0; i < n; ++i) op->node_results[i].node = i;
+  if (op->is_acquire) {
+    // Past the ttl (less the drift margin) no answer can make a valid lock: decide then.
+    auto& acquire = static_cast<AcquireOp&>(*op);
+    const auto usable = acquire.options.ttl - (acquire.options.ttl / 100 + milliseconds(2));
+    if (usable < config_.command_timeout) {
+      call->deadline = std::make_unique<asio::steady_timer>(strand_, std::max(usable, milliseconds(1)));
+      call->deadline->async_wait([weak = std::weak_ptr<QuorumCall>(call)](error_code ec) {
+        auto c = weak.lock();
+        if (ec || !c || c->decided) return;
+        c->give_back();
+        c->complete(error::no_quorum, Reply{});
+      });
+    }
+  }
+  call->op = std::move(op);
+  for (std::size_t i = 0; i < n; ++i) {
+    std::shared_ptr<LateReplies> late;
+    if (call->op->is_acquire) {
+      auto l = std::make_shared<LateAcquire>();
+      l->call = call;
+      late = std::move(l);
+    }
+    eval_on(i, *call->op->script, call->op->argv, call->op->argc, call->op,
+            Connection::Callback([call, i](error_code ec, Reply reply) {
+              call->on_node_reply(i, ec, reply);
+            }),
+            std::move(late));
+  }
+}
+
+void QuorumCall::on_node_reply(std::size_t node, error_code ec, const Reply& reply) {
+  if (decided) {
+    // Answered after the decision. A grant to an attempt that failed is given back.
+    if (!succeeded && held && held->is_acquire && !ec && reply.type == Reply::Type::array &&
+        !reply.elements.empty() && reply.elements[0].integer == 1) {
+      auto& acquire = static_cast<AcquireOp&>(*held);
+      acquire.service->release_detached(acquire.resource, acquire.token);
+    }
+    return;
+  }
+  auto& result = op->node_results[node];
+  result.latency = Clock::now() - started;
+  if (!ec && reply.is_error()) ec = error_from_reply(reply.str);
+  if (!ec && op->is_acquire) {
+    const bool well_formed = reply.type == Reply::Type::array && reply.elements.size() == 2 &&
+                             reply.elements[0].type == Reply::Type::integer &&
+                             reply.elements[1].type == Reply::Type::integer;
+    if (!well_formed) {
+      ec = error::unexpected_reply;
+    } else if (reply.elements[0].integer == 1) {
+      fences[node] = reply.elements[1].integer;
+    } else {
+      const auto left = reply.elements[1].integer;
+      if (left > 0 && (pttl < 0 || left < pttl)) pttl = left;
+    }
+  } else if (!ec && reply.type != Reply::Type::integer) {
+    ec = error::unexpected_reply;
+  }
+  if (ec) {
+    result.outcome = NodeOutcome::failed;
+    result.error = ec;
+    if (!first_error) first_error = ec;
+    ++failed;
+  } else if ((op->is_acquire && fences[node] >= 0) || (!op->is_acquire && reply.integer == 1)) {
+    result.outcome = NodeOutcome::granted;
+    ++granted;
+  } else {
+    result.outcome = NodeOutcome::refused;
+    ++refused;
+  }
+  decide();
+}
+
+void QuorumCall::decide() {
+  const auto n = size();
+  if (granted >= quorum) {
+    if (op->is_acquire) return mint();
+    succeeded = true;
+    return complete({}, integer_reply(1));
+  }
+  const auto answered = granted + refused + failed;
+  if (granted + (n - answered) >= quorum) return;  // a majority is still possible
+  // No majority. If failures alone could not have prevented one, the masters that answered
+  // disagree: the lease is held elsewhere (or two clients split the vote and both back
+  // off), or it is no longer ours. Otherwise too many masters are unreachable to tell.
+  const bool contention = failed <= n - quorum;
+  if (op->is_acquire) {
+    give_back();
+    if (contention) return complete({}, acquire_reply(0, pttl));
+    return complete(error::no_quorum, Reply{});
+  }
+  if (contention) return complete({}, integer_reply(0));
+  complete(error::no_quorum, Reply{});
+}
+
+// Fencing across masters as a max-register: the token is the largest counter among the
+// majority that granted; then at least a majority must hold a counter >= token before it is
+// handed out, so that any later majority (which overlaps this one) mints a larger token.
+// Usually every master is at the same value and this costs nothing; a master that missed
+// acquisitions (it was down) is raised in a second round trip.
+void QuorumCall::mint() {
+  decided = true;  // later grants only add masters to the lease
+  for (auto f : fences) token = std::max(token, f);
+  at_token = 0;
+  for (auto f : fences) at_token += f == token;
+  if (at_token >= quorum) return finish_mint();
+  token_text = to_decimal(token);
+  auto& acquire = static_cast<AcquireOp&>(*op);
+  for (std::size_t i = 0; i < size(); ++i) {
+    if (fences[i] < 0 || fences[i] == token) continue;
+    ++raising;
+    std::array<std::string_view, 12> argv{evalsha, raise_fence_script.sha1, "1",
+                                          acquire.keys.fence, token_text};
+    service().eval_on(i, raise_fence_script, argv, 5, shared_from_this(),
+                      Connection::Callback([self = shared_from_this()](error_code ec, Reply reply) {
+                        --self->raising;
+                        self->raised(ec, reply);
+                      }));
+  }
+}
+
+void QuorumCall::raised(error_code ec, const Reply& reply) {
+  if (!op) return;  // already completed
+  if (!ec && reply.type == Reply::Type::integer && reply.integer >= token) ++at_token;
+  if (!ec && reply.is_error()) ec = error_from_reply(reply.str);
+  if (ec && !first_error) first_error = ec;
+  finish_mint();
+}
+
+void QuorumCall::finish_mint() {
+  auto& acquire = static_cast<AcquireOp&>(*op);
+  if (at_token >= quorum) {
+    // Validity: the lock is worth something only if it still has time left once the
+    // majority is in (ttl - elapsed - drift, the guard's valid_until()).
+    const auto ttl = acquire.options.ttl;
+    if (Clock::now() >= acquire.attempt_started + ttl - (ttl / 100 + milliseconds(2))) {
+      give_back();
+      return complete({}, acquire_reply(0, -2));
+    }
+    succeeded = true;
+    return complete({}, acquire_reply(1, token));
+  }
+  if (raising == 0) {
+    give_back();  // the token could not be made durable on a majority
+    complete(first_error ? first_error : error_code(error::no_quorum), Reply{});
+  }
+}
+
+// ---------------------------------------------------------------------------------------
 // Waiters and notifications
 
 std::uint16_t LockService::slot_of(std::string_view lease_key) const noexcept {
@@ -446,7 +720,7 @@ std::string LockService::notify_channel(std::uint16_t slot) const {
 }
 
 void LockService::add_waiter(const std::shared_ptr<AcquireOp>& op) {
-  if (!router_) return;
+  if (!router_ || redlock()) return;  // Redlock waiters back off; no release is published
   waiters_.emplace(op->token, op);
   auto& sub = subscriptions_[op->slot];
   if (sub.state == Subscription::State::none) subscribe(op->slot);
@@ -532,6 +806,7 @@ void LockService::acquire(std::string resource, LockOptions options, AcquireHand
   if (resource.empty() || options.ttl.count() <= 0 || options.ttl > max_ttl ||
       options.wait.count() < 0 || options.renew_every.count() < 0 ||
       options.max_hold.count() < 0 || options.min_replicas < 0 ||
+      (options.min_replicas > 0 && redlock()) ||
       options.replication_timeout.count() < 0 || config_error_) {
     const error_code ec = config_error_ ? config_error_ : error_code(error::invalid_argument);
     if (observer()) {
@@ -583,7 +858,8 @@ void AcquireOp::attempt() {
   attempt_started = Clock::now();
   notified = false;
   sent_body = false;
-  const bool queue_up = options.wait.count() > 0;
+  // Redlock waits by backing off: a fair queue on each master would not be one queue.
+  queue_up = options.wait.count() > 0 && !service->redlock();
   patience = deadline;
   set_args(acquire_script, {keys.lease, keys.fence, keys.queue, keys.queue_expiry},
            {token, arg, queue_up ? "1" : "0", waiter_ttl_ms, service->member_suffix()});
@@ -648,8 +924,8 @@ void AcquireOp::on_reply(error_code ec, Reply reply) {
     if (options.min_replicas > 0) return confirm_replicated(std::move(guard));
     return finish({}, std::move(guard));
   }
-  joined = options.wait.count() > 0;
-  waited = waited || joined;
+  joined = queue_up;
+  waited = waited || options.wait.count() > 0;
   if (cancelled) {
     leave();
     return finish(asio::error::operation_aborted, LockGuard{});
@@ -856,7 +1132,8 @@ void LockService::renew(const std::shared_ptr<LeaseState>& lease) {
 }
 
 void LockService::renewed(const std::shared_ptr<LeaseState>& lease, Clock::time_point sent,
-                          error_code ec, const Reply& reply) {
+                          error_code ec, const Reply& reply,
+                          std::span<const NodeResult> nodes) {
   lease->renewing = false;
   const auto now = Clock::now();
   if (auto* observer = this->observer()) {
@@ -864,7 +1141,7 @@ void LockService::renewed(const std::shared_ptr<LeaseState>& lease, Clock::time_
     // last_server_error()), observed or not.
     const error_code event_ec = ec || !reply.is_error() ? ec : error_from_reply(reply.str);
     const bool ok = !event_ec && reply.type == Reply::Type::integer && reply.integer == 1;
-    observer->on_lease({lease->resource, LeaseCommand::renewal, ok, event_ec, now - sent});
+    observer->on_lease({lease->resource, LeaseCommand::renewal, ok, event_ec, now - sent, nodes});
   }
   if (lease->released.load() || lease->lost.load()) return;
   if (ec || reply.is_error() || reply.type != Reply::Type::integer) {

@@ -11,7 +11,9 @@
 #include <redis_lock/lock.hpp>
 #include <redis_lock/observer.hpp>
 
+#include <array>
 #include <atomic>
+#include <span>
 #include <map>
 #include <optional>
 #include <memory>
@@ -22,6 +24,7 @@
 namespace redis_lock::detail {
 
 struct ScriptOp;
+struct Script;
 
 /// What a guard and the manager's renewal watchdog share about one held lease.
 /// Atomics may be read from the guard's thread; everything else lives on the strand.
@@ -92,7 +95,8 @@ class LockService : public std::enable_shared_from_this<LockService> {
   void watch(const std::shared_ptr<LeaseState>& lease);
   void mark_lost(const std::shared_ptr<LeaseState>& lease);
   void renewed(const std::shared_ptr<LeaseState>& lease, std::chrono::steady_clock::time_point sent,
-               boost::system::error_code ec, const Reply& reply);
+               boost::system::error_code ec, const Reply& reply,
+               std::span<const NodeResult> nodes = {});
   std::string last_server_error() const;
 
   /// Called by our execution_context service when the context shuts down.
@@ -105,6 +109,7 @@ class LockService : public std::enable_shared_from_this<LockService> {
   const std::string& member_suffix() const noexcept { return manager_id_; }
   /// Whether a release of a lease in `slot` would reach us at once.
   bool listening(std::uint16_t slot) const noexcept;
+  bool redlock() const noexcept { return config_.topology == Topology::redlock; }
   /// The slot that routes the commands on `lease_key` (0 unless on a Cluster).
   std::uint16_t slot_of(std::string_view lease_key) const noexcept;
 
@@ -135,6 +140,15 @@ class LockService : public std::enable_shared_from_this<LockService> {
   /// A redirection or a transient Cluster refusal: resends `op` and returns true, or returns
   /// false when the reply is final (not one of those, or out of redirections and time).
   bool redirected(std::shared_ptr<ScriptOp>& op, const Reply& reply);
+  // Redlock: `op` goes to every master; a majority decides.
+  friend struct QuorumCall;
+  void send_to_all(std::shared_ptr<ScriptOp> op);
+  /// Runs a script on master `node`: EVALSHA, or once EVAL with the body after NOSCRIPT.
+  /// `argv` views stay valid as long as `keep` lives.
+  void eval_on(std::size_t node, const Script& script, std::array<std::string_view, 12> argv,
+               std::size_t argc,
+               std::shared_ptr<void> keep, Connection::Callback callback,
+               std::shared_ptr<LateReplies> late = nullptr, bool with_body = false);
   void schedule(const std::shared_ptr<LeaseState>& lease, std::chrono::steady_clock::time_point at);
   void unschedule(LeaseState& lease);
   void arm_renew_timer(std::chrono::steady_clock::time_point at);

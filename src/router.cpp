@@ -104,10 +104,11 @@ Router::Router(Connection::Strand strand, ConnectionConfig config, std::string c
       config_(std::move(config)),
       client_name_(std::move(client_name)),
       tls_(std::move(tls)) {
-  if (cluster()) {
-    slots_.assign(slot_count, -1);
+  if (many_nodes()) {
+    if (cluster()) slots_.assign(slot_count, -1);
     if (config_.nodes.empty()) config_.nodes.push_back({config_.host, config_.port});
-    for (const auto& seed : config_.nodes) add_node(seed);
+    // (Redlock masters are distinct: validate() refuses duplicates.)
+    for (const auto& node : config_.nodes) add_node(node);
   } else {
     // One server: standalone (host:port or a Unix socket) or the master Sentinel names.
     nodes_.push_back(Node{{config_.host, config_.port}, {}, {}});
@@ -148,7 +149,7 @@ Connection& Router::connection(std::size_t node, Pool pool) {
   auto& slot = nodes_.at(node).pools[static_cast<std::size_t>(pool)];
   if (!slot) {
     ConnectionConfig config = config_;
-    if (cluster()) {
+    if (many_nodes()) {
       config.host = nodes_[node].endpoint.host;
       config.port = nodes_[node].endpoint.port;
     }

@@ -56,6 +56,10 @@ class Router : public std::enable_shared_from_this<Router> {
   /// Set once, before the first subscriber connection is made.
   void set_subscriber_setup(SubscriberSetup setup) { setup_ = std::move(setup); }
   bool cluster() const noexcept { return config_.topology == Topology::cluster; }
+  /// Cluster and Redlock: a connection per node of `nodes`, each at its own address.
+  bool many_nodes() const noexcept {
+    return cluster() || config_.topology == Topology::redlock;
+  }
 
   /// The node serving `slot`. While the Cluster's map is unknown: a node that answered
   /// before (or the first seed), and a load of the map is started.

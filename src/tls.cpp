@@ -31,6 +31,15 @@ error_code validate_topology(const ConnectionConfig& config) {
         if (c <= ' ' || c > '~') return error::invalid_argument;
       }
       break;
+    case Topology::redlock:
+      if (config.nodes.size() < 3) return error::invalid_argument;  // no majority to speak of
+      // The same master twice would count twice towards the majority.
+      for (std::size_t i = 0; i < config.nodes.size(); ++i) {
+        for (std::size_t j = i + 1; j < config.nodes.size(); ++j) {
+          if (config.nodes[i] == config.nodes[j]) return error::invalid_argument;
+        }
+      }
+      break;
     default:
       return error::invalid_argument;
   }

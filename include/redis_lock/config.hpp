@@ -22,6 +22,7 @@ enum class Topology {
   standalone,  ///< one server: `host:port` or `unix_socket`
   cluster,     ///< Redis Cluster: `nodes` are seeds (any node will do), slots are discovered
   sentinel,    ///< master/replicas under Sentinel: `nodes` are the sentinels
+  redlock,     ///< Redlock: `nodes` are N >= 3 independent masters; a majority holds the lock
 };
 
 /// One server address.
@@ -57,7 +58,8 @@ struct ConnectionConfig {
   /// The deployment. Every node of a Cluster or Sentinel set is reached with the same
   /// credentials, database, TLS settings and timeouts as above.
   Topology topology = Topology::standalone;
-  /// Cluster: seed nodes; Sentinel: the sentinels. Empty: `host:port` is the only one.
+  /// Cluster: seed nodes; Sentinel: the sentinels (empty: `host:port` is the only one);
+  /// Redlock: the independent masters, at least 3.
   std::vector<Endpoint> nodes;
   std::string sentinel_master;    ///< Sentinel: the name the sentinels monitor the master by
   std::string sentinel_username;  ///< Sentinel: AUTH user for the sentinels (not the data nodes)
@@ -72,7 +74,8 @@ struct ConnectionConfig {
   /// Several servers: `redis+cluster://[user[:password]@]h1:p1,h2:p2` (seed nodes, database
   /// 0 only) and `redis+sentinel://[user[:password]@]s1:p1,s2:p2/master-name[/db]` with
   /// query parameters `sentinel_username` and `sentinel_password`; `rediss+cluster://` and
-  /// `rediss+sentinel://` with TLS. Anything else fails with `error::invalid_argument`.
+  /// `rediss+sentinel://` with TLS; `redis+redlock://h1:p1,h2:p2,h3:p3[/db]` (and
+  /// `rediss+redlock://`) for Redlock. Anything else fails with `error::invalid_argument`.
   REDIS_LOCK_EXPORT static boost::system::result<ConnectionConfig> from_url(std::string_view url);
 };
 

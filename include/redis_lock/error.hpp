@@ -35,6 +35,7 @@ enum class error {
   tls_handshake_failed,  ///< TLS failed: untrusted certificate, wrong host name, refused client
   cluster_down,          ///< the Cluster cannot serve the key's slot now (CLUSTERDOWN, resharding)
   master_not_found,      ///< no sentinel named a reachable master (or it was not a master)
+  no_quorum,             ///< Redlock: too few masters answered to decide (nothing is left held)
 };
 
 /// The category of `redis_lock::error`; its name() is "redis_lock".

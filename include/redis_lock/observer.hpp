@@ -5,7 +5,9 @@
 #include <boost/system/error_code.hpp>
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string_view>
 
 namespace redis_lock {
@@ -18,6 +20,22 @@ enum class AcquireOutcome {
   cancelled,     ///< cancelled through its cancellation slot
 };
 
+/// How one Redlock master answered a command (Topology::redlock only).
+enum class NodeOutcome {
+  granted,    ///< took the lease / the lease was ours (released, extended)
+  refused,    ///< held by someone else / no longer ours
+  failed,     ///< an error (see `NodeResult::error`): timeout, connection, server error
+  no_answer,  ///< the majority had decided before this master answered
+};
+
+/// One Redlock master's part in an acquire, release, extension or renewal.
+struct NodeResult {
+  std::size_t node = 0;                              ///< index in ConnectionConfig::nodes
+  NodeOutcome outcome = NodeOutcome::no_answer;      ///< what it said
+  boost::system::error_code error{};                 ///< with `failed`
+  std::chrono::steady_clock::duration latency{};     ///< from sending to its answer
+};
+
 /// One completed `async_acquire`.
 struct AcquireEvent {
   std::string_view resource;                    ///< as given to async_acquire
@@ -27,6 +45,8 @@ struct AcquireEvent {
   int attempts;                                 ///< acquire scripts run (1 unless it waited)
   bool waited;                                  ///< it joined the wait queue (contention)
   std::uint64_t fencing_token;                  ///< with `acquired`, else 0
+  /// Redlock: each master's answer to the last attempt (empty for other topologies).
+  std::span<const NodeResult> nodes = {};
 };
 
 /// What a compare-and-act command on a held lease did.
@@ -45,6 +65,8 @@ struct LeaseEvent {
   bool succeeded;
   boost::system::error_code error;              ///< the command failed (no answer, server error)
   std::chrono::steady_clock::duration latency;  ///< from sending to the reply
+  /// Redlock: each master's answer (empty for other topologies).
+  std::span<const NodeResult> nodes = {};
 };
 
 /// Receives what one or more LockManagers do. Install it with `ManagerOptions::observer`;

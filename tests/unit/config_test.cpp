@@ -187,8 +187,19 @@ TEST(FromUrl, MalformedMultiHostUrls) {
            "redis+sentinel://s1:26379/m%20x",   // percent sign in the name
            "redis+sentinel://s1:26379/m/x",     // database not a number
            "redis+sentinel://s1:26379/m?bogus=1",
-           "redis+redlock://h1,h2,h3",          // not a scheme (yet)
+           "redis+redlock://h1:1,h2:2",         // Redlock needs 3 masters or more
+           "redis+redlock://h1:1,h2:2,h3:3/x",  // database not a number
        }) {
     EXPECT_FALSE(ConnectionConfig::from_url(url)) << url;
   }
+}
+
+TEST(FromUrl, RedlockMasters) {
+  auto cfg = ConnectionConfig::from_url("redis+redlock://:pw@a:7001,b:7002,c/4");
+  ASSERT_TRUE(cfg);
+  EXPECT_EQ(cfg->topology, redis_lock::Topology::redlock);
+  ASSERT_EQ(cfg->nodes.size(), 3u);
+  EXPECT_EQ(cfg->nodes[2], (redis_lock::Endpoint{"c", 6379}));
+  EXPECT_EQ(cfg->password, "pw");
+  EXPECT_EQ(cfg->database, 4);
 }

@@ -172,6 +172,16 @@ TEST(Validation, BadConnectionConfigsAreRejectedBeforeConnecting) {
        error::invalid_argument},
       {"sentinel password without Sentinel", [](Config& c) { c.sentinel_password = "pw"; },
        error::invalid_argument},
+      {"Redlock with two masters",
+       [](Config& c) {
+         c.topology = redis_lock::Topology::redlock, c.nodes = {{"a", 1}, {"b", 2}};
+       },
+       error::invalid_argument},
+      {"Redlock with a master twice",
+       [](Config& c) {
+         c.topology = redis_lock::Topology::redlock, c.nodes = {{"a", 1}, {"b", 2}, {"a", 1}};
+       },
+       error::invalid_argument},
       {"unknown topology",
        [](Config& c) { c.topology = static_cast<redis_lock::Topology>(42); },
        error::invalid_argument},

@@ -1,0 +1,245 @@
+// SPDX-License-Identifier: MIT
+// Redlock on five independent redis-server processes: a majority takes the lock, two dead
+// masters change nothing, three make it fail cleanly within the deadline with nothing left
+// locked, late answers of paused masters are given back, and fencing tokens stay monotonic
+// while the majority that grants them changes.
+#include "keys.hpp"
+#include "live.hpp"
+#include "lock_load.hpp"
+
+#include <boost/asio/use_future.hpp>
+
+#include <memory>
+#include <mutex>
+#include <thread>
+
+using namespace redis_lock;
+using namespace redis_lock::test;
+
+namespace {
+
+/// N standalone masters that know nothing of each other.
+struct Masters {
+  explicit Masters(std::size_t n = 5, std::vector<std::string> args = {}) {
+    for (std::size_t i = 0; i < n; ++i) nodes.push_back(std::make_unique<RedisServer>(args));
+  }
+  ConnectionConfig config() const {
+    ConnectionConfig cfg;
+    cfg.topology = Topology::redlock;
+    for (const auto& n : nodes) cfg.nodes.push_back({"127.0.0.1", n->port()});
+    cfg.command_timeout = 300ms;
+    cfg.connect_timeout = 300ms;
+    return cfg;
+  }
+  /// On how many masters the lease key of `resource` exists.
+  int holding(const std::string& resource) const {
+    int n = 0;
+    for (const auto& node : nodes) {
+      if (node->running()) n += node->command({"EXISTS", lease_key(resource)}) == "1";
+    }
+    return n;
+  }
+  std::vector<std::unique_ptr<RedisServer>> nodes;
+};
+
+/// Keeps the node results of the last acquire.
+struct NodeLog final : Observer {
+  std::mutex mutex;
+  std::vector<NodeResult> acquire;
+  std::vector<NodeResult> lease;
+  void on_acquire(const AcquireEvent& e) noexcept override {
+    std::lock_guard lock(mutex);
+    acquire.assign(e.nodes.begin(), e.nodes.end());
+  }
+  void on_lease(const LeaseEvent& e) noexcept override {
+    std::lock_guard lock(mutex);
+    lease.assign(e.nodes.begin(), e.nodes.end());
+  }
+  int count(const std::vector<NodeResult>& v, NodeOutcome o) {
+    std::lock_guard lock(mutex);
+    return static_cast<int>(std::count_if(v.begin(), v.end(), [&](auto& r) { return r.outcome == o; }));
+  }
+};
+
+/// Polls (bounded) until nothing holds `resource` on any live master.
+bool eventually_free(const Masters& masters, const std::string& resource,
+                     std::chrono::milliseconds limit = 2s) {
+  const auto until = Clock::now() + limit;
+  while (masters.holding(resource) != 0) {
+    if (Clock::now() > until) return false;
+    std::this_thread::sleep_for(5ms);
+  }
+  return true;
+}
+
+}  // namespace
+
+TEST(Redlock, AMajorityTakesTheLockOnEveryMaster) {
+  Masters masters;
+  asio::io_context io;
+  auto log = std::make_shared<NodeLog>();
+  LockManager locks(io.get_executor(), masters.config(), {.observer = log});
+  LockManager other(io.get_executor(), masters.config());
+  const auto resource = unique_resource();
+  run_co(io, [&]() -> asio::awaitable<void> {
+    auto [ec, guard] = co_await locks.async_acquire(resource, {.ttl = 10s}, asio::as_tuple(asio::use_awaitable));
+    EXPECT_FALSE(ec) << ec.message();
+    CO_ASSERT_TRUE(guard.owns_lock());
+    EXPECT_EQ(log->count(log->acquire, NodeOutcome::granted) +
+                  log->count(log->acquire, NodeOutcome::no_answer), 5);
+    EXPECT_GE(log->count(log->acquire, NodeOutcome::granted), 3);
+    auto [ec2, refused] = co_await other.async_acquire(resource, {.ttl = 10s}, asio::as_tuple(asio::use_awaitable));
+    EXPECT_FALSE(ec2);
+    EXPECT_FALSE(refused.owns_lock());
+    auto [ec3, extended] = co_await guard.async_extend(20s, asio::as_tuple(asio::use_awaitable));
+    EXPECT_TRUE(extended);
+    EXPECT_GE(log->count(log->lease, NodeOutcome::granted), 3);
+    const auto first = guard.fencing_token();
+    auto [ec4, released] = co_await guard.async_release(asio::as_tuple(asio::use_awaitable));
+    EXPECT_TRUE(released);
+    auto [ec5, next] = co_await other.async_acquire(resource, {.ttl = 10s}, asio::as_tuple(asio::use_awaitable));
+    EXPECT_GT(next.fencing_token(), first);
+    // A majority at least: a master may have seen this acquire before the previous
+    // holder's release (which was confirmed once a majority had it).
+    EXPECT_GE(masters.holding(resource), 3);
+  }());
+}
+
+TEST(Redlock, TwoMastersDownChangeNothing) {
+  Masters masters;
+  masters.nodes[1]->kill(SIGKILL);
+  masters.nodes[3]->kill(SIGKILL);
+  asio::io_context io;
+  auto log = std::make_shared<NodeLog>();
+  LockManager locks(io.get_executor(), masters.config(), {.observer = log});
+  const auto resource = unique_resource();
+  run_co(io, [&]() -> asio::awaitable<void> {
+    auto [ec, guard] = co_await locks.async_acquire(resource, {.ttl = 900ms, .auto_renew = true},
+                                                    asio::as_tuple(asio::use_awaitable));
+    EXPECT_FALSE(ec) << ec.message();
+    CO_ASSERT_TRUE(guard.owns_lock());
+    EXPECT_EQ(log->count(log->acquire, NodeOutcome::granted), 3);
+    EXPECT_EQ(masters.holding(resource), 3);
+    co_await sleep_for(1500ms);  // renewals by the three live masters keep it
+    EXPECT_FALSE(guard.lost());
+    EXPECT_EQ(masters.holding(resource), 3);
+    auto [ec2, released] = co_await guard.async_release(asio::as_tuple(asio::use_awaitable));
+    EXPECT_TRUE(released);
+    EXPECT_EQ(masters.holding(resource), 0);
+  }());
+}
+
+TEST(Redlock, ThreeMastersDownFailCleanlyWithinTheDeadline) {
+  Masters masters;
+  for (int i : {0, 2, 4}) masters.nodes[static_cast<std::size_t>(i)]->kill(SIGKILL);
+  asio::io_context io;
+  auto log = std::make_shared<NodeLog>();
+  LockManager locks(io.get_executor(), masters.config(), {.observer = log});
+  const auto resource = unique_resource();
+  const auto started = Clock::now();
+  const auto outcome = acquire_once(locks, io, resource);
+  EXPECT_EQ(outcome.ec, error::no_quorum) << outcome.ec.message();
+  EXPECT_LT(Clock::now() - started, 1s);
+  EXPECT_EQ(log->count(log->acquire, NodeOutcome::failed), 3);
+  io.restart();
+  io.run_for(100ms);  // the give-back releases
+  EXPECT_TRUE(eventually_free(masters, resource)) << "left locked on the live masters";
+}
+
+TEST(Redlock, PausedMastersGiveBackWhatTheyGrantLate) {
+  Masters masters;
+  asio::io_context io;
+  LockManager locks(io.get_executor(), masters.config());
+  const auto resource = unique_resource();
+  // Connected to every master first, so that the acquire below is written to the paused
+  // ones (it waits in their sockets) rather than failing to connect.
+  EXPECT_TRUE(acquire_once(locks, io, unique_resource()).owned);
+  io.restart();
+  io.run_for(50ms);
+  for (int i : {0, 1, 2}) masters.nodes[static_cast<std::size_t>(i)]->pause();
+  const auto started = Clock::now();
+  std::optional<boost::system::error_code> result;
+  locks.async_acquire(resource, {.ttl = 5s}, [&](boost::system::error_code ec, LockGuard) {
+    result = ec;
+  });
+  io.restart();
+  while (!result && Clock::now() - started < 3s) io.run_one_for(20ms);
+  // Three masters do not answer within the command timeout: no majority.
+  ASSERT_TRUE(result);
+  EXPECT_EQ(*result, error::no_quorum) << result->message();
+  EXPECT_LT(Clock::now() - started, 1s);
+  // Paused past the connect timeout: the releases sent at once cannot reach them.
+  io.run_for(700ms);
+  for (int i : {0, 1, 2}) masters.nodes[static_cast<std::size_t>(i)]->resume();
+  // They now run the acquire they had queued: each grant is given back when it arrives.
+  std::thread io_thread([&] {
+    io.restart();
+    io.run_for(1500ms);
+  });
+  const bool freed = eventually_free(masters, resource, 1500ms);
+  io_thread.join();
+  EXPECT_TRUE(freed) << masters.holding(resource) << " masters still hold it";
+}
+
+TEST(Redlock, FencingTokensStayMonotonicAsTheMajorityChanges) {
+  // Counters must survive restarts for this guarantee: fsynced AOF on every master.
+  Masters masters(5, {"--appendonly", "yes", "--appendfsync", "always"});
+  asio::io_context io;
+  LockManager locks(io.get_executor(), masters.config());
+  const auto resource = unique_resource();
+  std::vector<std::uint64_t> tokens;
+  auto take = [&] {
+    auto outcome = acquire_once(locks, io, resource);
+    EXPECT_FALSE(outcome.ec) << outcome.ec.message();
+    EXPECT_TRUE(outcome.owned);
+    tokens.push_back(outcome.fence);
+    io.restart();
+    io.run_for(50ms);  // the release
+  };
+  take();
+  // Masters 0 and 1 miss five acquisitions: their counters fall behind.
+  masters.nodes[0]->kill(SIGKILL);
+  masters.nodes[1]->kill(SIGKILL);
+  for (int i = 0; i < 5; ++i) take();
+  masters.nodes[0]->restart();
+  masters.nodes[1]->restart();
+  // Now the majority is {0, 1, 2}: two stale counters and one current. Per-master INCR
+  // alone would hand out a token below the last one; the max-register does not, and raises
+  // the stale counters to it.
+  masters.nodes[3]->kill(SIGKILL);
+  masters.nodes[4]->kill(SIGKILL);
+  for (int i = 0; i < 3; ++i) take();
+  for (std::size_t i = 1; i < tokens.size(); ++i) {
+    EXPECT_GT(tokens[i], tokens[i - 1]) << "token " << i << " went backwards";
+  }
+  const auto fence_key = detail::make_keys("lock:", resource).fence;
+  for (std::size_t i : {0u, 1u, 2u}) {
+    EXPECT_EQ(masters.nodes[i]->command({"GET", fence_key}), std::to_string(tokens.back()))
+        << "master " << i;
+  }
+}
+
+TEST(Redlock, ExclusionHoldsUnderLoadWhileTwoMastersDie) {
+  Masters masters;
+  const std::vector<std::string> resources = {unique_resource(), unique_resource(), unique_resource()};
+  LockLoad load(masters.config(), resources, 8);
+  std::this_thread::sleep_for(400ms);
+  masters.nodes[0]->kill(SIGKILL);
+  std::this_thread::sleep_for(300ms);
+  masters.nodes[4]->kill(SIGKILL);
+  std::this_thread::sleep_for(700ms);
+  load.stop();
+  SCOPED_TRACE(load.summary());
+  std::printf("[ redlock  ] %s; max latency %lld ms; overlap: %s\n", load.summary().c_str(),
+              static_cast<long long>(
+                  std::chrono::duration_cast<std::chrono::milliseconds>(load.max_latency).count()),
+              load.overlap().empty() ? "none" : "YES");
+  EXPECT_EQ(load.loop_failures_, 0);
+  EXPECT_EQ(load.completed, load.started);
+  EXPECT_EQ(load.double_completions(), 0);
+  EXPECT_GT(load.acquired, 20);
+  EXPECT_LT(load.max_latency, latency_bound);
+  EXPECT_EQ(load.overlap(), "") << "two holders at once";
+  std::this_thread::sleep_for(load_options.ttl + 200ms);
+  for (const auto& r : resources) EXPECT_EQ(masters.holding(r), 0) << r;
+}
