@@ -275,3 +275,27 @@ TEST(Cluster, LockTrafficContinuesAfterAMasterIsKilled) {
   EXPECT_TRUE(load.saw(error::connection_lost) || load.saw(error::connect_failed) ||
               load.saw(error::timeout) || load.saw(error::cluster_down));
 }
+
+TEST(Cluster, MinReplicasWaitsForTheSlotsReplica) {
+  RedisCluster cluster;
+  asio::io_context io;
+  LockManager locks(io.get_executor(), cluster.config());
+  const auto resource = unique_resource();
+  run_co(io, [&]() -> asio::awaitable<void> {
+    // Each master has one replica: one confirmation comes, two cannot.
+    auto [ec, guard] = co_await locks.async_acquire(
+        resource, {.ttl = 10s, .min_replicas = 1, .replication_timeout = 2s},
+        asio::as_tuple(asio::use_awaitable));
+    EXPECT_FALSE(ec) << ec.message();
+    EXPECT_TRUE(guard.owns_lock());
+    auto [rec, released] = co_await guard.async_release(asio::as_tuple(asio::use_awaitable));
+    EXPECT_TRUE(released);
+    auto [ec2, none] = co_await locks.async_acquire(
+        resource, {.ttl = 10s, .min_replicas = 2, .replication_timeout = 100ms},
+        asio::as_tuple(asio::use_awaitable));
+    EXPECT_EQ(ec2, error::not_replicated);
+    EXPECT_FALSE(none.owns_lock());
+    co_await sleep_for(50ms);
+    EXPECT_EQ(get_lease(cluster, resource), "(nil)");  // given back
+  }());
+}
