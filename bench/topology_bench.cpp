@@ -17,6 +17,8 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -33,8 +35,15 @@ using redis_lock::LockManager;
 namespace {
 
 struct Round {
-  double p50_us = 0, p99_us = 0, pairs_per_s = 0;
+  double p50_us = 0, p99_us = 0, pairs_per_s = 0, cpu_us = 0;
 };
+
+double thread_cpu_us() {
+  rusage u{};
+  getrusage(RUSAGE_THREAD, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) * 1e6 +
+         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+}
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -49,10 +58,12 @@ Round measure(const ConnectionConfig& cfg, int n, std::chrono::milliseconds wind
   Round out;
   std::vector<double> samples;
   const std::string base = "bench:" + std::to_string(round) + ":";
+  double cpu_start = 0;
   asio::co_spawn(
       io,
       [&]() -> asio::awaitable<void> {
-        for (int i = -50; i < n; ++i) {  // 50 warm-up pairs (connections, scripts)
+        for (int i = -50; i < n; ++i) {
+          if (i == 0) cpu_start = thread_cpu_us();  // 50 warm-up pairs (connections, scripts)
           const auto t0 = Clock::now();
           auto [ec, g] = co_await locks.async_acquire(base + std::to_string(i), {.ttl = 10s},
                                                       asio::as_tuple(asio::use_awaitable));
@@ -68,6 +79,7 @@ Round measure(const ConnectionConfig& cfg, int n, std::chrono::milliseconds wind
         if (e) std::rethrow_exception(e);
       });
   io.run();
+  out.cpu_us = (thread_cpu_us() - cpu_start) / n;
   std::sort(samples.begin(), samples.end());
   out.p50_us = samples[samples.size() / 2];
   out.p99_us = samples[samples.size() * 99 / 100];
@@ -131,34 +143,37 @@ int main(int argc, char** argv) {
   struct Setup {
     const char* name;
     ConnectionConfig cfg;
-    std::vector<double> p50, p99, tput;
+    std::vector<double> p50, p99, tput, cpu;
   };
-  std::vector<Setup> setups = {{"standalone", standalone.config(), {}, {}, {}},
-                               {"cluster (3 masters)", cluster.config(), {}, {}, {}},
-                               {"redlock (5 masters)", redlock, {}, {}, {}}};
+  std::vector<Setup> setups = {{"standalone", standalone.config(), {}, {}, {}, {}},
+                               {"cluster (3 masters)", cluster.config(), {}, {}, {}, {}},
+                               {"redlock (5 masters)", redlock, {}, {}, {}, {}}};
   for (int r = 0; r < rounds; ++r) {
     for (auto& s : setups) {
       const auto m = measure(s.cfg, n, window, r);
       s.p50.push_back(m.p50_us);
       s.p99.push_back(m.p99_us);
       s.tput.push_back(m.pairs_per_s);
+      s.cpu.push_back(m.cpu_us);
     }
   }
   const double base_p50 = median(setups[0].p50);
   const double base_tput = median(setups[0].tput);
-  std::printf("%-22s %12s %12s %8s %14s %8s\n", "topology", "p50 us", "p99 us", "p50 x",
-              "pairs/s @64", "tput x");
+  const double base_cpu = median(setups[0].cpu);
+  std::printf("%-22s %10s %10s %8s %12s %8s %14s %8s\n", "topology", "p50 us", "p99 us",
+              "p50 x", "client cpu us", "cpu x", "pairs/s @64", "tput x");
   std::string out = "{\"rounds\":" + std::to_string(rounds) + ",\"topologies\":[";
   for (std::size_t i = 0; i < setups.size(); ++i) {
     const auto& s = setups[i];
     const double p50 = median(s.p50), p99 = median(s.p99), tput = median(s.tput);
-    std::printf("%-22s %12.1f %12.1f %7.2fx %14.0f %7.2fx\n", s.name, p50, p99, p50 / base_p50,
-                tput, tput / base_tput);
-    char buf[256];
+    const double cpu = median(s.cpu);
+    std::printf("%-22s %10.1f %10.1f %7.2fx %12.1f %7.2fx %14.0f %7.2fx\n", s.name, p50, p99,
+                p50 / base_p50, cpu, cpu / base_cpu, tput, tput / base_tput);
+    char buf[320];
     std::snprintf(buf, sizeof buf,
                   "%s{\"name\":\"%s\",\"p50_us\":%.1f,\"p99_us\":%.1f,\"pairs_per_s_64\":%.0f,"
-                  "\"p50_ratio\":%.3f,\"throughput_ratio\":%.3f}",
-                  i ? "," : "", s.name, p50, p99, tput, p50 / base_p50, tput / base_tput);
+                  "\"client_cpu_us\":%.2f,\"p50_ratio\":%.3f,\"throughput_ratio\":%.3f}",
+                  i ? "," : "", s.name, p50, p99, tput, cpu, p50 / base_p50, tput / base_tput);
     out += buf;
   }
   out += "]}\n";
