@@ -301,7 +301,7 @@ LockService::LockService(asio::any_io_executor ex, ConnectionConfig config, Mana
       config_(config),
       config_error_(prepare(config_, options_, tls_)),
       strand_(asio::make_strand(executor_)),
-      router_(std::make_shared<Router>(strand_, std::move(config), options_.client_name, tls_)),
+      router_(std::make_shared<Router>(*strand_, std::move(config), options_.client_name, tls_)),
       manager_id_(random_token().substr(0, 16)),
       notify_prefix_(options_.key_prefix + "notify:") {}
 
@@ -332,6 +332,7 @@ void LockService::on_context_shutdown() noexcept {
   waiters_.clear();
   renewals_.clear();
   renew_timer_.reset();
+  strand_.reset();
   executor_ = asio::any_io_executor();
 }
 
@@ -339,7 +340,7 @@ template <class Fn>
 void LockService::on_strand(Fn&& fn) {
   // dispatch: a command issued from a completion handler (already on the strand) is queued
   // at once and joins the write of its neighbours; from elsewhere it is posted.
-  asio::dispatch(strand_, std::forward<Fn>(fn));
+  asio::dispatch(*strand_, std::forward<Fn>(fn));
 }
 
 std::string LockService::last_server_error() const {
@@ -425,7 +426,7 @@ bool LockService::redirected(std::shared_ptr<ScriptOp>& op, const Reply& reply) 
   if (now >= op->retry_until) return false;
   if (down) router_->refresh();
   const auto delay = std::min(milliseconds(5 << std::min(op->retries++, 5)), milliseconds(100));
-  auto timer = std::make_shared<asio::steady_timer>(strand_, delay);
+  auto timer = std::make_shared<asio::steady_timer>(*strand_, delay);
   timer->async_wait([timer, op = std::move(op)](error_code) mutable {
     auto* service = op->service.get();
     service->send(std::move(op));
@@ -557,7 +558,7 @@ void LockService::send_to_all(std::shared_ptr<ScriptOp> op) {
     auto& acquire = static_cast<AcquireOp&>(*op);
     const auto usable = acquire.options.ttl - (acquire.options.ttl / 100 + milliseconds(2));
     if (usable < config_.command_timeout) {
-      call->deadline = std::make_unique<asio::steady_timer>(strand_, std::max(usable, milliseconds(1)));
+      call->deadline = std::make_unique<asio::steady_timer>(*strand_, std::max(usable, milliseconds(1)));
       call->deadline->async_wait([weak = std::weak_ptr<QuorumCall>(call)](error_code ec) {
         auto c = weak.lock();
         if (ec || !c || c->decided) return;
@@ -1059,7 +1060,7 @@ void LockService::schedule(const std::shared_ptr<LeaseState>& lease, Clock::time
 
 void LockService::arm_renew_timer(Clock::time_point at) {
   if (renew_armed_ && renew_timer_at_ <= at) return;
-  if (!renew_timer_) renew_timer_ = std::make_unique<asio::steady_timer>(strand_);
+  if (!renew_timer_) renew_timer_ = std::make_unique<asio::steady_timer>(*strand_);
   renew_armed_ = true;
   renew_timer_at_ = at;
   renew_timer_->expires_at(at);

@@ -122,7 +122,7 @@ class LockService : public std::enable_shared_from_this<LockService> {
   boost::system::error_code server_error(const Reply& reply);
   const boost::asio::any_io_executor& executor() const noexcept { return executor_; }
   Observer* observer() const noexcept { return options_.observer.get(); }
-  const Connection::Strand& strand() const noexcept { return strand_; }
+  const Connection::Strand& strand() const noexcept { return *strand_; }
 
  private:
   template <class Fn>
@@ -155,7 +155,9 @@ class LockService : public std::enable_shared_from_this<LockService> {
   void on_renew_timer();
   void renew(const std::shared_ptr<LeaseState>& lease);
 
-  Connection::Strand strand_;
+  // Reset when the context shuts down: a strand's state belongs to a service of the
+  // context, and guards may keep this object alive after the context is gone.
+  std::optional<Connection::Strand> strand_;
   std::shared_ptr<Router> router_;  // null once the execution context shut down
   std::string manager_id_;     // 16 hex digits; queue members are token + manager id
   // <prefix>notify:  (+ manager id = our channel). On a Cluster each slot has its own
