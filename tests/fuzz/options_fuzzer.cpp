@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
-// libFuzzer target: option validation. Arbitrary LockOptions, ConnectionConfig and
-// ManagerOptions (numbers at every extreme, arbitrary strings) go through a real
+// libFuzzer target: option validation. Arbitrary LockOptions, ConnectionConfig (with every
+// topology) and ManagerOptions (numbers at every extreme, arbitrary strings) go through a real
 // LockManager pointed at nothing: each acquire completes exactly once, never with a lock,
 // and bad values are refused as invalid_argument before anything is sent.
 #include <redis_lock/redis_lock.hpp>
@@ -58,6 +58,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   cfg.tls_verify = !(flags & 2);
   if (flags & 4) cfg.tls_server_name = in.text();
   if (flags & 8) cfg.unix_socket = "/nonexistent/" + in.text();
+  // Topologies, with nodes on ports where nothing listens (a valid request fails fast).
+  cfg.topology = static_cast<redis_lock::Topology>((flags >> 4) & 3);
+  const auto node_count = in.take<std::uint8_t>() % 6;
+  for (unsigned i = 0; i < node_count; ++i) {
+    cfg.nodes.push_back({"127.0.0.1", static_cast<std::uint16_t>(1 + in.take<std::uint8_t>() % 4)});
+  }
+  if (flags & 64) cfg.sentinel_master = in.text();
+  if (flags & 128) cfg.sentinel_password = in.text();
   redis_lock::ManagerOptions mopts;
   mopts.key_prefix = in.text();
   mopts.client_name = in.text();

@@ -299,3 +299,9 @@ TEST(Cluster, MinReplicasWaitsForTheSlotsReplica) {
     EXPECT_EQ(get_lease(cluster, resource), "(nil)");  // given back
   }());
 }
+
+TEST(Cluster, IdleManagerLeavesNoWork) {
+  RedisCluster cluster;
+  // (Cluster: from one seed, so the map is loaded and a MOVED followed on the way.)
+  expect_idle_after_one_lock(cluster.config(1), unique_resource());
+}

@@ -243,3 +243,8 @@ TEST(Redlock, ExclusionHoldsUnderLoadWhileTwoMastersDie) {
   std::this_thread::sleep_for(load_options.ttl + 200ms);
   for (const auto& r : resources) EXPECT_EQ(masters.holding(r), 0) << r;
 }
+
+TEST(Redlock, IdleManagerLeavesNoWork) {
+  Masters masters;
+  expect_idle_after_one_lock(masters.config(), unique_resource());
+}

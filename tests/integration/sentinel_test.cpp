@@ -134,3 +134,8 @@ TEST(Sentinel, LockTrafficFollowsAKilledMaster) {
   EXPECT_TRUE(load.saw(error::connection_lost) || load.saw(error::connect_failed) ||
               load.saw(error::timeout) || load.saw(error::master_not_found));
 }
+
+TEST(Sentinel, IdleManagerLeavesNoWork) {
+  RedisSentinelSet set(passwords);
+  expect_idle_after_one_lock(set.config(), unique_resource());
+}

@@ -78,6 +78,27 @@ inline Outcome acquire_once(LockManager& locks, asio::io_context& io, const std:
   return out.value_or(Outcome{error::timeout});
 }
 
+/// "Idle means idle": one acquire and release, then io_context::run_for must return at once
+/// because the manager left nothing pending (no timer, no read).
+inline void expect_idle_after_one_lock(const ConnectionConfig& cfg, const std::string& resource) {
+  asio::io_context io;
+  LockManager locks(io.get_executor(), cfg);
+  int done = 0;
+  locks.async_acquire(resource, {.ttl = 5s}, [&](boost::system::error_code ec, LockGuard g) {
+    EXPECT_FALSE(ec) << ec.message();
+    g.async_release([&](boost::system::error_code, bool ok) {
+      EXPECT_TRUE(ok);
+      ++done;
+    });
+  });
+  const auto start = std::chrono::steady_clock::now();
+  io.run_for(10s);  // returns as soon as nothing is pending
+  EXPECT_EQ(done, 1);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 1s)
+      << "a timer or read stayed armed after the work was done";
+  EXPECT_TRUE(io.stopped());
+}
+
 /// The lease key of `resource` under the default prefix.
 inline std::string lease_key(std::string_view resource) {
   return "lock:{" + std::string(resource) + "}";
