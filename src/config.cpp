@@ -3,6 +3,8 @@
 #include <redis_lock/config.hpp>
 #include <redis_lock/error.hpp>
 
+#include "tls.hpp"
+
 #include <boost/url/parse.hpp>
 #include <boost/url/url_view.hpp>
 
@@ -123,11 +125,9 @@ boost::system::result<ConnectionConfig> parse_single(std::string_view text, Topo
 }
 
 bool valid_master_name(std::string_view name) {
-  if (name.empty()) return false;
-  for (unsigned char c : name) {
-    if (c <= ' ' || c > '~' || c == '/' || c == '?' || c == '#' || c == '%') return false;
-  }
-  return true;
+  // What validate() asks of any master name, and nothing that would read as URL syntax.
+  return !name.empty() && detail::is_printable_word(name) &&
+         name.find_first_of("/?#%") == std::string_view::npos;
 }
 
 // redis+cluster://[userinfo@]h1:p1,h2:p2[/][?query] and

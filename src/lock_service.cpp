@@ -85,6 +85,22 @@ std::string to_decimal(long long value) {
   return std::string(buf, end);
 }
 
+/// The address in a Cluster redirection "MOVED <slot> <host>:<port>" (or "ASK ..."); empty
+/// if the text has no such part.
+std::string_view redirect_address(std::string_view error) {
+  const auto slot = error.find(' ');
+  if (slot == std::string_view::npos) return {};
+  const auto address = error.find(' ', slot + 1);
+  if (address == std::string_view::npos) return {};
+  return error.substr(address + 1);
+}
+
+/// An acquire script's reply {1, fencing token}: the lease was taken.
+bool grants(const Reply& reply) {
+  return reply.type == Reply::Type::array && !reply.elements.empty() &&
+         reply.elements[0].type == Reply::Type::integer && reply.elements[0].integer == 1;
+}
+
 milliseconds jittered(milliseconds cap) {
   thread_local std::minstd_rand rng{std::random_device{}()};
   std::uniform_int_distribution<long long> dist(1, std::max<long long>(1, cap.count()));
@@ -159,10 +175,7 @@ struct AcquireOp final : ScriptOp {
     // queued for). An error reply means it never ran; an error without a reply means we
     // will never know, so release anyway.
     if (!ec && reply.is_error()) return;
-    const bool taken = reply.type == Reply::Type::array && !reply.elements.empty() &&
-                       reply.elements[0].type == Reply::Type::integer &&
-                       reply.elements[0].integer == 1;
-    if (ec || taken || options.wait.count() > 0) service->release_detached(resource, token);
+    if (ec || grants(reply) || options.wait.count() > 0) service->release_detached(resource, token);
   }
   void sleep_until_retry(long long pttl);
   void cancel();
@@ -288,9 +301,7 @@ error_code prepare(const ConnectionConfig& config, const ManagerOptions& options
   // counter could land in different Cluster slots.
   if (options.key_prefix.find_first_of("{}") != std::string::npos) return error::invalid_argument;
   // Redis refuses client names with spaces, newlines or other unprintable bytes.
-  for (unsigned char c : options.client_name) {
-    if (c <= ' ' || c > '~') return error::invalid_argument;
-  }
+  if (!is_printable_word(options.client_name)) return error::invalid_argument;
   return make_tls_context(config, tls);
 }
 }  // namespace
@@ -385,7 +396,7 @@ void LockService::send(std::shared_ptr<ScriptOp> op, std::size_t ask_node) {
             return service->send(std::move(op));
           }
           if (service->redirected(op, reply)) return;
-        } else if (ec && service->router_ && service->router_->cluster()) {
+        } else if (ec && service->router_ && service->cluster()) {
           // The node may have failed over: look at the map again (the op itself fails;
           // whoever retries it finds the new master).
           service->router_->refresh();
@@ -396,16 +407,14 @@ void LockService::send(std::shared_ptr<ScriptOp> op, std::size_t ask_node) {
 }
 
 bool LockService::redirected(std::shared_ptr<ScriptOp>& op, const Reply& reply) {
-  if (!router_ || !router_->cluster()) return false;
+  if (!router_ || !cluster()) return false;
   constexpr int max_redirects = 5;
   const std::string_view text = reply.str;
   const bool moved = starts_with(text, "MOVED ");
   if (moved || starts_with(text, "ASK ")) {
-    // "MOVED <slot> <host>:<port>"
-    const auto slot_start = text.find(' ') + 1;
-    const auto space = text.find(' ', slot_start);
-    if (space == std::string_view::npos || ++op->redirects > max_redirects) return false;
-    const auto node = router_->node_at(text.substr(space + 1), op->node);
+    const auto address = redirect_address(text);
+    if (address.empty() || ++op->redirects > max_redirects) return false;
+    const auto node = router_->node_at(address, op->node);
     if (moved) {
       router_->moved(op->slot, node);
       send(std::move(op));
@@ -450,6 +459,7 @@ struct QuorumCall : std::enable_shared_from_this<QuorumCall> {
   error_code first_error;
   Clock::time_point started = Clock::now();
   bool decided = false;
+  bool completed = false;  // the op has its reply (decided, and the write-back is done)
   bool succeeded = false;
   // Fencing write-back (acquire only): masters confirmed at or above `token`.
   long long token = 0;
@@ -472,17 +482,19 @@ struct QuorumCall : std::enable_shared_from_this<QuorumCall> {
   }
   void complete(error_code ec, Reply reply) {
     decided = true;
+    completed = true;
     if (deadline) deadline->cancel();
     for (auto& r : op->node_results) {
       if (r.outcome == NodeOutcome::no_answer) r.latency = Clock::now() - started;
     }
-    auto finished = std::move(op);
-    op = nullptr;
-    // `op` is needed by late replies (give_back) only for acquires: keep a handle.
-    held = finished;
-    finished->on_reply(ec, std::move(reply));
+    op->on_reply(ec, std::move(reply));  // `op` stays: late grants are given back through it
   }
-  std::shared_ptr<ScriptOp> held;  // after completion: the op, for late replies
+  /// After the attempt failed: a master's late answer that took the lease (or may have).
+  void late_answer(error_code ec, const Reply& reply) const {
+    if (!completed || succeeded || !op->is_acquire) return;
+    if (!ec && reply.is_error()) return;  // it never ran
+    if (ec || grants(reply)) give_back();
+  }
 };
 
 namespace {
@@ -501,23 +513,12 @@ Reply acquire_reply(long long taken, long long value) {
   return r;
 }
 
-/// A late answer to an acquire that the majority had already decided: if the attempt did
-/// not succeed and this master took the lease (or may have), give it back.
+/// The reply to an acquire that timed out on one master, arriving later (or never).
 struct LateAcquire final : LateReplies {
   // Strong: the call's own callbacks are gone by now (they completed with the timeout).
   // The connection holds this only until the late reply or the end of its drain period.
   std::shared_ptr<QuorumCall> call;
-  void on_late_reply(error_code ec, const Reply& reply) override {
-    const auto& c = call;
-    if (c->succeeded || !c->held) return;
-    if (!ec && reply.is_error()) return;  // it never ran
-    const bool taken = reply.type == Reply::Type::array && !reply.elements.empty() &&
-                       reply.elements[0].integer == 1;
-    if (ec || taken) {
-      auto& acquire = static_cast<AcquireOp&>(*c->held);
-      acquire.service->release_detached(acquire.resource, acquire.token);
-    }
-  }
+  void on_late_reply(error_code ec, const Reply& reply) override { call->late_answer(ec, reply); }
 };
 
 }  // namespace
@@ -556,7 +557,7 @@ void LockService::send_to_all(std::shared_ptr<ScriptOp> op) {
   if (op->is_acquire) {
     // Past the ttl (less the drift margin) no answer can make a valid lock: decide then.
     auto& acquire = static_cast<AcquireOp&>(*op);
-    const auto usable = acquire.options.ttl - (acquire.options.ttl / 100 + milliseconds(2));
+    const auto usable = acquire.options.ttl - drift_margin(acquire.options.ttl);
     if (usable < config_.command_timeout) {
       call->deadline = std::make_unique<asio::steady_timer>(*strand_, std::max(usable, milliseconds(1)));
       call->deadline->async_wait([weak = std::weak_ptr<QuorumCall>(call)](error_code ec) {
@@ -586,11 +587,7 @@ void LockService::send_to_all(std::shared_ptr<ScriptOp> op) {
 void QuorumCall::on_node_reply(std::size_t node, error_code ec, const Reply& reply) {
   if (decided) {
     // Answered after the decision. A grant to an attempt that failed is given back.
-    if (!succeeded && held && held->is_acquire && !ec && reply.type == Reply::Type::array &&
-        !reply.elements.empty() && reply.elements[0].integer == 1) {
-      auto& acquire = static_cast<AcquireOp&>(*held);
-      acquire.service->release_detached(acquire.resource, acquire.token);
-    }
+    if (!ec) late_answer(ec, reply);
     return;
   }
   auto& result = op->node_results[node];
@@ -675,7 +672,7 @@ void QuorumCall::mint() {
 }
 
 void QuorumCall::raised(error_code ec, const Reply& reply) {
-  if (!op) return;  // already completed
+  if (completed) return;
   if (!ec && reply.type == Reply::Type::integer && reply.integer >= token) ++at_token;
   if (!ec && reply.is_error()) ec = error_from_reply(reply.str);
   if (ec && !first_error) first_error = ec;
@@ -688,7 +685,7 @@ void QuorumCall::finish_mint() {
     // Validity: the lock is worth something only if it still has time left once the
     // majority is in (ttl - elapsed - drift, the guard's valid_until()).
     const auto ttl = acquire.options.ttl;
-    if (Clock::now() >= acquire.attempt_started + ttl - (ttl / 100 + milliseconds(2))) {
+    if (Clock::now() >= acquire.attempt_started + ttl - drift_margin(ttl)) {
       give_back();
       return complete({}, acquire_reply(0, -2));
     }
@@ -705,7 +702,7 @@ void QuorumCall::finish_mint() {
 // Waiters and notifications
 
 std::uint16_t LockService::slot_of(std::string_view lease_key) const noexcept {
-  return config_.topology == Topology::cluster ? key_slot(lease_key) : 0;
+  return cluster() ? key_slot(lease_key) : 0;
 }
 
 bool LockService::listening(std::uint16_t slot) const noexcept {
@@ -713,11 +710,11 @@ bool LockService::listening(std::uint16_t slot) const noexcept {
   return it != subscriptions_.end() && it->second.state == Subscription::State::confirmed;
 }
 
-std::string LockService::notify_channel(std::uint16_t slot) const {
-  if (config_.topology != Topology::cluster) return notify_prefix_ + manager_id_;
-  std::string channel = notify_prefix_;
-  channel.append("{").append(slot_tag(slot)).append("}").append(manager_id_);
-  return channel;
+std::string LockService::notify_channel_prefix(std::uint16_t slot) const {
+  if (!cluster()) return notify_prefix_;
+  std::string prefix = notify_prefix_;
+  prefix.append("{").append(slot_tag(slot)).append("}");
+  return prefix;
 }
 
 void LockService::add_waiter(const std::shared_ptr<AcquireOp>& op) {
@@ -747,13 +744,12 @@ void LockService::on_subscriber_down(std::size_t node) {
 }
 
 void LockService::subscribe(std::uint16_t slot, int redirects) {
-  const bool cluster = config_.topology == Topology::cluster;
   auto& sub = subscriptions_[slot];
   sub.state = Subscription::State::pending;
   sub.node = router_->node_for(slot);
-  const std::string channel = notify_channel(slot);
+  const std::string channel = notify_channel_prefix(slot) + manager_id_;
   // On a Cluster, a shard channel lives on the node serving its slot.
-  const std::string_view command[] = {cluster ? "SSUBSCRIBE" : "SUBSCRIBE", channel};
+  const std::string_view command[] = {cluster() ? "SSUBSCRIBE" : "SUBSCRIBE", channel};
   Connection& subscriber = router_->connection(sub.node, Router::Pool::subscriber);
   subscriber.keep_reading(true);
   subscriber.execute(
@@ -764,10 +760,8 @@ void LockService::subscribe(std::uint16_t slot, int redirects) {
         auto& entry = self->subscriptions_[slot];
         if (entry.state != Subscription::State::pending || entry.node != node) return;
         if (!ec && reply.is_error() && starts_with(reply.str, "MOVED ") && redirects < 5) {
-          const auto space = reply.str.find(' ', 6);
-          if (space != std::string::npos) {
-            const auto owner = self->router_->node_at(std::string_view(reply.str).substr(space + 1), node);
-            self->router_->moved(slot, owner);
+          if (const auto address = redirect_address(reply.str); !address.empty()) {
+            self->router_->moved(slot, self->router_->node_at(address, node));
             return self->subscribe(slot, redirects + 1);
           }
         }
@@ -991,12 +985,10 @@ void LockService::release(std::string resource, std::string token, BoolHandler h
   op->token = std::move(token);
   op->member = op->token + manager_id_;
   // The channel of the next waiter's manager is this prefix + its manager id.
-  const bool cluster = config_.topology == Topology::cluster;
-  op->arg = notify_prefix_;
-  if (cluster) op->arg.append("{").append(slot_tag(op->slot)).append("}");
+  op->arg = notify_channel_prefix(op->slot);
   op->set_args(release_script, {op->keys.lease, op->keys.queue, op->keys.queue_expiry},
                {op->token, op->arg, claim_window_ms, op->member,
-                cluster ? std::string_view("SPUBLISH") : std::string_view("PUBLISH")});
+                cluster() ? std::string_view("SPUBLISH") : std::string_view("PUBLISH")});
   on_strand([self = shared_from_this(), op = std::move(op)]() mutable { self->send(std::move(op)); });
 }
 

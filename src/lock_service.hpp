@@ -26,6 +26,11 @@ namespace redis_lock::detail {
 struct ScriptOp;
 struct Script;
 
+/// What a lease loses to clock drift between us and the server(s): Redlock's ttl/100 + 2 ms.
+inline std::chrono::milliseconds drift_margin(std::chrono::milliseconds ttl) noexcept {
+  return ttl / 100 + std::chrono::milliseconds(2);
+}
+
 /// What a guard and the manager's renewal watchdog share about one held lease.
 /// Atomics may be read from the guard's thread; everything else lives on the strand.
 struct LeaseState {
@@ -54,11 +59,10 @@ struct LeaseState {
   Clock::time_point valid_until() const noexcept {
     return Clock::time_point(Clock::duration(valid_until_ticks.load()));
   }
-  /// `started` is when the command that set the ttl was issued; the margin covers clock
-  /// drift between us and the server (Redlock's ttl/100 + 2 ms).
+  /// `started` is when the command that set the ttl was issued; less the drift margin.
   void confirm(Clock::time_point started, std::chrono::milliseconds lease_ttl) noexcept {
-    const auto margin = lease_ttl / 100 + std::chrono::milliseconds(2);
-    valid_until_ticks.store((started + lease_ttl - margin).time_since_epoch().count());
+    valid_until_ticks.store(
+        (started + lease_ttl - drift_margin(lease_ttl)).time_since_epoch().count());
   }
 };
 
@@ -110,6 +114,7 @@ class LockService : public std::enable_shared_from_this<LockService> {
   /// Whether a release of a lease in `slot` would reach us at once.
   bool listening(std::uint16_t slot) const noexcept;
   bool redlock() const noexcept { return config_.topology == Topology::redlock; }
+  bool cluster() const noexcept { return config_.topology == Topology::cluster; }
   /// The slot that routes the commands on `lease_key` (0 unless on a Cluster).
   std::uint16_t slot_of(std::string_view lease_key) const noexcept;
 
@@ -134,7 +139,8 @@ class LockService : public std::enable_shared_from_this<LockService> {
   std::shared_ptr<boost::asio::ssl::context> tls_;  // rediss://, shared by our connections
   boost::system::error_code config_error_;  // config_ unusable: every acquire fails with it
   void subscribe(std::uint16_t slot, int redirects = 0);
-  std::string notify_channel(std::uint16_t slot) const;
+  /// Our channel for waiters in `slot` is this + manager id (the slot's tag on a Cluster).
+  std::string notify_channel_prefix(std::uint16_t slot) const;
   void on_notify(const Reply& push);
   void on_subscriber_down(std::size_t node);
   /// A redirection or a transient Cluster refusal: resends `op` and returns true, or returns

@@ -10,6 +10,13 @@ namespace redis_lock::detail {
 namespace ssl = boost::asio::ssl;
 using boost::system::error_code;
 
+bool is_printable_word(std::string_view text) noexcept {
+  for (unsigned char c : text) {
+    if (c <= ' ' || c > '~') return false;
+  }
+  return true;
+}
+
 namespace {
 
 error_code validate_topology(const ConnectionConfig& config) {
@@ -26,9 +33,8 @@ error_code validate_topology(const ConnectionConfig& config) {
       if (config.database != 0) return error::invalid_argument;  // a Cluster has database 0 only
       break;
     case Topology::sentinel:
-      if (config.sentinel_master.empty()) return error::invalid_argument;
-      for (unsigned char c : config.sentinel_master) {
-        if (c <= ' ' || c > '~') return error::invalid_argument;
+      if (config.sentinel_master.empty() || !is_printable_word(config.sentinel_master)) {
+        return error::invalid_argument;
       }
       break;
     case Topology::redlock:

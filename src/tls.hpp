@@ -8,12 +8,16 @@
 #include <boost/system/error_code.hpp>
 
 #include <memory>
+#include <string_view>
 
 namespace boost::asio::ssl {
 class context;
 }
 
 namespace redis_lock::detail {
+
+/// Printable ASCII without spaces (Redis refuses other bytes in client and master names).
+bool is_printable_word(std::string_view text) noexcept;
 
 /// Checks what can be checked without I/O: TLS settings only with `tls`, a certificate only
 /// with its key, no TLS over a Unix socket, timeouts > 0, a host and a port (or a socket), a

@@ -54,19 +54,8 @@ struct Background {
 void check_load(LockLoad& load, RedisCluster& cluster, const std::vector<std::string>& resources,
                 const std::set<std::uint16_t>& failed_slots, Clock::time_point healthy,
                 bool exclusion_expected) {
-  load.stop();
+  stop_and_check(load, "cluster", exclusion_expected);
   SCOPED_TRACE(load.summary());
-  std::printf("[ cluster  ] %s; max latency %lld ms; overlap: %s\n", load.summary().c_str(),
-              static_cast<long long>(
-                  std::chrono::duration_cast<std::chrono::milliseconds>(load.max_latency).count()),
-              load.overlap().empty() ? "none" : "YES");
-  EXPECT_EQ(load.loop_failures_, 0);
-  EXPECT_EQ(load.completed, load.started);
-  EXPECT_EQ(load.double_completions(), 0);
-  EXPECT_LT(load.max_latency, latency_bound);
-  if (exclusion_expected) {
-    EXPECT_EQ(load.overlap(), "") << "two holders at once";
-  }
   int after = 0;
   for (const auto& r : resources) {
     if (!failed_slots.count(slot_of(r))) continue;

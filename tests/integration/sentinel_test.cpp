@@ -17,16 +17,9 @@ const RedisSentinelSet::Options passwords{.data_password = "data-pw", .sentinel_
 
 void check_failover_load(LockLoad& load, RedisSentinelSet& set,
                          const std::vector<std::string>& resources, Clock::time_point healthy) {
-  load.stop();
+  // Exclusion is not asserted: a Sentinel failover can lose leases (docs/safety.md).
+  stop_and_check(load, "sentinel", false);
   SCOPED_TRACE(load.summary());
-  std::printf("[ sentinel ] %s; max latency %lld ms; overlap: %s\n", load.summary().c_str(),
-              static_cast<long long>(
-                  std::chrono::duration_cast<std::chrono::milliseconds>(load.max_latency).count()),
-              load.overlap().empty() ? "none" : "YES");
-  EXPECT_EQ(load.loop_failures_, 0);
-  EXPECT_EQ(load.completed, load.started);
-  EXPECT_EQ(load.double_completions(), 0);
-  EXPECT_LT(load.max_latency, latency_bound);
   int after = 0;
   for (const auto& r : resources) {
     for (const auto& w : load.windows[r]) after += w.from > healthy;

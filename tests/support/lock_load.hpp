@@ -10,6 +10,7 @@
 #include <boost/asio/steady_timer.hpp>
 
 #include <algorithm>
+#include <cstdio>
 #include <atomic>
 #include <functional>
 #include <map>
@@ -171,5 +172,24 @@ class LockLoad {
   std::mutex mutex_;
   std::thread thread_;
 };
+
+/// Stops `load`, prints its summary line tagged `tag` (the figures the docs quote) and checks
+/// what every load test asserts: no loop failed, every operation completed exactly once and
+/// within the latency bound, and, if `exclusion_expected`, never two holders at once.
+inline void stop_and_check(LockLoad& load, const char* tag, bool exclusion_expected) {
+  load.stop();
+  SCOPED_TRACE(load.summary());
+  std::printf("[ %-9s] %s; max latency %lld ms; overlap: %s\n", tag, load.summary().c_str(),
+              static_cast<long long>(
+                  std::chrono::duration_cast<std::chrono::milliseconds>(load.max_latency).count()),
+              load.overlap().empty() ? "none" : "YES");
+  EXPECT_EQ(load.loop_failures_, 0);
+  EXPECT_EQ(load.completed, load.started);
+  EXPECT_EQ(load.double_completions(), 0);
+  EXPECT_LT(load.max_latency, latency_bound);
+  if (exclusion_expected) {
+    EXPECT_EQ(load.overlap(), "") << "two holders at once";
+  }
+}
 
 }  // namespace redis_lock::test

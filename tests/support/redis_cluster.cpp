@@ -59,17 +59,6 @@ std::vector<NodeLine> cluster_nodes(std::uint16_t port) {
   return lines;
 }
 
-template <class Pred>
-void wait_until(Pred pred, std::chrono::milliseconds limit, const char* what) {
-  const auto deadline = std::chrono::steady_clock::now() + limit;
-  while (!pred()) {
-    if (std::chrono::steady_clock::now() > deadline) {
-      throw std::runtime_error(std::string("cluster: timed out waiting for ") + what);
-    }
-    std::this_thread::sleep_for(20ms);
-  }
-}
-
 }  // namespace
 
 RedisCluster::RedisCluster(int masters, int replicas_per_master)
@@ -106,7 +95,7 @@ RedisCluster::RedisCluster(int masters, int replicas_per_master)
         }
         return true;
       },
-      20s, "the nodes to meet");
+      20s, "the cluster's nodes to meet");
   for (std::size_t r = masters_; r < size(); ++r) {
     const auto master = (r - masters_) % masters_;
     const auto reply = node(r).command({"CLUSTER", "REPLICATE", node_id(master)});
@@ -165,7 +154,7 @@ std::size_t RedisCluster::replica_of(std::size_t master) const {
 void RedisCluster::failover(std::size_t replica) {
   const auto reply = node(replica).command({"CLUSTER", "FAILOVER"});
   if (reply != "OK") throw std::runtime_error("cluster: FAILOVER: " + reply);
-  wait_until([&] { return is_master(replica); }, 20s, "the failover");
+  wait_until([&] { return is_master(replica); }, 20s, "the cluster failover");
   wait_healthy();
 }
 
@@ -212,8 +201,8 @@ void RedisCluster::begin_move(std::uint16_t slot, std::size_t source, std::size_
   if (r != "OK") throw std::runtime_error("cluster: MIGRATING: " + r);
 }
 
-std::size_t RedisCluster::migrate_keys(std::uint16_t slot, std::size_t source, std::size_t target,
-                                       std::size_t limit) {
+void RedisCluster::migrate_keys(std::uint16_t slot, std::size_t source, std::size_t target,
+                                std::size_t limit) {
   std::size_t moved = 0;
   while (moved < limit) {
     const auto keys = split(
@@ -225,7 +214,6 @@ std::size_t RedisCluster::migrate_keys(std::uint16_t slot, std::size_t source, s
     if (r != "OK" && r != "NOKEY") throw std::runtime_error("cluster: MIGRATE: " + r);
     ++moved;
   }
-  return moved;
 }
 
 void RedisCluster::end_move(std::uint16_t slot, std::size_t source, std::size_t target) {

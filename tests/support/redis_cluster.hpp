@@ -45,8 +45,9 @@ class RedisCluster {
 
  private:
   void begin_move(std::uint16_t slot, std::size_t source, std::size_t target);
-  std::size_t migrate_keys(std::uint16_t slot, std::size_t source, std::size_t target,
-                           std::size_t limit);
+  /// Moves up to `limit` keys of `slot` from `source` to `target` with MIGRATE.
+  void migrate_keys(std::uint16_t slot, std::size_t source, std::size_t target,
+                    std::size_t limit);
   void end_move(std::uint16_t slot, std::size_t source, std::size_t target);
 
   std::vector<std::unique_ptr<RedisServer>> nodes_;

@@ -6,22 +6,7 @@
 
 namespace redis_lock::test {
 
-namespace {
-
 using namespace std::chrono_literals;
-
-template <class Pred>
-void wait_until(Pred pred, std::chrono::milliseconds limit, const char* what) {
-  const auto deadline = std::chrono::steady_clock::now() + limit;
-  while (!pred()) {
-    if (std::chrono::steady_clock::now() > deadline) {
-      throw std::runtime_error(std::string("sentinel: timed out waiting for ") + what);
-    }
-    std::this_thread::sleep_for(20ms);
-  }
-}
-
-}  // namespace
 
 RedisSentinelSet::RedisSentinelSet(Options options) : options_(std::move(options)) {
   std::vector<std::string> data_args = {"--repl-diskless-sync-delay", "0"};
@@ -67,7 +52,7 @@ RedisSentinelSet::RedisSentinelSet(Options options) : options_(std::move(options
         return command(1, {"INFO", "replication"}).find("master_link_status:up") !=
                std::string::npos;
       },
-      30s, "sentinels to know each other and the replica");
+      30s, "the sentinels to know each other and the replica");
 }
 
 ConnectionConfig RedisSentinelSet::config() const {
@@ -146,7 +131,7 @@ void RedisSentinelSet::wait_new_master(std::size_t old, std::chrono::millisecond
         // looks at it, up to 10 s later: until then it is a master too.)
         return command(other, {"ROLE"}).rfind("master", 0) == 0;
       },
-      limit, "the new master");
+      limit, "the sentinels' new master");
 }
 
 }  // namespace redis_lock::test

@@ -9,7 +9,9 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace redis_lock::test {
@@ -67,6 +69,19 @@ class RedisServer {
 /// test process is started on first use.
 ConnectionConfig shared_server_config();
 std::uint16_t shared_server_port();
+
+/// Polls `pred` every 20 ms until it holds; after `limit`, throws std::runtime_error saying
+/// what it waited for (test set-up that cannot go on).
+template <class Pred>
+void wait_until(Pred pred, std::chrono::milliseconds limit, const std::string& what) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      throw std::runtime_error("timed out waiting for " + what);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
 
 /// Picks a TCP port on 127.0.0.1 that nothing listens on right now.
 std::uint16_t free_port();
