@@ -460,6 +460,7 @@ struct QuorumCall : std::enable_shared_from_this<QuorumCall> {
   Clock::time_point started = Clock::now();
   bool decided = false;
   bool completed = false;  // the op has its reply (decided, and the write-back is done)
+  int attempt = 0;         // acquire: which of the op's attempts this call carries
   bool succeeded = false;
   // Fencing write-back (acquire only): masters confirmed at or above `token`.
   long long token = 0;
@@ -490,8 +491,12 @@ struct QuorumCall : std::enable_shared_from_this<QuorumCall> {
     op->on_reply(ec, std::move(reply));  // `op` stays: late grants are given back through it
   }
   /// After the attempt failed: a master's late answer that took the lease (or may have).
+  /// Every attempt of an acquire carries the same token, so once a later attempt has begun,
+  /// a give-back here would release *its* lease; that attempt settles the straggler instead
+  /// (a success holds it, a failure gives back everywhere after it on the same connection).
   void late_answer(error_code ec, const Reply& reply) const {
     if (!completed || succeeded || !op->is_acquire) return;
+    if (static_cast<const AcquireOp&>(*op).attempts != attempt) return;
     if (!ec && reply.is_error()) return;  // it never ran
     if (ec || grants(reply)) give_back();
   }
@@ -557,6 +562,7 @@ void LockService::send_to_all(std::shared_ptr<ScriptOp> op) {
   if (op->is_acquire) {
     // Past the ttl (less the drift margin) no answer can make a valid lock: decide then.
     auto& acquire = static_cast<AcquireOp&>(*op);
+    call->attempt = acquire.attempts;
     const auto usable = acquire.options.ttl - drift_margin(acquire.options.ttl);
     if (usable < config_.command_timeout) {
       call->deadline = std::make_unique<asio::steady_timer>(*strand_, std::max(usable, milliseconds(1)));

@@ -6,6 +6,7 @@
 #include "keys.hpp"
 #include "live.hpp"
 #include "lock_load.hpp"
+#include "tcp_proxy.hpp"
 
 #include <boost/asio/use_future.hpp>
 
@@ -238,4 +239,41 @@ TEST(Redlock, ExclusionHoldsUnderLoadWhileTwoMastersDie) {
 TEST(Redlock, IdleManagerLeavesNoWork) {
   Masters masters;
   expect_idle_after_one_lock(masters.config(), unique_resource());
+}
+
+TEST(Redlock, LateGrantsOfAnEarlierAttemptLeaveTheLaterLockAlone) {
+  // Masters 3 and 4 answer 150 ms late (a proxy); 0-2 hold someone else's lease for 300 ms.
+  // Each attempt is refused by 0-2 at once and retried after a short backoff, while its
+  // grants from 3 and 4 are still on the way. When the foreign lease expires an attempt
+  // succeeds on 0-2; the late grants of the attempts before it must not give back the
+  // lease it now holds (every attempt of one acquire carries the same token).
+  Masters masters;
+  TcpProxy slow3(masters.nodes[3]->port());
+  TcpProxy slow4(masters.nodes[4]->port());
+  auto cfg = masters.config();
+  cfg.nodes[3].port = slow3.port();
+  cfg.nodes[4].port = slow4.port();
+  asio::io_context io;
+  LockManager locks(io.get_executor(), cfg);
+  // Connected and scripts loaded everywhere first: a NOSCRIPT retry goes out behind later
+  // commands and would reorder them (a separate matter, see the note on issue 4).
+  EXPECT_TRUE(acquire_once(locks, io, unique_resource()).owned);
+  io.restart();
+  io.run_for(1s);
+  slow3.set_delay(150ms);
+  slow4.set_delay(150ms);
+  const auto resource = unique_resource();
+  for (std::size_t i = 0; i < 3; ++i) {
+    masters.nodes[i]->command({"SET", lease_key(resource), "someone-else", "PX", "300"});
+  }
+  LockGuard guard;
+  locks.async_acquire(resource, {.ttl = 10s, .wait = 3s},
+                      [&](boost::system::error_code ec, LockGuard g) {
+                        EXPECT_FALSE(ec) << ec.message();
+                        guard = std::move(g);
+                      });
+  io.restart();
+  io.run_for(5s);  // also lets every late answer arrive and be handled
+  ASSERT_TRUE(guard.owns_lock());
+  EXPECT_GE(masters.holding(resource), 3) << "the lease was given back under its holder";
 }
