@@ -2,6 +2,7 @@
 // Starting, stopping and hurting redis-server processes for the tests.
 #include "redis_server.hpp"
 
+#include <deque>
 #include <fstream>
 
 #include <hiredis/hiredis.h>
@@ -52,20 +53,55 @@ std::string make_temp_dir() {
 
 }  // namespace
 
-std::uint16_t free_port() {
+namespace {
+
+// Binds a loopback TCP socket to `port` (0: any) and returns the port it got, or 0.
+std::uint16_t try_bind(std::uint16_t port) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return 0;
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-    ::close(fd);
-    throw std::runtime_error("bind failed");
+  addr.sin_port = htons(port);
+  std::uint16_t got = 0;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
+    socklen_t len = sizeof addr;
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+    got = ntohs(addr.sin_port);
   }
-  socklen_t len = sizeof addr;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
   ::close(fd);
-  return ntohs(addr.sin_port);
+  return got;
+}
+
+// A cluster node also listens on its port + 10000 (the cluster bus), so its port must be at
+// most 55535 and that second port free too: an ephemeral port is above 55535 about one time
+// in five here, and redis-server then exits at once.
+constexpr std::uint16_t cluster_bus_offset = 10000;
+
+std::uint16_t free_cluster_port() {
+  for (int attempt = 0; attempt < 1000; ++attempt) {
+    const auto port = free_port();
+    if (port <= 65535 - cluster_bus_offset &&
+        try_bind(static_cast<std::uint16_t>(port + cluster_bus_offset)) != 0) {
+      return port;
+    }
+  }
+  throw std::runtime_error("no free port pair for a cluster node");
+}
+
+bool is_cluster_node(const std::vector<std::string>& args) {
+  for (std::size_t i = 0; i + 1 < args.size(); ++i) {
+    if (args[i] == "--cluster-enabled" && args[i + 1] == "yes") return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+std::uint16_t free_port() {
+  const auto port = try_bind(0);
+  if (port == 0) throw std::runtime_error("bind failed");
+  return port;
 }
 
 std::string redis_command(std::uint16_t port, const std::vector<std::string>& args,
@@ -116,13 +152,23 @@ RedisServer::RedisServer(SentinelMode, std::vector<std::string> config_lines)
 
 void RedisServer::start() {
   unix_socket_ = dir_ + "/redis.sock";
-  for (int attempt = 0; attempt < 5; ++attempt) {
-    port_ = free_port();
+  const bool cluster_node = is_cluster_node(extra_args_);
+  for (int attempt = 0; attempt < 10; ++attempt) {
+    port_ = cluster_node ? free_cluster_port() : free_port();
     spawn();
     if (wait_ready(std::chrono::seconds(5))) return;
     kill(SIGKILL);  // most likely the port was taken between free_port() and bind
   }
-  throw std::runtime_error("could not start redis-server");
+  // Say why: the last lines of the server's log (a bad option, a port it could not bind...).
+  std::ifstream log(dir_ + "/redis.log");
+  std::deque<std::string> tail;
+  for (std::string line; std::getline(log, line);) {
+    tail.push_back(std::move(line));
+    if (tail.size() > 3) tail.pop_front();
+  }
+  std::string why = "could not start redis-server (port " + std::to_string(port_) + ")";
+  for (const auto& line : tail) why += "\n  " + line;
+  throw std::runtime_error(why);
 }
 
 RedisServer::~RedisServer() {
