@@ -329,6 +329,10 @@ void Connection::start_handshake(const std::shared_ptr<Link>& link) {
     append_command(resp, {"ROLE"});
     steps.push_back(HandshakeStep::role);
   }
+  for (const auto body : preload_) {
+    append_command(resp, {"SCRIPT", "LOAD", body});
+    steps.push_back(HandshakeStep::script_load);
+  }
   if (steps.empty()) {
     // Nothing to say first: ask for nothing, but still learn that the server answers.
     append_command(resp, {"PING"});
@@ -365,8 +369,9 @@ void Connection::on_handshake_reply(const std::shared_ptr<Link>& link, Handshake
                                     error_code ec, const Reply& reply) {
   if (link_ != link || state_ != State::handshake) return;
   if (ec) return;  // drop_link is failing the handshake already
-  // A user without the right to name its connection may still take locks.
-  if (reply.is_error() && step != HandshakeStep::setname) {
+  // A user without the right to name its connection, or to load scripts ahead, may still
+  // take locks.
+  if (reply.is_error() && step != HandshakeStep::setname && step != HandshakeStep::script_load) {
     const auto code = error_from_reply(reply.str);
     if (code != error::server_error) return connect_failed(code);
     // "ERR DB index is out of range": the configuration asks for what is not there.

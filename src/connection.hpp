@@ -20,6 +20,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace boost::asio::ssl {
@@ -84,6 +85,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
   /// drops the link when a command finds it demoted (READONLY), so the next command
   /// locates the master again.
   void set_locator(Locator locator) { locator_ = std::move(locator); }
+  /// Script bodies to `SCRIPT LOAD` in every handshake, so that no user command on a link
+  /// meets `NOSCRIPT`: the fallback (resending the body) puts that command behind commands
+  /// queued after it. A server that refuses (no `script|load` in the user's ACL) leaves
+  /// the fallback in charge. The bodies must outlive the connection.
+  void set_preload(std::vector<std::string_view> scripts) { preload_ = std::move(scripts); }
   /// With a locator: the server the current link goes to (empty while none is connected).
   std::optional<Endpoint> located() const;
   /// Leaves the current server: its in-flight commands fail with connection_lost; queued
@@ -119,7 +125,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void start_tls(const std::shared_ptr<Link>& link);
   void start_handshake(const std::shared_ptr<Link>& link);
   void write_link(const std::shared_ptr<Link>& link);
-  enum class HandshakeStep { auth, select, setname, ping, role };
+  enum class HandshakeStep { auth, select, setname, ping, role, script_load };
   void on_handshake_reply(const std::shared_ptr<Link>& link, HandshakeStep step,
                           boost::system::error_code ec, const Reply& reply);
   void flush();
@@ -169,6 +175,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   Clock::time_point timer_at_{};
   std::unique_ptr<boost::asio::steady_timer> connect_timer_;  // connect deadline / backoff
   Locator locator_;
+  std::vector<std::string_view> preload_;
   PushHandler on_push_;
   LinkDownHandler on_link_down_;
   bool keep_reading_ = false;

@@ -319,6 +319,12 @@ LockService::LockService(asio::any_io_executor ex, ConnectionConfig config, Mana
 LockService::~LockService() = default;
 
 void LockService::watch_context_shutdown() {
+  // Every command connection has our scripts before its first command: a NOSCRIPT resend
+  // would run after commands sent later (a Redlock give-back after the next attempt's grant).
+  std::vector<std::string_view> scripts = {acquire_script.body, release_script.body,
+                                           extend_script.body};
+  if (redlock()) scripts.push_back(raise_fence_script.body);
+  router_->set_preload(std::move(scripts));
   // (Here rather than in the constructor: the handlers hold us weakly.)
   router_->set_subscriber_setup([weak = weak_from_this()](Connection& c, std::size_t node) {
     c.set_subscriber(
@@ -460,7 +466,7 @@ struct QuorumCall : std::enable_shared_from_this<QuorumCall> {
   Clock::time_point started = Clock::now();
   bool decided = false;
   bool completed = false;  // the op has its reply (decided, and the write-back is done)
-  int attempt = 0;         // acquire: which of the op's attempts this call carries
+  std::string lease_token;  // acquire: the token of the attempt this call carries
   bool succeeded = false;
   // Fencing write-back (acquire only): masters confirmed at or above `token`.
   long long token = 0;
@@ -478,8 +484,7 @@ struct QuorumCall : std::enable_shared_from_this<QuorumCall> {
   void finish_mint();
   /// The acquire failed: give back whatever was (or may yet be) taken anywhere.
   void give_back() const {
-    auto& acquire = static_cast<AcquireOp&>(*op);
-    service().release_detached(acquire.resource, acquire.token);
+    service().release_detached(static_cast<AcquireOp&>(*op).resource, lease_token);
   }
   void complete(error_code ec, Reply reply) {
     decided = true;
@@ -491,12 +496,9 @@ struct QuorumCall : std::enable_shared_from_this<QuorumCall> {
     op->on_reply(ec, std::move(reply));  // `op` stays: late grants are given back through it
   }
   /// After the attempt failed: a master's late answer that took the lease (or may have).
-  /// Every attempt of an acquire carries the same token, so once a later attempt has begun,
-  /// a give-back here would release *its* lease; that attempt settles the straggler instead
-  /// (a success holds it, a failure gives back everywhere after it on the same connection).
+  /// Each attempt has its own token, so this give-back cannot touch a later attempt's lease.
   void late_answer(error_code ec, const Reply& reply) const {
     if (!completed || succeeded || !op->is_acquire) return;
-    if (static_cast<const AcquireOp&>(*op).attempts != attempt) return;
     if (!ec && reply.is_error()) return;  // it never ran
     if (ec || grants(reply)) give_back();
   }
@@ -562,7 +564,7 @@ void LockService::send_to_all(std::shared_ptr<ScriptOp> op) {
   if (op->is_acquire) {
     // Past the ttl (less the drift margin) no answer can make a valid lock: decide then.
     auto& acquire = static_cast<AcquireOp&>(*op);
-    call->attempt = acquire.attempts;
+    call->lease_token = acquire.token;
     const auto usable = acquire.options.ttl - drift_margin(acquire.options.ttl);
     if (usable < config_.command_timeout) {
       call->deadline = std::make_unique<asio::steady_timer>(*strand_, std::max(usable, milliseconds(1)));
@@ -854,6 +856,16 @@ void LockService::acquire(std::string resource, LockOptions options, AcquireHand
 }
 
 void AcquireOp::attempt() {
+  if (attempts > 0 && service->redlock()) {
+    // A fresh token per Redlock attempt: what gives back an earlier attempt's grants (a
+    // master answering late, a command resent after NOSCRIPT behind this one) can then
+    // never release this attempt's lease.
+    try {
+      token = random_token();
+    } catch (const std::exception&) {
+      return finish(error::server_error, LockGuard{});
+    }
+  }
   ++attempts;
   in_flight = true;
   attempt_started = Clock::now();

@@ -163,6 +163,7 @@ Connection& Router::connection(std::size_t node, Pool pool) {
         if (auto locator = weak.lock()) locator->locate(std::move(done));
       });
     }
+    if (pool != Pool::subscriber) slot->set_preload(preload_);
     if (pool == Pool::subscriber && setup_) setup_(*slot, node);
   }
   return *slot;

@@ -53,6 +53,8 @@ class Router : public std::enable_shared_from_this<Router> {
   Router(const Router&) = delete;
   Router& operator=(const Router&) = delete;
 
+  /// Scripts every command connection loads in its handshake (see Connection::set_preload).
+  void set_preload(std::vector<std::string_view> scripts) { preload_ = std::move(scripts); }
   /// Set once, before the first subscriber connection is made.
   void set_subscriber_setup(SubscriberSetup setup) { setup_ = std::move(setup); }
   bool cluster() const noexcept { return config_.topology == Topology::cluster; }
@@ -100,6 +102,7 @@ class Router : public std::enable_shared_from_this<Router> {
   std::string client_name_;
   std::shared_ptr<boost::asio::ssl::context> tls_;
   SubscriberSetup setup_;
+  std::vector<std::string_view> preload_;
   std::shared_ptr<SentinelLocator> locator_;  // Sentinel only
   bool verifying_ = false;
   std::chrono::steady_clock::time_point next_verify_{};

@@ -68,7 +68,14 @@ TEST(Connection, PasswordAndAclUsers) {
   ASSERT_EQ(run_admin({"locker", "on", ">pw1", "~lock:*", "&lock:*", "+evalsha", "+eval",
                        "+set", "+incr", "+del", "+get", "+pttl", "+pexpire", "+publish",
                        "+exists", "+time", "+zadd", "+zrem", "+zrange", "+zrangebyscore",
-                       "+zscore", "+client|setname", "+ping"}),
+                       "+zscore", "+client|setname", "+ping", "+script|load"}),
+            "OK");
+  // The same without the two optional rights: the connection is unnamed, and a flushed
+  // script cache is refilled by resending the body.
+  ASSERT_EQ(run_admin({"lean", "on", ">pw4", "~lock:*", "&lock:*", "+evalsha", "+eval", "+set",
+                       "+incr", "+del", "+get", "+pttl", "+pexpire", "+publish", "+exists",
+                       "+time", "+zadd", "+zrem", "+zrange", "+zrangebyscore", "+zscore",
+                       "+ping"}),
             "OK");
   ASSERT_EQ(run_admin({"scripter", "on", ">pw3", "~lock:*", "&lock:*", "+evalsha", "+eval",
                        "+ping"}),
@@ -79,6 +86,15 @@ TEST(Connection, PasswordAndAclUsers) {
                                            std::to_string(server.port()));
     LockManager locks(io.get_executor(), cfg);
     auto r = acquire_once(locks, io, "acl-resource");
+    EXPECT_FALSE(r.ec) << r.ec.message() << " / " << locks.last_server_error();
+    EXPECT_TRUE(r.owned);
+  }
+  {
+    auto cfg = *ConnectionConfig::from_url("redis://lean:pw4@127.0.0.1:" +
+                                           std::to_string(server.port()));
+    LockManager locks(io.get_executor(), cfg);
+    redis_command(server.port(), {"SCRIPT", "FLUSH"}, "s3cret");
+    auto r = acquire_once(locks, io, "acl-resource-lean");
     EXPECT_FALSE(r.ec) << r.ec.message() << " / " << locks.last_server_error();
     EXPECT_TRUE(r.owned);
   }
@@ -251,7 +267,7 @@ TEST(Connection, ServerKilledWithRequestsInFlight) {
   EXPECT_TRUE(after.owned);
 }
 
-TEST(Connection, RecoversFromScriptFlush) {
+TEST(Connection, LoadsItsScriptsInTheHandshakeAndRecoversFromScriptFlush) {
   RedisServer server;
   asio::io_context io;
   LockManager locks(io.get_executor(), server.config());
@@ -262,15 +278,20 @@ TEST(Connection, RecoversFromScriptFlush) {
     io.restart();
     io.run_for(5s);
   }
-  // First use of each script: EVALSHA -> NOSCRIPT -> EVAL. Later uses hit the cache, which
-  // also proves our embedded SHA1 is the one Redis computes.
+  // A fresh server, yet no NOSCRIPT: the handshake loaded acquire, release and extend, and
+  // every use hit the cache, which also proves our embedded SHA1 is the one Redis computes.
   const auto stats = server.command({"INFO", "commandstats"});
-  EXPECT_NE(stats.find("cmdstat_eval:calls=2,"), std::string::npos) << stats;
+  EXPECT_NE(stats.find("cmdstat_script|load:calls=3,"), std::string::npos) << stats;
+  EXPECT_EQ(stats.find("cmdstat_eval:"), std::string::npos) << stats;
   EXPECT_NE(stats.find("cmdstat_evalsha:calls=4,"), std::string::npos) << stats;
+  EXPECT_EQ(server.command({"INFO", "errorstats"}).find("NOSCRIPT"), std::string::npos);
+  // Flushed under a live connection: EVALSHA -> NOSCRIPT -> EVAL with the body.
   server.command({"SCRIPT", "FLUSH"});
   auto r = acquire_once(locks, io, "flushed");
   EXPECT_FALSE(r.ec) << r.ec.message();
   EXPECT_TRUE(r.owned);
+  EXPECT_NE(server.command({"INFO", "commandstats"}).find("cmdstat_eval:calls=2,"),
+            std::string::npos);
 }
 
 TEST(Connection, GarbageFromTheServerIsAProtocolError) {
