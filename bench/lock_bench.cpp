@@ -37,6 +37,7 @@
 #include <fstream>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <string>
@@ -53,6 +54,7 @@ struct Args {
   std::uint16_t port = 6379;
   bool quick = false;
   bool probe = false;  // only the raw baseline, for runs of other programs to be scaled by
+  bool ceiling_only = false;  // only (f), the server ceiling by command shape
   int hold_ms = 1;
   std::string json;
 };
@@ -101,8 +103,9 @@ class Raw {
     }
     freeReplyObject(r);
   }
-
- private:
+  /// Loads a script; returns its SHA1.
+  std::string load(const std::string& body) { return bench::command(c_, {"SCRIPT", "LOAD", body}); }
+  redisContext* context() const noexcept { return c_; }
   void append(std::vector<std::string> args) {
     std::vector<const char*> argv;
     std::vector<std::size_t> lens;
@@ -112,6 +115,8 @@ class Raw {
     }
     redisAppendCommandArgv(c_, static_cast<int>(argv.size()), argv.data(), lens.data());
   }
+
+ private:
   redisContext* c_;
   const std::string suffix_ = "0123456789abcdef";
 };
@@ -153,6 +158,107 @@ double raw_throughput(const Args& a, int in_flight, double seconds) {
     pairs += in_flight;
   }
   return static_cast<double>(pairs) / std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// ------------------------------------------------------------------------ server ceiling
+
+/// What one acquire + release costs the server, for each library's command shape: driven
+/// from C with 256 pairs in flight (batches of acquires, then their releases) so that the
+/// client is not the limit. Pairs per second, and the server's own CPU per pair (INFO cpu).
+struct Shape {
+  std::string name;   // whose shape
+  std::string sends;  // what one pair sends
+  double pairs_per_s = 0;
+  double server_us_per_pair = 0;
+};
+
+double server_cpu_seconds(redisContext* c) {
+  const auto info = bench::command(c, {"INFO", "cpu"});
+  double total = 0;
+  for (const char* field : {"used_cpu_sys:", "used_cpu_user:"}) {
+    const auto at = info.find(field);
+    if (at != std::string::npos) total += std::atof(info.c_str() + at + std::strlen(field));
+  }
+  return total;
+}
+
+// Our own minimal scripts with the peers' command shapes (what each sends per pair).
+constexpr const char* check_and_set_lua =
+    "if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end\n"
+    "redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])\nreturn 1\n";
+constexpr const char* compare_and_delete_lua =
+    "if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end\n"
+    "return redis.call('DEL', KEYS[1])\n";
+
+std::vector<Shape> server_ceiling(const Args& a, int rounds, double seconds) {
+  constexpr int in_flight = 256;
+  Raw raw(a.port);
+  const auto cas = raw.load(check_and_set_lua);
+  const auto cad = raw.load(compare_and_delete_lua);
+  using Append = std::function<void(const detail::ResourceKeys&, const std::string&)>;
+  struct Kind {
+    Shape shape;
+    Append acquire, release;
+  };
+  const auto set_nx = [&](const detail::ResourceKeys& k, const std::string& t) {
+    raw.append({"SET", k.lease, t, "NX", "PX", "10000"});
+  };
+  const auto compare_delete = [&](const detail::ResourceKeys& k, const std::string& t) {
+    raw.append({"EVALSHA", cad, "1", k.lease, t});
+  };
+  std::vector<Kind> kinds = {
+      {{"redis_lock", "acquire.lua (EXISTS queue, SET NX PX, INCR fence) + release.lua "
+                      "(EXISTS queue, GET, DEL)"},
+       [&](const auto& k, const auto& t) { raw.append_acquire(k, t); },
+       [&](const auto& k, const auto& t) { raw.append_release(k, t); }},
+      {{"npm redlock (one master)", "script (EXISTS, SET PX) + script (GET, DEL)"},
+       [&](const auto& k, const auto& t) {
+         raw.append({"EVALSHA", cas, "1", k.lease, t, "10000"});
+       },
+       compare_delete},
+      {{"redis-semaphore Mutex, redis-py Lock", "SET NX PX + script (GET, DEL)"}, set_nx,
+       compare_delete},
+      {{"floor: no ownership check", "SET NX PX + DEL (not a safe lock)"}, set_nx,
+       [&](const auto& k, const auto&) { raw.append({"DEL", k.lease}); }},
+  };
+  std::vector<detail::ResourceKeys> keys;
+  for (int i = 0; i < in_flight; ++i) {
+    keys.push_back(detail::make_keys("lock:", "bench:ceiling:" + std::to_string(i)));
+  }
+  std::vector<std::string> tokens(in_flight);
+  std::vector<std::vector<Shape>> runs(kinds.size());
+  for (int r = 0; r < rounds; ++r) {
+    for (std::size_t s = 0; s < kinds.size(); ++s) {
+      auto& kind = kinds[s];
+      const double cpu0 = server_cpu_seconds(raw.context());
+      long pairs = 0;
+      const auto start = Clock::now();
+      const auto until = start + std::chrono::duration<double>(seconds);
+      while (Clock::now() < until) {
+        for (int i = 0; i < in_flight; ++i) {
+          tokens[i] = detail::random_token();
+          kind.acquire(keys[i], tokens[i]);
+        }
+        for (int i = 0; i < in_flight; ++i) raw.expect_reply();
+        for (int i = 0; i < in_flight; ++i) kind.release(keys[i], tokens[i]);
+        for (int i = 0; i < in_flight; ++i) raw.expect_reply();
+        pairs += in_flight;
+      }
+      const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+      const double cpu = server_cpu_seconds(raw.context()) - cpu0;
+      Shape shape = kind.shape;
+      shape.pairs_per_s = static_cast<double>(pairs) / elapsed;
+      shape.server_us_per_pair = cpu * 1e6 / static_cast<double>(pairs);
+      runs[s].push_back(shape);
+    }
+  }
+  std::vector<Shape> out;
+  for (auto& run : runs) {
+    std::sort(run.begin(), run.end(),
+              [](const Shape& x, const Shape& y) { return x.pairs_per_s < y.pairs_per_s; });
+    out.push_back(run[run.size() / 2]);
+  }
+  return out;
 }
 
 // ------------------------------------------------------------------------ redis_lock
@@ -454,6 +560,8 @@ int main(int argc, char** argv) {
       a.quick = true;
     } else if (k == "--probe") {
       a.probe = true;
+    } else if (k == "--ceiling") {
+      a.ceiling_only = true;
     } else if (k == "--port") {
       a.port = static_cast<std::uint16_t>(std::atoi(v)), ++i;
     } else if (k == "--hold-ms") {
@@ -463,7 +571,8 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: lock_bench --port P [--quick] [--hold-ms 1] [--json FILE]\n"
-                   "       lock_bench --port P --probe   (raw baseline only, as JSON)\n");
+                   "       lock_bench --port P --probe   (raw baseline only, as JSON)\n"
+                   "       lock_bench --port P --ceiling [--quick]   (only (f))\n");
       return 2;
     }
   }
@@ -474,6 +583,13 @@ int main(int argc, char** argv) {
     const auto tp = raw_throughput(a, 64, 1.0);
     std::printf("{\"raw_p50_us\":%.3f,\"raw_p99_us\":%.3f,\"raw_pairs_per_s_64\":%.1f}\n", lat.p50,
                 lat.p99, tp);
+    return 0;
+  }
+  if (a.ceiling_only) {
+    for (const auto& c : server_ceiling(a, 3, a.quick ? 0.3 : 1.5)) {
+      std::printf("%-40s %10.0f pairs/s %8.2f server us/pair   %s\n", c.name.c_str(),
+                  c.pairs_per_s, c.server_us_per_pair, c.sends.c_str());
+    }
     return 0;
   }
   const int pairs = a.quick ? 2000 : 20000;
@@ -506,6 +622,7 @@ int main(int argc, char** argv) {
     std::sort(lib_v.begin(), lib_v.end());
     tps.push_back({n, raw_v[1], lib_v[1]});
   }
+  const auto ceiling = server_ceiling(a, 3, a.quick ? 0.3 : 1.5);
   std::vector<Handoff> handoff_runs;
   for (int w : {2, 4, 8, 16, 32, 64}) handoff_runs.push_back(lib_handoff(a, w, handoffs));
   std::vector<Held> held_runs;
@@ -523,6 +640,12 @@ int main(int argc, char** argv) {
     std::snprintf(label, sizeof label, "(b) throughput, pairs/s, %d in flight", t.in_flight);
     std::printf("%-44s %12.0f %12.0f %7.2fx\n", label, t.raw, t.lib, t.lib / t.raw);
   }
+  std::printf("\n(f) the server ceiling by command shape (256 in flight, driven from C)\n");
+  std::printf("%-40s %12s %20s\n", "shape", "pairs/s", "server CPU us/pair");
+  for (const auto& c : ceiling) {
+    std::printf("%-40s %12.0f %20.2f\n", c.name.c_str(), c.pairs_per_s, c.server_us_per_pair);
+  }
+  std::printf("\n");
   for (const auto& h : handoff_runs) {
     char label[64];
     std::snprintf(label, sizeof label, "(c) hand-off gap p50, us, %d waiters", h.waiters);
@@ -559,6 +682,14 @@ int main(int argc, char** argv) {
     for (std::size_t i = 0; i < tps.size(); ++i) {
       std::fprintf(f, "%s{\"in_flight\":%d,\"pairs_per_s\":%.1f,\"raw_pairs_per_s\":%.1f}",
                    i ? "," : "", tps[i].in_flight, tps[i].lib, tps[i].raw);
+    }
+    std::fprintf(f, "],\"server_ceiling\":[");
+    for (std::size_t i = 0; i < ceiling.size(); ++i) {
+      const auto& c = ceiling[i];
+      std::fprintf(f, "%s{\"shape\":\"%s\",\"sends\":\"%s\",\"in_flight\":256,"
+                      "\"pairs_per_s\":%.1f,\"server_us_per_pair\":%.3f}",
+                   i ? "," : "", c.name.c_str(), c.sends.c_str(), c.pairs_per_s,
+                   c.server_us_per_pair);
     }
     std::fprintf(f, "],\"handoff\":[");
     for (std::size_t i = 0; i < handoff_runs.size(); ++i) {

@@ -166,6 +166,31 @@ md.push(`| raw hiredis (same scripts) | ${inFlight.map((n) => fmt(ours.throughpu
 for (const r of all) {
   md.push(`| ${r.library} | ${inFlight.map((n) => fmt(tpOf(r, n))).join(' | ')} | ${fmt(raw64(r))} | ${ratio(tpVsRaw(r), 1)} | ${ratio(tpVsRaw(ours), tpVsRaw(r))} |`);
 }
+if (ours.server_ceiling) {
+  // How far one server goes with each library's command shape: the bound on (b).
+  const peers = all.filter((r) => r !== ours);
+  const best = peers.reduce((b, r) => (tpOf(r, 64) > tpOf(b, 64) ? r : b), peers[0] || ours);
+  const mine = ours.server_ceiling[0];
+  md.push('\n## What bounds (b): one server\'s work per pair, by library\n');
+  md.push('Throughput at 64 in flight is bound by the server, not the client: redis_lock runs at ' +
+    `${ratio(tpVsRaw(ours), 1)} of a raw C client sending its scripts. To see the bound for each ` +
+    'library, a C client sends each library\'s command shape (our own scripts of the same shape ' +
+    'for the peers) with 256 pairs in flight, and the server\'s own CPU per pair is read from ' +
+    '`INFO cpu`. Medians of 3 interleaved rounds.\n');
+  md.push('| shape of | one acquire + release sends | pairs/s, 256 in flight | server CPU per pair (us) | vs redis_lock |');
+  md.push('|---|---|---:|---:|---:|');
+  for (const c of ours.server_ceiling) {
+    md.push(`| ${c.shape} | ${c.sends} | ${fmt(c.pairs_per_s)} | ${fmt(c.server_us_per_pair, 2)} | ${ratio(c.server_us_per_pair, mine.server_us_per_pair)} |`);
+  }
+  if (best !== ours) {
+    md.push(`\nThe throughput target (3x every peer at 64 in flight) asks for ${fmt(3 * tpOf(best, 64))} pairs/s ` +
+      `(3x ${best.library}). The server can do ${fmt(mine.pairs_per_s)} pairs/s of redis_lock's commands, ` +
+      `${ratio(mine.pairs_per_s, 3 * tpOf(best, 64))} of that, because a fenced, fair lock asks more of it ` +
+      'per pair than the peers\' shapes do (the fencing counter, the queue check, and the keys and ' +
+      'arguments each script call carries). A faster client cannot close that gap; only less server ' +
+      'work per pair or more servers (a Cluster) can.\n');
+  }
+}
 md.push('\n## (c) Contended hand-off\n');
 md.push('![hand-off](handoff.svg)\n');
 md.push('Each of W waiters holds the lock 1 ms and may not ask again until someone else has had it, so every acquisition is a hand-off. Gap: from a release being issued to the next owner\'s acquire completing. Compared as measured: a polling library\'s gap is set by its retry interval (redlock 200 ms with jitter, redis-semaphore 10 ms, redis-py 100 ms), not by the round trip.\n');
