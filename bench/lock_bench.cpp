@@ -195,6 +195,7 @@ std::vector<Shape> server_ceiling(const Args& a, int rounds, double seconds) {
   Raw raw(a.port);
   const auto cas = raw.load(check_and_set_lua);
   const auto cad = raw.load(compare_and_delete_lua);
+  const auto noop = raw.load("return 1");
   using Append = std::function<void(const detail::ResourceKeys&, const std::string&)>;
   struct Kind {
     Shape shape;
@@ -218,6 +219,16 @@ std::vector<Shape> server_ceiling(const Args& a, int rounds, double seconds) {
        compare_delete},
       {{"redis-semaphore Mutex, redis-py Lock", "SET NX PX + script (GET, DEL)"}, set_nx,
        compare_delete},
+      {{"redis_lock's call overhead alone",
+        "its two script calls with their keys and arguments, scripts that only return 1"},
+       [&](const auto& k, const auto& t) {
+         raw.append({"EVALSHA", noop, "4", k.lease, k.fence, k.queue, k.queue_expiry, t, "10000",
+                     "0", "2000", "0123456789abcdef"});
+       },
+       [&](const auto& k, const auto& t) {
+         raw.append({"EVALSHA", noop, "3", k.lease, k.queue, k.queue_expiry, t, "lock:notify:",
+                     "1000", t + "0123456789abcdef", "PUBLISH"});
+       }},
       {{"floor: no ownership check", "SET NX PX + DEL (not a safe lock)"}, set_nx,
        [&](const auto& k, const auto&) { raw.append({"DEL", k.lease}); }},
   };
