@@ -137,11 +137,15 @@ Percentiles raw_latency(const Args& a, int pairs) {
   return percentiles(us);
 }
 
-double raw_throughput(const Args& a, int in_flight, double seconds) {
-  Raw raw(a.port);
+using AppendFor = std::function<void(const detail::ResourceKeys&, const std::string&)>;
+
+/// Pipelined batches for `seconds`: `in_flight` acquires on distinct keys (a fresh token
+/// each), their replies, then their releases and replies. Returns pairs per second.
+double batch_pairs(Raw& raw, const std::string& key_stem, int in_flight, double seconds,
+                   const AppendFor& acquire, const AppendFor& release) {
   std::vector<detail::ResourceKeys> keys;
   for (int i = 0; i < in_flight; ++i) {
-    keys.push_back(detail::make_keys("lock:", "bench:raw:tp:" + std::to_string(i)));
+    keys.push_back(detail::make_keys("lock:", key_stem + std::to_string(i)));
   }
   std::vector<std::string> tokens(static_cast<std::size_t>(in_flight));
   long pairs = 0;
@@ -150,14 +154,22 @@ double raw_throughput(const Args& a, int in_flight, double seconds) {
   while (Clock::now() < until) {
     for (int i = 0; i < in_flight; ++i) {
       tokens[i] = detail::random_token();
-      raw.append_acquire(keys[i], tokens[i]);
+      acquire(keys[i], tokens[i]);
     }
     for (int i = 0; i < in_flight; ++i) raw.expect_reply();
-    for (int i = 0; i < in_flight; ++i) raw.append_release(keys[i], tokens[i]);
+    for (int i = 0; i < in_flight; ++i) release(keys[i], tokens[i]);
     for (int i = 0; i < in_flight; ++i) raw.expect_reply();
     pairs += in_flight;
   }
   return static_cast<double>(pairs) / std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+double raw_throughput(const Args& a, int in_flight, double seconds) {
+  Raw raw(a.port);
+  return batch_pairs(
+      raw, "bench:raw:tp:", in_flight, seconds,
+      [&](const auto& k, const auto& t) { raw.append_acquire(k, t); },
+      [&](const auto& k, const auto& t) { raw.append_release(k, t); });
 }
 
 // ------------------------------------------------------------------------ server ceiling
@@ -196,10 +208,9 @@ std::vector<Shape> server_ceiling(const Args& a, int rounds, double seconds) {
   const auto cas = raw.load(check_and_set_lua);
   const auto cad = raw.load(compare_and_delete_lua);
   const auto noop = raw.load("return 1");
-  using Append = std::function<void(const detail::ResourceKeys&, const std::string&)>;
   struct Kind {
     Shape shape;
-    Append acquire, release;
+    AppendFor acquire, release;
   };
   const auto set_nx = [&](const detail::ResourceKeys& k, const std::string& t) {
     raw.append({"SET", k.lease, t, "NX", "PX", "10000"});
@@ -233,33 +244,19 @@ std::vector<Shape> server_ceiling(const Args& a, int rounds, double seconds) {
        [&](const auto& k, const auto&) { raw.append({"DEL", k.lease}); }},
   };
   std::vector<detail::ResourceKeys> keys;
-  for (int i = 0; i < in_flight; ++i) {
-    keys.push_back(detail::make_keys("lock:", "bench:ceiling:" + std::to_string(i)));
-  }
-  std::vector<std::string> tokens(in_flight);
   std::vector<std::vector<Shape>> runs(kinds.size());
   for (int r = 0; r < rounds; ++r) {
     for (std::size_t s = 0; s < kinds.size(); ++s) {
       auto& kind = kinds[s];
       const double cpu0 = server_cpu_seconds(raw.context());
-      long pairs = 0;
       const auto start = Clock::now();
-      const auto until = start + std::chrono::duration<double>(seconds);
-      while (Clock::now() < until) {
-        for (int i = 0; i < in_flight; ++i) {
-          tokens[i] = detail::random_token();
-          kind.acquire(keys[i], tokens[i]);
-        }
-        for (int i = 0; i < in_flight; ++i) raw.expect_reply();
-        for (int i = 0; i < in_flight; ++i) kind.release(keys[i], tokens[i]);
-        for (int i = 0; i < in_flight; ++i) raw.expect_reply();
-        pairs += in_flight;
-      }
-      const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+      const double rate =
+          batch_pairs(raw, "bench:ceiling:", in_flight, seconds, kind.acquire, kind.release);
+      const double pairs = rate * std::chrono::duration<double>(Clock::now() - start).count();
       const double cpu = server_cpu_seconds(raw.context()) - cpu0;
       Shape shape = kind.shape;
-      shape.pairs_per_s = static_cast<double>(pairs) / elapsed;
-      shape.server_us_per_pair = cpu * 1e6 / static_cast<double>(pairs);
+      shape.pairs_per_s = rate;
+      shape.server_us_per_pair = cpu * 1e6 / pairs;
       runs[s].push_back(shape);
     }
   }
