@@ -29,7 +29,7 @@ struct TlsMaterial {
 struct TlsRedisServer {
   /// `require_client_cert`: the server asks for a client certificate signed by the CA.
   explicit TlsRedisServer(bool require_client_cert = false);
-  std::uint16_t tls_port;
+  std::uint16_t tls_port = 0;
   std::unique_ptr<RedisServer> server;
   /// rediss://127.0.0.1:<tls port> trusting the test CA.
   ConnectionConfig config() const;
