@@ -139,9 +139,15 @@ Percentiles raw_latency(const Args& a, int pairs) {
 
 using AppendFor = std::function<void(const detail::ResourceKeys&, const std::string&)>;
 
+struct Batches {
+  long pairs = 0;
+  double seconds = 0;
+  double per_second() const { return static_cast<double>(pairs) / seconds; }
+};
+
 /// Pipelined batches for `seconds`: `in_flight` acquires on distinct keys (a fresh token
-/// each), their replies, then their releases and replies. Returns pairs per second.
-double batch_pairs(Raw& raw, const std::string& key_stem, int in_flight, double seconds,
+/// each), their replies, then their releases and replies.
+Batches batch_pairs(Raw& raw, const std::string& key_stem, int in_flight, double seconds,
                    const AppendFor& acquire, const AppendFor& release) {
   std::vector<detail::ResourceKeys> keys;
   for (int i = 0; i < in_flight; ++i) {
@@ -161,7 +167,7 @@ double batch_pairs(Raw& raw, const std::string& key_stem, int in_flight, double 
     for (int i = 0; i < in_flight; ++i) raw.expect_reply();
     pairs += in_flight;
   }
-  return static_cast<double>(pairs) / std::chrono::duration<double>(Clock::now() - start).count();
+  return {pairs, std::chrono::duration<double>(Clock::now() - start).count()};
 }
 
 double raw_throughput(const Args& a, int in_flight, double seconds) {
@@ -169,7 +175,8 @@ double raw_throughput(const Args& a, int in_flight, double seconds) {
   return batch_pairs(
       raw, "bench:raw:tp:", in_flight, seconds,
       [&](const auto& k, const auto& t) { raw.append_acquire(k, t); },
-      [&](const auto& k, const auto& t) { raw.append_release(k, t); });
+      [&](const auto& k, const auto& t) { raw.append_release(k, t); })
+      .per_second();
 }
 
 // ------------------------------------------------------------------------ server ceiling
@@ -249,14 +256,12 @@ std::vector<Shape> server_ceiling(const Args& a, int rounds, double seconds) {
     for (std::size_t s = 0; s < kinds.size(); ++s) {
       auto& kind = kinds[s];
       const double cpu0 = server_cpu_seconds(raw.context());
-      const auto start = Clock::now();
-      const double rate =
+      const auto run =
           batch_pairs(raw, "bench:ceiling:", in_flight, seconds, kind.acquire, kind.release);
-      const double pairs = rate * std::chrono::duration<double>(Clock::now() - start).count();
       const double cpu = server_cpu_seconds(raw.context()) - cpu0;
       Shape shape = kind.shape;
-      shape.pairs_per_s = rate;
-      shape.server_us_per_pair = cpu * 1e6 / pairs;
+      shape.pairs_per_s = run.per_second();
+      shape.server_us_per_pair = cpu * 1e6 / static_cast<double>(run.pairs);
       runs[s].push_back(shape);
     }
   }

@@ -314,17 +314,18 @@ LockService::LockService(asio::any_io_executor ex, ConnectionConfig config, Mana
       strand_(asio::make_strand(executor_)),
       router_(std::make_shared<Router>(*strand_, std::move(config), options_.client_name, tls_)),
       manager_id_(random_token().substr(0, 16)),
-      notify_prefix_(options_.key_prefix + "notify:") {}
-
-LockService::~LockService() = default;
-
-void LockService::watch_context_shutdown() {
+      notify_prefix_(options_.key_prefix + "notify:") {
   // Every command connection has our scripts before its first command: a NOSCRIPT resend
   // would run after commands sent later (a Redlock give-back after the next attempt's grant).
   std::vector<std::string_view> scripts = {acquire_script.body, release_script.body,
                                            extend_script.body};
   if (redlock()) scripts.push_back(raise_fence_script.body);
   router_->set_preload(std::move(scripts));
+}
+
+LockService::~LockService() = default;
+
+void LockService::watch_context_shutdown() {
   // (Here rather than in the constructor: the handlers hold us weakly.)
   router_->set_subscriber_setup([weak = weak_from_this()](Connection& c, std::size_t node) {
     c.set_subscriber(

@@ -17,6 +17,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
@@ -155,9 +156,12 @@ void RedisServer::start() {
   const bool cluster_node = is_cluster_node(extra_args_);
   for (int attempt = 0; attempt < 10; ++attempt) {
     port_ = cluster_node ? free_cluster_port() : free_port();
+    if (std::find(extra_args_.begin(), extra_args_.end(), free_port_arg) != extra_args_.end()) {
+      extra_port_ = free_port();
+    }
     spawn();
     if (wait_ready(std::chrono::seconds(5))) return;
-    kill(SIGKILL);  // most likely the port was taken between free_port() and bind
+    kill(SIGKILL);  // most likely a port was taken between free_port() and bind
   }
   // Say why: the last lines of the server's log (a bad option, a port it could not bind...).
   std::ifstream log(dir_ + "/redis.log");
@@ -207,7 +211,9 @@ void RedisServer::spawn() {
       "--protected-mode", "no",          "--dir", dir_,
       "--logfile", dir_ + "/redis.log",  "--enable-debug-command", "yes"};
   args.insert(args.end(), common.begin(), common.end());
-  args.insert(args.end(), extra_args_.begin(), extra_args_.end());
+  for (const auto& arg : extra_args_) {
+    args.push_back(arg == free_port_arg ? std::to_string(extra_port_) : arg);
+  }
   const pid_t pid = ::fork();
   if (pid < 0) throw std::runtime_error("fork failed");
   if (pid == 0) {

@@ -20,6 +20,9 @@ namespace redis_lock::test {
 /// the object. Admin commands go through a plain blocking hiredis client.
 class RedisServer {
  public:
+  /// An extra argument equal to this is replaced by a free port, chosen again on each start
+  /// attempt like the server's own (e.g. `{"--tls-port", RedisServer::free_port_arg}`).
+  static constexpr const char* free_port_arg = "<free port>";
   /// `die_with_parent`: the server is killed if the test process dies (false for fixtures).
   explicit RedisServer(std::vector<std::string> extra_args = {}, bool die_with_parent = true);
   /// A redis-server in Sentinel mode, with `config_lines` as its (rewritable) config file.
@@ -29,6 +32,8 @@ class RedisServer {
   RedisServer& operator=(const RedisServer&) = delete;
 
   std::uint16_t port() const noexcept { return port_; }
+  /// The port that replaced the first `free_port_arg` of the extra arguments (0: none).
+  std::uint16_t extra_port() const noexcept { return extra_port_; }
   const std::string& unix_socket() const noexcept { return unix_socket_; }
   pid_t pid() const noexcept { return pid_; }
   ConnectionConfig config() const;
@@ -59,6 +64,7 @@ class RedisServer {
   std::string dir_;
   std::string unix_socket_;
   std::uint16_t port_ = 0;
+  std::uint16_t extra_port_ = 0;
   pid_t pid_ = -1;
   bool die_with_parent_ = true;
   bool keep_dir_ = false;

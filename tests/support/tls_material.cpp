@@ -66,20 +66,12 @@ const TlsMaterial& TlsMaterial::get() {
 
 TlsRedisServer::TlsRedisServer(bool require_client_cert) {
   const auto& m = TlsMaterial::get();
-  // The TLS port is chosen here, not by RedisServer's retries: if it was taken before the
-  // server bound it, start again with another one.
-  for (int attempt = 0;; ++attempt) {
-    tls_port = free_port();
-    try {
-      server = std::make_unique<RedisServer>(std::vector<std::string>{
-          "--tls-port", std::to_string(tls_port), "--tls-cert-file", m.server_cert,
-          "--tls-key-file", m.server_key, "--tls-ca-cert-file", m.ca_cert, "--tls-auth-clients",
-          require_client_cert ? "yes" : "no"});
-      return;
-    } catch (const std::runtime_error&) {
-      if (attempt == 3) throw;
-    }
-  }
+  // The TLS port is chosen with the plain one, again on each start attempt.
+  server = std::make_unique<RedisServer>(std::vector<std::string>{
+      "--tls-port", RedisServer::free_port_arg, "--tls-cert-file", m.server_cert,
+      "--tls-key-file", m.server_key, "--tls-ca-cert-file", m.ca_cert, "--tls-auth-clients",
+      require_client_cert ? "yes" : "no"});
+  tls_port = server->extra_port();
 }
 
 ConnectionConfig TlsRedisServer::config() const {
