@@ -27,6 +27,7 @@ struct TcpProxy::Impl {
   std::uint16_t target;
   std::atomic<long long> delay_ms{0};
   std::atomic<bool> blackhole{false};
+  std::atomic<bool> corrupt_reply{false};
   std::thread thread;
 
   asio::awaitable<void> pause_while_cut() {
@@ -39,7 +40,8 @@ struct TcpProxy::Impl {
 
   // One direction: chunks are stamped when read and written no earlier than stamp + delay,
   // in order, so a delay adds latency without serialising the pipeline.
-  asio::awaitable<void> pump(std::shared_ptr<tcp::socket> from, std::shared_ptr<tcp::socket> to) {
+  asio::awaitable<void> pump(std::shared_ptr<tcp::socket> from, std::shared_ptr<tcp::socket> to,
+                             bool from_server) {
     struct Chunk {
       Clock::time_point due;
       std::string bytes;
@@ -72,7 +74,9 @@ struct TcpProxy::Impl {
       co_await pause_while_cut();
       auto [ec, n] = co_await from->async_read_some(asio::buffer(buf), asio::as_tuple(asio::use_awaitable));
       if (ec) break;
-      queue->push_back({Clock::now() + std::chrono::milliseconds(delay_ms.load()), std::string(buf, n)});
+      std::string bytes(buf, n);
+      if (from_server && corrupt_reply.exchange(false)) bytes = "\x07not RESP\r\n";
+      queue->push_back({Clock::now() + std::chrono::milliseconds(delay_ms.load()), std::move(bytes)});
       more->cancel();
     }
     *reading_done = true;
@@ -88,8 +92,8 @@ struct TcpProxy::Impl {
       auto [cec] = co_await b->async_connect({asio::ip::make_address("127.0.0.1"), target},
                                              asio::as_tuple(asio::use_awaitable));
       if (cec) continue;  // the server is down: the client sees its connection closed
-      asio::co_spawn(io, pump(a, b), asio::detached);
-      asio::co_spawn(io, pump(b, a), asio::detached);
+      asio::co_spawn(io, pump(a, b, false), asio::detached);
+      asio::co_spawn(io, pump(b, a, true), asio::detached);
     }
   }
 };
@@ -112,5 +116,7 @@ void TcpProxy::set_delay(std::chrono::milliseconds delay) noexcept {
 }
 
 void TcpProxy::set_blackhole(bool on) noexcept { impl_->blackhole.store(on); }
+
+void TcpProxy::corrupt_next_reply() noexcept { impl_->corrupt_reply.store(true); }
 
 }  // namespace redis_lock::test

@@ -25,6 +25,9 @@ class TcpProxy {
   /// On: nothing is forwarded (bytes wait, as behind a dead link); off: the path heals and
   /// what waited is delivered.
   void set_blackhole(bool on) noexcept;
+  /// The next chunk the server sends is replaced by bytes that are not RESP (the command
+  /// it answers has run on the server; the client sees a protocol error).
+  void corrupt_next_reply() noexcept;
 
  private:
   struct Impl;
