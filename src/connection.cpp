@@ -170,12 +170,13 @@ bool Connection::is_current_or_draining(const std::shared_ptr<Link>& link) const
 }
 
 void Connection::execute(std::span<const std::string_view> command, Callback callback,
-                         std::shared_ptr<LateReplies> late) {
+                         std::shared_ptr<LateReplies> late,
+                         std::chrono::milliseconds extra_time) {
   if (shut_down_) return;  // the handler is destroyed, as Asio does with pending work
   const auto before = queued_bytes_.size();
   append_command(queued_bytes_, command);
   queued_.push_back(Pending{std::move(callback), std::move(late),
-                            Clock::now() + config_.command_timeout,
+                            Clock::now() + config_.command_timeout + extra_time,
                             queued_bytes_.size() - before});
   arm_timer();
   switch (state_) {
@@ -189,10 +190,20 @@ void Connection::execute(std::span<const std::string_view> command, Callback cal
 // Connecting
 
 void Connection::start_connect() {
-  if (Clock::now() < next_connect_at_) {
+  const auto now = Clock::now();
+  if (now < next_connect_at_) {
     // A recent attempt failed: wait a little instead of hammering a server that is down.
+    // But not past half the oldest queued command's time: a server that is back (a
+    // restarted Redlock master, say) gets tried before that command times out, instead of
+    // the backoff counting as "no answer". One attempt per command timeout at most still
+    // keeps a dead server from being hammered.
+    auto wake = next_connect_at_;
+    if (!queued_.empty()) {
+      wake = std::min(wake, queued_.front().deadline - config_.command_timeout / 2);
+    }
+    if (wake <= now) return connect_now();
     state_ = State::backoff;
-    connect_timer_->expires_at(next_connect_at_);
+    connect_timer_->expires_at(wake);
     connect_timer_->async_wait(on_strand([self = shared_from_this()](error_code ec) {
       if (ec || self->shut_down_ || self->state_ != State::backoff) return;
       if (self->queued_.empty()) {
@@ -582,7 +593,8 @@ void Connection::arm_timer() {
     for (const auto& p : link_->in_flight) {
       if (p.deadline != never) {
         earliest = std::min(earliest, p.deadline);
-        break;  // deadlines grow along the queue
+        break;  // deadlines grow along the queue (a WAIT's longer one holds up those behind it,
+                // which cannot be answered before it anyway)
       }
     }
   }

@@ -100,8 +100,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
   /// or an error.
   /// If it times out after being written, `late` (optional) later gets the reply, or
   /// `connection_lost` if the reply never comes within the drain grace period.
+  /// `extra_time` lengthens this command's deadline (a WAIT that may block the server's
+  /// answer for its own timeout).
   void execute(std::span<const std::string_view> command, Callback callback,
-               std::shared_ptr<LateReplies> late = nullptr);
+               std::shared_ptr<LateReplies> late = nullptr,
+               std::chrono::milliseconds extra_time = std::chrono::milliseconds(0));
 
   /// The execution context is shutting down: drop sockets and timers without invoking
   /// callbacks (Asio destroys pending handlers on shutdown; we do the same).

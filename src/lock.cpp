@@ -17,21 +17,24 @@ using boost::system::error_code;
 
 LockGuard::LockGuard() noexcept = default;
 
-LockGuard::LockGuard(std::shared_ptr<detail::LockService> service, std::string resource,
-                     std::string token, std::uint64_t fencing_token,
+LockGuard::LockGuard(std::shared_ptr<detail::LockService> service,
+                     asio::any_io_executor executor, std::string resource, std::string token,
+                     std::uint64_t fencing_token,
                      std::shared_ptr<detail::LeaseState> lease) noexcept
     : service_(std::move(service)),
       resource_(std::move(resource)),
       token_(std::move(token)),
       fencing_token_(fencing_token),
-      lease_(std::move(lease)) {}
+      lease_(std::move(lease)),
+      executor_(std::move(executor)) {}
 
 LockGuard::LockGuard(LockGuard&& other) noexcept
     : service_(std::move(other.service_)),
       resource_(std::move(other.resource_)),
       token_(std::move(other.token_)),
       fencing_token_(std::exchange(other.fencing_token_, 0)),
-      lease_(std::move(other.lease_)) {
+      lease_(std::move(other.lease_)),
+      executor_(other.executor_) {
   other.service_.reset();
   other.resource_.clear();
   other.token_.clear();
@@ -45,6 +48,7 @@ LockGuard& LockGuard::operator=(LockGuard&& other) noexcept {
     token_ = std::move(other.token_);
     fencing_token_ = std::exchange(other.fencing_token_, 0);
     lease_ = std::move(other.lease_);
+    executor_ = other.executor_;
     other.service_.reset();
     other.resource_.clear();
     other.token_.clear();

@@ -37,9 +37,17 @@ constexpr milliseconds first_backoff{2};
 // its place while it retries within `waiter_ttl`; a lease handed to a waiter that does not
 // claim it (it died) lapses after `claim_window`.
 constexpr milliseconds max_backoff{500};
-constexpr std::string_view waiter_ttl_ms = "2000";
-constexpr milliseconds refresh_interval{600};  // well inside waiter_ttl
-constexpr std::string_view claim_window_ms = "1000";
+// A waiter that died therefore holds back a free lock for at most waiter_ttl (its place,
+// since its last refresh) + claim_window (a lease handed to it) = 1.8 s, whatever the ttl.
+// Shorter would trade fairness, not safety: a live waiter that misses a refresh by more
+// than waiter_ttl - refresh_interval, or a claim by claim_window, goes to the back.
+constexpr milliseconds waiter_ttl{1200};
+constexpr std::string_view waiter_ttl_ms = "1200";
+constexpr milliseconds refresh_interval{400};  // a third of waiter_ttl
+constexpr std::string_view claim_window_ms = "600";
+// A give-back that met a link failure is sent again after this, doubling up to the max.
+constexpr milliseconds give_back_first_retry{25};
+constexpr milliseconds give_back_max_retry{500};
 
 /// Learns of the execution context's shutdown, so that guards outliving their io_context
 /// neither post onto it nor destroy I/O objects of a dead context.
@@ -101,6 +109,20 @@ bool grants(const Reply& reply) {
          reply.elements[0].type == Reply::Type::integer && reply.elements[0].integer == 1;
 }
 
+/// Whether a command that failed with `ec` may have run on the server: its link failed
+/// after it was written (a connect failure fails only commands that never left the queue;
+/// a timeout has its late reply instead).
+bool may_have_run(error_code ec) {
+  return ec == error::connection_lost || ec == error::protocol_error || ec == error::read_only;
+}
+
+Reply integer_reply(long long value) {
+  Reply r;
+  r.type = Reply::Type::integer;
+  r.integer = value;
+  return r;
+}
+
 milliseconds jittered(milliseconds cap) {
   thread_local std::minstd_rand rng{std::random_device{}()};
   std::uniform_int_distribution<long long> dist(1, std::max<long long>(1, cap.count()));
@@ -113,6 +135,13 @@ milliseconds jittered(milliseconds cap) {
 // any_completion_handler recurses until the stack overflows.
 /// One script call on one lease. Its argument views point into its own strings, which never
 /// move (ops live in a shared_ptr). The op also takes the late reply if its command times out.
+/// A command that owns its arguments: a Redlock call's, which may be resent after NOSCRIPT
+/// when the op it came from has moved on to another attempt (and another token).
+struct OwnedCommand {
+  explicit OwnedCommand(std::span<const std::string_view> argv) : args(argv.begin(), argv.end()) {}
+  std::vector<std::string> args;
+};
+
 struct ScriptOp : LateReplies, std::enable_shared_from_this<ScriptOp> {
   virtual ~ScriptOp() = default;
   /// The reply or the error; called exactly once.
@@ -135,6 +164,12 @@ struct ScriptOp : LateReplies, std::enable_shared_from_this<ScriptOp> {
     for (auto a : script_args) argv[argc++] = a;
   }
   std::span<const std::string_view> command() const noexcept { return {argv.data(), argc}; }
+  /// Before the same command is sent again from the start (a give-back's retry).
+  void rearm() noexcept {
+    redirects = 0;
+    retries = 0;
+    retry_until = {};
+  }
 
   std::shared_ptr<LockService> service;
   ResourceKeys keys;
@@ -175,8 +210,13 @@ struct AcquireOp final : ScriptOp {
     // queued for). An error reply means it never ran; an error without a reply means we
     // will never know, so release anyway.
     if (!ec && reply.is_error()) return;
-    if (ec || grants(reply) || options.wait.count() > 0) service->release_detached(resource, token);
+    if (ec || grants(reply) || options.wait.count() > 0) give_back();
   }
+  /// The lease this attempt may hold, or its queue place, expires by then at the latest.
+  Clock::time_point give_back_until() const noexcept {
+    return attempt_started + std::max(options.ttl, waiter_ttl);
+  }
+  void give_back() { service->give_back(resource, token, give_back_until()); }
   void sleep_until_retry(long long pttl);
   void cancel();
   void confirm_replicated(LockGuard guard) {
@@ -215,7 +255,7 @@ struct AcquireOp final : ScriptOp {
   }
   /// Leaves the queue (and hands on a lease that reached us meanwhile).
   void leave() {
-    if (joined) service->release_detached(resource, token);
+    if (joined) give_back();
     joined = false;
   }
 
@@ -260,8 +300,43 @@ struct CompareOp final : ScriptOp {
   LeaseCommand command = LeaseCommand::release;
   std::chrono::milliseconds new_ttl{};
   Clock::time_point sent = Clock::now();
+  Clock::time_point give_back_until{};  // a give-back: resent through link failures until then
+  milliseconds backoff{give_back_first_retry};
 
   void on_reply(error_code ec, Reply reply) override {
+    if (ec && !handler && give_back_until != Clock::time_point{}) {
+      // The link failed: the release may not have run. Again once a link works.
+      auto self = std::static_pointer_cast<CompareOp>(shared_from_this());
+      if (service->retry_later(give_back_until, backoff, [self] {
+            self->rearm();
+            self->service->send(self);
+          })) {
+        return;
+      }
+    }
+    if (!ec && lease && lease->min_replicas > 0 && command == LeaseCommand::extend &&
+        reply.type == Reply::Type::integer && reply.integer == 1) {
+      return confirm_replicated();
+    }
+    finish(ec, std::move(reply));
+  }
+
+  /// min_replicas: an extension counts once WAIT says enough replicas have it.
+  void confirm_replicated() {
+    service->wait_replicas(
+        node, lease->min_replicas, lease->replication_timeout,
+        Connection::Callback([self = std::static_pointer_cast<CompareOp>(shared_from_this())](
+                                 error_code ec, Reply reply) {
+          if (!ec && reply.is_error()) ec = self->service->server_error(reply);
+          if (!ec && reply.type != Reply::Type::integer) ec = error::unexpected_reply;
+          if (!ec && reply.integer < self->lease->min_replicas) ec = error::not_replicated;
+          // Not confirmed: an error, and the lease's validity stays where it was.
+          if (ec) return self->finish(ec, Reply{});
+          self->finish({}, integer_reply(1));
+        }));
+  }
+
+  void finish(error_code ec, Reply reply) {
     bool done = false;
     if (!ec && reply.is_error()) {
       ec = service->server_error(reply);
@@ -288,7 +363,27 @@ struct RenewOp final : ScriptOp {
   std::string ttl_ms;
   Clock::time_point sent;
   void on_reply(error_code ec, Reply reply) override {
-    if (auto held = lease.lock()) service->renewed(held, sent, ec, reply, node_results);
+    auto held = lease.lock();
+    if (!held) return;
+    if (!ec && held->min_replicas > 0 && reply.type == Reply::Type::integer &&
+        reply.integer == 1) {
+      // min_replicas: the renewal counts once WAIT says enough replicas have it; until
+      // then the lease is not extended (retried, and lost at valid_until()).
+      return service->wait_replicas(
+          node, held->min_replicas, held->replication_timeout,
+          Connection::Callback([self = std::static_pointer_cast<RenewOp>(shared_from_this()),
+                                reply](error_code wait_ec, Reply count) {
+            auto again = self->lease.lock();
+            if (!again) return;
+            if (!wait_ec && (count.type != Reply::Type::integer ||
+                             count.integer < again->min_replicas)) {
+              wait_ec = error::not_replicated;
+            }
+            self->service->renewed(again, self->sent, wait_ec, wait_ec ? Reply{} : reply,
+                                   self->node_results);
+          }));
+    }
+    service->renewed(held, sent, ec, reply, node_results);
   }
 };
 
@@ -483,9 +578,22 @@ struct QuorumCall : std::enable_shared_from_this<QuorumCall> {
   void mint();
   void raised(error_code ec, const Reply& reply);
   void finish_mint();
-  /// The acquire failed: give back whatever was (or may yet be) taken anywhere.
+  AcquireOp& acquire() const noexcept { return static_cast<AcquireOp&>(*op); }
+  /// The acquire failed: give back whatever was (or may yet be) taken, on every master
+  /// where the script may have taken the lease: not where it was refused (it ran and took
+  /// nothing), nor where it never left the queue (a connect failure) or was refused as a
+  /// command (an error reply).
   void give_back() const {
-    service().release_detached(static_cast<AcquireOp&>(*op).resource, lease_token);
+    for (std::size_t i = 0; i < size(); ++i) {
+      const auto& r = op->node_results[i];
+      const bool may_hold =
+          r.outcome == NodeOutcome::granted || r.outcome == NodeOutcome::no_answer ||
+          (r.outcome == NodeOutcome::failed &&
+           (may_have_run(r.error) || r.error == error::timeout || r.error == error::unexpected_reply));
+      if (may_hold) {
+        service().give_back_on(i, acquire().resource, lease_token, acquire().give_back_until());
+      }
+    }
   }
   void complete(error_code ec, Reply reply) {
     decided = true;
@@ -496,23 +604,21 @@ struct QuorumCall : std::enable_shared_from_this<QuorumCall> {
     }
     op->on_reply(ec, std::move(reply));  // `op` stays: late grants are given back through it
   }
-  /// After the attempt failed: a master's late answer that took the lease (or may have).
-  /// Each attempt has its own token, so this give-back cannot touch a later attempt's lease.
-  void late_answer(error_code ec, const Reply& reply) const {
-    if (!completed || succeeded || !op->is_acquire) return;
+  /// A master's answer after the vote: a grant (or a reply lost with its link, which may
+  /// have been one) that is not part of the lease is given back on that master. Not part of
+  /// the lease: any answer to an attempt that failed, and an answer that came after its
+  /// command timed out (it counted as a failure in the vote, whatever the outcome). Each
+  /// attempt has its own token, so this cannot touch a later attempt's lease.
+  void late_answer(std::size_t node, error_code ec, const Reply& reply, bool timed_out) const {
+    if (!op->is_acquire) return;
     if (!ec && reply.is_error()) return;  // it never ran
-    if (ec || grants(reply)) give_back();
+    if (!ec && !grants(reply)) return;
+    if (!timed_out && !(completed && !succeeded)) return;  // part of the lease (or deciding)
+    service().give_back_on(node, acquire().resource, lease_token, acquire().give_back_until());
   }
 };
 
 namespace {
-
-Reply integer_reply(long long value) {
-  Reply r;
-  r.type = Reply::Type::integer;
-  r.integer = value;
-  return r;
-}
 
 Reply acquire_reply(long long taken, long long value) {
   Reply r;
@@ -526,33 +632,98 @@ struct LateAcquire final : LateReplies {
   // Strong: the call's own callbacks are gone by now (they completed with the timeout).
   // The connection holds this only until the late reply or the end of its drain period.
   std::shared_ptr<QuorumCall> call;
-  void on_late_reply(error_code ec, const Reply& reply) override { call->late_answer(ec, reply); }
+  std::size_t node = 0;
+  void on_late_reply(error_code ec, const Reply& reply) override {
+    call->late_answer(node, ec, reply, /*timed_out=*/true);
+  }
 };
 
 }  // namespace
 
 void LockService::eval_on(std::size_t node, const Script& script,
-                          std::array<std::string_view, 12> argv, std::size_t argc,
-                          std::shared_ptr<void> keep, Connection::Callback callback,
-                          std::shared_ptr<LateReplies> late, bool with_body) {
+                          std::shared_ptr<const OwnedCommand> command,
+                          Connection::Callback callback, std::shared_ptr<LateReplies> late,
+                          bool with_body) {
   if (!router_) return;
+  // The connection encodes the command at once: these views need to live only this long.
+  std::array<std::string_view, 12> argv{};
+  const auto argc = std::min(command->args.size(), argv.size());
+  for (std::size_t i = 0; i < argc; ++i) argv[i] = command->args[i];
   if (with_body) {
     argv[0] = eval;
     argv[1] = script.body;
   }
   router_->connection(node, Router::Pool::commands)
       .execute({argv.data(), argc},
-               Connection::Callback([self = shared_from_this(), node, &script, argv, argc,
-                                     keep = std::move(keep), callback = std::move(callback),
+               Connection::Callback([self = shared_from_this(), node, &script,
+                                     command = std::move(command), callback = std::move(callback),
                                      late, with_body](error_code ec, Reply reply) mutable {
                  if (!ec && reply.is_error() && !with_body && starts_with(reply.str, "NOSCRIPT")) {
                    // This master's script cache was flushed (or it restarted): once with the body.
-                   return self->eval_on(node, script, argv, argc, std::move(keep),
-                                        std::move(callback), std::move(late), true);
+                   return self->eval_on(node, script, std::move(command), std::move(callback),
+                                        std::move(late), true);
                  }
                  std::move(callback)(ec, std::move(reply));
                }),
                late);
+}
+
+bool LockService::retry_later(Clock::time_point until, milliseconds& backoff,
+                              std::function<void()> again) {
+  if (!router_ || !strand_) return false;
+  const auto at = Clock::now() + backoff;
+  if (at >= until) return false;
+  backoff = std::min(backoff * 2, give_back_max_retry);
+  auto timer = std::make_shared<asio::steady_timer>(*strand_, at);
+  timer->async_wait([timer, again = std::move(again)](error_code ec) {
+    if (!ec) again();
+  });
+  return true;
+}
+
+void LockService::give_back(std::string resource, std::string token, Clock::time_point until) noexcept {
+  if (!alive_.load()) return;
+  try {
+    if (redlock()) {
+      on_strand([self = shared_from_this(), resource = std::move(resource),
+                 token = std::move(token), until] {
+        for (std::size_t i = 0; i < self->config_.nodes.size(); ++i) {
+          self->give_back_on(i, resource, token, until);
+        }
+      });
+      return;
+    }
+    auto op = std::make_shared<CompareOp>(BoolHandler{});
+    op->give_back_until = until;
+    prepare_release(*op, std::move(resource), std::move(token));
+    on_strand([self = shared_from_this(), op = std::move(op)]() mutable { self->send(std::move(op)); });
+  } catch (...) {
+    // Out of memory: the lease expires after its ttl instead.
+  }
+}
+
+void LockService::give_back_on(std::size_t node, std::string_view resource,
+                               std::string_view token, Clock::time_point until) {
+  const auto keys = make_keys(options_.key_prefix, resource);
+  const std::string member = std::string(token) + manager_id_;
+  const std::array<std::string_view, 12> argv{
+      evalsha,    release_script.sha1, "3",         keys.lease, keys.queue, keys.queue_expiry,
+      token,      notify_prefix_,      claim_window_ms, member, "PUBLISH"};
+  give_back_on(node, std::make_shared<const OwnedCommand>(std::span(argv.data(), 11)), until,
+               give_back_first_retry);
+}
+
+void LockService::give_back_on(std::size_t node, std::shared_ptr<const OwnedCommand> release,
+                               Clock::time_point until, milliseconds backoff) {
+  auto again = release;
+  eval_on(node, release_script, std::move(release),
+          Connection::Callback([self = shared_from_this(), node, again = std::move(again), until,
+                                backoff](error_code ec, Reply) mutable {
+            if (!ec) return;  // it ran (or the server refused it: it never will)
+            self->retry_later(until, backoff, [self, node, again, until, backoff] {
+              self->give_back_on(node, again, until, backoff);
+            });
+          }));
 }
 
 void LockService::send_to_all(std::shared_ptr<ScriptOp> op) {
@@ -578,14 +749,16 @@ void LockService::send_to_all(std::shared_ptr<ScriptOp> op) {
     }
   }
   call->op = std::move(op);
+  const auto command = std::make_shared<const OwnedCommand>(call->op->command());
   for (std::size_t i = 0; i < n; ++i) {
     std::shared_ptr<LateReplies> late;
     if (call->op->is_acquire) {
       auto l = std::make_shared<LateAcquire>();
       l->call = call;
+      l->node = i;
       late = std::move(l);
     }
-    eval_on(i, *call->op->script, call->op->argv, call->op->argc, call->op,
+    eval_on(i, *call->op->script, command,
             Connection::Callback([call, i](error_code ec, Reply reply) {
               call->on_node_reply(i, ec, reply);
             }),
@@ -595,8 +768,10 @@ void LockService::send_to_all(std::shared_ptr<ScriptOp> op) {
 
 void QuorumCall::on_node_reply(std::size_t node, error_code ec, const Reply& reply) {
   if (decided) {
-    // Answered after the decision. A grant to an attempt that failed is given back.
-    if (!ec) late_answer(ec, reply);
+    // Answered after the decision. A grant to an attempt that failed is given back. (A
+    // failed link after the decision: the give-back of a failed attempt is resent until
+    // it runs; a timeout: the late reply decides.)
+    if (!ec) late_answer(node, ec, reply, /*timed_out=*/false);
     return;
   }
   auto& result = op->node_results[node];
@@ -670,9 +845,9 @@ void QuorumCall::mint() {
   for (std::size_t i = 0; i < size(); ++i) {
     if (fences[i] < 0 || fences[i] == token) continue;
     ++raising;
-    std::array<std::string_view, 12> argv{evalsha, raise_fence_script.sha1, "1",
-                                          acquire.keys.fence, token_text};
-    service().eval_on(i, raise_fence_script, argv, 5, shared_from_this(),
+    const std::string_view argv[] = {evalsha, raise_fence_script.sha1, "1", acquire.keys.fence,
+                                     token_text};
+    service().eval_on(i, raise_fence_script, std::make_shared<const OwnedCommand>(argv),
                       Connection::Callback([self = shared_from_this()](error_code ec, Reply reply) {
                         --self->raising;
                         self->raised(ec, reply);
@@ -893,10 +1068,13 @@ void AcquireOp::cancel() {
 void AcquireOp::on_reply(error_code ec, Reply reply) {
   in_flight = false;
   if (ec) {
-    // The connection broke after the script was sent: it may have run, so the lease could
-    // be ours without our knowing. Give it back. (After a timeout the late reply decides.)
-    if (ec == error::connection_lost) {
-      service->release_detached(resource, token);
+    // The link failed after the script was written (connection lost, a protocol error, a
+    // demoted master): it may have run, so the lease (or a queue place) could be ours
+    // without our knowing. Give it back, again through link failures until it would have
+    // expired. (Connect failures: never written. A timeout: the late reply decides. On
+    // Redlock the quorum call gave back already.)
+    if (may_have_run(ec) && !service->redlock()) {
+      give_back();
       joined = false;
     }
     return finish(ec, LockGuard{});
@@ -916,11 +1094,13 @@ void AcquireOp::on_reply(error_code ec, Reply reply) {
     joined = false;  // the script took us out of the queue
     const auto fence = reply.elements[1].integer;
     if (fence <= 0) {
-      service->release_detached(resource, token);
+      give_back();
       return finish(error::unexpected_reply, LockGuard{});
     }
     auto lease = std::make_shared<LeaseState>();
     lease->confirm(attempt_started, options.ttl);
+    lease->min_replicas = options.min_replicas;
+    lease->replication_timeout = options.replication_timeout;
     if (options.auto_renew || service->observer()) lease->resource = resource;  // for on_lost
     if (options.auto_renew) {
       lease->token = token;
@@ -990,7 +1170,9 @@ void LockService::wait_replicas(std::size_t node, int replicas, milliseconds tim
   const auto count = to_decimal(replicas);
   const auto ms = to_decimal(timeout.count());
   const std::string_view command[] = {"WAIT", count, ms};
-  router_->connection(node, Router::Pool::durable).execute(command, std::move(callback));
+  // The server answers WAIT after up to `timeout`: the command's own deadline comes on top.
+  router_->connection(node, Router::Pool::durable)
+      .execute(command, std::move(callback), nullptr, timeout);
 }
 
 void LockService::release(std::string resource, std::string token, BoolHandler handler,
@@ -998,17 +1180,21 @@ void LockService::release(std::string resource, std::string token, BoolHandler h
   if (!alive_.load()) return;
   auto op = std::make_shared<CompareOp>(std::move(handler));
   if (by_guard && observer()) op->resource = resource;
-  op->service = shared_from_this();
-  op->keys = make_keys(options_.key_prefix, resource);
-  op->slot = slot_of(op->keys.lease);
-  op->token = std::move(token);
-  op->member = op->token + manager_id_;
-  // The channel of the next waiter's manager is this prefix + its manager id.
-  op->arg = notify_channel_prefix(op->slot);
-  op->set_args(release_script, {op->keys.lease, op->keys.queue, op->keys.queue_expiry},
-               {op->token, op->arg, claim_window_ms, op->member,
-                cluster() ? std::string_view("SPUBLISH") : std::string_view("PUBLISH")});
+  prepare_release(*op, std::move(resource), std::move(token));
   on_strand([self = shared_from_this(), op = std::move(op)]() mutable { self->send(std::move(op)); });
+}
+
+void LockService::prepare_release(CompareOp& op, std::string resource, std::string token) {
+  op.service = shared_from_this();
+  op.keys = make_keys(options_.key_prefix, resource);
+  op.slot = slot_of(op.keys.lease);
+  op.token = std::move(token);
+  op.member = op.token + manager_id_;
+  // The channel of the next waiter's manager is this prefix + its manager id.
+  op.arg = notify_channel_prefix(op.slot);
+  op.set_args(release_script, {op.keys.lease, op.keys.queue, op.keys.queue_expiry},
+              {op.token, op.arg, claim_window_ms, op.member,
+               cluster() ? std::string_view("SPUBLISH") : std::string_view("PUBLISH")});
 }
 
 void LockService::release_detached(std::string resource, std::string token,
@@ -1037,6 +1223,8 @@ void LockService::extend(std::string resource, std::string token,
   op->lease = std::move(lease);
   op->new_ttl = ttl;
   op->command = LeaseCommand::extend;
+  // min_replicas: on the connection whose WAIT counts it (the acquire's).
+  op->durable = op->lease && op->lease->min_replicas > 0;
   if (observer()) op->resource = resource;
   op->set_args(extend_script, {op->keys.lease}, {op->token, op->arg});
   on_strand([self = shared_from_this(), op = std::move(op)]() mutable { self->send(std::move(op)); });
@@ -1111,12 +1299,10 @@ void LockService::on_renew_timer() {
       continue;
     }
     // Past max_hold we stop renewing; the lease runs out and is reported lost at `valid`.
-    if (now < lease->hold_until && !lease->renewing) {
-      renew(lease);
-      // Its reply (or its command deadline) reschedules the lease. Only if that deadline
-      // could fall after `valid` does the loss need a check of its own.
-      if (now + config_.command_timeout < valid) continue;
-    }
+    if (now < lease->hold_until && !lease->renewing) renew(lease);
+    // The renewal's reply reschedules the lease. Until then it is checked at `valid`: a
+    // renewal that is resent (NOSCRIPT, MOVED, ASK, TRYAGAIN, CLUSTERDOWN, WAIT for
+    // replicas) restarts its command deadline, which may then fall after `valid`.
     schedule(lease, valid);
   }
   if (!renewals_.empty()) arm_renew_timer(std::max(renewals_.begin()->first, now));
@@ -1133,6 +1319,7 @@ void LockService::renew(const std::shared_ptr<LeaseState>& lease) {
     op->keys = make_keys(options_.key_prefix, lease->resource);
     op->slot = slot_of(op->keys.lease);
     op->ttl_ms = to_decimal(lease->ttl.count());
+    op->durable = lease->min_replicas > 0;
     lease->renewal = op;
   }
   auto& op = static_cast<RenewOp&>(*lease->renewal);

@@ -12,6 +12,7 @@
 #include <redis_lock/observer.hpp>
 
 #include <array>
+#include <functional>
 #include <atomic>
 #include <span>
 #include <map>
@@ -25,6 +26,8 @@ namespace redis_lock::detail {
 
 struct ScriptOp;
 struct Script;
+struct OwnedCommand;
+struct CompareOp;
 
 /// What a lease loses to clock drift between us and the server(s): Redlock's ttl/100 + 2 ms.
 inline std::chrono::milliseconds drift_margin(std::chrono::milliseconds ttl) noexcept {
@@ -42,6 +45,9 @@ struct LeaseState {
   std::chrono::milliseconds renew_every{};
   Clock::time_point hold_until = Clock::time_point::max();
   bool auto_renew = false;
+  // min_replicas of the acquire: renewals and extensions count only once WAIT confirms them.
+  int min_replicas = 0;
+  std::chrono::milliseconds replication_timeout{};
 
   std::atomic<Clock::rep> valid_until_ticks{0};
   std::atomic<bool> lost{false};
@@ -69,10 +75,7 @@ struct LeaseState {
 struct GuardAccess {
   static LockGuard make(std::shared_ptr<LockService> service, std::string resource,
                         std::string token, std::uint64_t fencing_token,
-                        std::shared_ptr<LeaseState> lease) {
-    return LockGuard(std::move(service), std::move(resource), std::move(token), fencing_token,
-                     std::move(lease));
-  }
+                        std::shared_ptr<LeaseState> lease);
 };
 
 class LockService : public std::enable_shared_from_this<LockService> {
@@ -89,6 +92,18 @@ class LockService : public std::enable_shared_from_this<LockService> {
   void release(std::string resource, std::string token, BoolHandler handler,
                bool by_guard = false);
   void release_detached(std::string resource, std::string token, bool by_guard = false) noexcept;
+  /// Gives back what an acquire with `token` may hold, or the queue place it may have:
+  /// a release that is sent again through link failures until `until`, past which the
+  /// lease (and the queue entry) has expired anyway. On Redlock, on every master.
+  void give_back(std::string resource, std::string token,
+                 std::chrono::steady_clock::time_point until) noexcept;
+  /// A give-back's next try after a link failure (on the strand, after `backoff`, which
+  /// doubles), or false once `until` would have passed.
+  bool retry_later(std::chrono::steady_clock::time_point until, std::chrono::milliseconds& backoff,
+                   std::function<void()> again);
+  /// Redlock: the same on master `node` alone.
+  void give_back_on(std::size_t node, std::string_view resource, std::string_view token,
+                    std::chrono::steady_clock::time_point until);
   void extend(std::string resource, std::string token, std::shared_ptr<LeaseState> lease,
               std::chrono::milliseconds ttl, BoolHandler handler);
   /// The guard let go of the lease (release, destruction): stop renewing, end waits.
@@ -139,6 +154,8 @@ class LockService : public std::enable_shared_from_this<LockService> {
   std::shared_ptr<boost::asio::ssl::context> tls_;  // rediss://, shared by our connections
   boost::system::error_code config_error_;  // config_ unusable: every acquire fails with it
   void subscribe(std::uint16_t slot, int redirects = 0);
+  /// Fills in a release (compare-and-delete, hand-off, queue exit) of `token`'s lease.
+  void prepare_release(CompareOp& op, std::string resource, std::string token);
   /// Our channel for waiters in `slot` is this + manager id (the slot's tag on a Cluster).
   std::string notify_channel_prefix(std::uint16_t slot) const;
   void on_notify(const Reply& push);
@@ -150,11 +167,14 @@ class LockService : public std::enable_shared_from_this<LockService> {
   friend struct QuorumCall;
   void send_to_all(std::shared_ptr<ScriptOp> op);
   /// Runs a script on master `node`: EVALSHA, or once EVAL with the body after NOSCRIPT.
-  /// `argv` views stay valid as long as `keep` lives.
-  void eval_on(std::size_t node, const Script& script, std::array<std::string_view, 12> argv,
-               std::size_t argc,
-               std::shared_ptr<void> keep, Connection::Callback callback,
+  /// `command` owns every byte, so a resend never reads what a later attempt replaced.
+  void eval_on(std::size_t node, const Script& script,
+               std::shared_ptr<const OwnedCommand> command, Connection::Callback callback,
                std::shared_ptr<LateReplies> late = nullptr, bool with_body = false);
+  void give_back_on(std::size_t node, std::shared_ptr<const OwnedCommand> release,
+                    std::chrono::steady_clock::time_point until,
+                    std::chrono::milliseconds backoff);
+
   void schedule(const std::shared_ptr<LeaseState>& lease, std::chrono::steady_clock::time_point at);
   void unschedule(LeaseState& lease);
   void arm_renew_timer(std::chrono::steady_clock::time_point at);
@@ -186,5 +206,14 @@ class LockService : public std::enable_shared_from_this<LockService> {
   mutable std::mutex error_mutex_;
   std::string last_server_error_;
 };
+
+/// A guard completes on its manager's executor, also once it is empty.
+inline LockGuard GuardAccess::make(std::shared_ptr<LockService> service, std::string resource,
+                                   std::string token, std::uint64_t fencing_token,
+                                   std::shared_ptr<LeaseState> lease) {
+  auto executor = service->executor();
+  return LockGuard(std::move(service), std::move(executor), std::move(resource),
+                   std::move(token), fencing_token, std::move(lease));
+}
 
 }  // namespace redis_lock::detail

@@ -88,7 +88,11 @@ struct LockOptions {
   std::chrono::milliseconds max_hold{0};  ///< with auto_renew: stop renewing after this; 0 = never
   /// After taking the lease, WAIT until this many replicas have it, for at most
   /// `replication_timeout`; fewer: the lease is released and the acquire fails with
-  /// `error::not_replicated`. So a failover cannot silently hand the lock to a second holder.
+  /// `error::not_replicated`. Renewals and async_extend wait the same way: an extension that
+  /// too few replicas confirmed does not count (async_extend fails with `not_replicated`,
+  /// valid_until() stays, and an auto-renewed lease is lost at valid_until()). So a
+  /// failover to a replica that acknowledged cannot hand the lock to a second holder while
+  /// the guard still reports it valid (WAIT is not consensus: see docs/safety.md).
   int min_replicas = 0;
   std::chrono::milliseconds replication_timeout{100};  ///< how long that WAIT may take
 };

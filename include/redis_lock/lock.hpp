@@ -8,6 +8,8 @@
 
 #include <boost/asio/any_completion_handler.hpp>
 #include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/associated_executor.hpp>
+#include <boost/asio/bind_executor.hpp>
 #include <boost/asio/async_result.hpp>
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/deferred.hpp>
@@ -34,19 +36,38 @@ using AcquireHandler =
 using BoolHandler = boost::asio::any_completion_handler<void(boost::system::error_code, bool)>;
 using ErrorHandler = boost::asio::any_completion_handler<void(boost::system::error_code)>;
 
-/// Completes an operation on an empty guard: on the handler's associated executor, never
-/// inside the initiating call, and without touching Redis. Done here, where the handler's
-/// type is known, so that no type-erased executor is involved.
+/// Completes an operation on an empty guard (or a moved-from manager) without touching
+/// Redis and never inside the initiating call: on the handler's associated executor,
+/// defaulting to `io`, the executor of the manager that made the guard (Asio's I/O-executor
+/// rule). Only a default-constructed guard has no `io`: its completions then run on the
+/// handler's own associated executor (Asio's system executor for a plain callback).
+/// Done here, where the handler's type is known, so that no type-erased executor is involved.
 template <class Handler, class... Args>
-void complete_without_lock(Handler&& handler, Args... args) {
-  auto ex = boost::asio::get_associated_executor(handler);
-  boost::asio::post(ex, [h = std::forward<Handler>(handler), ... a = std::move(args)]() mutable {
-    std::move(h)(std::move(a)...);
-  });
+void complete_without_lock(const boost::asio::any_io_executor& io, Handler&& handler,
+                           Args... args) {
+  if (!io) {
+    auto ex = boost::asio::get_associated_executor(handler);
+    return boost::asio::post(
+        ex, [h = std::forward<Handler>(handler), ... a = std::move(args)]() mutable {
+          std::move(h)(std::move(a)...);
+        });
+  }
+  auto ex = boost::asio::get_associated_executor(handler, io);
+  boost::asio::post(
+      io, boost::asio::bind_executor(
+              std::move(ex), [h = std::forward<Handler>(handler), ... a = std::move(args)]() mutable {
+                std::move(h)(std::move(a)...);
+              }));
 }
 }  // namespace detail
 
 /// Ownership of one lock, like `std::unique_lock` for a Redis lease.
+///
+/// Completions run on the handler's associated executor, defaulting to the executor of the
+/// LockManager that made the guard, also once the guard is empty (released, moved from, or
+/// its lease moved out by async_release): a plain callback runs inside your
+/// io_context::run(). A default-constructed guard has no manager: its completions run on the
+/// handler's own associated executor (for a plain callback, Asio's system executor).
 ///
 /// Move-only. A guard that still holds its lock when destroyed (or move-assigned over) posts
 /// a compare-and-delete release onto its manager's executor and returns at once: it never
@@ -114,16 +135,16 @@ class REDIS_LOCK_EXPORT LockGuard {
   auto async_wait_lost(CompletionToken&& token = {}) {
     return boost::asio::async_initiate<CompletionToken, void(boost::system::error_code)>(
         [](auto handler, std::shared_ptr<detail::LockService> service,
-           std::shared_ptr<detail::LeaseState> lease) {
+           std::shared_ptr<detail::LeaseState> lease, boost::asio::any_io_executor io) {
           if (!service || !lease) {
             return detail::complete_without_lock(
-                std::move(handler),
+                io, std::move(handler),
                 boost::system::error_code(boost::asio::error::operation_aborted));
           }
           wait_lost_impl(std::move(service), std::move(lease),
                          detail::ErrorHandler(std::move(handler)));
         },
-        token, service_, lease_);
+        token, service_, lease_, executor_);
   }
 
   /// Releases the lock now: a compare-and-delete that removes the lease only if it still
@@ -149,8 +170,8 @@ class REDIS_LOCK_EXPORT LockGuard {
     return boost::asio::async_initiate<CompletionToken, void(boost::system::error_code, bool)>(
         [](auto handler, LockGuard guard) {
           if (!guard.owns_lock()) {
-            return detail::complete_without_lock(std::move(handler), boost::system::error_code{},
-                                                 false);
+            return detail::complete_without_lock(guard.executor_, std::move(handler),
+                                                 boost::system::error_code{}, false);
           }
           release_impl(std::move(guard), detail::BoolHandler(std::move(handler)));
         },
@@ -174,21 +195,22 @@ class REDIS_LOCK_EXPORT LockGuard {
     return boost::asio::async_initiate<CompletionToken, void(boost::system::error_code, bool)>(
         [](auto handler, std::shared_ptr<detail::LockService> service, std::string resource,
            std::string owner, std::shared_ptr<detail::LeaseState> lease,
-           std::chrono::milliseconds new_ttl) {
+           std::chrono::milliseconds new_ttl, boost::asio::any_io_executor io) {
           if (!service) {
-            return detail::complete_without_lock(std::move(handler), boost::system::error_code{},
-                                                 false);
+            return detail::complete_without_lock(io, std::move(handler),
+                                                 boost::system::error_code{}, false);
           }
           extend_impl(std::move(service), std::move(resource), std::move(owner), std::move(lease),
                       new_ttl, detail::BoolHandler(std::move(handler)));
         },
-        token, service_, resource_, token_, lease_, ttl);
+        token, service_, resource_, token_, lease_, ttl, executor_);
   }
 
  private:
   friend struct detail::GuardAccess;
-  LockGuard(std::shared_ptr<detail::LockService> service, std::string resource, std::string token,
-            std::uint64_t fencing_token, std::shared_ptr<detail::LeaseState> lease) noexcept;
+  LockGuard(std::shared_ptr<detail::LockService> service, boost::asio::any_io_executor executor,
+            std::string resource, std::string token, std::uint64_t fencing_token,
+            std::shared_ptr<detail::LeaseState> lease) noexcept;
   void release_detached() noexcept;
   static void release_impl(LockGuard guard, detail::BoolHandler handler);
   static void extend_impl(std::shared_ptr<detail::LockService> service, std::string resource,
@@ -203,6 +225,9 @@ class REDIS_LOCK_EXPORT LockGuard {
   std::string token_;
   std::uint64_t fencing_token_ = 0;
   std::shared_ptr<detail::LeaseState> lease_;  // validity, loss, renewal
+  // The manager's executor: completions default to it, also once the guard is empty.
+  // Copied, never moved out, so that a moved-from guard keeps it.
+  boost::asio::any_io_executor executor_;
 };
 
 /// Takes locks on one Redis server. Many requests share one pipelined connection.
@@ -223,10 +248,16 @@ class REDIS_LOCK_EXPORT LockManager {
   LockManager(executor_type ex, ConnectionConfig config);
   /// As above, with a key prefix, client name or observer (ManagerOptions).
   LockManager(executor_type ex, ConnectionConfig config, ManagerOptions options);
-  /// A moved-from manager refuses acquires with `error::invalid_argument`.
-  LockManager(LockManager&&) noexcept = default;
+  /// A moved-from manager refuses acquires with `error::invalid_argument`, completing on
+  /// the executor it was made with (which it keeps).
+  LockManager(LockManager&& other) noexcept
+      : executor_(other.executor_), service_(std::move(other.service_)) {}
   /// Move assignment; operations of the replaced manager continue.
-  LockManager& operator=(LockManager&&) noexcept = default;
+  LockManager& operator=(LockManager&& other) noexcept {
+    executor_ = other.executor_;
+    service_ = std::move(other.service_);
+    return *this;
+  }
   /// Operations in flight and guards keep the shared state alive.
   ~LockManager();
 
@@ -262,16 +293,16 @@ class REDIS_LOCK_EXPORT LockManager {
     return boost::asio::async_initiate<CompletionToken,
                                        void(boost::system::error_code, LockGuard)>(
         [](auto handler, std::shared_ptr<detail::LockService> service, std::string name,
-           LockOptions opts) {
+           LockOptions opts, executor_type io) {
           if (!service) {  // a moved-from manager
             return detail::complete_without_lock(
-                std::move(handler), boost::system::error_code(error::invalid_argument),
+                io, std::move(handler), boost::system::error_code(error::invalid_argument),
                 LockGuard{});
           }
           acquire_impl(std::move(service), std::move(name), opts,
                        detail::AcquireHandler(std::move(handler)));
         },
-        token, service_, std::string(resource), options);
+        token, service_, std::string(resource), options, executor_);
   }
 
   /// The full text of the most recent error reply from the server (thread-safe copy).

@@ -59,5 +59,9 @@ if ARGV[3] == '1' then
     redis.call('ZADD', queue, seq, member)
   end
   redis.call('ZADD', expiry, now_ms() + tonumber(ARGV[4]), member)
+  -- The queue outlives its last live waiter by one entry lifetime at most: waiters that all
+  -- died leave no keys behind on a resource nobody asks for again.
+  redis.call('PEXPIRE', queue, ARGV[4])
+  redis.call('PEXPIRE', expiry, ARGV[4])
 end
 return {0, redis.call('PTTL', lease)}
