@@ -3,10 +3,15 @@
 // connection, deadlines, reconnection, NOSCRIPT recovery, and garbage from a fake server.
 #include "live.hpp"
 
+#include <hiredis/hiredis.h>
+
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/write.hpp>
 
+#include <array>
+#include <functional>
 #include <map>
+#include <memory>
 #include <thread>
 
 using namespace redis_lock;
@@ -195,6 +200,32 @@ TEST(Connection, StoppedServerHitsTheConnectDeadline) {
   server.resume();
 }
 
+namespace {
+
+/// Polls with PINGs that may wait 50 ms each until one is not answered in time (the server
+/// is blocked), within `limit`.
+bool wait_until_asleep(std::uint16_t port, std::chrono::milliseconds limit) {
+  const auto until = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < until) {
+    const timeval connect_limit{1, 0};
+    redisContext* c = redisConnectWithTimeout("127.0.0.1", port, connect_limit);
+    if (c == nullptr || c->err) {
+      if (c) redisFree(c);
+      return false;
+    }
+    const timeval reply_limit{0, 50'000};
+    redisSetTimeout(c, reply_limit);
+    auto* reply = static_cast<redisReply*>(redisCommand(c, "PING"));
+    const bool asleep = reply == nullptr;
+    if (reply) freeReplyObject(reply);
+    redisFree(c);
+    if (asleep) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 TEST(Connection, CommandDeadlineAndBestEffortRelease) {
   RedisServer server;
   asio::io_context io;
@@ -205,7 +236,9 @@ TEST(Connection, CommandDeadlineAndBestEffortRelease) {
   ASSERT_TRUE(acquire_once(locks, io, "warmup").owned);
 
   std::thread sleeper([&] { server.command({"DEBUG", "SLEEP", "1"}); });
-  std::this_thread::sleep_for(100ms);  // let DEBUG SLEEP reach the server first (no signal exists)
+  // The server is asleep once a PING goes unanswered for 50 ms (it answers within 1 ms
+  // otherwise): then the acquire below certainly queues behind DEBUG SLEEP.
+  ASSERT_TRUE(wait_until_asleep(server.port(), 900ms)) << "DEBUG SLEEP never began";
   const auto start = std::chrono::steady_clock::now();
   std::optional<error_code> result;
   locks.async_acquire("slow", {.ttl = 30s}, [&](error_code ec, LockGuard g) {
@@ -295,20 +328,61 @@ TEST(Connection, LoadsItsScriptsInTheHandshakeAndRecoversFromScriptFlush) {
 }
 
 TEST(Connection, GarbageFromTheServerIsAProtocolError) {
-  // No real Redis sends garbage: a fake server is the only way to show this.
+  // No real Redis sends garbage: a fake server is the only way to show this. It answers the
+  // handshake (CLIENT SETNAME and each SCRIPT LOAD refused, which the client tolerates),
+  // then meets the
+  // acquire with bytes that are not RESP: the error must come from the reply parser, not
+  // from a failed handshake.
   asio::io_context io;
   asio::ip::tcp::acceptor acceptor(io, {asio::ip::make_address("127.0.0.1"), 0});
   std::optional<asio::ip::tcp::socket> peer;
-  const std::string garbage = "+OK\r\n?this is not RESP\r\n";
+  std::string seen;
+  std::array<char, 4096> buf{};
+  std::size_t answered = 0;
+  bool garbage_sent = false;
+  std::function<void()> read_more = [&] {
+    peer->async_read_some(asio::buffer(buf), [&](error_code ec, std::size_t n) {
+      if (ec) return;
+      seen.append(buf.data(), n);
+      auto out = std::make_shared<std::string>();
+      // The handshake's steps: CLIENT SETNAME and one SCRIPT LOAD per script (both may be
+      // refused: the client takes locks without them).
+      std::size_t loads = 0;
+      for (const std::string step : {"\r\nLOAD\r\n", "\r\nSETNAME\r\n"}) {
+        for (auto at = seen.find(step); at != std::string::npos; at = seen.find(step, at + 1)) {
+          ++loads;
+        }
+      }
+      for (; answered < loads; ++answered) *out += "-ERR not allowed\r\n";
+      if (!garbage_sent && seen.find("EVALSHA") != std::string::npos) {
+        *out += "?this is not RESP\r\n";
+        garbage_sent = true;
+      }
+      if (!out->empty()) {
+        asio::async_write(*peer, asio::buffer(*out), [out](error_code, std::size_t) {});
+      }
+      read_more();
+    });
+  };
   acceptor.async_accept([&](error_code ec, asio::ip::tcp::socket s) {
     if (ec) return;
     peer.emplace(std::move(s));
-    asio::async_write(*peer, asio::buffer(garbage), [](error_code, std::size_t) {});
+    read_more();
   });
   ConnectionConfig cfg;
   cfg.port = acceptor.local_endpoint().port();
   LockManager locks(io.get_executor(), cfg);
-  auto r = acquire_once(locks, io, "r", 3s);
-  EXPECT_TRUE(r.ec == error::protocol_error || r.ec == error::connect_failed) << r.ec.message();
-  EXPECT_FALSE(r.owned);
+  std::optional<Outcome> r;
+  // (A short ttl: the acquire may have run, so it is given back, and that give-back is
+  // tried again while nothing listens any more, until the lease would have expired.)
+  locks.async_acquire("r", {.ttl = 1s}, [&](error_code ec, LockGuard g) {
+    r = Outcome{ec, g.owns_lock(), g.fencing_token()};
+    acceptor.close();
+    if (peer) peer->close();
+  });
+  io.run_for(5s);
+  ASSERT_TRUE(r) << "the acquire never completed";
+  EXPECT_TRUE(garbage_sent) << "the acquire never reached the fake server";
+  EXPECT_EQ(r->ec, error::protocol_error) << r->ec.message();
+  EXPECT_FALSE(r->owned);
 }

@@ -7,6 +7,7 @@
 //   3. no lease outlived its ttl once the load stopped;
 //   4. mutual exclusion: no two holders' validity windows on one resource overlapped
 //      (except where the fault loses the server's data, which no lock survives: noted).
+#include "keys.hpp"
 #include "live.hpp"
 #include "lock_load.hpp"
 #include "tcp_proxy.hpp"
@@ -41,9 +42,19 @@ void check(LockLoad& load, const RedisServer& server, const std::vector<std::str
   SCOPED_TRACE(load.summary());
   EXPECT_GT(load.started, 20);
   EXPECT_GT(load.acquired, 0);
-  // No lease outlives its ttl (plus the server's expiry cycle).
+  // No lease outlives its ttl (plus the server's expiry cycle), and no queue entry outlives
+  // its waiter: every waiter finished, so the queue keys are gone too.
+  // (A queue key lives 1.2 s after its last refresh: a waiter whose exit was lost with a
+  // link leaves it behind for that long at most.)
   std::this_thread::sleep_for(load_options.ttl + 200ms);
-  for (const auto& r : resources) EXPECT_EQ(server.command({"EXISTS", lease_key(r)}), "0") << r;
+  for (const auto& r : resources) {
+    EXPECT_EQ(server.command({"EXISTS", lease_key(r)}), "0") << r;
+  }
+  std::this_thread::sleep_for(800ms);
+  for (const auto& r : resources) {
+    const auto keys = detail::make_keys("lock:", r);
+    EXPECT_EQ(server.command({"EXISTS", keys.queue, keys.queue_expiry}), "0") << r;
+  }
 }
 
 void run_for(std::chrono::milliseconds d) { std::this_thread::sleep_for(d); }

@@ -151,6 +151,8 @@ TEST_F(Lifetime, SeveralThreadsOnOneIoContext) {
           int prev = max_holders.load();
           while (now > prev && !max_holders.compare_exchange_weak(prev, now)) {}
           ++taken;
+          // Stay inside a while: a second holder (the bug this looks for) would overlap here.
+          std::this_thread::sleep_for(std::chrono::microseconds(300));
           --holders;
           if (!s.async_release(asio::use_future).get()) ++errors;
         } catch (const std::exception& e) {
