@@ -260,7 +260,8 @@ TEST(Redlock, LateGrantsOfAnEarlierAttemptLeaveTheLaterLockAlone) {
   // Each attempt is refused by 0-2 at once and retried after a short backoff, while its
   // grants from 3 and 4 are still on the way. When the foreign lease expires an attempt
   // succeeds on 0-2; the late grants of the attempts before it must not give back the
-  // lease it now holds (every attempt of one acquire carries the same token).
+  // lease it now holds (each attempt carries its own token, so the give-back of an earlier
+  // attempt's grant cannot delete the later attempt's lease).
   Masters masters;
   TcpProxy slow3(masters.nodes[3]->port());
   TcpProxy slow4(masters.nodes[4]->port());
