@@ -226,8 +226,8 @@ std::vector<Shape> server_ceiling(const Args& a, int rounds, double seconds) {
     raw.append({"EVALSHA", cad, "1", k.lease, t});
   };
   std::vector<Kind> kinds = {
-      {{"redis_lock", "acquire.lua (EXISTS queue, SET NX PX, INCR fence) + release.lua "
-                      "(EXISTS queue, GET, DEL)"},
+      {{"redis_lock", "acquire.lua (EXISTS queue, SET NX PX, INCR fence, TIME, SET fence) + "
+                      "release.lua (EXISTS queue, GET, DEL)"},
        [&](const auto& k, const auto& t) { raw.append_acquire(k, t); },
        [&](const auto& k, const auto& t) { raw.append_release(k, t); }},
       {{"npm redlock (one master)", "script (EXISTS, SET PX) + script (GET, DEL)"},

@@ -13,8 +13,9 @@ namespace {
 // Fencing in two steps. `begin` raises the order's token to ours (refusing a token that is
 // not above it); `commit` is accepted only while no newer token has begun. A holder whose
 // lease expired mid-charge (a long GC pause, a SIGSTOP) and was replaced finds its commit
-// refused: the newer holder's begin raised the token. (Lua numbers are doubles: exact up to
-// 2^53 tokens, which is plenty here.)
+// refused: the newer holder's begin raised the token. (Lua numbers are doubles, exact up to
+// 2^53; lock tokens are about 1.8e15 — never below the lock server's clock in microseconds —
+// and stay below it. Tokens are passed to redis.call as the strings they came in.)
 constexpr const char* begin_script = R"lua(
 local charged = redis.call('HGETALL', KEYS[1])
 if #charged > 0 then return {'already_charged', unpack(charged)} end

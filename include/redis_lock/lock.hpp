@@ -99,6 +99,15 @@ class REDIS_LOCK_EXPORT LockGuard {
   const std::string& token() const noexcept { return token_; }
   /// Strictly increasing per resource: a protected resource rejects writes carrying a lower
   /// token than the last one it accepted. 0 when nothing is held.
+  ///
+  /// Minted by the acquire script from the slot's counter, never below the server's clock in
+  /// microseconds (`TIME`), so tokens are large (about 1.8e15) and keep increasing when the
+  /// counter is lost (a restart without persistence, eviction, FLUSHALL, a failover to a
+  /// replica that missed increments). That assumes the server's clock does not step back (nor
+  /// a promoted replica's clock lag the old master's by more than the failover took), and
+  /// tokens below 2^53 (Lua numbers are doubles). More than one acquisition per microsecond
+  /// on one slot runs the counter ahead of the clock; tokens still increase. Details and the
+  /// per-deployment conditions: docs/safety.md.
   std::uint64_t fencing_token() const noexcept { return fencing_token_; }
 
   /// Until when the lease is certainly this guard's, on `std::chrono::steady_clock`: the

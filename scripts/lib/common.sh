@@ -37,13 +37,6 @@ ensure_packages() {
   fi
 }
 
-# Never let a Redis started by a package's init scripts stand in for our own test servers.
-stop_system_redis() {
-  if [ "$(id -u)" -eq 0 ] && command -v service >/dev/null; then
-    service redis-server stop >/dev/null 2>&1 || true
-  fi
-}
-
 # The peers of ./scripts/bench: Node.js with npm (for redlock and redis-semaphore, installed
 # from bench/peers/package-lock.json) and Debian's python3-redis.
 ensure_bench_peers() {

@@ -5,6 +5,7 @@
 -- ARGV[3] '1' to join the queue when held, ARGV[4] ms a queued waiter stays without retrying,
 -- ARGV[5] the waiter's manager id. A queue member is token .. manager id.
 -- Returns {1, fencing_token} when taken, {0, pttl} when not (pttl -2: free but reserved).
+-- The fencing token is the counter's INCR, raised to the server's clock in microseconds.
 local lease, fence, queue, expiry = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local token, ttl = ARGV[1], ARGV[2]
 local member = token .. ARGV[5]
@@ -19,6 +20,16 @@ local function mint(queued)
     -- Never keep a lease whose fencing token could not be minted.
     redis.call('DEL', lease)
     return f
+  end
+  -- Never below the server's clock in microseconds: a counter that was lost (a restart
+  -- without persistence, eviction, FLUSHALL, a failover to a replica that missed INCRs)
+  -- starts again above every token minted before. Lua numbers are doubles, exact below
+  -- 2^53 (the clock is ~1.8e15); '%.0f' writes them without an exponent.
+  local t = redis.call('TIME')
+  local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  if f < now_us then
+    f = now_us
+    redis.call('SET', fence, string.format('%.0f', f))
   end
   return {1, f}
 end

@@ -193,6 +193,15 @@ TEST(Redlock, FencingTokensStayMonotonicAsTheMajorityChanges) {
   asio::io_context io;
   LockManager locks(io.get_executor(), masters.config());
   const auto resource = unique_resource();
+  // The counters start far above the masters' clocks (as after a write-back from a master
+  // whose clock runs ahead), so that the acquire script's clock floor cannot hide what the
+  // max-register does.
+  const auto fence_key = detail::make_keys("lock:", resource).fence;
+  const auto now_us = std::chrono::duration_cast<std::chrono::microseconds>(
+                          std::chrono::system_clock::now().time_since_epoch())
+                          .count();
+  const auto ahead = std::to_string(now_us + 1'000'000'000'000LL);  // ~11.6 days
+  for (const auto& node : masters.nodes) ASSERT_EQ(node->command({"SET", fence_key, ahead}), "OK");
   std::vector<std::uint64_t> tokens;
   auto take = [&] {
     auto outcome = acquire_once(locks, io, resource);
@@ -218,7 +227,7 @@ TEST(Redlock, FencingTokensStayMonotonicAsTheMajorityChanges) {
   for (std::size_t i = 1; i < tokens.size(); ++i) {
     EXPECT_GT(tokens[i], tokens[i - 1]) << "token " << i << " went backwards";
   }
-  const auto fence_key = detail::make_keys("lock:", resource).fence;
+  EXPECT_GT(tokens.front(), std::stoull(ahead));
   for (std::size_t i : {0u, 1u, 2u}) {
     EXPECT_EQ(masters.nodes[i]->command({"GET", fence_key}), std::to_string(tokens.back()))
         << "master " << i;
@@ -251,7 +260,8 @@ TEST(Redlock, LateGrantsOfAnEarlierAttemptLeaveTheLaterLockAlone) {
   // Each attempt is refused by 0-2 at once and retried after a short backoff, while its
   // grants from 3 and 4 are still on the way. When the foreign lease expires an attempt
   // succeeds on 0-2; the late grants of the attempts before it must not give back the
-  // lease it now holds (every attempt of one acquire carries the same token).
+  // lease it now holds (each attempt carries its own token, so the give-back of an earlier
+  // attempt's grant cannot delete the later attempt's lease).
   Masters masters;
   TcpProxy slow3(masters.nodes[3]->port());
   TcpProxy slow4(masters.nodes[4]->port());

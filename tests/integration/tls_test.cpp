@@ -51,11 +51,12 @@ TEST(Tls, LocksWaitingAndRenewalOverTls) {
     EXPECT_FALSE(held.lost());
     // A waiter over TLS (its subscriber connection too) gets the lease handed over.
     bool handed_over = false;
+    const auto held_fence = held.fencing_token();  // the release below empties `held`
     second.async_acquire(resource, {.ttl = 5s, .wait = 5s},
                          [&](error_code ec, LockGuard g) {
                            EXPECT_FALSE(ec) << ec.message();
                            EXPECT_TRUE(g.owns_lock());
-                           EXPECT_GT(g.fencing_token(), held.fencing_token());
+                           EXPECT_GT(g.fencing_token(), held_fence);
                            handed_over = true;
                          });
     co_await sleep_for(200ms);

@@ -6,20 +6,76 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
+#include <string>
+#include <system_error>
+
 using redis_lock::error;
 
+namespace {
+
+/// Every code, in declaration order, with a word its message must contain (a server's own
+/// error prefix for the codes that mirror one).
+struct Expected {
+  error code;
+  const char* says;
+};
+constexpr Expected every_code[] = {
+    {error::invalid_argument, "invalid argument"},
+    {error::timeout, "timed out"},
+    {error::connect_timeout, "connecting"},
+    {error::connect_failed, "could not connect"},
+    {error::connection_lost, "lost"},
+    {error::protocol_error, "RESP"},
+    {error::server_error, "server returned an error"},
+    {error::wrong_type, "WRONGTYPE"},
+    {error::not_authenticated, "NOAUTH"},
+    {error::auth_failed, "WRONGPASS"},
+    {error::no_permission, "NOPERM"},
+    {error::out_of_memory, "OOM"},
+    {error::read_only, "READONLY"},
+    {error::lock_lost, "lock was lost"},
+    {error::shutdown, "shutting down"},
+    {error::unexpected_reply, "unexpected shape"},
+    {error::not_replicated, "replicas"},
+    {error::not_acquired, "held elsewhere"},
+    {error::tls_config_invalid, "TLS CA"},
+    {error::tls_handshake_failed, "TLS handshake failed"},
+    {error::cluster_down, "Cluster"},
+    {error::master_not_found, "sentinel"},
+    {error::no_quorum, "Redlock"},
+};
+
+}  // namespace
+
 TEST(ErrorCategory, NameAndMessages) {
-  EXPECT_STREQ(redis_lock::error_category().name(), "redis_lock");
-  for (int e = 1; e <= static_cast<int>(error::not_acquired); ++e) {
-    const auto msg = make_error_code(static_cast<error>(e)).message();
-    EXPECT_FALSE(msg.empty());
-    EXPECT_NE(msg, "unknown redis_lock error") << e;
+  const auto& category = redis_lock::error_category();
+  EXPECT_STREQ(category.name(), "redis_lock");
+  std::set<std::string> messages;
+  int value = 1;
+  for (const auto& [code, says] : every_code) {
+    SCOPED_TRACE(value);
+    EXPECT_EQ(static_cast<int>(code), value++) << "codes are numbered from 1, in order";
+    const boost::system::error_code ec = code;
+    EXPECT_EQ(&ec.category(), &category);
+    EXPECT_EQ(ec.value(), static_cast<int>(code));
+    const auto msg = ec.message();
+    EXPECT_NE(msg.find(says), std::string::npos) << msg;
+    EXPECT_TRUE(messages.insert(msg).second) << "two codes share the message " << msg;
+    char buffer[8];
+    EXPECT_STREQ(category.message(ec.value(), buffer, sizeof buffer), msg.c_str());
+    const std::error_code std_ec = code;
+    EXPECT_STREQ(std_ec.category().name(), "redis_lock");
+    EXPECT_EQ(std_ec.value(), static_cast<int>(code));
+    EXPECT_EQ(std_ec.message(), msg);
   }
+  // The table above is the whole enum: the value after the last code is no code.
+  EXPECT_EQ(category.message(value), "unknown redis_lock error");
+  EXPECT_EQ(category.message(0), "unknown redis_lock error");
   boost::system::error_code ec = error::timeout;
   EXPECT_EQ(ec, error::timeout);
   EXPECT_NE(ec, error::connection_lost);
-  std::error_code std_ec = error::invalid_argument;
-  EXPECT_EQ(std_ec.value(), 1);
+  EXPECT_NE(ec, boost::system::errc::timed_out) << "our codes are not the generic ones";
 }
 
 TEST(ErrorCategory, ServerReplyMapping) {
@@ -27,7 +83,13 @@ TEST(ErrorCategory, ServerReplyMapping) {
   EXPECT_EQ(error_from_reply("WRONGTYPE Operation against a key holding the wrong kind of value"),
             error::wrong_type);
   EXPECT_EQ(error_from_reply("NOAUTH Authentication required."), error::not_authenticated);
+  EXPECT_EQ(error_from_reply("ERR Protocol error: unauthenticated multibulk length"),
+            error::not_authenticated);
   EXPECT_EQ(error_from_reply("WRONGPASS invalid username-password pair"), error::auth_failed);
+  EXPECT_EQ(error_from_reply("ERR invalid password"), error::auth_failed);
+  EXPECT_EQ(error_from_reply("ERR AUTH <password> called without any password configured for "
+                             "the default user. Are you sure your configuration is correct?"),
+            error::auth_failed);
   EXPECT_EQ(error_from_reply("NOPERM User x has no permissions to run the 'evalsha' command"),
             error::no_permission);
   EXPECT_EQ(error_from_reply("OOM command not allowed when used memory > 'maxmemory'."),
@@ -37,6 +99,16 @@ TEST(ErrorCategory, ServerReplyMapping) {
   EXPECT_EQ(error_from_reply("ERR The user executing the script can't run this command or "
                              "subcommand script: f9b3, on @user_script:4."),
             error::no_permission);
+  // Cluster refusals that outlived their retries.
+  EXPECT_EQ(error_from_reply("CLUSTERDOWN The cluster is down"), error::cluster_down);
+  EXPECT_EQ(error_from_reply("TRYAGAIN Multiple keys request during rehashing of slot"),
+            error::cluster_down);
+  EXPECT_EQ(error_from_reply("MOVED 3999 127.0.0.1:6381"), error::cluster_down);
+  EXPECT_EQ(error_from_reply("ASK 3999 127.0.0.1:6381"), error::cluster_down);
   EXPECT_EQ(error_from_reply("ERR something else"), error::server_error);
   EXPECT_EQ(error_from_reply("ERR unknown command 'OOM'"), error::server_error);
+  EXPECT_EQ(error_from_reply("NOSCRIPT No matching script."), error::server_error);
+  EXPECT_EQ(error_from_reply(""), error::server_error);
+  // Every mapped code is in this category.
+  EXPECT_EQ(&error_from_reply("OOM x").category(), &redis_lock::error_category());
 }

@@ -2,6 +2,8 @@
 // CRC16 slots against known vectors, the per-slot tag table, and the key layout.
 #include "keys.hpp"
 
+#include <string>
+
 #include <gtest/gtest.h>
 
 using namespace redis_lock::detail;
@@ -42,9 +44,17 @@ TEST(Keys, LeaseAndFenceShareASlot) {
     EXPECT_EQ(key_slot(keys.lease), key_slot(keys.queue_expiry)) << r;
     EXPECT_EQ(keys.fence.rfind("lock:fence:{", 0), 0u);
   }
-  // Counters are bounded: distinct resources in one slot share one counter.
-  EXPECT_EQ(make_keys("lock:", "a").fence,
-            make_keys("lock:", std::string("a")).fence);
+  // Counters are bounded: distinct resources in one slot share one counter, and resources
+  // in different slots do not.
+  const auto a = make_keys("lock:", "a");
+  std::string same_slot, other_slot;
+  for (int i = 0; same_slot.empty() || other_slot.empty(); ++i) {
+    const auto r = "r" + std::to_string(i);
+    (key_slot(make_keys("lock:", r).lease) == key_slot(a.lease) ? same_slot : other_slot) = r;
+  }
+  EXPECT_EQ(make_keys("lock:", same_slot).fence, a.fence) << same_slot;
+  EXPECT_NE(make_keys("lock:", other_slot).fence, a.fence) << other_slot;
+  EXPECT_NE(make_keys("lock:", same_slot).lease, a.lease);
 }
 
 TEST(Keys, PrefixIsApplied) {
