@@ -176,7 +176,7 @@ struct ScriptOp : LateReplies, std::enable_shared_from_this<ScriptOp> {
   std::string token;
   std::string arg;  // ttl in ms (acquire, extend) or the release channel
   const Script* script = nullptr;
-  std::array<std::string_view, 12> argv{};
+  std::array<std::string_view, 16> argv{};
   std::size_t argc = 0;
   bool is_acquire = false;             // replies {taken, fence|pttl}; else 1/0
   std::vector<NodeResult> node_results;  // Redlock: each master's answer
@@ -646,7 +646,7 @@ void LockService::eval_on(std::size_t node, const Script& script,
                           bool with_body) {
   if (!router_) return;
   // The connection encodes the command at once: these views need to live only this long.
-  std::array<std::string_view, 12> argv{};
+  std::array<std::string_view, 16> argv{};
   const auto argc = std::min(command->args.size(), argv.size());
   for (std::size_t i = 0; i < argc; ++i) argv[i] = command->args[i];
   if (with_body) {
@@ -706,7 +706,7 @@ void LockService::give_back_on(std::size_t node, std::string_view resource,
                                std::string_view token, Clock::time_point until) {
   const auto keys = make_keys(options_.key_prefix, resource);
   const std::string member = std::string(token) + manager_id_;
-  const std::array<std::string_view, 12> argv{
+  const std::array<std::string_view, 16> argv{
       evalsha,    release_script.sha1, "3",         keys.lease, keys.queue, keys.queue_expiry,
       token,      notify_prefix_,      claim_window_ms, member, "PUBLISH"};
   give_back_on(node, std::make_shared<const OwnedCommand>(std::span(argv.data(), 11)), until,
@@ -832,8 +832,9 @@ void QuorumCall::decide() {
 // Fencing across masters as a max-register: the token is the largest counter among the
 // majority that granted; then at least a majority must hold a counter >= token before it is
 // handed out, so that any later majority (which overlaps this one) mints a larger token.
-// Usually every master is at the same value and this costs nothing; a master that missed
-// acquisitions (it was down) is raised in a second round trip.
+// Usually every master is at the same value and this costs nothing (the acquire script
+// raises a counter to the clock only when it is fresh, with ARGV[6]); a master that missed
+// acquisitions (it was down) or lost its counter is raised in a second round trip.
 void QuorumCall::mint() {
   decided = true;  // later grants only add masters to the lease
   for (auto f : fences) token = std::max(token, f);
@@ -1050,8 +1051,13 @@ void AcquireOp::attempt() {
   // Redlock waits by backing off: a fair queue on each master would not be one queue.
   queue_up = options.wait.count() > 0 && !service->redlock();
   patience = deadline;
-  set_args(acquire_script, {keys.lease, keys.fence, keys.queue, keys.queue_expiry},
-           {token, arg, queue_up ? "1" : "0", waiter_ttl_ms, service->member_suffix()});
+  if (service->redlock()) {
+    set_args(acquire_script, {keys.lease, keys.fence, keys.queue, keys.queue_expiry},
+             {token, arg, "0", waiter_ttl_ms, service->member_suffix(), "1"});
+  } else {
+    set_args(acquire_script, {keys.lease, keys.fence, keys.queue, keys.queue_expiry},
+             {token, arg, queue_up ? "1" : "0", waiter_ttl_ms, service->member_suffix()});
+  }
   service->send(std::static_pointer_cast<ScriptOp>(shared_from_this()));
 }
 

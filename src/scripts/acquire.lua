@@ -3,7 +3,8 @@
 -- KEYS[1] lease, KEYS[2] fencing counter (same slot), KEYS[3] queue (zset: member -> arrival),
 -- KEYS[4] queue expiry (zset: member -> ms); ARGV[1] token (32 hex digits), ARGV[2] ttl ms,
 -- ARGV[3] '1' to join the queue when held, ARGV[4] ms a queued waiter stays without retrying,
--- ARGV[5] the waiter's manager id. A queue member is token .. manager id.
+-- ARGV[5] the waiter's manager id, ARGV[6] '1' to raise only a fresh counter to the clock
+-- (Redlock; see mint). A queue member is token .. manager id.
 -- Returns {1, fencing_token} when taken, {0, pttl} when not (pttl -2: free but reserved).
 -- The fencing token is the counter's INCR, raised to the server's clock in microseconds.
 local lease, fence, queue, expiry = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
@@ -25,11 +26,17 @@ local function mint(queued)
   -- without persistence, eviction, FLUSHALL, a failover to a replica that missed INCRs)
   -- starts again above every token minted before. Lua numbers are doubles, exact below
   -- 2^53 (the clock is ~1.8e15); '%.0f' writes them without an exponent.
-  local t = redis.call('TIME')
-  local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  if f < now_us then
-    f = now_us
-    redis.call('SET', fence, string.format('%.0f', f))
+  -- With ARGV[6] = '1' (Redlock) only a fresh counter (1) is raised: each master's clock
+  -- differs, so flooring every mint would make the masters disagree on every acquire and
+  -- cost the max-register's write-back round trip each time; a master whose counter lags
+  -- (it was down) is raised by that write-back anyway.
+  if ARGV[6] ~= '1' or f == 1 then
+    local t = redis.call('TIME')
+    local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    if f < now_us then
+      f = now_us
+      redis.call('SET', fence, string.format('%.0f', f))
+    end
   end
   return {1, f}
 end

@@ -291,3 +291,45 @@ TEST(Redlock, LateGrantsOfAnEarlierAttemptLeaveTheLaterLockAlone) {
   ASSERT_TRUE(guard.owns_lock());
   EXPECT_GE(masters.holding(resource), 3) << "the lease was given back under its holder";
 }
+
+TEST(Redlock, MastersMintInStepWithoutAWriteBack) {
+  // Each master raises a counter to its clock only when it is fresh: afterwards the
+  // masters' counters move together, and an acquisition costs one script call per master
+  // (plus the release), with no fencing write-back round trip.
+  Masters masters(3);
+  asio::io_context io;
+  LockManager locks(io.get_executor(), masters.config());
+  const auto resource = unique_resource();
+  // Fresh counters start at each master's clock; a write-back raises the lower ones to the
+  // token whenever a majority that disagrees grants. Acquire until all three agree.
+  const auto fence_key = detail::make_keys("lock:", resource).fence;
+  auto agree = [&] {
+    const auto first = masters.nodes[0]->command({"GET", fence_key});
+    return first != "(nil)" && masters.nodes[1]->command({"GET", fence_key}) == first &&
+           masters.nodes[2]->command({"GET", fence_key}) == first;
+  };
+  for (int warm = 0; warm < 100 && !agree(); ++warm) {
+    ASSERT_FALSE(acquire_once(locks, io, resource).ec);
+  }
+  ASSERT_TRUE(agree()) << "the masters' counters never converged";
+  auto evalsha_calls = [&](std::size_t i) {
+    const auto stats = masters.nodes[i]->command({"INFO", "commandstats"});
+    const auto at = stats.find("cmdstat_evalsha:calls=");
+    return at == std::string::npos ? 0L : std::stol(stats.substr(at + 22));
+  };
+  std::vector<long> before;
+  for (std::size_t i = 0; i < 3; ++i) before.push_back(evalsha_calls(i));
+  std::uint64_t last = 0;
+  for (int n = 0; n < 10; ++n) {
+    const auto outcome = acquire_once(locks, io, resource);
+    ASSERT_FALSE(outcome.ec) << outcome.ec.message();
+    ASSERT_TRUE(outcome.owned);
+    EXPECT_GT(outcome.fence, last);
+    last = outcome.fence;
+  }
+  for (std::size_t i = 0; i < 3; ++i) {
+    // Acquire and release, 10 times: a write-back would add a raise_fence call.
+    EXPECT_EQ(evalsha_calls(i) - before[i], 20)
+        << "master " << i << ": " << masters.nodes[i]->command({"INFO", "commandstats"});
+  }
+}
