@@ -29,7 +29,8 @@ namespace redis_lock {
 /// and before `valid_until()`); `error::lock_lost` when the lease was lost during the work
 /// (the work's pending operation was cancelled) or had expired by the time it finished;
 /// `error::not_acquired` when the lock stayed held elsewhere for `options.wait`; the
-/// acquire's error otherwise. Exceptions from the work propagate, after the release.
+/// acquire's error otherwise. Exceptions from the work propagate, after the release (also
+/// when the lease was lost meanwhile).
 ///
 /// Cancellation: the work is cancelled (terminal) when the lease is lost; cancelling the
 /// coroutine that awaits with_lock cancels the acquire or the work, and the lock is released.
@@ -57,8 +58,19 @@ boost::asio::awaitable<boost::system::error_code> with_lock(LockManager& locks,
   }
   const bool valid = !guard.lost() && std::chrono::steady_clock::now() < guard.valid_until();
   auto [release_ec, released] = co_await guard.async_release(asio::as_tuple(asio::use_awaitable));
+  // The work's exception wins over a lost lease (it is what the caller must hear of), but
+  // for the cancellation the loss itself caused: that is reported as lock_lost.
+  bool cancelled_by_loss = false;
+  if (failure && !valid) {
+    try {
+      std::rethrow_exception(failure);
+    } catch (const boost::system::system_error& e) {
+      cancelled_by_loss = e.code() == asio::error::operation_aborted;
+    } catch (...) {
+    }
+  }
+  if (failure && !cancelled_by_loss) std::rethrow_exception(failure);
   if (!valid || (!release_ec && !released)) co_return make_error_code(error::lock_lost);
-  if (failure) std::rethrow_exception(failure);
   co_return boost::system::error_code{};
 }
 

@@ -165,3 +165,42 @@ TEST(Cli, SignalWhileWaitingEndsTheWaitAndLeavesTheQueue) {
   EXPECT_EQ(run.wait(), 128 + SIGTERM);
   EXPECT_TRUE(wait_until_exists(queue, false)) << "the cancelled wait stayed queued";
 }
+
+TEST(Cli, CommandThatCannotBeStartedExits126) {
+  // /etc/hostname exists but is not executable: execvp fails with EACCES.
+  EXPECT_EQ(ChildProcess(cli({unique_resource(), "--", "/etc/hostname"})).wait(), 126);
+}
+
+TEST(Cli, UrlComesFromTheEnvironmentWithoutTheFlag) {
+  const auto resource = unique_resource();
+  const std::string nowhere = "redis://127.0.0.1:" + std::to_string(free_port());
+  // Nothing listens at `nowhere`: exit 3 shows the variable was used (whatever may listen
+  // on the default port).
+  EXPECT_EQ(ChildProcess({"/usr/bin/env", "REDIS_LOCK_URL=" + nowhere, REDIS_LOCK_CLI_PATH,
+                          resource, "--", "true"})
+                .wait(),
+            3);
+  EXPECT_EQ(ChildProcess({"/usr/bin/env", "REDIS_LOCK_URL=" + url(), REDIS_LOCK_CLI_PATH,
+                          resource, "--", "true"})
+                .wait(),
+            0);
+}
+
+TEST(Cli, ThePasswordInTheUrlNeverReachesStderr) {
+  const auto resource = unique_resource();
+  // A refused AUTH (the shared server has no password) and an unreachable server: both
+  // report an error on stderr, neither may print the password.
+  for (const auto& target :
+       {"redis://:s3cr3t-pw@127.0.0.1:" + std::to_string(shared_server_port()),
+        "redis://user:s3cr3t-pw@127.0.0.1:" + std::to_string(free_port()),
+        std::string("redis://:s3cr3t-pw@127.0.0.1:99999")}) {
+    ChildProcess p({"/bin/sh", "-c",
+                    std::string("exec \"$0\" --url \"$1\" \"$2\" -- true 2>&1"),
+                    REDIS_LOCK_CLI_PATH, target, resource});
+    std::string all;
+    for (auto line = p.read_line(); !line.empty(); line = p.read_line()) all += line + "\n";
+    EXPECT_NE(p.wait(), 0) << target;
+    EXPECT_FALSE(all.empty()) << "no error message for " << target;
+    EXPECT_EQ(all.find("s3cr3t-pw"), std::string::npos) << all;
+  }
+}

@@ -85,3 +85,33 @@ TEST(WithLock, HeldElsewhereDoesNotRunTheWork) {
   EXPECT_EQ(*result, error::not_acquired);
   EXPECT_FALSE(ran);
 }
+
+TEST(WithLock, TheWorksExceptionPropagatesAfterTheRelease) {
+  asio::io_context io;
+  auto cfg = shared_server_config();
+  LockManager locks(io.get_executor(), cfg);
+  const auto resource = unique_resource();
+  std::optional<std::exception_ptr> thrown;
+  bool held_while_working = false;
+  async_with_lock(locks, resource, {.ttl = 5s},
+                  [&](const LockGuard& g) -> asio::awaitable<void> {
+                    held_while_working =
+                        redis_command(cfg.port, {"GET", lease_key(resource)}) == g.token();
+                    throw std::runtime_error("work failed");
+                    co_return;
+                  },
+                  [&](std::exception_ptr e, error_code) {
+                    thrown = e;
+                    // Released before the exception reached us.
+                    EXPECT_EQ(redis_command(cfg.port, {"EXISTS", lease_key(resource)}), "0");
+                  });
+  io.run_for(10s);
+  EXPECT_TRUE(held_while_working);
+  ASSERT_TRUE(thrown.has_value()) << "with_lock never completed";
+  ASSERT_TRUE(*thrown) << "the work's exception was lost";
+  try {
+    std::rethrow_exception(*thrown);
+  } catch (const std::runtime_error& e) {
+    EXPECT_STREQ(e.what(), "work failed");
+  }
+}
