@@ -84,7 +84,85 @@ std::vector<std::string> spread_resources(RedisCluster& cluster, std::set<std::u
   return resources;
 }
 
+/// A counter from INFO `section` of node `i`: the number after `field` ("errorstat_MOVED:count="),
+/// 0 when the line is absent.
+long long info_count(RedisCluster& cluster, std::size_t i, const std::string& section,
+                     const std::string& field) {
+  const auto info = cluster.node(i).command({"INFO", section});
+  const auto at = info.find(field);
+  if (at == std::string::npos) return 0;
+  return std::stoll(info.substr(at + field.size()));
+}
+
+long long info_sum(RedisCluster& cluster, const std::string& section, const std::string& field) {
+  long long sum = 0;
+  for (std::size_t i = 0; i < cluster.size(); ++i) {
+    if (cluster.node(i).running()) sum += info_count(cluster, i, section, field);
+  }
+  return sum;
+}
+
+/// Takes and releases every resource of `resources` at once (each release as soon as its
+/// acquire completes), runs `io` until all is done, and returns what failed, one line each.
+std::vector<std::string> take_and_release_all(LockManager& locks, asio::io_context& io,
+                                              const std::vector<std::string>& resources) {
+  std::vector<std::string> failures;
+  std::size_t done = 0;
+  for (const auto& r : resources) {
+    locks.async_acquire(r, {.ttl = 10s}, [&, r](boost::system::error_code ec, LockGuard g) {
+      if (ec || !g.owns_lock()) {
+        failures.push_back("acquire " + r + ": " + (ec ? ec.message() : "not acquired"));
+        ++done;
+        return;
+      }
+      g.async_release([&, r](boost::system::error_code rec, bool released) {
+        if (rec || !released) {
+          failures.push_back("release " + r + ": " + (rec ? rec.message() : "not released"));
+        }
+        ++done;
+      });
+    });
+  }
+  io.restart();
+  io.run_for(30s);  // returns as soon as nothing is pending
+  if (done != resources.size()) failures.push_back("not every lock operation completed");
+  return failures;
+}
+
+std::vector<std::string> fresh_resources(std::size_t n) {
+  std::vector<std::string> out;
+  const auto base = unique_resource();
+  for (std::size_t i = 0; i < n; ++i) out.push_back(base + ":" + std::to_string(i));
+  return out;
+}
+
 }  // namespace
+
+// Issue 12 item 4: a Cluster resharded slot by slot has thousands of slot ranges. Its map
+// (CLUSTER SLOTS: one entry per range) must load, and must never take lock traffic down.
+TEST(Cluster, LockTrafficWithASlotMapOfSixteenThousandRanges) {
+  RedisCluster cluster(3, 1, RedisCluster::Slots::interleaved);  // slot i on master i % 3
+  asio::io_context io;
+  LockManager locks(io.get_executor(), cluster.config(1));  // one seed: the map must load
+  const auto first = take_and_release_all(locks, io, fresh_resources(300));
+  EXPECT_TRUE(first.empty()) << first.size() << " failures, first: " << first.front();
+  // The map loaded: fresh resources all over the slots meet no MOVED.
+  const auto moved_before = info_sum(cluster, "errorstats", "errorstat_MOVED:count=");
+  const auto second = take_and_release_all(locks, io, fresh_resources(300));
+  EXPECT_TRUE(second.empty()) << second.size() << " failures, first: " << second.front();
+  EXPECT_EQ(info_sum(cluster, "errorstats", "errorstat_MOVED:count="), moved_before)
+      << "the slot map was not loaded";
+  // A slot moves: its MOVED makes the manager load the 16384-range map again, while lock
+  // traffic runs.
+  const auto resources = fresh_resources(300);
+  const auto slot = slot_of(resources[0]);
+  cluster.move_slot(slot, (cluster.master_of(slot) + 1) % 3, [] {});
+  const auto loads_before = info_sum(cluster, "commandstats", "cmdstat_cluster|slots:calls=");
+  const auto third = take_and_release_all(locks, io, resources);
+  EXPECT_TRUE(third.empty()) << third.size() << " failures, first: " << third.front();
+  EXPECT_GT(info_sum(cluster, "commandstats", "cmdstat_cluster|slots:calls="), loads_before)
+      << "the MOVED did not reload the map";
+}
 
 TEST(Cluster, LocksOnEveryMasterFromOneSeed) {
   RedisCluster cluster;

@@ -61,7 +61,7 @@ std::vector<NodeLine> cluster_nodes(std::uint16_t port) {
 
 }  // namespace
 
-RedisCluster::RedisCluster(int masters, int replicas_per_master)
+RedisCluster::RedisCluster(int masters, int replicas_per_master, Slots layout)
     : masters_(static_cast<std::size_t>(masters)) {
   const std::vector<std::string> args = {
       "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
@@ -74,7 +74,15 @@ RedisCluster::RedisCluster(int masters, int replicas_per_master)
   const int total = masters * (1 + replicas_per_master);
   for (int i = 0; i < total; ++i) nodes_.push_back(std::make_unique<RedisServer>(args));
 
-  for (std::size_t m = 0; m < masters_; ++m) {
+  for (std::size_t m = 0; m < masters_ && layout == Slots::interleaved; ++m) {
+    std::vector<std::string> command = {"CLUSTER", "ADDSLOTS"};
+    for (std::size_t slot = m; slot < 16384; slot += masters_) {
+      command.push_back(std::to_string(slot));
+    }
+    const auto r = node(m).command(command);
+    if (r != "OK") throw std::runtime_error("cluster: ADDSLOTS: " + r);
+  }
+  for (std::size_t m = 0; m < masters_ && layout == Slots::ranges; ++m) {
     const auto first = m * 16384 / masters_;
     const auto last = (m + 1) * 16384 / masters_ - 1;
     const auto r = node(m).command(

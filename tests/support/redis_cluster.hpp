@@ -15,9 +15,13 @@ namespace redis_lock::test {
 
 class RedisCluster {
  public:
-  /// Starts `masters` masters (slots split evenly) and `replicas_per_master` replicas each,
-  /// and returns when every node reports cluster_state:ok and every replica is in sync.
-  explicit RedisCluster(int masters = 3, int replicas_per_master = 1);
+  /// How the slots are split among the masters: one contiguous range each, or slot i to
+  /// master i % masters (16384 ranges, like a Cluster resharded slot by slot).
+  enum class Slots { ranges, interleaved };
+  /// Starts `masters` masters and `replicas_per_master` replicas each, and returns when
+  /// every node reports cluster_state:ok and every replica is in sync.
+  explicit RedisCluster(int masters = 3, int replicas_per_master = 1,
+                        Slots layout = Slots::ranges);
   ~RedisCluster();
 
   /// A configuration with every master as a seed (or only `seeds` of them).
