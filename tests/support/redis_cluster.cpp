@@ -216,12 +216,17 @@ void RedisCluster::migrate_keys(std::uint16_t slot, std::size_t source, std::siz
     const auto keys = split(
         node(source).command({"CLUSTER", "GETKEYSINSLOT", std::to_string(slot), "1"}), ' ');
     if (keys.empty()) break;
-    const auto r = node(source).command(
-        {"MIGRATE", "127.0.0.1", std::to_string(node(target).port()), keys[0], "0", "5000"});
-    // NOKEY: it expired between the two commands.
-    if (r != "OK" && r != "NOKEY") throw std::runtime_error("cluster: MIGRATE: " + r);
+    migrate_key(source, target, keys[0]);
     ++moved;
   }
+}
+
+bool RedisCluster::migrate_key(std::size_t source, std::size_t target, const std::string& key) {
+  const auto r = node(source).command(
+      {"MIGRATE", "127.0.0.1", std::to_string(node(target).port()), key, "0", "5000"});
+  // NOKEY: it expired (or was deleted) before it could move.
+  if (r != "OK" && r != "NOKEY") throw std::runtime_error("cluster: MIGRATE: " + r);
+  return r == "OK";
 }
 
 void RedisCluster::end_move(std::uint16_t slot, std::size_t source, std::size_t target) {
