@@ -109,17 +109,25 @@ namespace {
 // allocated ahead of the bytes that fill it. Every element that does arrive costs the server
 // at least 3 bytes on the wire (":0\r\n", "*0\r\n", "$-1\r\n"), so completed elements cost us
 // a small constant per byte received. Tables still waiting for their elements are at most
-// one per nesting level (hiredis refuses depth > 7): one top-level table plus up to seven
-// nested ones. The caps therefore bound the memory allocated ahead of input to
+// one per nesting level: one top-level table plus up to `max_nesting` nested ones (hiredis
+// 0.14 stops there by itself; hiredis 1.x grows its stack without a limit, so we check).
+// The caps therefore bound the memory allocated ahead of input to
 // 8 * (top_level + 7 * nested) bytes: 64 KB on a lock connection, 184 KB on a topology
 // connection (top_level 16384, the most ranges a slot map can have). The top-level cap is
 // per reply kind (only the connection that asks CLUSTER SLOTS accepts 16384); the nested cap
-// stays tight everywhere, since no reply we read nests a large array.
+// stays tight everywhere, since no reply we read nests a large array (the deepest, a slot
+// map, nests three levels: range, node, node metadata).
+constexpr int max_nesting = 7;
+
 long long limit_for(const redisReadTask* task) {
   const auto* limits = static_cast<const ReplyLimits*>(task->privdata);
   const ReplyLimits fallback;
   if (limits == nullptr) limits = &fallback;
-  return task->parent == nullptr ? limits->top_level : limits->nested;
+  int depth = 0;
+  for (const auto* p = task->parent; p != nullptr; p = p->parent) {
+    if (++depth > max_nesting) return -1;  // refuse: deeper than any reply we read
+  }
+  return depth == 0 ? limits->top_level : limits->nested;
 }
 
 redisReplyObjectFunctions* bounded_functions(const redisReplyObjectFunctions* defaults) {

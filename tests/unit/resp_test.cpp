@@ -179,3 +179,15 @@ TEST(Resp, CapsApplyPerReplyNotPerStream) {
   EXPECT_EQ(n, 3000u);
   EXPECT_FALSE(decodes(reader, nested_wire(1, 2000)));
 }
+
+TEST(Resp, NestingDeeperThanSevenLevelsIsRefused) {
+  // Seven nested levels below the reply decode (hiredis 0.14's own limit); an eighth is
+  // refused on every reader, whatever hiredis version grows its stack further.
+  std::string seven;
+  for (int i = 0; i < 8; ++i) seven += "*1\r\n";
+  seven += ":1\r\n";
+  ReplyReader ok(ReplyLimits::slot_map());
+  EXPECT_TRUE(decodes(ok, seven));
+  ReplyReader deep(ReplyLimits::slot_map());
+  EXPECT_FALSE(decodes(deep, "*1\r\n" + seven));
+}
