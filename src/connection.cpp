@@ -29,7 +29,8 @@ using boost::system::error_code;
 
 struct Connection::Link {
   using Socket = asio::generic::stream_protocol::socket;
-  explicit Link(const asio::any_io_executor& ex) : socket(ex), resolver(ex) {}
+  Link(const asio::any_io_executor& ex, ReplyLimits limits)
+      : socket(ex), resolver(ex), reader(limits) {}
   Socket socket;
   asio::ip::tcp::resolver resolver;
   std::unique_ptr<asio::ssl::stream<Socket&>> tls;  // rediss://: every byte goes through it
@@ -219,7 +220,7 @@ void Connection::start_connect() {
 
 void Connection::connect_now() {
   state_ = State::connecting;
-  link_ = std::make_shared<Link>(strand_.get_inner_executor());
+  link_ = std::make_shared<Link>(strand_.get_inner_executor(), reply_limits_);
   auto link = link_;
   if (locator_) {
     // Ask where the master is first; the connect deadline starts once we know (locating

@@ -90,6 +90,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   /// queued after it. A server that refuses (no `script|load` in the user's ACL) leaves
   /// the fallback in charge. The bodies must outlive the connection.
   void set_preload(std::vector<std::string_view> scripts) { preload_ = std::move(scripts); }
+  /// How large the arrays in this connection's replies may be (from its next link on).
+  /// The default suits lock commands; the connection that asks CLUSTER SLOTS needs more.
+  void set_reply_limits(ReplyLimits limits) noexcept { reply_limits_ = limits; }
   /// With a locator: the server the current link goes to (empty while none is connected).
   std::optional<Endpoint> located() const;
   /// Leaves the current server: its in-flight commands fail with connection_lost; queued
@@ -179,6 +182,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::unique_ptr<boost::asio::steady_timer> connect_timer_;  // connect deadline / backoff
   Locator locator_;
   std::vector<std::string_view> preload_;
+  ReplyLimits reply_limits_ = ReplyLimits::commands();
   PushHandler on_push_;
   LinkDownHandler on_link_down_;
   bool keep_reading_ = false;

@@ -102,9 +102,33 @@ namespace {
 
 // hiredis (0.14) allocates an array's element table as soon as it reads the header, so a
 // hostile server sending "*6222222176" made it ask for 50 GB (found by the reply fuzzer).
-// Our replies have a handful of elements: refuse large arrays before anything is allocated;
-// hiredis then fails the stream and we drop the connection with protocol_error.
-constexpr long long max_array_elements = 1024;
+// Refuse arrays larger than the reader's limits before anything is allocated; hiredis then
+// fails the stream and the connection is dropped with protocol_error.
+//
+// Why this bounds memory: an array's table (8 bytes per declared element) is the only thing
+// allocated ahead of the bytes that fill it. Every element that does arrive costs the server
+// at least 3 bytes on the wire (":0\r\n", "*0\r\n", "$-1\r\n"), so completed elements cost us
+// a small constant per byte received. Tables still waiting for their elements are at most
+// one per nesting level: one top-level table plus up to `max_nesting` nested ones (hiredis
+// 0.14 stops there by itself; hiredis 1.x grows its stack without a limit, so we check).
+// The caps therefore bound the memory allocated ahead of input to
+// 8 * (top_level + 7 * nested) bytes: 64 KB on a lock connection, 184 KB on a topology
+// connection (top_level 16384, the most ranges a slot map can have). The top-level cap is
+// per reply kind (only the connection that asks CLUSTER SLOTS accepts 16384); the nested cap
+// stays tight everywhere, since no reply we read nests a large array (the deepest, a slot
+// map, nests three levels: range, node, node metadata).
+constexpr int max_nesting = 7;
+
+long long limit_for(const redisReadTask* task) {
+  const auto* limits = static_cast<const ReplyLimits*>(task->privdata);
+  const ReplyLimits fallback;
+  if (limits == nullptr) limits = &fallback;
+  int depth = 0;
+  for (const auto* p = task->parent; p != nullptr; p = p->parent) {
+    if (++depth > max_nesting) return -1;  // refuse: deeper than any reply we read
+  }
+  return depth == 0 ? limits->top_level : limits->nested;
+}
 
 redisReplyObjectFunctions* bounded_functions(const redisReplyObjectFunctions* defaults) {
   static const redisReplyObjectFunctions* original = defaults;
@@ -112,7 +136,7 @@ redisReplyObjectFunctions* bounded_functions(const redisReplyObjectFunctions* de
     redisReplyObjectFunctions fn = *original;
     fn.createArray = [](const redisReadTask* task, auto elements) -> void* {
       const auto n = static_cast<long long>(elements);
-      if (n < 0 || n > max_array_elements) return nullptr;  // negative: a wrapped count
+      if (n < 0 || n > limit_for(task)) return nullptr;  // negative: a wrapped count
       return original->createArray(task, elements);
     };
     return fn;
@@ -122,9 +146,10 @@ redisReplyObjectFunctions* bounded_functions(const redisReplyObjectFunctions* de
 
 }  // namespace
 
-ReplyReader::ReplyReader() : reader_(redisReaderCreate()) {
+ReplyReader::ReplyReader(ReplyLimits limits) : limits_(limits), reader_(redisReaderCreate()) {
   if (reader_ == nullptr) throw std::bad_alloc();
   reader_->fn = bounded_functions(reader_->fn);
+  reader_->privdata = &limits_;
 }
 
 ReplyReader::~ReplyReader() { redisReaderFree(reader_); }

@@ -35,10 +35,25 @@ void append_command(std::string& out, std::span<const std::string_view> args);
 /// Maps an error reply ("WRONGTYPE ...", "NOAUTH ...") to our error code.
 boost::system::error_code error_from_reply(std::string_view text) noexcept;
 
+/// How many elements an array in a reply may declare. A server's array header makes the
+/// parser allocate the element table before a single element has arrived, so these caps
+/// bound what a hostile or broken server can make us allocate for nothing (see resp.cpp).
+struct ReplyLimits {
+  long long top_level = 1024;  // the reply itself
+  long long nested = 1024;     // any array inside it
+
+  /// Lock commands, handshakes, pub/sub: every reply has a handful of elements.
+  static constexpr ReplyLimits commands() noexcept { return {}; }
+  /// CLUSTER SLOTS: one top-level entry per range of slots, up to one per slot (16384) in
+  /// a Cluster resharded slot by slot; each entry is [start, end, master, replica...], each
+  /// node [host, port, id, metadata], so nested arrays stay small.
+  static constexpr ReplyLimits slot_map() noexcept { return {16384, 1024}; }
+};
+
 /// Incremental reply parser: feed bytes, take complete replies.
 class ReplyReader {
  public:
-  ReplyReader();
+  explicit ReplyReader(ReplyLimits limits = ReplyLimits::commands());
   ~ReplyReader();
   ReplyReader(const ReplyReader&) = delete;
   ReplyReader& operator=(const ReplyReader&) = delete;
@@ -49,6 +64,7 @@ class ReplyReader {
   std::optional<Reply> next(bool& failed);
 
  private:
+  ReplyLimits limits_;  // read through the reader's privdata (the reader is not movable)
   redisReader* reader_;
 };
 

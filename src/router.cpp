@@ -156,14 +156,17 @@ Connection& Router::connection(std::size_t node, Pool pool) {
     config.nodes.clear();
     std::string name = client_name_;
     if (pool == Pool::subscriber && !name.empty()) name += ":sub";
+    if (pool == Pool::topology && !name.empty()) name += ":topology";
     slot = std::make_shared<Connection>(strand_, std::move(config), std::move(name), tls_);
+    // A slot map has one entry per range of slots: up to 16384 after slot-by-slot resharding.
+    if (pool == Pool::topology) slot->set_reply_limits(ReplyLimits::slot_map());
     if (locator_) {
       slot->set_locator([weak = std::weak_ptr<SentinelLocator>(locator_)](
                             Connection::LocateDone done) {
         if (auto locator = weak.lock()) locator->locate(std::move(done));
       });
     }
-    if (pool != Pool::subscriber) slot->set_preload(preload_);
+    if (pool == Pool::commands || pool == Pool::durable) slot->set_preload(preload_);
     if (pool == Pool::subscriber && setup_) setup_(*slot, node);
   }
   return *slot;
@@ -234,7 +237,7 @@ void Router::query_slots(std::size_t tried) {
   // asked first every time.
   const auto node = next_candidate_++ % nodes_.size();
   const std::string_view command[] = {"CLUSTER", "SLOTS"};
-  connection(node, Pool::commands)
+  connection(node, Pool::topology)
       .execute(command, Connection::Callback([weak = weak_from_this(), node, tried](
                                                  error_code ec, Reply reply) {
         auto self = weak.lock();

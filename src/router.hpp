@@ -40,9 +40,12 @@ class SentinelLocator : public std::enable_shared_from_this<SentinelLocator> {
 /// All member functions must be called on the strand its connections share.
 class Router : public std::enable_shared_from_this<Router> {
  public:
-  /// Each node has up to three connections: lock commands; durable acquires (WAIT blocks
-  /// its connection); and pub/sub for waiters.
-  enum class Pool : std::size_t { commands = 0, durable = 1, subscriber = 2 };
+  /// Each node has up to four connections: lock commands; durable acquires (WAIT blocks
+  /// its connection); pub/sub for waiters; and (Cluster) topology queries. CLUSTER SLOTS
+  /// has a connection of its own so that a slot map the parser refuses, or a slow one, can
+  /// never fail or hold up lock commands: a link dropped with protocol_error fails every
+  /// command written on it.
+  enum class Pool : std::size_t { commands = 0, durable = 1, subscriber = 2, topology = 3 };
   static constexpr std::size_t no_node = static_cast<std::size_t>(-1);
   /// Prepares a new subscriber connection of node `node` (push and link-down handlers).
   using SubscriberSetup = std::function<void(Connection&, std::size_t node)>;
@@ -89,7 +92,7 @@ class Router : public std::enable_shared_from_this<Router> {
   struct Node {
     Endpoint endpoint;
     std::string address;  // host:port
-    std::array<std::shared_ptr<Connection>, 3> pools;
+    std::array<std::shared_ptr<Connection>, 4> pools;
   };
   std::size_t add_node(Endpoint endpoint);
   void verify_master();

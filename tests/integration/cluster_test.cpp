@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: MIT
 // Redis Cluster: a real 3-master, 3-replica cluster on loopback per test. Routing by slot
-// from one seed, sharded pub/sub hand-off, MOVED after a slot moved, ASK and TRYAGAIN while
-// a slot migrates, and lock traffic through CLUSTER FAILOVER and through a master killed
-// with kill -9.
+// from one seed, a slot map of 16384 ranges, sharded pub/sub hand-off, MOVED after a slot
+// moved, ASK and TRYAGAIN while a slot migrates, lock traffic on a migrating slot, and lock
+// traffic through CLUSTER FAILOVER and through a master killed with kill -9.
 #include "keys.hpp"
 #include "live.hpp"
 #include "lock_load.hpp"
@@ -11,8 +11,16 @@
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/use_future.hpp>
 
+#include <future>
 #include <set>
 #include <thread>
+
+// GCC 12 reports Asio's awaitable frame (allocated by its operator new, freed by its
+// matching operator delete) as a mismatched pair in some coroutine lambdas of this file,
+// depending on inlining elsewhere in the file: a false positive.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+#endif
 
 using namespace redis_lock;
 using namespace redis_lock::test;
@@ -84,7 +92,85 @@ std::vector<std::string> spread_resources(RedisCluster& cluster, std::set<std::u
   return resources;
 }
 
+/// A counter from INFO `section` of node `i`: the number after `field` ("errorstat_MOVED:count="),
+/// 0 when the line is absent.
+long long info_count(RedisCluster& cluster, std::size_t i, const std::string& section,
+                     const std::string& field) {
+  const auto info = cluster.node(i).command({"INFO", section});
+  const auto at = info.find(field);
+  if (at == std::string::npos) return 0;
+  return std::stoll(info.substr(at + field.size()));
+}
+
+long long info_sum(RedisCluster& cluster, const std::string& section, const std::string& field) {
+  long long sum = 0;
+  for (std::size_t i = 0; i < cluster.size(); ++i) {
+    if (cluster.node(i).running()) sum += info_count(cluster, i, section, field);
+  }
+  return sum;
+}
+
+/// Takes and releases every resource of `resources` at once (each release as soon as its
+/// acquire completes), runs `io` until all is done, and returns what failed, one line each.
+std::vector<std::string> take_and_release_all(LockManager& locks, asio::io_context& io,
+                                              const std::vector<std::string>& resources) {
+  std::vector<std::string> failures;
+  std::size_t done = 0;
+  for (const auto& r : resources) {
+    locks.async_acquire(r, {.ttl = 10s}, [&, r](boost::system::error_code ec, LockGuard g) {
+      if (ec || !g.owns_lock()) {
+        failures.push_back("acquire " + r + ": " + (ec ? ec.message() : "not acquired"));
+        ++done;
+        return;
+      }
+      g.async_release([&, r](boost::system::error_code rec, bool released) {
+        if (rec || !released) {
+          failures.push_back("release " + r + ": " + (rec ? rec.message() : "not released"));
+        }
+        ++done;
+      });
+    });
+  }
+  io.restart();
+  io.run_for(30s);  // returns as soon as nothing is pending
+  if (done != resources.size()) failures.push_back("not every lock operation completed");
+  return failures;
+}
+
+std::vector<std::string> fresh_resources(std::size_t n) {
+  std::vector<std::string> out;
+  const auto base = unique_resource();
+  for (std::size_t i = 0; i < n; ++i) out.push_back(base + ":" + std::to_string(i));
+  return out;
+}
+
 }  // namespace
+
+// Issue 12 item 4: a Cluster resharded slot by slot has thousands of slot ranges. Its map
+// (CLUSTER SLOTS: one entry per range) must load, and must never take lock traffic down.
+TEST(Cluster, LockTrafficWithASlotMapOfSixteenThousandRanges) {
+  RedisCluster cluster(3, 1, RedisCluster::Slots::interleaved);  // slot i on master i % 3
+  asio::io_context io;
+  LockManager locks(io.get_executor(), cluster.config(1));  // one seed: the map must load
+  const auto first = take_and_release_all(locks, io, fresh_resources(300));
+  EXPECT_TRUE(first.empty()) << first.size() << " failures, first: " << first.front();
+  // The map loaded: fresh resources all over the slots meet no MOVED.
+  const auto moved_before = info_sum(cluster, "errorstats", "errorstat_MOVED:count=");
+  const auto second = take_and_release_all(locks, io, fresh_resources(300));
+  EXPECT_TRUE(second.empty()) << second.size() << " failures, first: " << second.front();
+  EXPECT_EQ(info_sum(cluster, "errorstats", "errorstat_MOVED:count="), moved_before)
+      << "the slot map was not loaded";
+  // A slot moves: its MOVED makes the manager load the 16384-range map again, while lock
+  // traffic runs.
+  const auto resources = fresh_resources(300);
+  const auto slot = slot_of(resources[0]);
+  cluster.move_slot(slot, (cluster.master_of(slot) + 1) % 3, [] {});
+  const auto loads_before = info_sum(cluster, "commandstats", "cmdstat_cluster|slots:calls=");
+  const auto third = take_and_release_all(locks, io, resources);
+  EXPECT_TRUE(third.empty()) << third.size() << " failures, first: " << third.front();
+  EXPECT_GT(info_sum(cluster, "commandstats", "cmdstat_cluster|slots:calls="), loads_before)
+      << "the MOVED did not reload the map";
+}
 
 TEST(Cluster, LocksOnEveryMasterFromOneSeed) {
   RedisCluster cluster;
@@ -151,6 +237,8 @@ TEST(Cluster, WaiterIsWokenBySpublishOnTheSlotsMaster) {
     }
     EXPECT_NE(cluster.node(owner).command({"PUBSUB", "SHARDCHANNELS", "lock:notify:*"}), "");
     co_await sleep_for(50ms);  // asleep: a 10 s lease means no retry for 600 ms
+    const auto held_fence = held.fencing_token();  // (the release moves the lease out)
+    EXPECT_GT(held_fence, 0u);
     const auto released_at = Clock::now();
     auto [rec, released] = co_await held.async_release(asio::as_tuple(asio::use_awaitable));
     EXPECT_TRUE(released);
@@ -160,7 +248,7 @@ TEST(Cluster, WaiterIsWokenBySpublishOnTheSlotsMaster) {
     std::printf("[ cluster  ] hand-off after release: %lld us\n",
                 static_cast<long long>(std::chrono::duration_cast<std::chrono::microseconds>(gap).count()));
     EXPECT_LT(gap, 300ms) << "the waiter was not woken by the release";
-    EXPECT_GT(fence, held.fencing_token());
+    EXPECT_GT(fence, held_fence);
   }(), 20s);
 }
 
@@ -206,32 +294,191 @@ TEST(Cluster, AskAndTryAgainWhileASlotMigrates) {
     held.push_back(locks.async_acquire(resources[i], renewed, asio::use_future).get());
     ASSERT_TRUE(held.back().owns_lock());
   }
-  std::vector<std::future<LockGuard>> during;
-  int phase = 0;
-  cluster.move_slot(slot, target, [&] {
-    // Phase 0: slot marked migrating, no key moved. Phase 1: half of the keys moved.
-    std::this_thread::sleep_for(500ms);
-    during.push_back(locks.async_acquire(resources[3 + phase], {.ttl = 5s, .wait = 3s}, asio::use_future));
-    std::this_thread::sleep_for(300ms);
-    ++phase;
-  });
+  const auto tryagain = [&](std::size_t node) {
+    return info_count(cluster, node, "errorstats", "errorstat_TRYAGAIN:count=");
+  };
+  const auto scripts_run = [&](std::size_t node) {
+    return info_count(cluster, node, "commandstats", "cmdstat_evalsha:calls=");
+  };
+  ASSERT_EQ(scripts_run(target), 0);  // nothing of ours lives on the target yet
+  // A wait long enough for the whole move on a loaded machine: TRYAGAIN is retried until then.
+  const LockOptions waiting{.ttl = 5s, .wait = 15s};
+
+  cluster.begin_move(slot, source, target);
+  // Migrating, no key moved: a new lease's acquire names the fence counter (on the source)
+  // and its own lease and queue keys (absent): TRYAGAIN from the source, retried.
+  auto during = locks.async_acquire(resources[3], waiting, asio::use_future);
+  wait_until([&] { return tryagain(source) > 0; }, 10s, "TRYAGAIN from the migrating source");
+
+  // One held lease moves alone: its renewal (a one-key script) meets ASK on the source and
+  // runs on the target after ASKING. (The acquire above still names the counter, which is on
+  // the source: TRYAGAIN there, never run on the target.)
+  ASSERT_TRUE(cluster.migrate_key(source, target, lease_key(resources[0])));
+  wait_until([&] { return scripts_run(target) > 0; }, 10s, "a renewal to follow ASK");
+  EXPECT_GT(info_count(cluster, target, "commandstats", "cmdstat_asking:calls="), 0);
+
+  // The rest moves in one pass and the slot is handed over: the acquire gets it there.
+  // (Not the fence counter alone first: see DISABLED_AcquireAndReleaseWaitOutASplitSlot.)
+  cluster.migrate_keys(slot, source, target, static_cast<std::size_t>(-1));
+  cluster.end_move(slot, source, target);
   ASSERT_EQ(cluster.master_of(slot), target);
-  for (auto& f : during) {
-    ASSERT_EQ(f.wait_for(10s), std::future_status::ready);
-    auto guard = f.get();  // throws on an error
-    EXPECT_TRUE(guard.owns_lock());
-    EXPECT_EQ(cluster.node(target).command({"GET", lease_key(guard.resource())}), guard.token());
+  ASSERT_EQ(during.wait_for(20s), std::future_status::ready);
+  auto guard = during.get();  // throws on an error
+  EXPECT_TRUE(guard.owns_lock());
+  EXPECT_EQ(cluster.node(target).command({"GET", lease_key(guard.resource())}), guard.token());
+  EXPECT_TRUE(guard.async_release(asio::use_future).get());
+  // Every held lease is renewed by the new owner: its PTTL there goes up between two looks.
+  for (auto& g : held) {
+    const auto key = lease_key(g.resource());
+    long long last = std::stoll(cluster.node(target).command({"PTTL", key}));
+    wait_until(
+        [&] {
+          const auto now = std::stoll(cluster.node(target).command({"PTTL", key}));
+          const bool renewed_now = now > last;
+          last = now;
+          return renewed_now;
+        },
+        10s, "a renewal of " + g.resource() + " on the new owner");
   }
-  std::this_thread::sleep_for(400ms);  // renewals against the new owner
   for (auto& g : held) {
     EXPECT_FALSE(g.lost()) << g.resource();
     EXPECT_TRUE(g.async_extend(900ms, asio::use_future).get());
     EXPECT_EQ(cluster.node(target).command({"GET", lease_key(g.resource())}), g.token());
   }
-  // Renewals of keys already moved were served by the target after ASKING.
-  const auto stats = cluster.node(target).command({"INFO", "commandstats"});
-  EXPECT_NE(stats.find("cmdstat_asking:calls="), std::string::npos) << "ASK was never followed";
   for (auto& g : held) EXPECT_TRUE(g.async_release(asio::use_future).get());
+}
+
+// Disabled: fails with the engine as it is (src/lock_service.cpp, not ours to change here).
+// When the fence counter has moved and a lease has not (or the other way round), every key
+// of a command is missing on the source (ASK) while the target, after ASKING, has some of
+// them: TRYAGAIN. The engine retries TRYAGAIN by sending to the source again, which answers
+// ASK again, and each ASK counts against the limit of 5 redirects per command, which
+// TRYAGAIN retries never reset: after 5 round trips (~160 ms) the acquire fails with
+// cluster_down whatever its wait, and the release fails, leaving its lease to its ttl.
+// Measured: acquire with a 15 s wait -> cluster_down; release -> cluster_down, lease left
+// (both after ~160 ms, while the move lasted 500 ms, inside the 1 s command timeout).
+TEST(Cluster, DISABLED_AcquireAndReleaseWaitOutASplitSlot) {
+  RedisCluster cluster;
+  const auto slot = slot_of(unique_resource());
+  const auto resources = resources_in_slot(slot, 2);
+  const auto fence_key = detail::make_keys("lock:", resources[0]).fence;
+  const auto source = cluster.master_of(slot);
+  const auto target = (source + 1) % 3;
+  Background bg;
+  LockManager locks(bg.io.get_executor(), cluster.config());
+  auto held = locks.async_acquire(resources[0], {.ttl = 20s}, asio::use_future).get();
+  ASSERT_TRUE(held.owns_lock());
+  cluster.begin_move(slot, source, target);
+  // The counter alone moves: a new acquire meets ASK on the source, TRYAGAIN on the target.
+  ASSERT_TRUE(cluster.migrate_key(source, target, fence_key));
+  std::promise<std::pair<boost::system::error_code, LockGuard>> acquired;
+  auto acquire = acquired.get_future();
+  const auto acquire_sent = Clock::now();
+  std::atomic<long long> acquire_ms{-1}, release_ms{-1};
+  locks.async_acquire(resources[1], {.ttl = 5s, .wait = 15s},
+                      [&](boost::system::error_code ec, LockGuard g) {
+                        acquire_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                                         Clock::now() - acquire_sent).count();
+                        acquired.set_value({ec, std::move(g)});
+                      });
+  wait_until([&] { return info_count(cluster, target, "errorstats",
+                                     "errorstat_TRYAGAIN:count=") > 0; },
+             10s, "TRYAGAIN from the importing target");
+  // The held lease moves too: its release meets ASK on the source and, on the target, finds
+  // the lease but not the queue keys: TRYAGAIN.
+  ASSERT_TRUE(cluster.migrate_key(source, target, lease_key(resources[0])));
+  std::promise<std::pair<boost::system::error_code, bool>> released_promise;
+  auto release = released_promise.get_future();
+  const auto release_sent = Clock::now();
+  held.async_release([&](boost::system::error_code ec, bool ok) {
+    release_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                     Clock::now() - release_sent).count();
+    released_promise.set_value({ec, ok});
+  });
+  // The move ends 500 ms later, inside the command timeout (1 s): both can wait it out.
+  std::this_thread::sleep_for(500ms);  // the fault's length, not a synchronisation
+  cluster.migrate_keys(slot, source, target, static_cast<std::size_t>(-1));
+  cluster.end_move(slot, source, target);
+  ASSERT_EQ(acquire.wait_for(20s), std::future_status::ready);
+  auto [ec, guard] = acquire.get();
+  EXPECT_FALSE(ec) << ec.message();
+  EXPECT_TRUE(guard.owns_lock());
+  ASSERT_EQ(release.wait_for(20s), std::future_status::ready);
+  auto [rec, released] = release.get();
+  std::printf("[ split    ] acquire completed after %lld ms, release after %lld ms; the move "
+              "lasted 500 ms\n", acquire_ms.load(), release_ms.load());
+  EXPECT_FALSE(rec) << rec.message();
+  EXPECT_TRUE(released);
+  EXPECT_EQ(cluster.node(target).command({"EXISTS", lease_key(resources[0])}), "0")
+      << "the lease was left to its ttl";
+}
+
+// Issue 12 item 8: lock traffic on a slot while it migrates. The acquire script names four
+// keys (lease, fence counter, queue, queue expiry) and the release three (lease, queue, queue
+// expiry); the queue keys rarely exist. While the slot is MIGRATING (source) / IMPORTING
+// (target, after ASKING), a multi-key command some of whose keys are missing is refused
+// with TRYAGAIN until the slot has moved. This measures what that does to traffic: 8 loops
+// on 8 resources of the slot (uncontended, so no queue keys), the slot held migrating for
+// about a second (no key moved for 500 ms, then half of them for 500 ms), as a slow
+// resharding of a slot with many keys would.
+TEST(Cluster, LockTrafficWhileItsSlotMigrates) {
+  RedisCluster cluster;
+  const auto slot = slot_of(unique_resource());
+  const auto resources = resources_in_slot(slot, 8);
+  const auto source = cluster.master_of(slot);
+  const auto target = (source + 1) % 3;
+  LockLoad load(cluster.config(), resources, 8);
+  std::this_thread::sleep_for(300ms);  // traffic before the move
+  cluster.begin_move(slot, source, target);
+  const auto began = Clock::now();
+  std::this_thread::sleep_for(500ms);  // the fault's length, not a synchronisation
+  const auto keys = std::stoul(
+      cluster.node(source).command({"CLUSTER", "COUNTKEYSINSLOT", std::to_string(slot)}));
+  cluster.migrate_keys(slot, source, target, std::max<std::size_t>(1, keys / 2));
+  std::this_thread::sleep_for(500ms);
+  cluster.migrate_keys(slot, source, target, static_cast<std::size_t>(-1));
+  cluster.end_move(slot, source, target);
+  const auto migrating_for = Clock::now() - began;
+  ASSERT_EQ(cluster.master_of(slot), target);
+  std::this_thread::sleep_for(300ms);  // traffic after the move
+  load.stop();
+  // Leases nobody holds any more: every loop has ended, each lease released or its release
+  // failed; what is still there was left to its ttl.
+  int left = 0;
+  for (const auto& r : resources) {
+    left += cluster.node(target).command({"EXISTS", lease_key(r)}) == "1";
+  }
+  int acquired_during = 0;  // locks taken while the slot was moving
+  for (const auto& r : resources) {
+    for (const auto& w : load.windows[r]) {
+      acquired_during += w.from > began && w.from < began + migrating_for;
+    }
+  }
+  int tryagain = 0;
+  for (std::size_t i = 0; i < 3; ++i) {
+    tryagain += static_cast<int>(info_count(cluster, i, "errorstats", "errorstat_TRYAGAIN:count="));
+  }
+  std::printf("[ migrate  ] %s (%d releases failed); migrating %lld ms, %d locks taken "
+              "meanwhile; TRYAGAIN replies %d; leases still there at the end %d\n",
+              load.summary().c_str(), load.release_errors,
+              static_cast<long long>(
+                  std::chrono::duration_cast<std::chrono::milliseconds>(migrating_for).count()),
+              acquired_during, tryagain, left);
+  stop_and_check(load, "migrate", true);  // exclusion holds; every operation completed once
+  int acquired_after = 0;
+  for (const auto& r : resources) {
+    for (const auto& w : load.windows[r]) acquired_after += w.from > began + migrating_for;
+  }
+  EXPECT_GT(acquired_after, 0) << "no lock was taken in the slot after it moved";
+  // A lease left behind is gone within its ttl.
+  wait_until(
+      [&] {
+        for (const auto& r : resources) {
+          if (cluster.node(target).command({"EXISTS", lease_key(r)}) != "0") return false;
+        }
+        return true;
+      },
+      load_options.ttl + 2s, "the leases left behind to expire");
 }
 
 TEST(Cluster, LockTrafficContinuesThroughClusterFailover) {
@@ -244,8 +491,9 @@ TEST(Cluster, LockTrafficContinuesThroughClusterFailover) {
   const auto healthy = Clock::now();
   std::this_thread::sleep_for(800ms);
   // A manual failover waits for the replica to catch up: no lease is lost, so exclusion
-  // holds throughout.
+  // holds throughout, and (docs/safety.md) no operation fails.
   check_load(load, cluster, resources, slots0, healthy, true);
+  EXPECT_TRUE(load.errors.empty()) << load.summary();
 }
 
 TEST(Cluster, LockTrafficContinuesAfterAMasterIsKilled) {
@@ -284,8 +532,12 @@ TEST(Cluster, MinReplicasWaitsForTheSlotsReplica) {
         asio::as_tuple(asio::use_awaitable));
     EXPECT_EQ(ec2, error::not_replicated);
     EXPECT_FALSE(none.owns_lock());
-    co_await sleep_for(50ms);
-    EXPECT_EQ(get_lease(cluster, resource), "(nil)");  // given back
+    // Given back: the give-back follows the refusal, so wait for it (bounded).
+    for (const auto until = Clock::now() + 5s;
+         get_lease(cluster, resource) != "(nil)" && Clock::now() < until;) {
+      co_await sleep_for(5ms);
+    }
+    EXPECT_EQ(get_lease(cluster, resource), "(nil)");
   }());
 }
 

@@ -61,7 +61,8 @@ class LockLoad {
     Clock::time_point from, to;
   };
   int started = 0, completed = 0, acquired = 0;
-  std::map<std::string, int> errors;  // by message
+  int release_errors = 0;             // releases that failed: their lease stays to its ttl
+  std::map<std::string, int> errors;  // by message (acquires and releases)
   Clock::duration max_latency{};
   std::map<std::string, std::vector<Window>> windows;
   int loop_failures_ = 0;
@@ -140,6 +141,7 @@ class LockLoad {
         guard.async_release(on_released);
         co_await rel->wake.async_wait(asio::as_tuple(asio::use_awaitable));
         record(rel->ec, Clock::now() - t1);
+        if (rel->ec) ++release_errors;
       } else {
         pause.expires_after(10ms);
         co_await pause.async_wait(asio::as_tuple(asio::use_awaitable));

@@ -61,7 +61,7 @@ std::vector<NodeLine> cluster_nodes(std::uint16_t port) {
 
 }  // namespace
 
-RedisCluster::RedisCluster(int masters, int replicas_per_master)
+RedisCluster::RedisCluster(int masters, int replicas_per_master, Slots layout)
     : masters_(static_cast<std::size_t>(masters)) {
   const std::vector<std::string> args = {
       "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
@@ -74,7 +74,15 @@ RedisCluster::RedisCluster(int masters, int replicas_per_master)
   const int total = masters * (1 + replicas_per_master);
   for (int i = 0; i < total; ++i) nodes_.push_back(std::make_unique<RedisServer>(args));
 
-  for (std::size_t m = 0; m < masters_; ++m) {
+  for (std::size_t m = 0; m < masters_ && layout == Slots::interleaved; ++m) {
+    std::vector<std::string> command = {"CLUSTER", "ADDSLOTS"};
+    for (std::size_t slot = m; slot < 16384; slot += masters_) {
+      command.push_back(std::to_string(slot));
+    }
+    const auto r = node(m).command(command);
+    if (r != "OK") throw std::runtime_error("cluster: ADDSLOTS: " + r);
+  }
+  for (std::size_t m = 0; m < masters_ && layout == Slots::ranges; ++m) {
     const auto first = m * 16384 / masters_;
     const auto last = (m + 1) * 16384 / masters_ - 1;
     const auto r = node(m).command(
@@ -208,12 +216,17 @@ void RedisCluster::migrate_keys(std::uint16_t slot, std::size_t source, std::siz
     const auto keys = split(
         node(source).command({"CLUSTER", "GETKEYSINSLOT", std::to_string(slot), "1"}), ' ');
     if (keys.empty()) break;
-    const auto r = node(source).command(
-        {"MIGRATE", "127.0.0.1", std::to_string(node(target).port()), keys[0], "0", "5000"});
-    // NOKEY: it expired between the two commands.
-    if (r != "OK" && r != "NOKEY") throw std::runtime_error("cluster: MIGRATE: " + r);
+    migrate_key(source, target, keys[0]);
     ++moved;
   }
+}
+
+bool RedisCluster::migrate_key(std::size_t source, std::size_t target, const std::string& key) {
+  const auto r = node(source).command(
+      {"MIGRATE", "127.0.0.1", std::to_string(node(target).port()), key, "0", "5000"});
+  // NOKEY: it expired (or was deleted) before it could move.
+  if (r != "OK" && r != "NOKEY") throw std::runtime_error("cluster: MIGRATE: " + r);
+  return r == "OK";
 }
 
 void RedisCluster::end_move(std::uint16_t slot, std::size_t source, std::size_t target) {

@@ -15,9 +15,13 @@ namespace redis_lock::test {
 
 class RedisCluster {
  public:
-  /// Starts `masters` masters (slots split evenly) and `replicas_per_master` replicas each,
-  /// and returns when every node reports cluster_state:ok and every replica is in sync.
-  explicit RedisCluster(int masters = 3, int replicas_per_master = 1);
+  /// How the slots are split among the masters: one contiguous range each, or slot i to
+  /// master i % masters (16384 ranges, like a Cluster resharded slot by slot).
+  enum class Slots { ranges, interleaved };
+  /// Starts `masters` masters and `replicas_per_master` replicas each, and returns when
+  /// every node reports cluster_state:ok and every replica is in sync.
+  explicit RedisCluster(int masters = 3, int replicas_per_master = 1,
+                        Slots layout = Slots::ranges);
   ~RedisCluster();
 
   /// A configuration with every master as a seed (or only `seeds` of them).
@@ -43,13 +47,18 @@ class RedisCluster {
 
   bool is_master(std::size_t i) const;
 
- private:
+  // The steps of move_slot, for tests that choose which key moves when.
+  /// Marks `slot` IMPORTING on `target` and MIGRATING on `source` (its master).
   void begin_move(std::uint16_t slot, std::size_t source, std::size_t target);
   /// Moves up to `limit` keys of `slot` from `source` to `target` with MIGRATE.
   void migrate_keys(std::uint16_t slot, std::size_t source, std::size_t target,
                     std::size_t limit);
+  /// Moves the one key `key` (false if it no longer exists on `source`).
+  bool migrate_key(std::size_t source, std::size_t target, const std::string& key);
+  /// Gives `slot` to `target` on every master (CLUSTER SETSLOT NODE), ending the move.
   void end_move(std::uint16_t slot, std::size_t source, std::size_t target);
 
+ private:
   std::vector<std::unique_ptr<RedisServer>> nodes_;
   std::size_t masters_ = 0;
 };
