@@ -72,11 +72,14 @@ void LockGuard::release_detached() noexcept {
   if (!service_) return;
   auto service = std::move(service_);
   service_.reset();
+  std::chrono::steady_clock::time_point patience{};
   if (lease_) {
+    patience = lease_->valid_until();
     service->forget(lease_);
     lease_.reset();
   }
-  service->release_detached(std::move(resource_), std::move(token_), /*by_guard=*/true);
+  service->release_detached(std::move(resource_), std::move(token_), /*by_guard=*/true,
+                            patience);
   resource_.clear();
   token_.clear();
   fencing_token_ = 0;
@@ -86,9 +89,13 @@ void LockGuard::release_impl(LockGuard guard, detail::BoolHandler handler) {
   // The header completes empty guards itself: `guard` holds a lock here. Taking everything
   // out leaves it empty, so its destructor posts nothing more.
   auto service = std::exchange(guard.service_, nullptr);
-  if (auto lease = std::exchange(guard.lease_, nullptr)) service->forget(lease);
+  std::chrono::steady_clock::time_point patience{};
+  if (auto lease = std::exchange(guard.lease_, nullptr)) {
+    patience = lease->valid_until();
+    service->forget(lease);
+  }
   service->release(std::move(guard.resource_), std::move(guard.token_), std::move(handler),
-                   /*by_guard=*/true);
+                   /*by_guard=*/true, patience);
 }
 
 void LockGuard::extend_impl(std::shared_ptr<detail::LockService> service, std::string resource,

@@ -536,6 +536,10 @@ bool LockService::redirected(std::shared_ptr<ScriptOp>& op, const Reply& reply) 
   }
   if (now >= op->retry_until) return false;
   if (down) router_->refresh();
+  // The redirect limit stops MOVED/ASK loops within one try; each TRYAGAIN retry is a new
+  // try (a split slot answers ASK from the source, then TRYAGAIN from the target, every
+  // time), bounded by retry_until instead.
+  op->redirects = 0;
   const auto delay = std::min(milliseconds(5 << std::min(op->retries++, 5)), milliseconds(100));
   auto timer = std::make_shared<asio::steady_timer>(*strand_, delay);
   timer->async_wait([timer, op = std::move(op)](error_code) mutable {
@@ -696,6 +700,7 @@ void LockService::give_back(std::string resource, std::string token, Clock::time
     auto op = std::make_shared<CompareOp>(BoolHandler{});
     op->give_back_until = until;
     prepare_release(*op, std::move(resource), std::move(token));
+    op->patience = until;
     on_strand([self = shared_from_this(), op = std::move(op)]() mutable { self->send(std::move(op)); });
   } catch (...) {
     // Out of memory: the lease expires after its ttl instead.
@@ -1182,11 +1187,12 @@ void LockService::wait_replicas(std::size_t node, int replicas, milliseconds tim
 }
 
 void LockService::release(std::string resource, std::string token, BoolHandler handler,
-                          bool by_guard) {
+                          bool by_guard, Clock::time_point patience) {
   if (!alive_.load()) return;
   auto op = std::make_shared<CompareOp>(std::move(handler));
   if (by_guard && observer()) op->resource = resource;
   prepare_release(*op, std::move(resource), std::move(token));
+  op->patience = patience;
   on_strand([self = shared_from_this(), op = std::move(op)]() mutable { self->send(std::move(op)); });
 }
 
@@ -1203,10 +1209,10 @@ void LockService::prepare_release(CompareOp& op, std::string resource, std::stri
                cluster() ? std::string_view("SPUBLISH") : std::string_view("PUBLISH")});
 }
 
-void LockService::release_detached(std::string resource, std::string token,
-                                   bool by_guard) noexcept {
+void LockService::release_detached(std::string resource, std::string token, bool by_guard,
+                                   Clock::time_point patience) noexcept {
   try {
-    release(std::move(resource), std::move(token), BoolHandler{}, by_guard);
+    release(std::move(resource), std::move(token), BoolHandler{}, by_guard, patience);
   } catch (...) {
     // Out of memory while posting: the lease expires after its ttl instead.
   }

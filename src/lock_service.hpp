@@ -89,9 +89,13 @@ class LockService : public std::enable_shared_from_this<LockService> {
   // Callable from any thread.
   void acquire(std::string resource, LockOptions options, AcquireHandler handler);
   /// `by_guard`: a guard's own release (reported to the observer), not a clean-up.
+  /// `patience`: a Cluster refusal for a slot in motion (TRYAGAIN, CLUSTERDOWN) is retried
+  /// until then at least (the lease's valid_until(): past it the release no longer matters).
   void release(std::string resource, std::string token, BoolHandler handler,
-               bool by_guard = false);
-  void release_detached(std::string resource, std::string token, bool by_guard = false) noexcept;
+               bool by_guard = false,
+               std::chrono::steady_clock::time_point patience = {});
+  void release_detached(std::string resource, std::string token, bool by_guard = false,
+                        std::chrono::steady_clock::time_point patience = {}) noexcept;
   /// Gives back what an acquire with `token` may hold, or the queue place it may have:
   /// a release that is sent again through link failures until `until`, past which the
   /// lease (and the queue entry) has expired anyway. On Redlock, on every master.

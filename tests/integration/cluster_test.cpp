@@ -318,7 +318,7 @@ TEST(Cluster, AskAndTryAgainWhileASlotMigrates) {
   EXPECT_GT(info_count(cluster, target, "commandstats", "cmdstat_asking:calls="), 0);
 
   // The rest moves in one pass and the slot is handed over: the acquire gets it there.
-  // (Not the fence counter alone first: see DISABLED_AcquireAndReleaseWaitOutASplitSlot.)
+  // (Not the fence counter alone first: see AcquireAndReleaseWaitOutASplitSlot.)
   cluster.migrate_keys(slot, source, target, static_cast<std::size_t>(-1));
   cluster.end_move(slot, source, target);
   ASSERT_EQ(cluster.master_of(slot), target);
@@ -348,16 +348,14 @@ TEST(Cluster, AskAndTryAgainWhileASlotMigrates) {
   for (auto& g : held) EXPECT_TRUE(g.async_release(asio::use_future).get());
 }
 
-// Disabled: fails with the engine as it is (src/lock_service.cpp, not ours to change here).
 // When the fence counter has moved and a lease has not (or the other way round), every key
 // of a command is missing on the source (ASK) while the target, after ASKING, has some of
-// them: TRYAGAIN. The engine retries TRYAGAIN by sending to the source again, which answers
-// ASK again, and each ASK counts against the limit of 5 redirects per command, which
-// TRYAGAIN retries never reset: after 5 round trips (~160 ms) the acquire fails with
-// cluster_down whatever its wait, and the release fails, leaving its lease to its ttl.
-// Measured: acquire with a 15 s wait -> cluster_down; release -> cluster_down, lease left
-// (both after ~160 ms, while the move lasted 500 ms, inside the 1 s command timeout).
-TEST(Cluster, DISABLED_AcquireAndReleaseWaitOutASplitSlot) {
+// them: TRYAGAIN. Each TRYAGAIN retry goes to the source again, which answers ASK again.
+// Those ASKs used to count against the limit of 5 redirects per command, which TRYAGAIN
+// retries never reset: after ~160 ms the acquire failed with cluster_down whatever its wait,
+// and the release failed, leaving its lease to its ttl. Now the acquire waits out the move
+// within its wait, and a release within its lease's validity.
+TEST(Cluster, AcquireAndReleaseWaitOutASplitSlot) {
   RedisCluster cluster;
   const auto slot = slot_of(unique_resource());
   const auto resources = resources_in_slot(slot, 2);
