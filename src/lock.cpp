@@ -18,7 +18,8 @@ using boost::system::error_code;
 LockGuard::LockGuard() noexcept = default;
 
 LockGuard::LockGuard(std::shared_ptr<detail::LockService> service,
-                     asio::any_io_executor executor, std::string resource, std::string token,
+                     asio::any_io_executor executor, detail::ContextAlive context_alive,
+                     std::string resource, std::string token,
                      std::uint64_t fencing_token,
                      std::shared_ptr<detail::LeaseState> lease) noexcept
     : service_(std::move(service)),
@@ -26,7 +27,8 @@ LockGuard::LockGuard(std::shared_ptr<detail::LockService> service,
       token_(std::move(token)),
       fencing_token_(fencing_token),
       lease_(std::move(lease)),
-      executor_(std::move(executor)) {}
+      executor_(std::move(executor)),
+      context_alive_(std::move(context_alive)) {}
 
 LockGuard::LockGuard(LockGuard&& other) noexcept
     : service_(std::move(other.service_)),
@@ -34,7 +36,8 @@ LockGuard::LockGuard(LockGuard&& other) noexcept
       token_(std::move(other.token_)),
       fencing_token_(std::exchange(other.fencing_token_, 0)),
       lease_(std::move(other.lease_)),
-      executor_(other.executor_) {
+      executor_(other.executor_),
+      context_alive_(other.context_alive_) {
   other.service_.reset();
   other.resource_.clear();
   other.token_.clear();
@@ -48,7 +51,12 @@ LockGuard& LockGuard::operator=(LockGuard&& other) noexcept {
     token_ = std::move(other.token_);
     fencing_token_ = std::exchange(other.fencing_token_, 0);
     lease_ = std::move(other.lease_);
-    executor_ = other.executor_;
+    // A guard made by a manager keeps that manager's executor, also when an empty
+    // (default-constructed) guard is assigned to it.
+    if (other.executor_) {
+      executor_ = other.executor_;
+      context_alive_ = other.context_alive_;
+    }
     other.service_.reset();
     other.resource_.clear();
     other.token_.clear();
@@ -123,6 +131,7 @@ LockManager::LockManager(executor_type ex, ConnectionConfig config, ManagerOptio
       service_(std::make_shared<detail::LockService>(std::move(ex), std::move(config),
                                                       std::move(options))) {
   service_->watch_context_shutdown();
+  context_alive_ = service_->context_alive();
 }
 
 LockManager::~LockManager() = default;

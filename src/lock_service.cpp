@@ -48,6 +48,7 @@ constexpr std::string_view claim_window_ms = "600";
 // A give-back that met a link failure is sent again after this, doubling up to the max.
 constexpr milliseconds give_back_first_retry{25};
 constexpr milliseconds give_back_max_retry{500};
+constexpr milliseconds give_back_horizon{60'000};
 
 /// Learns of the execution context's shutdown, so that guards outliving their io_context
 /// neither post onto it nor destroy I/O objects of a dead context.
@@ -212,9 +213,11 @@ struct AcquireOp final : ScriptOp {
     if (!ec && reply.is_error()) return;
     if (ec || grants(reply) || options.wait.count() > 0) give_back();
   }
-  /// The lease this attempt may hold, or its queue place, expires by then at the latest.
+  /// The lease this attempt may hold, or its queue place, expires by then at the latest;
+  /// a give-back is not retried past give_back_horizon either (a server gone for good must
+  /// not keep the manager busy for a long ttl).
   Clock::time_point give_back_until() const noexcept {
-    return attempt_started + std::max(options.ttl, waiter_ttl);
+    return attempt_started + std::min(std::max(options.ttl, waiter_ttl), give_back_horizon);
   }
   void give_back() { service->give_back(resource, token, give_back_until()); }
   void sleep_until_retry(long long pttl);
@@ -437,6 +440,7 @@ void LockService::watch_context_shutdown() {
 
 void LockService::on_context_shutdown() noexcept {
   alive_.store(false);
+  context_alive_->store(false);
   if (router_) {
     router_->shutdown();
     router_.reset();
@@ -590,10 +594,13 @@ struct QuorumCall : std::enable_shared_from_this<QuorumCall> {
   void give_back() const {
     for (std::size_t i = 0; i < size(); ++i) {
       const auto& r = op->node_results[i];
+      // (A timeout is not here: a command that timed out after it was written has a late
+      // handler, which gives back what its reply says; one that timed out in the queue
+      // never ran.)
       const bool may_hold =
           r.outcome == NodeOutcome::granted || r.outcome == NodeOutcome::no_answer ||
           (r.outcome == NodeOutcome::failed &&
-           (may_have_run(r.error) || r.error == error::timeout || r.error == error::unexpected_reply));
+           (may_have_run(r.error) || r.error == error::unexpected_reply));
       if (may_hold) {
         service().give_back_on(i, acquire().resource, lease_token, acquire().give_back_until());
       }
@@ -725,8 +732,9 @@ void LockService::give_back_on(std::size_t node, std::shared_ptr<const OwnedComm
           Connection::Callback([self = shared_from_this(), node, again = std::move(again), until,
                                 backoff](error_code ec, Reply) mutable {
             if (!ec) return;  // it ran (or the server refused it: it never will)
-            self->retry_later(until, backoff, [self, node, again, until, backoff] {
-              self->give_back_on(node, again, until, backoff);
+            const auto next = std::min(backoff * 2, give_back_max_retry);
+            self->retry_later(until, backoff, [self, node, again, until, next] {
+              self->give_back_on(node, again, until, next);
             });
           }));
 }
@@ -992,7 +1000,9 @@ void LockService::acquire(std::string resource, LockOptions options, AcquireHand
       options.wait.count() < 0 || options.renew_every.count() < 0 ||
       options.max_hold.count() < 0 || options.min_replicas < 0 ||
       (options.min_replicas > 0 && redlock()) ||
-      options.replication_timeout.count() < 0 || config_error_) {
+      options.replication_timeout.count() < 0 ||
+      // WAIT with a zero timeout blocks until the replicas answer, however long.
+      (options.min_replicas > 0 && options.replication_timeout.count() == 0) || config_error_) {
     const error_code ec = config_error_ ? config_error_ : error_code(error::invalid_argument);
     if (observer()) {
       on_strand([self = shared_from_this(), resource, ec] {
@@ -1187,12 +1197,14 @@ void LockService::wait_replicas(std::size_t node, int replicas, milliseconds tim
 }
 
 void LockService::release(std::string resource, std::string token, BoolHandler handler,
-                          bool by_guard, Clock::time_point patience) {
+                          bool by_guard, Clock::time_point patience,
+                          Clock::time_point give_back_until) {
   if (!alive_.load()) return;
   auto op = std::make_shared<CompareOp>(std::move(handler));
   if (by_guard && observer()) op->resource = resource;
   prepare_release(*op, std::move(resource), std::move(token));
   op->patience = patience;
+  op->give_back_until = give_back_until;
   on_strand([self = shared_from_this(), op = std::move(op)]() mutable { self->send(std::move(op)); });
 }
 
@@ -1212,7 +1224,10 @@ void LockService::prepare_release(CompareOp& op, std::string resource, std::stri
 void LockService::release_detached(std::string resource, std::string token, bool by_guard,
                                    Clock::time_point patience) noexcept {
   try {
-    release(std::move(resource), std::move(token), BoolHandler{}, by_guard, patience);
+    // A guard's release on destruction: also resent through link failures while its lease
+    // may still be valid.
+    release(std::move(resource), std::move(token), BoolHandler{}, by_guard, patience,
+            /*give_back_until=*/std::min(patience, Clock::now() + give_back_horizon));
   } catch (...) {
     // Out of memory while posting: the lease expires after its ttl instead.
   }

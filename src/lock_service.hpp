@@ -91,9 +91,11 @@ class LockService : public std::enable_shared_from_this<LockService> {
   /// `by_guard`: a guard's own release (reported to the observer), not a clean-up.
   /// `patience`: a Cluster refusal for a slot in motion (TRYAGAIN, CLUSTERDOWN) is retried
   /// until then at least (the lease's valid_until(): past it the release no longer matters).
+  /// `give_back_until` (detached releases only): resent through link failures until then.
   void release(std::string resource, std::string token, BoolHandler handler,
                bool by_guard = false,
-               std::chrono::steady_clock::time_point patience = {});
+               std::chrono::steady_clock::time_point patience = {},
+               std::chrono::steady_clock::time_point give_back_until = {});
   void release_detached(std::string resource, std::string token, bool by_guard = false,
                         std::chrono::steady_clock::time_point patience = {}) noexcept;
   /// Gives back what an acquire with `token` may hold, or the queue place it may have:
@@ -124,6 +126,8 @@ class LockService : public std::enable_shared_from_this<LockService> {
 
   /// Called by our execution_context service when the context shuts down.
   void on_context_shutdown() noexcept;
+  /// False once the context shut down; guards keep it after they are empty.
+  ContextAlive context_alive() const noexcept { return context_alive_; }
 
   // Waiting (on the strand): a waiter is told by a message on this manager's notify channel
   // when a release hands it the lease.
@@ -207,6 +211,7 @@ class LockService : public std::enable_shared_from_this<LockService> {
   std::chrono::steady_clock::time_point renew_timer_at_{};
   bool renew_armed_ = false;
   std::atomic<bool> alive_{true};
+  std::shared_ptr<std::atomic<bool>> context_alive_ = std::make_shared<std::atomic<bool>>(true);
   mutable std::mutex error_mutex_;
   std::string last_server_error_;
 };
@@ -216,8 +221,9 @@ inline LockGuard GuardAccess::make(std::shared_ptr<LockService> service, std::st
                                    std::string token, std::uint64_t fencing_token,
                                    std::shared_ptr<LeaseState> lease) {
   auto executor = service->executor();
-  return LockGuard(std::move(service), std::move(executor), std::move(resource),
-                   std::move(token), fencing_token, std::move(lease));
+  auto alive = service->context_alive();
+  return LockGuard(std::move(service), std::move(executor), std::move(alive),
+                   std::move(resource), std::move(token), fencing_token, std::move(lease));
 }
 
 }  // namespace redis_lock::detail

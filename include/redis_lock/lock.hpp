@@ -17,6 +17,7 @@
 #include <boost/asio/post.hpp>
 #include <boost/system/error_code.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -42,9 +43,14 @@ using ErrorHandler = boost::asio::any_completion_handler<void(boost::system::err
 /// rule). Only a default-constructed guard has no `io`: its completions then run on the
 /// handler's own associated executor (Asio's system executor for a plain callback).
 /// Done here, where the handler's type is known, so that no type-erased executor is involved.
+/// Cleared when the manager's execution context shuts down: an empty guard then drops its
+/// handler instead of posting onto a dead context (Asio drops pending handlers too).
+using ContextAlive = std::shared_ptr<const std::atomic<bool>>;
+
 template <class Handler, class... Args>
-void complete_without_lock(const boost::asio::any_io_executor& io, Handler&& handler,
-                           Args... args) {
+void complete_without_lock(const boost::asio::any_io_executor& io, const ContextAlive& alive,
+                           Handler&& handler, Args... args) {
+  if (io && alive && !alive->load()) return;
   if (!io) {
     auto ex = boost::asio::get_associated_executor(handler);
     return boost::asio::post(
@@ -144,16 +150,17 @@ class REDIS_LOCK_EXPORT LockGuard {
   auto async_wait_lost(CompletionToken&& token = {}) {
     return boost::asio::async_initiate<CompletionToken, void(boost::system::error_code)>(
         [](auto handler, std::shared_ptr<detail::LockService> service,
-           std::shared_ptr<detail::LeaseState> lease, boost::asio::any_io_executor io) {
+           std::shared_ptr<detail::LeaseState> lease, boost::asio::any_io_executor io,
+           detail::ContextAlive alive) {
           if (!service || !lease) {
             return detail::complete_without_lock(
-                io, std::move(handler),
+                io, alive, std::move(handler),
                 boost::system::error_code(boost::asio::error::operation_aborted));
           }
           wait_lost_impl(std::move(service), std::move(lease),
                          detail::ErrorHandler(std::move(handler)));
         },
-        token, service_, lease_, executor_);
+        token, service_, lease_, executor_, context_alive_);
   }
 
   /// Releases the lock now: a compare-and-delete that removes the lease only if it still
@@ -179,8 +186,9 @@ class REDIS_LOCK_EXPORT LockGuard {
     return boost::asio::async_initiate<CompletionToken, void(boost::system::error_code, bool)>(
         [](auto handler, LockGuard guard) {
           if (!guard.owns_lock()) {
-            return detail::complete_without_lock(guard.executor_, std::move(handler),
-                                                 boost::system::error_code{}, false);
+            return detail::complete_without_lock(guard.executor_, guard.context_alive_,
+                                                 std::move(handler), boost::system::error_code{},
+                                                 false);
           }
           release_impl(std::move(guard), detail::BoolHandler(std::move(handler)));
         },
@@ -204,22 +212,23 @@ class REDIS_LOCK_EXPORT LockGuard {
     return boost::asio::async_initiate<CompletionToken, void(boost::system::error_code, bool)>(
         [](auto handler, std::shared_ptr<detail::LockService> service, std::string resource,
            std::string owner, std::shared_ptr<detail::LeaseState> lease,
-           std::chrono::milliseconds new_ttl, boost::asio::any_io_executor io) {
+           std::chrono::milliseconds new_ttl, boost::asio::any_io_executor io,
+           detail::ContextAlive alive) {
           if (!service) {
-            return detail::complete_without_lock(io, std::move(handler),
+            return detail::complete_without_lock(io, alive, std::move(handler),
                                                  boost::system::error_code{}, false);
           }
           extend_impl(std::move(service), std::move(resource), std::move(owner), std::move(lease),
                       new_ttl, detail::BoolHandler(std::move(handler)));
         },
-        token, service_, resource_, token_, lease_, ttl, executor_);
+        token, service_, resource_, token_, lease_, ttl, executor_, context_alive_);
   }
 
  private:
   friend struct detail::GuardAccess;
   LockGuard(std::shared_ptr<detail::LockService> service, boost::asio::any_io_executor executor,
-            std::string resource, std::string token, std::uint64_t fencing_token,
-            std::shared_ptr<detail::LeaseState> lease) noexcept;
+            detail::ContextAlive context_alive, std::string resource, std::string token,
+            std::uint64_t fencing_token, std::shared_ptr<detail::LeaseState> lease) noexcept;
   void release_detached() noexcept;
   static void release_impl(LockGuard guard, detail::BoolHandler handler);
   static void extend_impl(std::shared_ptr<detail::LockService> service, std::string resource,
@@ -235,8 +244,10 @@ class REDIS_LOCK_EXPORT LockGuard {
   std::uint64_t fencing_token_ = 0;
   std::shared_ptr<detail::LeaseState> lease_;  // validity, loss, renewal
   // The manager's executor: completions default to it, also once the guard is empty.
-  // Copied, never moved out, so that a moved-from guard keeps it.
+  // Copied, never moved out, so that a moved-from guard keeps it; with the flag that says
+  // whether its context still runs.
   boost::asio::any_io_executor executor_;
+  detail::ContextAlive context_alive_;
 };
 
 /// Takes locks on one Redis server. Many requests share one pipelined connection.
@@ -260,10 +271,13 @@ class REDIS_LOCK_EXPORT LockManager {
   /// A moved-from manager refuses acquires with `error::invalid_argument`, completing on
   /// the executor it was made with (which it keeps).
   LockManager(LockManager&& other) noexcept
-      : executor_(other.executor_), service_(std::move(other.service_)) {}
+      : executor_(other.executor_),
+        context_alive_(other.context_alive_),
+        service_(std::move(other.service_)) {}
   /// Move assignment; operations of the replaced manager continue.
   LockManager& operator=(LockManager&& other) noexcept {
     executor_ = other.executor_;
+    context_alive_ = other.context_alive_;
     service_ = std::move(other.service_);
     return *this;
   }
@@ -302,16 +316,16 @@ class REDIS_LOCK_EXPORT LockManager {
     return boost::asio::async_initiate<CompletionToken,
                                        void(boost::system::error_code, LockGuard)>(
         [](auto handler, std::shared_ptr<detail::LockService> service, std::string name,
-           LockOptions opts, executor_type io) {
+           LockOptions opts, executor_type io, detail::ContextAlive alive) {
           if (!service) {  // a moved-from manager
             return detail::complete_without_lock(
-                io, std::move(handler), boost::system::error_code(error::invalid_argument),
+                io, alive, std::move(handler), boost::system::error_code(error::invalid_argument),
                 LockGuard{});
           }
           acquire_impl(std::move(service), std::move(name), opts,
                        detail::AcquireHandler(std::move(handler)));
         },
-        token, service_, std::string(resource), options, executor_);
+        token, service_, std::string(resource), options, executor_, context_alive_);
   }
 
   /// The full text of the most recent error reply from the server (thread-safe copy).
@@ -322,6 +336,7 @@ class REDIS_LOCK_EXPORT LockManager {
                            LockOptions options, detail::AcquireHandler handler);
 
   executor_type executor_;
+  detail::ContextAlive context_alive_;  // kept by a moved-from manager, like the executor
   std::shared_ptr<detail::LockService> service_;
 };
 

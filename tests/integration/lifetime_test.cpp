@@ -104,6 +104,13 @@ TEST_F(Lifetime, GuardOutlivesItsIoContext) {
   // Must neither post onto the dead context nor touch its sockets (ASan watches this).
   auto moved = std::move(g);
   moved = LockGuard{};
+  // Empty guards that kept the dead context's executor drop their handlers, as Asio drops
+  // pending ones (posting onto a destroyed io_context is undefined behaviour).
+  bool ran = false;
+  g.async_release([&](error_code, bool) { ran = true; });
+  moved.async_extend(1s, [&](error_code, bool) { ran = true; });
+  moved.async_wait_lost([&](error_code) { ran = true; });
+  EXPECT_FALSE(ran);
   EXPECT_TRUE(exists(resource)) << "nothing could run the release: the ttl frees it";
 }
 
