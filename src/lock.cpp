@@ -76,16 +76,22 @@ asio::cancellation_slot LockGuard::lost_slot() const noexcept {
 
 LockGuard::~LockGuard() { release_detached(); }
 
+namespace {
+/// The guard lets go of `lease` (no more renewals or loss waits); returns until when its
+/// release is worth retrying (the lease's validity), or time_point{} without a lease.
+std::chrono::steady_clock::time_point let_go(detail::LockService& service,
+                                             std::shared_ptr<detail::LeaseState> lease) {
+  if (!lease) return {};
+  service.forget(lease);
+  return lease->valid_until();
+}
+}  // namespace
+
 void LockGuard::release_detached() noexcept {
   if (!service_) return;
   auto service = std::move(service_);
   service_.reset();
-  std::chrono::steady_clock::time_point patience{};
-  if (lease_) {
-    patience = lease_->valid_until();
-    service->forget(lease_);
-    lease_.reset();
-  }
+  const auto patience = let_go(*service, std::exchange(lease_, nullptr));
   service->release_detached(std::move(resource_), std::move(token_), /*by_guard=*/true,
                             patience);
   resource_.clear();
@@ -97,11 +103,7 @@ void LockGuard::release_impl(LockGuard guard, detail::BoolHandler handler) {
   // The header completes empty guards itself: `guard` holds a lock here. Taking everything
   // out leaves it empty, so its destructor posts nothing more.
   auto service = std::exchange(guard.service_, nullptr);
-  std::chrono::steady_clock::time_point patience{};
-  if (auto lease = std::exchange(guard.lease_, nullptr)) {
-    patience = lease->valid_until();
-    service->forget(lease);
-  }
+  const auto patience = let_go(*service, std::exchange(guard.lease_, nullptr));
   service->release(std::move(guard.resource_), std::move(guard.token_), std::move(handler),
                    /*by_guard=*/true, patience);
 }

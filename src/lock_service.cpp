@@ -117,6 +117,16 @@ bool may_have_run(error_code ec) {
   return ec == error::connection_lost || ec == error::protocol_error || ec == error::read_only;
 }
 
+/// What a WAIT's (non-error) reply says of `wanted` replicas: no error, not_replicated, or
+/// unexpected_reply.
+error_code replication_outcome(const Reply& reply, int wanted) {
+  if (reply.type != Reply::Type::integer) return error::unexpected_reply;
+  return reply.integer < wanted ? error_code(error::not_replicated) : error_code{};
+}
+
+/// The next wait of a give-back's retries: doubling, up to give_back_max_retry.
+milliseconds doubled(milliseconds backoff) { return std::min(backoff * 2, give_back_max_retry); }
+
 Reply integer_reply(long long value) {
   Reply r;
   r.type = Reply::Type::integer;
@@ -233,8 +243,7 @@ struct AcquireOp final : ScriptOp {
                               shared](error_code ec, Reply reply) {
           op->in_flight = false;
           if (!ec && reply.is_error()) ec = op->service->server_error(reply);
-          if (!ec && reply.type != Reply::Type::integer) ec = error::unexpected_reply;
-          if (!ec && reply.integer < op->options.min_replicas) ec = error::not_replicated;
+          if (!ec) ec = replication_outcome(reply, op->options.min_replicas);
           if (!ec && op->cancelled) ec = asio::error::operation_aborted;
           if (ec) return op->finish(ec, LockGuard{});  // *shared releases the lease
           op->finish({}, std::move(*shared));
@@ -310,7 +319,7 @@ struct CompareOp final : ScriptOp {
     if (ec && !handler && give_back_until != Clock::time_point{}) {
       // The link failed: the release may not have run. Again once a link works.
       auto self = std::static_pointer_cast<CompareOp>(shared_from_this());
-      if (service->retry_later(give_back_until, backoff, [self] {
+      if (service->retry_later(give_back_until, std::exchange(backoff, doubled(backoff)), [self] {
             self->rearm();
             self->service->send(self);
           })) {
@@ -331,8 +340,7 @@ struct CompareOp final : ScriptOp {
         Connection::Callback([self = std::static_pointer_cast<CompareOp>(shared_from_this())](
                                  error_code ec, Reply reply) {
           if (!ec && reply.is_error()) ec = self->service->server_error(reply);
-          if (!ec && reply.type != Reply::Type::integer) ec = error::unexpected_reply;
-          if (!ec && reply.integer < self->lease->min_replicas) ec = error::not_replicated;
+          if (!ec) ec = replication_outcome(reply, self->lease->min_replicas);
           // Not confirmed: an error, and the lease's validity stays where it was.
           if (ec) return self->finish(ec, Reply{});
           self->finish({}, integer_reply(1));
@@ -378,8 +386,8 @@ struct RenewOp final : ScriptOp {
                                 reply](error_code wait_ec, Reply count) {
             auto again = self->lease.lock();
             if (!again) return;
-            if (!wait_ec && (count.type != Reply::Type::integer ||
-                             count.integer < again->min_replicas)) {
+            // (An error reply, or any other refusal, is reported as not_replicated.)
+            if (!wait_ec && (count.is_error() || replication_outcome(count, again->min_replicas))) {
               wait_ec = error::not_replicated;
             }
             self->service->renewed(again, self->sent, wait_ec, wait_ec ? Reply{} : reply,
@@ -679,12 +687,11 @@ void LockService::eval_on(std::size_t node, const Script& script,
                late);
 }
 
-bool LockService::retry_later(Clock::time_point until, milliseconds& backoff,
+bool LockService::retry_later(Clock::time_point until, milliseconds delay,
                               std::function<void()> again) {
   if (!router_ || !strand_) return false;
-  const auto at = Clock::now() + backoff;
+  const auto at = Clock::now() + delay;
   if (at >= until) return false;
-  backoff = std::min(backoff * 2, give_back_max_retry);
   auto timer = std::make_shared<asio::steady_timer>(*strand_, at);
   timer->async_wait([timer, again = std::move(again)](error_code ec) {
     if (!ec) again();
@@ -704,11 +711,10 @@ void LockService::give_back(std::string resource, std::string token, Clock::time
       });
       return;
     }
-    auto op = std::make_shared<CompareOp>(BoolHandler{});
-    op->give_back_until = until;
-    prepare_release(*op, std::move(resource), std::move(token));
-    op->patience = until;
-    on_strand([self = shared_from_this(), op = std::move(op)]() mutable { self->send(std::move(op)); });
+    // Routed like any release (Cluster redirects), retried through moving slots and link
+    // failures until `until`.
+    release(std::move(resource), std::move(token), BoolHandler{}, /*by_guard=*/false, until,
+            until);
   } catch (...) {
     // Out of memory: the lease expires after its ttl instead.
   }
@@ -716,12 +722,11 @@ void LockService::give_back(std::string resource, std::string token, Clock::time
 
 void LockService::give_back_on(std::size_t node, std::string_view resource,
                                std::string_view token, Clock::time_point until) {
-  const auto keys = make_keys(options_.key_prefix, resource);
-  const std::string member = std::string(token) + manager_id_;
-  const std::array<std::string_view, 16> argv{
-      evalsha,    release_script.sha1, "3",         keys.lease, keys.queue, keys.queue_expiry,
-      token,      notify_prefix_,      claim_window_ms, member, "PUBLISH"};
-  give_back_on(node, std::make_shared<const OwnedCommand>(std::span(argv.data(), 11)), until,
+  // The same release command as any other, with its own copy of the bytes. (CompareOp has
+  // a `command` member of its own: the LeaseCommand.)
+  CompareOp release{BoolHandler{}};
+  prepare_release(release, std::string(resource), std::string(token));
+  give_back_on(node, std::make_shared<const OwnedCommand>(release.ScriptOp::command()), until,
                give_back_first_retry);
 }
 
@@ -730,10 +735,9 @@ void LockService::give_back_on(std::size_t node, std::shared_ptr<const OwnedComm
   auto again = release;
   eval_on(node, release_script, std::move(release),
           Connection::Callback([self = shared_from_this(), node, again = std::move(again), until,
-                                backoff](error_code ec, Reply) mutable {
+                                backoff](error_code ec, Reply) {
             if (!ec) return;  // it ran (or the server refused it: it never will)
-            const auto next = std::min(backoff * 2, give_back_max_retry);
-            self->retry_later(until, backoff, [self, node, again, until, next] {
+            self->retry_later(until, backoff, [self, node, again, until, next = doubled(backoff)] {
               self->give_back_on(node, again, until, next);
             });
           }));

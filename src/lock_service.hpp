@@ -103,9 +103,9 @@ class LockService : public std::enable_shared_from_this<LockService> {
   /// lease (and the queue entry) has expired anyway. On Redlock, on every master.
   void give_back(std::string resource, std::string token,
                  std::chrono::steady_clock::time_point until) noexcept;
-  /// A give-back's next try after a link failure (on the strand, after `backoff`, which
-  /// doubles), or false once `until` would have passed.
-  bool retry_later(std::chrono::steady_clock::time_point until, std::chrono::milliseconds& backoff,
+  /// A give-back's next try after a link failure: `again` on the strand after `delay`, or
+  /// false (nothing scheduled) when that would be past `until`.
+  bool retry_later(std::chrono::steady_clock::time_point until, std::chrono::milliseconds delay,
                    std::function<void()> again);
   /// Redlock: the same on master `node` alone.
   void give_back_on(std::size_t node, std::string_view resource, std::string_view token,

@@ -47,23 +47,26 @@ using ErrorHandler = boost::asio::any_completion_handler<void(boost::system::err
 /// handler instead of posting onto a dead context (Asio drops pending handlers too).
 using ContextAlive = std::shared_ptr<const std::atomic<bool>>;
 
+/// `handler(args...)` as a nullary function object.
+template <class Handler, class... Args>
+auto with_args(Handler&& handler, Args... args) {
+  return [h = std::forward<Handler>(handler), ... a = std::move(args)]() mutable {
+    std::move(h)(std::move(a)...);
+  };
+}
+
 template <class Handler, class... Args>
 void complete_without_lock(const boost::asio::any_io_executor& io, const ContextAlive& alive,
                            Handler&& handler, Args... args) {
   if (io && alive && !alive->load()) return;
   if (!io) {
-    auto ex = boost::asio::get_associated_executor(handler);
-    return boost::asio::post(
-        ex, [h = std::forward<Handler>(handler), ... a = std::move(args)]() mutable {
-          std::move(h)(std::move(a)...);
-        });
+    auto ex = boost::asio::get_associated_executor(handler);  // the system executor by default
+    return boost::asio::post(ex, with_args(std::forward<Handler>(handler), std::move(args)...));
   }
   auto ex = boost::asio::get_associated_executor(handler, io);
-  boost::asio::post(
-      io, boost::asio::bind_executor(
-              std::move(ex), [h = std::forward<Handler>(handler), ... a = std::move(args)]() mutable {
-                std::move(h)(std::move(a)...);
-              }));
+  boost::asio::post(io, boost::asio::bind_executor(
+                            std::move(ex),
+                            with_args(std::forward<Handler>(handler), std::move(args)...)));
 }
 }  // namespace detail
 

@@ -30,6 +30,59 @@ bool run_until(asio::io_context& io, Pred done, std::chrono::milliseconds limit 
   return done();
 }
 
+/// Runs `io` on a thread of its own (while the test polls a server) until destroyed.
+class RunInBackground {
+ public:
+  explicit RunInBackground(asio::io_context& io)
+      : thread_([this, &io] {
+          while (!stop_) {
+            io.restart();
+            io.run_for(20ms);
+          }
+        }) {}
+  ~RunInBackground() {
+    stop_ = true;
+    thread_.join();
+  }
+  RunInBackground(const RunInBackground&) = delete;
+  RunInBackground& operator=(const RunInBackground&) = delete;
+
+ private:
+  std::atomic<bool> stop_{false};  // before thread_: set before the thread starts
+  std::thread thread_;
+};
+
+/// Takes `resource` and runs `io` until the guard arrives (a failure is the test's).
+LockGuard hold(LockManager& locks, asio::io_context& io, const std::string& resource,
+               LockOptions options) {
+  std::optional<LockGuard> held;
+  locks.async_acquire(resource, options, [&](error_code ec, LockGuard g) {
+    EXPECT_FALSE(ec) << ec.message();
+    held.emplace(std::move(g));
+  });
+  EXPECT_TRUE(run_until(io, [&] { return held.has_value(); })) << "the acquire never completed";
+  return held ? std::move(*held) : LockGuard{};
+}
+
+/// Three Redlock masters, the first reached through a proxy (to slow it down).
+struct SlowFirstMaster {
+  SlowFirstMaster() {
+    for (int i = 0; i < 3; ++i) masters.push_back(std::make_unique<RedisServer>());
+    slow = std::make_unique<TcpProxy>(masters[0]->port());
+  }
+  ConnectionConfig config() const {
+    ConnectionConfig cfg;
+    cfg.topology = Topology::redlock;
+    cfg.nodes.push_back({"127.0.0.1", slow->port()});
+    for (std::size_t i = 1; i < masters.size(); ++i) {
+      cfg.nodes.push_back({"127.0.0.1", masters[i]->port()});
+    }
+    return cfg;
+  }
+  std::vector<std::unique_ptr<RedisServer>> masters;
+  std::unique_ptr<TcpProxy> slow;
+};
+
 /// A completion that records whether it ran inside io.run() on the test's thread.
 struct Seen {
   int calls = 0;
@@ -52,18 +105,6 @@ bool key_gone(const RedisServer& server, const std::string& key,
   return true;
 }
 
-bool wait_until_linked(const RedisServer& replica) {
-  const auto until = Clock::now() + 10s;
-  while (Clock::now() < until) {
-    if (replica.command({"INFO", "replication"}).find("master_link_status:up") !=
-        std::string::npos) {
-      return true;
-    }
-    std::this_thread::sleep_for(10ms);
-  }
-  return false;
-}
-
 }  // namespace
 
 // Item 1: every operation on a guard that holds nothing completes inside the user's
@@ -74,15 +115,9 @@ TEST(Correctness, EmptyGuardsCompleteOnTheManagersExecutor) {
   const auto me = std::this_thread::get_id();
   const auto resource = unique_resource();
 
-  std::optional<LockGuard> held;
-  locks.async_acquire(resource, {.ttl = 5s},
-                      [&](error_code ec, LockGuard g) {
-                        EXPECT_FALSE(ec) << ec.message();
-                        held.emplace(std::move(g));
-                      });
-  ASSERT_TRUE(run_until(io, [&] { return held.has_value(); }));
-  ASSERT_TRUE(*held);
-  LockGuard& guard = *held;
+  LockGuard held = hold(locks, io, resource, {.ttl = 5s});
+  ASSERT_TRUE(held);
+  LockGuard& guard = held;
 
   Seen release, released_again, extend, wait_lost, moved_extend, moved_release, manager;
   guard.async_release([&](error_code ec, bool ok) {
@@ -158,16 +193,11 @@ TEST(Correctness, AnAcquireLostToAProtocolErrorIsGivenBack) {
   ASSERT_TRUE(run_until(io, [&] { return result.has_value(); }));
   EXPECT_EQ(*result, error::protocol_error) << result->message();
   // The give-back goes out on a fresh link.
-  std::atomic<bool> stop{false};
-  std::thread runner([&] {
-    while (!stop) {
-      io.restart();
-      io.run_for(20ms);
-    }
-  });
-  const bool gone = key_gone(server, lease_key(resource), 5s);
-  stop = true;
-  runner.join();
+  bool gone = false;
+  {
+    RunInBackground running(io);
+    gone = key_gone(server, lease_key(resource), 5s);
+  }
   EXPECT_TRUE(gone) << "the lease of an acquire that failed with protocol_error was left behind";
 }
 
@@ -184,26 +214,20 @@ TEST(Correctness, LostSignalIsOnTimeWhileARenewalIsResent) {
   asio::io_context io;
   LockManager locks(io.get_executor(), cfg);
   const auto resource = unique_resource();
-  std::optional<LockGuard> held;
-  locks.async_acquire(resource, {.ttl = 2500ms, .auto_renew = true, .renew_every = 100ms},
-                      [&](error_code ec, LockGuard g) {
-                        EXPECT_FALSE(ec) << ec.message();
-                        held.emplace(std::move(g));
-                      });
-  ASSERT_TRUE(run_until(io, [&] { return held.has_value(); }));
-  ASSERT_TRUE(*held);
+  LockGuard held = hold(locks, io, resource, {.ttl = 2500ms, .auto_renew = true, .renew_every = 100ms});
+  ASSERT_TRUE(held);
   // The first renewal (due in 100 ms) meets NOSCRIPT after 1.8 s and is resent with the
   // body, whose reply would come 1.8 s later: after valid_until().
   EXPECT_EQ(server.command({"SCRIPT", "FLUSH"}), "OK");
   proxy.set_delay(900ms);
-  const auto valid_until = held->valid_until();
+  const auto valid_until = held.valid_until();
   std::optional<Clock::time_point> lost_at;
-  held->async_wait_lost([&](error_code ec) {
+  held.async_wait_lost([&](error_code ec) {
     EXPECT_EQ(ec, error::lock_lost);
     lost_at = Clock::now();
   });
   ASSERT_TRUE(run_until(io, [&] { return lost_at.has_value(); }, 10s));
-  EXPECT_TRUE(held->lost());
+  EXPECT_TRUE(held.lost());
   EXPECT_LE(*lost_at - valid_until, 500ms)
       << "lost reported " << std::chrono::duration_cast<std::chrono::milliseconds>(
                                  *lost_at - valid_until).count()
@@ -220,19 +244,11 @@ TEST(Correctness, MinReplicasHoldsForRenewalsAndExtensions) {
   ASSERT_TRUE(wait_until_linked(replica));
   asio::io_context io;
   LockManager locks(io.get_executor(), master.config());
-  std::optional<LockGuard> held;
-  locks.async_acquire(
-      "replicated",
-      {.ttl = 3s, .auto_renew = true, .min_replicas = 1, .replication_timeout = 1s},
-      [&](error_code ec, LockGuard g) {
-        EXPECT_FALSE(ec) << ec.message();
-        held.emplace(std::move(g));
-      });
-  ASSERT_TRUE(run_until(io, [&] { return held.has_value(); }));
-  ASSERT_TRUE(*held);
+  LockGuard held = hold(locks, io, "replicated", {.ttl = 3s, .auto_renew = true, .min_replicas = 1, .replication_timeout = 1s});
+  ASSERT_TRUE(held);
   // With the replica still there, an extension is confirmed by WAIT.
   std::optional<std::pair<error_code, bool>> extended;
-  held->async_extend(3s, [&](error_code ec, bool ok) { extended.emplace(ec, ok); });
+  held.async_extend(3s, [&](error_code ec, bool ok) { extended.emplace(ec, ok); });
   ASSERT_TRUE(run_until(io, [&] { return extended.has_value(); }));
   EXPECT_FALSE(extended->first) << extended->first.message();
   EXPECT_TRUE(extended->second);
@@ -240,17 +256,17 @@ TEST(Correctness, MinReplicasHoldsForRenewalsAndExtensions) {
   // The replica stops replicating: no renewal or extension can be confirmed any more.
   EXPECT_EQ(replica.command({"REPLICAOF", "NO", "ONE"}), "OK");
   extended.reset();
-  held->async_extend(3s, [&](error_code ec, bool ok) { extended.emplace(ec, ok); });
+  held.async_extend(3s, [&](error_code ec, bool ok) { extended.emplace(ec, ok); });
   ASSERT_TRUE(run_until(io, [&] { return extended.has_value(); }));
   EXPECT_EQ(extended->first, error::not_replicated) << extended->first.message();
   EXPECT_FALSE(extended->second);
 
   std::optional<Clock::time_point> lost_at;
-  held->async_wait_lost([&](error_code ec) {
+  held.async_wait_lost([&](error_code ec) {
     EXPECT_EQ(ec, error::lock_lost);
     lost_at = Clock::now();
   });
-  const auto valid_until = held->valid_until();
+  const auto valid_until = held.valid_until();
   ASSERT_TRUE(run_until(io, [&] { return lost_at.has_value(); }, 5s))
       << "renewals without a replica kept the lease as if replicated";
   EXPECT_LE(*lost_at - valid_until, 500ms);
@@ -285,25 +301,16 @@ TEST(Correctness, ACommandQueuedDuringBackoffStillConnects) {
 // Each attempt has its own token; a slow master's NOSCRIPT reply to an earlier attempt used
 // to resend from the freed token of that attempt (ASan: heap-use-after-free).
 TEST(Correctness, RedlockResendsAfterNoscriptOwnTheirBytes) {
-  std::vector<std::unique_ptr<RedisServer>> masters;
-  for (int i = 0; i < 3; ++i) masters.push_back(std::make_unique<RedisServer>());
-  TcpProxy slow(masters[0]->port());
-  slow.set_delay(60ms);
-  ConnectionConfig cfg;
-  cfg.topology = Topology::redlock;
-  cfg.nodes.push_back({"127.0.0.1", slow.port()});
-  for (int i = 1; i < 3; ++i) cfg.nodes.push_back({"127.0.0.1", masters[i]->port()});
+  SlowFirstMaster setup;
+  auto& masters = setup.masters;
+  setup.slow->set_delay(60ms);
+  const auto cfg = setup.config();
   asio::io_context io;
   LockManager holder(io.get_executor(), cfg);
   LockManager contender(io.get_executor(), cfg);
   const auto resource = unique_resource();
-  std::optional<LockGuard> held;
-  holder.async_acquire(resource, {.ttl = 20s}, [&](error_code ec, LockGuard g) {
-    EXPECT_FALSE(ec) << ec.message();
-    held.emplace(std::move(g));
-  });
-  ASSERT_TRUE(run_until(io, [&] { return held.has_value(); }));
-  ASSERT_TRUE(*held);
+  LockGuard held = hold(holder, io, resource, {.ttl = 20s});
+  ASSERT_TRUE(held);
 
   // The slow master forgets its scripts again and again while the contender's attempts,
   // refused by the two fast masters, follow each other with fresh tokens.
@@ -331,7 +338,7 @@ TEST(Correctness, RedlockResendsAfterNoscriptOwnTheirBytes) {
   // Let the slow master's late replies arrive, then the holder still holds on a majority
   // and, once it releases, nothing is left on any master.
   std::optional<bool> released;
-  held->async_release([&](error_code ec, bool ok) {
+  held.async_release([&](error_code ec, bool ok) {
     EXPECT_FALSE(ec) << ec.message();
     released = ok;
   });
@@ -339,31 +346,20 @@ TEST(Correctness, RedlockResendsAfterNoscriptOwnTheirBytes) {
   EXPECT_TRUE(*released);
   // Late answers of the slow master may still grant an attempt that failed (a resend that
   // arrives after the release): each is given back, which needs the io_context running.
-  std::atomic<bool> done{false};
-  std::thread runner([&] {
-    while (!done) {
-      io.restart();
-      io.run_for(20ms);
-    }
-  });
+  RunInBackground running(io);
   for (auto& m : masters) {
     EXPECT_TRUE(key_gone(*m, lease_key(resource), 3s)) << "a lease was left on a master";
   }
-  done = true;
-  runner.join();
 }
 
 // Item 7: a Redlock grant that arrives after its command timed out did not count in the
 // vote, so it is not part of the lease: it is given back on that master, also when the
 // acquire succeeded on the others.
 TEST(Correctness, RedlockGrantAfterATimeoutIsGivenBackOnThatMaster) {
-  std::vector<std::unique_ptr<RedisServer>> masters;
-  for (int i = 0; i < 3; ++i) masters.push_back(std::make_unique<RedisServer>());
-  TcpProxy slow(masters[0]->port());
-  ConnectionConfig cfg;
-  cfg.topology = Topology::redlock;
-  cfg.nodes.push_back({"127.0.0.1", slow.port()});
-  for (int i = 1; i < 3; ++i) cfg.nodes.push_back({"127.0.0.1", masters[i]->port()});
+  SlowFirstMaster setup;
+  auto& masters = setup.masters;
+  auto& slow = *setup.slow;
+  auto cfg = setup.config();
   cfg.command_timeout = 300ms;
   cfg.connect_timeout = 3s;
   asio::io_context io;
@@ -371,37 +367,23 @@ TEST(Correctness, RedlockGrantAfterATimeoutIsGivenBackOnThatMaster) {
   ASSERT_FALSE(acquire_once(locks, io, unique_resource("warm")).ec);  // links up, scripts loaded
   slow.set_delay(400ms);  // master 0 answers after the command timeout
   const auto resource = unique_resource();
-  std::optional<LockGuard> held;
-  locks.async_acquire(resource, {.ttl = 30s}, [&](error_code ec, LockGuard g) {
-    EXPECT_FALSE(ec) << ec.message();
-    held.emplace(std::move(g));
-  });
-  ASSERT_TRUE(run_until(io, [&] { return held.has_value(); }));
-  ASSERT_TRUE(*held) << "two fast masters of three make a majority";
+  LockGuard held = hold(locks, io, resource, {.ttl = 30s});
+  ASSERT_TRUE(held) << "two fast masters of three make a majority";
   // The slow master's grant arrives ~800 ms after it was sent; then it is given back there.
-  std::atomic<bool> stop{false};
-  std::thread runner([&] {
-    while (!stop) {
-      io.restart();
-      io.run_for(20ms);
-    }
-  });
+  RunInBackground running(io);
   // The acquire reaches the slow master 400 ms after it was sent: the grant is there first.
   const auto until = Clock::now() + 5s;
   bool granted = false;
   while (!granted && Clock::now() < until) {
-    granted = masters[0]->command({"GET", lease_key(resource)}) == held->token();
+    granted = masters[0]->command({"GET", lease_key(resource)}) == held.token();
     if (!granted) std::this_thread::sleep_for(2ms);
   }
   // The slow master recovers (a link slower than the command timeout can carry nothing):
   // the give-back, sent when the late grant arrives, now reaches it.
   slow.set_delay(0ms);
   const bool gone = granted && key_gone(*masters[0], lease_key(resource), 5s);
-  stop = true;
-  runner.join();
   EXPECT_TRUE(granted) << "the slow master never granted the late acquire";
   EXPECT_TRUE(gone) << "a late grant outside the lease stayed on the slow master";
-  EXPECT_EQ(masters[1]->command({"GET", lease_key(resource)}), held->token());
-  EXPECT_EQ(masters[2]->command({"GET", lease_key(resource)}), held->token());
-  slow.set_delay(0ms);
+  EXPECT_EQ(masters[1]->command({"GET", lease_key(resource)}), held.token());
+  EXPECT_EQ(masters[2]->command({"GET", lease_key(resource)}), held.token());
 }

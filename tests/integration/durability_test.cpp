@@ -8,23 +8,6 @@ using namespace redis_lock;
 using namespace redis_lock::test;
 using boost::system::error_code;
 
-namespace {
-
-/// Polls the replica (there is no signal) until its link to the master is up.
-bool wait_until_linked(const RedisServer& replica) {
-  const auto until = std::chrono::steady_clock::now() + 10s;
-  while (std::chrono::steady_clock::now() < until) {
-    if (replica.command({"INFO", "replication"}).find("master_link_status:up") !=
-        std::string::npos) {
-      return true;
-    }
-    std::this_thread::sleep_for(10ms);
-  }
-  return false;
-}
-
-}  // namespace
-
 TEST(Durability, AcquireWaitsForAReplica) {
   RedisServer master({"--repl-diskless-sync-delay", "0"});  // no 5 s wait for more replicas
   RedisServer replica({"--replicaof", "127.0.0.1", std::to_string(master.port())});

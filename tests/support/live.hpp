@@ -20,6 +20,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <thread>
 
 namespace redis_lock::test {
 
@@ -97,6 +98,19 @@ inline void expect_idle_after_one_lock(const ConnectionConfig& cfg, const std::s
   EXPECT_LT(std::chrono::steady_clock::now() - start, 1s)
       << "a timer or read stayed armed after the work was done";
   EXPECT_TRUE(io.stopped());
+}
+
+/// Polls the replica (there is no signal) until its link to the master is up, within 10 s.
+inline bool wait_until_linked(const RedisServer& replica) {
+  const auto until = std::chrono::steady_clock::now() + 10s;
+  while (std::chrono::steady_clock::now() < until) {
+    if (replica.command({"INFO", "replication"}).find("master_link_status:up") !=
+        std::string::npos) {
+      return true;
+    }
+    std::this_thread::sleep_for(10ms);
+  }
+  return false;
 }
 
 /// The lease key of `resource` under the default prefix.
