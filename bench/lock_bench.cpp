@@ -1,20 +1,32 @@
 // SPDX-License-Identifier: MIT
-// One program, every workload, one table — each figure beside a raw hiredis baseline doing the
-// same server-side work (the library's own scripts and keys, a fresh token per acquisition)
-// in the same run, against the same server:
+// One program, every workload, one table — each figure beside raw hiredis baselines measured
+// in the same run, against the same server, round by round:
 //   (a) latency     one acquire+release at a time: p50/p99
-//   (b) throughput  1, 8, 64, 256 acquire+release chains in flight on one LockManager
-//                   (the baseline pipelines batches of as many on one hiredis context)
-//   (c) hand-off    2, 8, 64 waiters (one LockManager each, as processes would have) want one
+//   (b) throughput  1, 8, 64, 256 acquire+release chains in flight on one LockManager; the
+//                   baselines keep as many independent chains in flight on one pipelined
+//                   hiredis context (each new command goes out with the next write)
+//       Baselines of (a) and (b): a raw client sending the library's own scripts with the
+//       library's arguments (a fresh 128-bit token per acquisition), and a minimal fenced lock
+//       (one script: SET NX PX and, if set, INCR of the fencing counter; one compare-and-delete
+//       script). Each round measures all three back to back (the order alternates) and the
+//       ratios are computed within the round; the table gives their median and range.
+//   (c) hand-off    2..64 waiters (one LockManager each, as processes would have) want one
 //                   resource; each holds it --hold-ms and may not ask again until someone else
 //                   has had it: the gap from a release being issued to the next owner's
 //                   acquire completing, and client commands per acquisition (SLOWLOG at
-//                   threshold 0, script-internal entries left out); baseline: one raw pair
+//                   threshold 0, script-internal entries left out). Baseline, before and
+//                   after: as many hiredis clients in as many threads pass a baton through one
+//                   list with BLPOP/RPUSH, holding it as long (the floor of a notified
+//                   hand-off); gap: RPUSH issued -> the next BLPOP returned.
 //   (d) held     1k, 10k, 100k auto-renewed locks held by one manager: client CPU over a
 //                renewal period (share of a core, per renewal; baseline: raw hiredis sending
 //                the same extension script in batches of 1000), Redis commands per second,
 //   (e)          heap and RSS per held lock, and (growth) acquire+release p50 while they
 //                are held, next to p50 with none held.
+//   (f) the server ceiling: each library's command shape driven from C, 256 pairs in flight.
+// Every baseline reply is checked for its exact value (an acquire granted with a fencing
+// token, a release or extension returning 1, ...); any other reply stops the program. Keys
+// carry a stem unique to the run (pid and random), so no earlier run's lease is met.
 //
 //   lock_bench --port P [--quick] [--hold-ms 1] [--json FILE]
 #include <redis_lock/redis_lock.hpp>
@@ -33,14 +45,20 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
+#include <atomic>
 #include <chrono>
-#include <fstream>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
+#include <fstream>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <string>
+#include <string_view>
+#include <thread>
 #include <vector>
 
 namespace asio = boost::asio;
@@ -57,6 +75,7 @@ struct Args {
   bool ceiling_only = false;  // only (f), the server ceiling by command shape
   int hold_ms = 1;
   std::string json;
+  std::string stem;  // "bench:<pid>-<random>:", unique to the run
 };
 
 struct Percentiles {
@@ -68,127 +87,288 @@ Percentiles percentiles(std::vector<double> v) {
   return {v[v.size() / 2], v[std::min(v.size() - 1, v.size() * 99 / 100)]};
 }
 
+/// Median (the mean of the middle two for an even count) and range of per-round values.
+struct Spread {
+  double median = 0, min = 0, max = 0;
+};
+
+Spread spread(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return {n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2, v.front(), v.back()};
+}
+
+double median(const std::vector<double>& v) { return spread(v).median; }
+
 double micros(Clock::duration d) { return std::chrono::duration<double, std::micro>(d).count(); }
 
-// ------------------------------------------------------------------------ raw baseline
+[[noreturn]] void fail(const std::string& what) {
+  std::fprintf(stderr, "\nlock_bench: CHECK FAILED: %s\n", what.c_str());
+  std::fflush(nullptr);
+  std::_Exit(3);  // also from a hand-off thread, with the others still running
+}
 
-/// The library's scripts with the library's arguments, on a blocking hiredis context.
+// ------------------------------------------------------------------------ checked replies
+
+/// The exact reply a baseline command must get; anything else stops the benchmark.
+enum class Expect {
+  granted,   // acquire.lua: {1, fencing token > 0}
+  one,       // integer 1: a release or extension that was ours, a DEL of our key, ...
+  positive,  // integer > 0: the minimal fenced acquire's fencing counter
+  ok,        // status OK: a SET that was done
+};
+
+const char* describe(Expect e) {
+  switch (e) {
+    case Expect::granted: return "{1, fencing token > 0}";
+    case Expect::one: return "integer 1";
+    case Expect::positive: return "integer > 0";
+    case Expect::ok: return "OK";
+  }
+  return "?";
+}
+
+std::string describe(const redisReply* r) {
+  if (r == nullptr) return "no reply (connection error)";
+  switch (r->type) {
+    case REDIS_REPLY_INTEGER: return "integer " + std::to_string(r->integer);
+    case REDIS_REPLY_NIL: return "nil";
+    case REDIS_REPLY_STATUS: return "status " + std::string(r->str, r->len);
+    case REDIS_REPLY_ERROR: return "error " + std::string(r->str, r->len);
+    case REDIS_REPLY_STRING: return "string \"" + std::string(r->str, r->len) + "\"";
+    case REDIS_REPLY_ARRAY: {
+      std::string s = "{";
+      for (std::size_t i = 0; i < r->elements; ++i) s += (i ? ", " : "") + describe(r->element[i]);
+      return s + "}";
+    }
+    default: return "reply type " + std::to_string(r->type);
+  }
+}
+
+bool integer_is(const redisReply* r, long long v) {
+  return r != nullptr && r->type == REDIS_REPLY_INTEGER && r->integer == v;
+}
+
+bool matches(const redisReply* r, Expect e) {
+  switch (e) {
+    case Expect::granted:
+      return r->type == REDIS_REPLY_ARRAY && r->elements == 2 && integer_is(r->element[0], 1) &&
+             r->element[1]->type == REDIS_REPLY_INTEGER && r->element[1]->integer > 0;
+    case Expect::one: return integer_is(r, 1);
+    case Expect::positive: return r->type == REDIS_REPLY_INTEGER && r->integer > 0;
+    case Expect::ok: return r->type == REDIS_REPLY_STATUS && std::string_view(r->str, r->len) == "OK";
+  }
+  return false;
+}
+
+/// Reads the next reply on a blocking context (sending what is queued first) and checks it.
+void check_next_reply(redisContext* c, Expect e, const char* what) {
+  void* reply = nullptr;
+  if (redisGetReply(c, &reply) != REDIS_OK || reply == nullptr) {
+    fail(std::string(what) + ": connection error: " + c->errstr);
+  }
+  auto* r = static_cast<redisReply*>(reply);
+  if (!matches(r, e)) {
+    fail(std::string(what) + ": expected " + describe(e) + ", got " + describe(r));
+  }
+  freeReplyObject(r);
+}
+
+void append_argv(redisContext* c, std::initializer_list<std::string_view> args) {
+  std::array<const char*, 16> argv{};
+  std::array<std::size_t, 16> lens{};
+  std::size_t n = 0;
+  for (const auto a : args) {
+    argv[n] = a.data();
+    lens[n++] = a.size();
+  }
+  redisAppendCommandArgv(c, static_cast<int>(n), argv.data(), lens.data());
+}
+
+// ------------------------------------------------------------------------ raw baselines
+
+// The minimal fenced lock: a lease and a fencing counter, nothing else (no queue, no clock
+// floor). Acquire: 2 keys, 2 arguments; returns the counter, 0 when held. Release: 1 key,
+// 1 argument; 1 if the lease was ours.
+constexpr const char* fenced_acquire_lua =
+    "if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then\n"
+    "  return redis.call('INCR', KEYS[2])\nend\nreturn 0\n";
+constexpr const char* compare_and_delete_lua =
+    "if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end\n"
+    "return redis.call('DEL', KEYS[1])\n";
+// npm redlock's acquire shape on one master.
+constexpr const char* check_and_set_lua =
+    "if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end\n"
+    "redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])\nreturn 1\n";
+
+/// A blocking hiredis context that sends lock commands of several shapes, pipelined, and
+/// checks each reply, in order, against what its command must get.
 class Raw {
  public:
   explicit Raw(std::uint16_t port) : c_(bench::connect_or_exit(port)) {
     for (const auto* s : {&detail::acquire_script, &detail::release_script}) {
-      bench::command(c_, {"SCRIPT", "LOAD", std::string(s->body)});
+      if (load(std::string(s->body)) != s->sha1) fail("SCRIPT LOAD of " + std::string(s->name));
     }
+    fenced_acquire_ = load(fenced_acquire_lua);
+    compare_delete_ = load(compare_and_delete_lua);
+    check_and_set_ = load(check_and_set_lua);
+    noop_ = load("return 1");
   }
   ~Raw() { redisFree(c_); }
   Raw(const Raw&) = delete;
   Raw& operator=(const Raw&) = delete;
 
-  void append_acquire(const detail::ResourceKeys& k, const std::string& token) {
-    append({"EVALSHA", std::string(detail::acquire_script.sha1), "4", k.lease, k.fence, k.queue,
-            k.queue_expiry, token, "10000", "0", "2000", suffix_});
+  // One acquire or release of each shape; `k` the resource's keys, `t` a fresh token.
+  void acquire(const detail::ResourceKeys& k, const std::string& t) {
+    send(Expect::granted, {"EVALSHA", detail::acquire_script.sha1, "4", k.lease, k.fence, k.queue,
+                           k.queue_expiry, t, "10000", "0", "2000", suffix});
   }
-  void append_release(const detail::ResourceKeys& k, const std::string& token) {
-    append({"EVALSHA", std::string(detail::release_script.sha1), "3", k.lease, k.queue,
-            k.queue_expiry, token, "lock:notify:", "1000", token + suffix_, "PUBLISH"});
+  void release(const detail::ResourceKeys& k, const std::string& t) {
+    const std::string member = t + suffix;
+    send(Expect::one, {"EVALSHA", detail::release_script.sha1, "3", k.lease, k.queue,
+                       k.queue_expiry, t, "lock:notify:", "1000", member, "PUBLISH"});
   }
-  /// Reads one reply; an error reply means the baseline is not doing the work: stop.
-  void expect_reply() {
-    void* reply = nullptr;
-    if (redisGetReply(c_, &reply) != REDIS_OK || reply == nullptr) std::exit(1);
-    auto* r = static_cast<redisReply*>(reply);
-    if (r->type == REDIS_REPLY_ERROR) {
-      std::fprintf(stderr, "baseline got an error reply: %.*s\n", static_cast<int>(r->len), r->str);
-      std::exit(1);
-    }
-    freeReplyObject(r);
+  void fenced_acquire(const detail::ResourceKeys& k, const std::string& t) {
+    send(Expect::positive, {"EVALSHA", fenced_acquire_, "2", k.lease, k.fence, t, "10000"});
   }
-  /// Loads a script; returns its SHA1.
-  std::string load(const std::string& body) { return bench::command(c_, {"SCRIPT", "LOAD", body}); }
+  void compare_delete(const detail::ResourceKeys& k, const std::string& t) {
+    send(Expect::one, {"EVALSHA", compare_delete_, "1", k.lease, t});
+  }
+  void check_and_set(const detail::ResourceKeys& k, const std::string& t) {
+    send(Expect::one, {"EVALSHA", check_and_set_, "1", k.lease, t, "10000"});
+  }
+  void set_nx(const detail::ResourceKeys& k, const std::string& t) {
+    send(Expect::ok, {"SET", k.lease, t, "NX", "PX", "10000"});
+  }
+  void del(const detail::ResourceKeys& k, const std::string&) { send(Expect::one, {"DEL", k.lease}); }
+  void noop_acquire(const detail::ResourceKeys& k, const std::string& t) {
+    send(Expect::one, {"EVALSHA", noop_, "4", k.lease, k.fence, k.queue, k.queue_expiry, t,
+                       "10000", "0", "2000", suffix});
+  }
+  void noop_release(const detail::ResourceKeys& k, const std::string& t) {
+    const std::string member = t + suffix;
+    send(Expect::one, {"EVALSHA", noop_, "3", k.lease, k.queue, k.queue_expiry, t, "lock:notify:",
+                       "1000", member, "PUBLISH"});
+  }
+
+  /// Reads the reply to the oldest command not yet answered and checks it.
+  void check_reply() {
+    const Expect e = expected_.front();
+    expected_.pop_front();
+    check_next_reply(c_, e, "baseline");
+  }
   redisContext* context() const noexcept { return c_; }
-  void append(std::vector<std::string> args) {
-    std::vector<const char*> argv;
-    std::vector<std::size_t> lens;
-    for (const auto& a : args) {
-      argv.push_back(a.data());
-      lens.push_back(a.size());
-    }
-    redisAppendCommandArgv(c_, static_cast<int>(argv.size()), argv.data(), lens.data());
-  }
 
  private:
+  static constexpr const char suffix[] = "0123456789abcdef";  // a manager id
+
+  std::string load(const std::string& body) {
+    const auto sha = bench::command(c_, {"SCRIPT", "LOAD", body});
+    if (sha.size() != 40) fail("SCRIPT LOAD returned \"" + sha + "\"");
+    return sha;
+  }
+  void send(Expect e, std::initializer_list<std::string_view> args) {
+    append_argv(c_, args);
+    expected_.push_back(e);
+  }
+
   redisContext* c_;
-  const std::string suffix_ = "0123456789abcdef";
+  std::string fenced_acquire_, compare_delete_, check_and_set_, noop_;
+  std::deque<Expect> expected_;
 };
 
-Percentiles raw_latency(const Args& a, int pairs) {
+/// A command shape: what one acquire + release sends.
+struct Kind {
+  const char* name;
+  const char* sends;
+  void (Raw::*acquire)(const detail::ResourceKeys&, const std::string&);
+  void (Raw::*release)(const detail::ResourceKeys&, const std::string&);
+};
+
+const Kind own_scripts{"redis_lock", "acquire.lua (EXISTS queue, SET NX PX, INCR fence, TIME, SET fence) + "
+                       "release.lua (EXISTS queue, GET, DEL)",
+                       &Raw::acquire, &Raw::release};
+const Kind minimal_fenced{"minimal fenced lock", "script (SET NX PX, INCR fence) + script (GET, DEL)",
+                          &Raw::fenced_acquire, &Raw::compare_delete};
+
+std::vector<detail::ResourceKeys> keys_for(const std::string& stem, int n) {
+  std::vector<detail::ResourceKeys> keys;
+  for (int i = 0; i < n; ++i) keys.push_back(detail::make_keys("lock:", stem + std::to_string(i)));
+  return keys;
+}
+
+Percentiles raw_latency(const Args& a, const Kind& kind, int pairs) {
   Raw raw(a.port);
-  const auto keys = detail::make_keys("lock:", "bench:raw:seq");
+  const auto keys = keys_for(a.stem + "raw:seq:", 1);
   std::vector<double> us;
   for (int i = 0; i < pairs; ++i) {
     const auto t0 = Clock::now();
     const auto token = detail::random_token();
-    raw.append_acquire(keys, token);
-    raw.expect_reply();
-    raw.append_release(keys, token);
-    raw.expect_reply();
+    (raw.*kind.acquire)(keys[0], token);
+    raw.check_reply();
+    (raw.*kind.release)(keys[0], token);
+    raw.check_reply();
     us.push_back(micros(Clock::now() - t0));
   }
   return percentiles(us);
 }
 
-using AppendFor = std::function<void(const detail::ResourceKeys&, const std::string&)>;
-
-struct Batches {
+struct Pairs {
   long pairs = 0;
   double seconds = 0;
   double per_second() const { return static_cast<double>(pairs) / seconds; }
 };
 
-/// Pipelined batches for `seconds`: `in_flight` acquires on distinct keys (a fresh token
-/// each), their replies, then their releases and replies.
-Batches batch_pairs(Raw& raw, const std::string& key_stem, int in_flight, double seconds,
-                   const AppendFor& acquire, const AppendFor& release) {
-  std::vector<detail::ResourceKeys> keys;
-  for (int i = 0; i < in_flight; ++i) {
-    keys.push_back(detail::make_keys("lock:", key_stem + std::to_string(i)));
-  }
+/// `in_flight` independent acquire->release chains on distinct keys for `seconds`, pipelined
+/// on one context: a chain's release is sent once its acquire's reply is read, its next
+/// acquire (a fresh token) once the release's reply is read. New commands go out together
+/// with the next write, i.e. once the replies already received have been handled.
+Pairs window_pairs(Raw& raw, const std::string& stem, const Kind& kind, int in_flight,
+                   double seconds) {
+  const auto keys = keys_for(stem, in_flight);
   std::vector<std::string> tokens(static_cast<std::size_t>(in_flight));
+  std::deque<std::pair<int, bool>> sent;  // (chain, is acquire), in the order sent
+  const auto start_pair = [&](int i) {
+    tokens[i] = detail::random_token();
+    (raw.*kind.acquire)(keys[i], tokens[i]);
+    sent.emplace_back(i, true);
+  };
   long pairs = 0;
   const auto start = Clock::now();
   const auto until = start + std::chrono::duration<double>(seconds);
-  while (Clock::now() < until) {
-    for (int i = 0; i < in_flight; ++i) {
-      tokens[i] = detail::random_token();
-      acquire(keys[i], tokens[i]);
+  for (int i = 0; i < in_flight; ++i) start_pair(i);
+  while (!sent.empty()) {
+    raw.check_reply();
+    const auto [i, acquired] = sent.front();
+    sent.pop_front();
+    if (acquired) {
+      (raw.*kind.release)(keys[i], tokens[i]);
+      sent.emplace_back(i, false);
+    } else {
+      ++pairs;
+      if (Clock::now() < until) start_pair(i);
     }
-    for (int i = 0; i < in_flight; ++i) raw.expect_reply();
-    for (int i = 0; i < in_flight; ++i) release(keys[i], tokens[i]);
-    for (int i = 0; i < in_flight; ++i) raw.expect_reply();
-    pairs += in_flight;
   }
   return {pairs, std::chrono::duration<double>(Clock::now() - start).count()};
 }
 
-double raw_throughput(const Args& a, int in_flight, double seconds) {
+double raw_throughput(const Args& a, const Kind& kind, int in_flight, double seconds) {
   Raw raw(a.port);
-  return batch_pairs(
-      raw, "bench:raw:tp:", in_flight, seconds,
-      [&](const auto& k, const auto& t) { raw.append_acquire(k, t); },
-      [&](const auto& k, const auto& t) { raw.append_release(k, t); })
-      .per_second();
+  return window_pairs(raw, a.stem + "raw:tp:", kind, in_flight, seconds).per_second();
 }
 
 // ------------------------------------------------------------------------ server ceiling
 
 /// What one acquire + release costs the server, for each library's command shape: driven
-/// from C with 256 pairs in flight (batches of acquires, then their releases) so that the
-/// client is not the limit. Pairs per second, and the server's own CPU per pair (INFO cpu).
+/// from C with 256 chains in flight so that the client is not the limit. Pairs per second,
+/// and the server's own CPU per pair (INFO cpu); each round measures every shape, and the
+/// ratios to redis_lock's shape are taken within the round.
 struct Shape {
   std::string name;   // whose shape
   std::string sends;  // what one pair sends
   double pairs_per_s = 0;
   double server_us_per_pair = 0;
+  Spread cpu_vs_lib;  // server CPU per pair / redis_lock's, per round
 };
 
 double server_cpu_seconds(redisContext* c) {
@@ -201,75 +381,37 @@ double server_cpu_seconds(redisContext* c) {
   return total;
 }
 
-// Our own minimal scripts with the peers' command shapes (what each sends per pair).
-constexpr const char* check_and_set_lua =
-    "if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end\n"
-    "redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])\nreturn 1\n";
-constexpr const char* compare_and_delete_lua =
-    "if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end\n"
-    "return redis.call('DEL', KEYS[1])\n";
-
 std::vector<Shape> server_ceiling(const Args& a, int rounds, double seconds) {
   constexpr int in_flight = 256;
   Raw raw(a.port);
-  const auto cas = raw.load(check_and_set_lua);
-  const auto cad = raw.load(compare_and_delete_lua);
-  const auto noop = raw.load("return 1");
-  struct Kind {
-    Shape shape;
-    AppendFor acquire, release;
+  const std::vector<Kind> kinds = {
+      own_scripts,
+      minimal_fenced,
+      {"npm redlock (one master)", "script (EXISTS, SET PX) + script (GET, DEL)",
+       &Raw::check_and_set, &Raw::compare_delete},
+      {"redis-semaphore Mutex, redis-py Lock", "SET NX PX + script (GET, DEL)", &Raw::set_nx,
+       &Raw::compare_delete},
+      {"redis_lock's call overhead alone",
+       "its two script calls with their keys and arguments, scripts that only return 1",
+       &Raw::noop_acquire, &Raw::noop_release},
+      {"floor: no ownership check", "SET NX PX + DEL (not a safe lock)", &Raw::set_nx, &Raw::del},
   };
-  const auto set_nx = [&](const detail::ResourceKeys& k, const std::string& t) {
-    raw.append({"SET", k.lease, t, "NX", "PX", "10000"});
-  };
-  const auto compare_delete = [&](const detail::ResourceKeys& k, const std::string& t) {
-    raw.append({"EVALSHA", cad, "1", k.lease, t});
-  };
-  std::vector<Kind> kinds = {
-      {{"redis_lock", "acquire.lua (EXISTS queue, SET NX PX, INCR fence, TIME, SET fence) + "
-                      "release.lua (EXISTS queue, GET, DEL)"},
-       [&](const auto& k, const auto& t) { raw.append_acquire(k, t); },
-       [&](const auto& k, const auto& t) { raw.append_release(k, t); }},
-      {{"npm redlock (one master)", "script (EXISTS, SET PX) + script (GET, DEL)"},
-       [&](const auto& k, const auto& t) {
-         raw.append({"EVALSHA", cas, "1", k.lease, t, "10000"});
-       },
-       compare_delete},
-      {{"redis-semaphore Mutex, redis-py Lock", "SET NX PX + script (GET, DEL)"}, set_nx,
-       compare_delete},
-      {{"redis_lock's call overhead alone",
-        "its two script calls with their keys and arguments, scripts that only return 1"},
-       [&](const auto& k, const auto& t) {
-         raw.append({"EVALSHA", noop, "4", k.lease, k.fence, k.queue, k.queue_expiry, t, "10000",
-                     "0", "2000", "0123456789abcdef"});
-       },
-       [&](const auto& k, const auto& t) {
-         raw.append({"EVALSHA", noop, "3", k.lease, k.queue, k.queue_expiry, t, "lock:notify:",
-                     "1000", t + "0123456789abcdef", "PUBLISH"});
-       }},
-      {{"floor: no ownership check", "SET NX PX + DEL (not a safe lock)"}, set_nx,
-       [&](const auto& k, const auto&) { raw.append({"DEL", k.lease}); }},
-  };
-  std::vector<detail::ResourceKeys> keys;
-  std::vector<std::vector<Shape>> runs(kinds.size());
+  std::vector<std::vector<double>> tput(kinds.size()), cpu(kinds.size()), ratio(kinds.size());
   for (int r = 0; r < rounds; ++r) {
-    for (std::size_t s = 0; s < kinds.size(); ++s) {
-      auto& kind = kinds[s];
+    std::vector<double> us(kinds.size());
+    for (std::size_t n = 0; n < kinds.size(); ++n) {
+      const std::size_t s = r % 2 ? kinds.size() - 1 - n : n;  // alternate the order
       const double cpu0 = server_cpu_seconds(raw.context());
-      const auto run =
-          batch_pairs(raw, "bench:ceiling:", in_flight, seconds, kind.acquire, kind.release);
-      const double cpu = server_cpu_seconds(raw.context()) - cpu0;
-      Shape shape = kind.shape;
-      shape.pairs_per_s = run.per_second();
-      shape.server_us_per_pair = cpu * 1e6 / static_cast<double>(run.pairs);
-      runs[s].push_back(shape);
+      const auto run = window_pairs(raw, a.stem + "ceiling:", kinds[s], in_flight, seconds);
+      us[s] = (server_cpu_seconds(raw.context()) - cpu0) * 1e6 / static_cast<double>(run.pairs);
+      tput[s].push_back(run.per_second());
+      cpu[s].push_back(us[s]);
     }
+    for (std::size_t s = 0; s < kinds.size(); ++s) ratio[s].push_back(us[s] / us[0]);
   }
   std::vector<Shape> out;
-  for (auto& run : runs) {
-    std::sort(run.begin(), run.end(),
-              [](const Shape& x, const Shape& y) { return x.pairs_per_s < y.pairs_per_s; });
-    out.push_back(run[run.size() / 2]);
+  for (std::size_t s = 0; s < kinds.size(); ++s) {
+    out.push_back({kinds[s].name, kinds[s].sends, median(tput[s]), median(cpu[s]), spread(ratio[s])});
   }
   return out;
 }
@@ -282,23 +424,33 @@ redis_lock::ConnectionConfig config(const Args& a) {
   return cfg;
 }
 
+/// The library's results are checked as strictly as the baselines': granted with a fencing
+/// token, released as ours.
+void check_acquired(boost::system::error_code ec, const redis_lock::LockGuard& g) {
+  if (ec || !g || g.fencing_token() == 0) fail("redis_lock acquire: " + ec.message());
+}
+
+void check_released(boost::system::error_code ec, bool released) {
+  if (ec || !released) fail("redis_lock release: " + (ec ? ec.message() : "not ours"));
+}
+
 Percentiles lib_latency(const Args& a, int pairs) {
   asio::io_context io(1);
   redis_lock::LockManager locks(io.get_executor(), config(a));
+  const std::string name = a.stem + "lib:seq";
   std::vector<double> us;
   int left = pairs;
   Clock::time_point t0;
   std::function<void()> next = [&] {
     t0 = Clock::now();
-    locks.async_acquire("bench:lib:seq", {.ttl = 10s},
-                        [&](boost::system::error_code ec, redis_lock::LockGuard g) {
-                          if (ec || !g) std::exit(1);
-                          g.async_release([&](boost::system::error_code ec2, bool) {
-                            if (ec2) std::exit(1);
-                            us.push_back(micros(Clock::now() - t0));
-                            if (--left > 0) next();
-                          });
-                        });
+    locks.async_acquire(name, {.ttl = 10s}, [&](boost::system::error_code ec, redis_lock::LockGuard g) {
+      check_acquired(ec, g);
+      g.async_release([&](boost::system::error_code ec2, bool released) {
+        check_released(ec2, released);
+        us.push_back(micros(Clock::now() - t0));
+        if (--left > 0) next();
+      });
+    });
   };
   next();
   io.run();
@@ -312,13 +464,13 @@ double lib_throughput(const Args& a, int in_flight, double seconds) {
   const auto start = Clock::now();
   const auto until = start + std::chrono::duration<double>(seconds);
   std::vector<std::string> names;
-  for (int i = 0; i < in_flight; ++i) names.push_back("bench:lib:tp:" + std::to_string(i));
+  for (int i = 0; i < in_flight; ++i) names.push_back(a.stem + "lib:tp:" + std::to_string(i));
   std::function<void(int)> chain = [&](int slot) {
     locks.async_acquire(names[slot], {.ttl = 10s},
                         [&, slot](boost::system::error_code ec, redis_lock::LockGuard g) {
-                          if (ec || !g) std::exit(1);
-                          g.async_release([&, slot](boost::system::error_code ec2, bool) {
-                            if (ec2) std::exit(1);
+                          check_acquired(ec, g);
+                          g.async_release([&, slot](boost::system::error_code ec2, bool released) {
+                            check_released(ec2, released);
                             ++pairs;
                             if (Clock::now() < until) chain(slot);
                           });
@@ -352,6 +504,7 @@ struct Handoff {
   int waiters = 0, acquisitions = 0;
   Percentiles gap;
   double commands_per_acquisition = 0;
+  int passes_to_unblocked = 0;  // raw only: passes made while not every other client was blocked
 };
 
 Handoff lib_handoff(const Args& a, int waiters, int handoffs) {
@@ -365,8 +518,7 @@ Handoff lib_handoff(const Args& a, int waiters, int handoffs) {
   for (int i = 0; i < waiters; ++i) {
     managers.push_back(std::make_unique<redis_lock::LockManager>(io.get_executor(), config(a)));
   }
-  const std::string resource = "bench:handoff:" + std::to_string(waiters) + ":" +
-                               detail::random_token().substr(0, 8);
+  const std::string resource = a.stem + "handoff:" + std::to_string(waiters);
   std::vector<double> gaps;
   int acquisitions = 0, last_owner = -1;
   Clock::time_point released_at{};
@@ -384,7 +536,7 @@ Handoff lib_handoff(const Args& a, int waiters, int handoffs) {
     managers[i]->async_acquire(
         resource, {.ttl = 10s, .wait = 60s},
         [&, i](boost::system::error_code ec, redis_lock::LockGuard g) {
-          if (ec || !g) std::exit(1);
+          check_acquired(ec, g);
           if (last_owner >= 0) gaps.push_back(micros(Clock::now() - released_at));
           last_owner = i;
           ++acquisitions;
@@ -393,7 +545,8 @@ Handoff lib_handoff(const Args& a, int waiters, int handoffs) {
           auto hold = std::make_shared<asio::steady_timer>(io, std::chrono::milliseconds(a.hold_ms));
           hold->async_wait([&, i, guard, hold](boost::system::error_code) {
             released_at = Clock::now();
-            guard->async_release([&, i, guard](boost::system::error_code, bool) {
+            guard->async_release([&, i, guard](boost::system::error_code ec2, bool released) {
+              check_released(ec2, released);
               if (acquisitions >= handoffs) return;
               parked[i] = true;  // may ask again once someone else has had it
               if (last_owner != i) unpark_others(last_owner);
@@ -412,6 +565,77 @@ Handoff lib_handoff(const Args& a, int waiters, int handoffs) {
   bench::command(admin, {"CONFIG", "SET", "slowlog-max-len", "128"});
   bench::command(admin, {"SLOWLOG", "RESET"});
   redisFree(admin);
+  return h;
+}
+
+long info_field(redisContext* c, const char* section, const std::string& field) {
+  const auto info = bench::command(c, {"INFO", section});
+  const auto at = info.find(field + ":");
+  return at == std::string::npos ? -1 : std::atol(info.c_str() + at + field.size() + 1);
+}
+
+/// The raw notified hand-off: `waiters` hiredis clients in as many threads pass a baton
+/// through one list with BLPOP/RPUSH, each holding it --hold-ms, so that every pass goes to
+/// a client already blocked in BLPOP (the server hands the element straight to it). Gap:
+/// RPUSH issued -> the next BLPOP returned. The baton is "<pass>:<sender>": a pass must arrive
+/// in order and at another client.
+Handoff raw_handoff(const Args& a, int waiters, int handoffs) {
+  const std::string list = a.stem + "baton:" + std::to_string(waiters);
+  std::atomic<Clock::rep> pushed_at{0};
+  std::atomic<int> unblocked{0}, last_pass{-1};
+  std::vector<std::vector<double>> gaps(static_cast<std::size_t>(waiters));
+  std::vector<std::thread> threads;
+  for (int i = 0; i < waiters; ++i) {
+    threads.emplace_back([&, i] {
+      redisContext* c = bench::connect_or_exit(a.port);
+      for (;;) {
+        auto* r = static_cast<redisReply*>(redisCommand(c, "BLPOP %b 30", list.data(), list.size()));
+        const auto got = Clock::now();
+        if (r == nullptr || r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+            r->element[0]->type != REDIS_REPLY_STRING || r->element[1]->type != REDIS_REPLY_STRING ||
+            std::string_view(r->element[0]->str, r->element[0]->len) != list) {
+          fail("BLPOP: expected {list, baton}, got " + describe(r));
+        }
+        const std::string baton(r->element[1]->str, r->element[1]->len);
+        freeReplyObject(r);
+        if (baton == "stop") break;
+        const int pass = std::atoi(baton.c_str());
+        const int from = std::atoi(baton.c_str() + baton.find(':') + 1);
+        if (pass != last_pass + 1) fail("BLPOP: pass " + baton + " after pass " + std::to_string(last_pass));
+        last_pass = pass;
+        if (from == i) fail("BLPOP: the baton came back to its sender (" + baton + ")");
+        if (pass > 0) gaps[i].push_back(micros(got - Clock::time_point(Clock::duration(pushed_at.load()))));
+        std::this_thread::sleep_for(std::chrono::milliseconds(a.hold_ms));
+        if (pass + 1 >= handoffs) {  // the last pass: everyone else stops
+          std::vector<const char*> argv = {"RPUSH", list.c_str()};
+          for (int w = 1; w < waiters; ++w) argv.push_back("stop");
+          auto* s = static_cast<redisReply*>(redisCommandArgv(c, static_cast<int>(argv.size()), argv.data(), nullptr));
+          if (!integer_is(s, waiters - 1)) fail("RPUSH stop: got " + describe(s));
+          freeReplyObject(s);
+          break;
+        }
+        if (info_field(c, "clients", "blocked_clients") != waiters - 1) ++unblocked;
+        const std::string next = std::to_string(pass + 1) + ":" + std::to_string(i);
+        pushed_at = Clock::now().time_since_epoch().count();
+        append_argv(c, {"RPUSH", list, next});
+        check_next_reply(c, Expect::one, "RPUSH baton");
+      }
+      redisFree(c);
+    });
+  }
+  redisContext* admin = bench::connect_or_exit(a.port);
+  while (info_field(admin, "clients", "blocked_clients") < waiters) std::this_thread::sleep_for(1ms);
+  bench::command(admin, {"RPUSH", list, "0:-1"});
+  for (auto& t : threads) t.join();
+  redisFree(admin);
+  std::vector<double> all;
+  for (const auto& g : gaps) all.insert(all.end(), g.begin(), g.end());
+  Handoff h;
+  h.waiters = waiters;
+  h.acquisitions = handoffs;
+  h.gap = percentiles(all);
+  h.commands_per_acquisition = 2;  // BLPOP + RPUSH
+  h.passes_to_unblocked = unblocked;
   return h;
 }
 
@@ -438,46 +662,31 @@ long evalsha_calls(redisContext* c) {
 }
 
 /// CPU of a raw client renewing `n` leases once: the same extension script, pipelined in
-/// batches of 1000 (the leases are set up first, outside the measurement).
+/// batches of 1000 (the leases are set up first, outside the measurement). Every reply is
+/// checked: the SETs OK, each extension 1 (the lease was ours), each DEL 1.
 double raw_renewal_cpu_us(const Args& a, int n) {
   redisContext* c = bench::connect_or_exit(a.port);
-  bench::command(c, {"SCRIPT", "LOAD", std::string(detail::extend_script.body)});
-  std::vector<detail::ResourceKeys> keys;
+  if (bench::command(c, {"SCRIPT", "LOAD", std::string(detail::extend_script.body)}) !=
+      detail::extend_script.sha1) {
+    fail("SCRIPT LOAD of extend.lua");
+  }
+  const auto keys = keys_for(a.stem + "raw:held:" + std::to_string(n) + ":", n);
   std::vector<std::string> tokens;
   for (int i = 0; i < n; ++i) {
-    keys.push_back(detail::make_keys("lock:", "bench:raw:held:" + std::to_string(i)));
     tokens.push_back(detail::random_token());
-    redisAppendCommand(c, "SET %s %s PX 60000", keys.back().lease.c_str(), tokens.back().c_str());
+    append_argv(c, {"SET", keys[i].lease, tokens.back(), "PX", "60000"});
   }
-  for (int i = 0; i < n; ++i) {
-    void* r = nullptr;
-    if (redisGetReply(c, &r) != REDIS_OK) std::exit(1);
-    freeReplyObject(r);
-  }
-  const std::string sha(detail::extend_script.sha1);
+  for (int i = 0; i < n; ++i) check_next_reply(c, Expect::ok, "renewal baseline: SET");
+  const std::string_view sha = detail::extend_script.sha1;
   const double t0 = cpu_seconds();
   for (int from = 0; from < n; from += 1000) {
     const int to = std::min(n, from + 1000);
-    for (int i = from; i < to; ++i) {
-      const char* argv[] = {"EVALSHA", sha.c_str(), "1", keys[i].lease.c_str(), tokens[i].c_str(),
-                            "30000"};
-      const std::size_t lens[] = {7, sha.size(), 1, keys[i].lease.size(), tokens[i].size(), 5};
-      redisAppendCommandArgv(c, 6, argv, lens);
-    }
-    for (int i = from; i < to; ++i) {
-      void* r = nullptr;
-      if (redisGetReply(c, &r) != REDIS_OK) std::exit(1);
-      if (static_cast<redisReply*>(r)->type != REDIS_REPLY_INTEGER) std::exit(1);
-      freeReplyObject(r);
-    }
+    for (int i = from; i < to; ++i) append_argv(c, {"EVALSHA", sha, "1", keys[i].lease, tokens[i], "30000"});
+    for (int i = from; i < to; ++i) check_next_reply(c, Expect::one, "renewal baseline: extend");
   }
   const double us = (cpu_seconds() - t0) * 1e6 / n;
-  for (int i = 0; i < n; ++i) redisAppendCommand(c, "DEL %s", keys[i].lease.c_str());
-  for (int i = 0; i < n; ++i) {
-    void* r = nullptr;
-    if (redisGetReply(c, &r) != REDIS_OK) std::exit(1);
-    freeReplyObject(r);
-  }
+  for (int i = 0; i < n; ++i) append_argv(c, {"DEL", keys[i].lease});
+  for (int i = 0; i < n; ++i) check_next_reply(c, Expect::one, "renewal baseline: DEL");
   redisFree(c);
   return us;
 }
@@ -504,10 +713,11 @@ Held held_locks(const Args& a, int n) {
     std::function<void()> next = [&] {
       if (us.size() >= 500) return;
       const auto t0 = Clock::now();
-      locks.async_acquire("bench:held:probe", {.ttl = 10s},
+      locks.async_acquire(a.stem + "held:probe", {.ttl = 10s},
                           [&, t0](boost::system::error_code ec, redis_lock::LockGuard g) {
-                            if (ec || !g) std::exit(1);
-                            g.async_release([&, t0](boost::system::error_code, bool) {
+                            check_acquired(ec, g);
+                            g.async_release([&, t0](boost::system::error_code ec2, bool released) {
+                              check_released(ec2, released);
                               us.push_back(micros(Clock::now() - t0));
                               next();
                             });
@@ -523,14 +733,14 @@ Held held_locks(const Args& a, int n) {
   const auto rss0 = rss_bytes();
   std::vector<redis_lock::LockGuard> held;
   held.reserve(static_cast<std::size_t>(n));
-  const std::string prefix = "bench:held:" + std::to_string(n) + ":" + detail::random_token().substr(0, 6) + ":";
+  const std::string prefix = a.stem + "held:" + std::to_string(n) + ":";
   int pending = 0, started = 0;
   std::function<void()> more = [&] {
     while (pending < 256 && started < n) {  // bounded in flight, like a real service
       ++pending;
       locks.async_acquire(prefix + std::to_string(started++), {.ttl = ttl, .auto_renew = true},
                           [&](boost::system::error_code ec, redis_lock::LockGuard g) {
-                            if (ec || !g) std::exit(1);
+                            check_acquired(ec, g);
                             held.push_back(std::move(g));
                             --pending;
                             more();
@@ -562,6 +772,40 @@ Held held_locks(const Args& a, int n) {
   return h;
 }
 
+/// One workload measured round by round: redis_lock and its two baselines back to back in
+/// each round (the order alternates), ratios taken within the round.
+struct Compared {
+  std::vector<double> raw, fenced, lib;            // per round
+  std::vector<double> vs_raw, vs_fenced;           // lib / baseline, per round
+  void add(double r, double f, double l) {
+    raw.push_back(r), fenced.push_back(f), lib.push_back(l);
+    vs_raw.push_back(l / r), vs_fenced.push_back(l / f);
+  }
+};
+
+template <class Measure>
+void round_of_three(int round, Compared& c, const Measure& measure) {
+  // measure(0) the raw scripts, measure(1) the minimal fenced lock, measure(2) redis_lock
+  double v[3];
+  for (int n = 0; n < 3; ++n) {
+    const int which = round % 2 ? 2 - n : n;
+    v[which] = measure(which);
+  }
+  c.add(v[0], v[1], v[2]);
+}
+
+std::string json_spread(const Spread& s) {
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "{\"median\":%.4f,\"min\":%.4f,\"max\":%.4f}", s.median, s.min, s.max);
+  return buf;
+}
+
+std::string ratio_text(const Spread& s) {
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "%.2fx (%.2f-%.2f)", s.median, s.min, s.max);
+  return buf;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -589,128 +833,168 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  a.stem = "bench:" + std::to_string(getpid()) + "-" + detail::random_token().substr(0, 8) + ":";
   if (a.probe) {
     // The loopback round trip of a VM drifts for minutes at a time: programs measured one
     // after the other are compared through the raw baseline measured right before them.
-    const auto lat = raw_latency(a, 2000);
-    const auto tp = raw_throughput(a, 64, 1.0);
+    const auto lat = raw_latency(a, own_scripts, 2000);
+    const auto tp = raw_throughput(a, own_scripts, 64, 1.0);
     std::printf("{\"raw_p50_us\":%.3f,\"raw_p99_us\":%.3f,\"raw_pairs_per_s_64\":%.1f}\n", lat.p50,
                 lat.p99, tp);
     return 0;
   }
+  const int ceiling_rounds = a.quick ? 3 : 5;
+  const double ceiling_seconds = a.quick ? 0.3 : 1.0;
   if (a.ceiling_only) {
-    for (const auto& c : server_ceiling(a, 3, a.quick ? 0.3 : 1.5)) {
-      std::printf("%-40s %10.0f pairs/s %8.2f server us/pair   %s\n", c.name.c_str(),
-                  c.pairs_per_s, c.server_us_per_pair, c.sends.c_str());
+    for (const auto& c : server_ceiling(a, ceiling_rounds, ceiling_seconds)) {
+      std::printf("%-40s %10.0f pairs/s %8.2f server us/pair %s   %s\n", c.name.c_str(),
+                  c.pairs_per_s, c.server_us_per_pair, ratio_text(c.cpu_vs_lib).c_str(), c.sends.c_str());
     }
     return 0;
   }
-  const int pairs = a.quick ? 2000 : 20000;
-  const double seconds = a.quick ? 0.5 : 2.0;
+  const int rounds = a.quick ? 3 : 5;
+  const int pairs = a.quick ? 2000 : 10000;
+  const double seconds = a.quick ? 0.5 : 1.5;
   const int handoffs = a.quick ? 200 : 1000;
 
-  // (a) alternate raw and library three times; report the median run of each.
-  std::vector<Percentiles> raw_runs, lib_runs;
-  for (int r = 0; r < 3; ++r) {
-    raw_runs.push_back(raw_latency(a, pairs));
-    lib_runs.push_back(lib_latency(a, pairs));
+  // (a) and (b): rounds of raw scripts, minimal fenced lock and redis_lock back to back.
+  Compared p50, p99;
+  for (int r = 0; r < rounds; ++r) {
+    Percentiles runs[3];
+    round_of_three(r, p50, [&](int which) {
+      runs[which] = which == 2 ? lib_latency(a, pairs)
+                               : raw_latency(a, which == 0 ? own_scripts : minimal_fenced, pairs);
+      return runs[which].p50;
+    });
+    p99.add(runs[0].p99, runs[1].p99, runs[2].p99);
   }
-  const auto by_p50 = [](const Percentiles& x, const Percentiles& y) { return x.p50 < y.p50; };
-  std::sort(raw_runs.begin(), raw_runs.end(), by_p50);
-  std::sort(lib_runs.begin(), lib_runs.end(), by_p50);
-  const auto raw_lat = raw_runs[1], lib_lat = lib_runs[1];
-
   struct Tp {
     int in_flight;
-    double raw, lib;
+    Compared c;
   };
   std::vector<Tp> tps;
   for (int n : {1, 8, 64, 256}) {
-    std::vector<double> raw_v, lib_v;
-    for (int r = 0; r < 3; ++r) {
-      raw_v.push_back(raw_throughput(a, n, seconds));
-      lib_v.push_back(lib_throughput(a, n, seconds));
+    Tp t{n, {}};
+    for (int r = 0; r < rounds; ++r) {
+      round_of_three(r, t.c, [&](int which) {
+        return which == 2 ? lib_throughput(a, n, seconds)
+                          : raw_throughput(a, which == 0 ? own_scripts : minimal_fenced, n, seconds);
+      });
     }
-    std::sort(raw_v.begin(), raw_v.end());
-    std::sort(lib_v.begin(), lib_v.end());
-    tps.push_back({n, raw_v[1], lib_v[1]});
+    tps.push_back(std::move(t));
   }
-  const auto ceiling = server_ceiling(a, 3, a.quick ? 0.3 : 1.5);
-  std::vector<Handoff> handoff_runs;
-  for (int w : {2, 4, 8, 16, 32, 64}) handoff_runs.push_back(lib_handoff(a, w, handoffs));
+  const auto ceiling = server_ceiling(a, ceiling_rounds, ceiling_seconds);
+  // (c): the raw BLPOP hand-off before and after the library's, for each number of waiters.
+  struct HandoffRun {
+    Handoff before, lib, after;
+    Spread vs_raw() const { return spread({lib.gap.p50 / before.gap.p50, lib.gap.p50 / after.gap.p50}); }
+  };
+  std::vector<HandoffRun> handoff_runs;
+  for (int w : {2, 4, 8, 16, 32, 64}) {
+    HandoffRun h;
+    h.before = raw_handoff(a, w, handoffs);
+    h.lib = lib_handoff(a, w, handoffs);
+    h.after = raw_handoff(a, w, handoffs);
+    handoff_runs.push_back(h);
+  }
   std::vector<Held> held_runs;
   for (int n : {1'000, 10'000, 100'000}) held_runs.push_back(held_locks(a, n));
 
-  std::printf("redis_lock %s vs raw hiredis (same scripts, same server, same run)\n\n",
-              REDIS_LOCK_VERSION_STRING);
-  std::printf("%-44s %12s %12s %8s\n", "workload", "raw", "redis_lock", "ratio");
-  std::printf("%-44s %12.1f %12.1f %7.2fx\n", "(a) latency p50, us per acquire+release",
-              raw_lat.p50, lib_lat.p50, lib_lat.p50 / raw_lat.p50);
-  std::printf("%-44s %12.1f %12.1f %7.2fx\n", "(a) latency p99, us", raw_lat.p99, lib_lat.p99,
-              lib_lat.p99 / raw_lat.p99);
+  std::printf("redis_lock %s vs raw hiredis baselines (same server, same run; %d rounds; ratios\n"
+              "are medians of per-round ratios, (range); values are medians across rounds)\n\n",
+              REDIS_LOCK_VERSION_STRING, rounds);
+  std::printf("%-40s %10s %10s %10s  %-20s %-20s\n", "workload", "raw", "min.fenced", "redis_lock",
+              "vs raw", "vs min.fenced");
+  const auto row = [](const char* label, const Compared& c, const char* fmt) {
+    char r[32], f[32], l[32];
+    std::snprintf(r, sizeof r, fmt, median(c.raw));
+    std::snprintf(f, sizeof f, fmt, median(c.fenced));
+    std::snprintf(l, sizeof l, fmt, median(c.lib));
+    std::printf("%-40s %10s %10s %10s  %-20s %-20s\n", label, r, f, l,
+                ratio_text(spread(c.vs_raw)).c_str(), ratio_text(spread(c.vs_fenced)).c_str());
+  };
+  row("(a) latency p50, us per acquire+release", p50, "%.1f");
+  row("(a) latency p99, us", p99, "%.1f");
   for (const auto& t : tps) {
     char label[64];
     std::snprintf(label, sizeof label, "(b) throughput, pairs/s, %d in flight", t.in_flight);
-    std::printf("%-44s %12.0f %12.0f %7.2fx\n", label, t.raw, t.lib, t.lib / t.raw);
+    row(label, t.c, "%.0f");
   }
   std::printf("\n(f) the server ceiling by command shape (256 in flight, driven from C)\n");
-  std::printf("%-40s %12s %20s\n", "shape", "pairs/s", "server CPU us/pair");
+  std::printf("%-40s %12s %20s  %s\n", "shape", "pairs/s", "server CPU us/pair", "vs redis_lock");
   for (const auto& c : ceiling) {
-    std::printf("%-40s %12.0f %20.2f\n", c.name.c_str(), c.pairs_per_s, c.server_us_per_pair);
+    std::printf("%-40s %12.0f %20.2f  %s\n", c.name.c_str(), c.pairs_per_s, c.server_us_per_pair,
+                ratio_text(c.cpu_vs_lib).c_str());
   }
-  std::printf("\n");
+  std::printf("\n%-40s %10s %10s %10s  %-20s\n", "(c) hand-off, BLPOP baseline before/after",
+              "before", "redis_lock", "after", "vs BLPOP");
   for (const auto& h : handoff_runs) {
     char label[64];
-    std::snprintf(label, sizeof label, "(c) hand-off gap p50, us, %d waiters", h.waiters);
-    std::printf("%-44s %12.1f %12.1f %7.2fx\n", label, raw_lat.p50, h.gap.p50,
-                h.gap.p50 / raw_lat.p50);
-    std::snprintf(label, sizeof label, "    gap p99 / commands per acquisition");
-    std::printf("%-44s %12s %12.1f %8.2f\n", label, "", h.gap.p99, h.commands_per_acquisition);
+    std::snprintf(label, sizeof label, "(c) gap p50, us, %d waiters", h.lib.waiters);
+    std::printf("%-40s %10.1f %10.1f %10.1f  %-20s\n", label, h.before.gap.p50, h.lib.gap.p50,
+                h.after.gap.p50, ratio_text(h.vs_raw()).c_str());
+    std::printf("%-40s %10.1f %10.1f %10.1f\n", "    gap p99, us", h.before.gap.p99, h.lib.gap.p99,
+                h.after.gap.p99);
+    std::printf("%-40s %10s %10.2f\n", "    client commands per acquisition", "2",
+                h.lib.commands_per_acquisition);
+    if (h.before.passes_to_unblocked + h.after.passes_to_unblocked > 0) {
+      std::printf("    BLPOP passes made while not every other client was blocked: %d, %d\n",
+                  h.before.passes_to_unblocked, h.after.passes_to_unblocked);
+    }
   }
   for (const auto& h : held_runs) {
     char label[64];
     std::snprintf(label, sizeof label, "(d) %d held: CPU us per renewal", h.locks);
-    std::printf("%-44s %12.2f %12.2f %7.2fx\n", label, h.raw_cpu_us_per_renewal,
+    std::printf("%-40s %10.2f %10s %10.2f  %.2fx\n", label, h.raw_cpu_us_per_renewal, "",
                 h.cpu_us_per_renewal, h.cpu_us_per_renewal / h.raw_cpu_us_per_renewal);
-    std::printf("%-44s %12s %11.2f%% %8s\n", "    share of one core", "", h.cpu_share * 100, "");
-    std::printf("%-44s %12s %12.0f %8s\n", "    Redis commands per second", "", h.commands_per_s, "");
-    std::printf("%-44s %12s %12.0f %8s\n", "(e) heap bytes per held lock", "",
-                h.heap_bytes_per_lock, "");
-    std::printf("%-44s %12s %12.0f %8s\n", "    RSS bytes per held lock", "", h.rss_bytes_per_lock,
-                "");
-    std::printf("%-44s %12.1f %12.1f %7.2fx\n", "    latency p50 none held -> held, us",
-                h.latency_p50_none_us, h.latency_p50_us, h.latency_p50_us / h.latency_p50_none_us);
+    std::printf("%-40s %32.2f%%\n", "    share of one core", h.cpu_share * 100);
+    std::printf("%-40s %32.0f\n", "    Redis commands per second", h.commands_per_s);
+    std::printf("%-40s %32.0f\n", "(e) heap bytes per held lock", h.heap_bytes_per_lock);
+    std::printf("%-40s %32.0f\n", "    RSS bytes per held lock", h.rss_bytes_per_lock);
+    std::printf("%-40s %21.1f -> %.1f\n", "    latency p50 none held -> held, us",
+                h.latency_p50_none_us, h.latency_p50_us);
     if (h.lost) std::printf("    LOST LEASES: %ld\n", h.lost);
   }
 
   if (!a.json.empty()) {
     FILE* f = std::fopen(a.json.c_str(), "w");
     if (f == nullptr) return 1;
-    std::fprintf(f, "{\"library\":\"redis_lock\",\"version\":\"%s\",\"runtime\":\"C++ (Asio)\",",
-                 REDIS_LOCK_VERSION_STRING);
+    std::fprintf(f, "{\"library\":\"redis_lock\",\"version\":\"%s\",\"runtime\":\"C++ (Asio)\","
+                    "\"rounds\":%d,\"hold_ms\":%d,",
+                 REDIS_LOCK_VERSION_STRING, rounds, a.hold_ms);
     std::fprintf(f, "\"latency\":{\"pairs\":%d,\"p50_us\":%.3f,\"p99_us\":%.3f,"
-                    "\"raw_p50_us\":%.3f,\"raw_p99_us\":%.3f},",
-                 pairs, lib_lat.p50, lib_lat.p99, raw_lat.p50, raw_lat.p99);
+                    "\"raw_p50_us\":%.3f,\"raw_p99_us\":%.3f,\"fenced_p50_us\":%.3f,"
+                    "\"fenced_p99_us\":%.3f,\"p50_vs_raw\":%s,\"p50_vs_fenced\":%s,"
+                    "\"p99_vs_raw\":%s},",
+                 pairs, median(p50.lib), median(p99.lib), median(p50.raw), median(p99.raw),
+                 median(p50.fenced), median(p99.fenced), json_spread(spread(p50.vs_raw)).c_str(),
+                 json_spread(spread(p50.vs_fenced)).c_str(), json_spread(spread(p99.vs_raw)).c_str());
     std::fprintf(f, "\"throughput\":[");
     for (std::size_t i = 0; i < tps.size(); ++i) {
-      std::fprintf(f, "%s{\"in_flight\":%d,\"pairs_per_s\":%.1f,\"raw_pairs_per_s\":%.1f}",
-                   i ? "," : "", tps[i].in_flight, tps[i].lib, tps[i].raw);
+      const auto& c = tps[i].c;
+      std::fprintf(f, "%s{\"in_flight\":%d,\"pairs_per_s\":%.1f,\"raw_pairs_per_s\":%.1f,"
+                      "\"fenced_pairs_per_s\":%.1f,\"vs_raw\":%s,\"vs_fenced\":%s}",
+                   i ? "," : "", tps[i].in_flight, median(c.lib), median(c.raw), median(c.fenced),
+                   json_spread(spread(c.vs_raw)).c_str(), json_spread(spread(c.vs_fenced)).c_str());
     }
     std::fprintf(f, "],\"server_ceiling\":[");
     for (std::size_t i = 0; i < ceiling.size(); ++i) {
       const auto& c = ceiling[i];
       std::fprintf(f, "%s{\"shape\":\"%s\",\"sends\":\"%s\",\"in_flight\":256,"
-                      "\"pairs_per_s\":%.1f,\"server_us_per_pair\":%.3f}",
+                      "\"pairs_per_s\":%.1f,\"server_us_per_pair\":%.3f,\"cpu_vs_redis_lock\":%s}",
                    i ? "," : "", c.name.c_str(), c.sends.c_str(), c.pairs_per_s,
-                   c.server_us_per_pair);
+                   c.server_us_per_pair, json_spread(c.cpu_vs_lib).c_str());
     }
     std::fprintf(f, "],\"handoff\":[");
     for (std::size_t i = 0; i < handoff_runs.size(); ++i) {
       const auto& h = handoff_runs[i];
       std::fprintf(f, "%s{\"waiters\":%d,\"handoffs\":%d,\"gap_p50_us\":%.3f,\"gap_p99_us\":%.3f,"
-                      "\"commands_per_acquisition\":%.3f,\"raw_pair_p50_us\":%.3f}",
-                   i ? "," : "", h.waiters, h.acquisitions, h.gap.p50, h.gap.p99,
-                   h.commands_per_acquisition, raw_lat.p50);
+                      "\"commands_per_acquisition\":%.3f,\"blpop_before_p50_us\":%.3f,"
+                      "\"blpop_after_p50_us\":%.3f,\"blpop_before_p99_us\":%.3f,"
+                      "\"blpop_after_p99_us\":%.3f,\"vs_blpop\":%s}",
+                   i ? "," : "", h.lib.waiters, h.lib.acquisitions, h.lib.gap.p50, h.lib.gap.p99,
+                   h.lib.commands_per_acquisition, h.before.gap.p50, h.after.gap.p50,
+                   h.before.gap.p99, h.after.gap.p99, json_spread(h.vs_raw()).c_str());
     }
     std::fprintf(f, "],\"held\":[");
     for (std::size_t i = 0; i < held_runs.size(); ++i) {
