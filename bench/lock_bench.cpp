@@ -156,7 +156,8 @@ bool matches(const redisReply* r, Expect e) {
              r->element[1]->type == REDIS_REPLY_INTEGER && r->element[1]->integer > 0;
     case Expect::one: return integer_is(r, 1);
     case Expect::positive: return r->type == REDIS_REPLY_INTEGER && r->integer > 0;
-    case Expect::ok: return r->type == REDIS_REPLY_STATUS && std::string_view(r->str, r->len) == "OK";
+    case Expect::ok:
+      return r->type == REDIS_REPLY_STATUS && std::string_view(r->str, r->len) == "OK";
   }
   return false;
 }
@@ -165,11 +166,11 @@ bool matches(const redisReply* r, Expect e) {
 void check_next_reply(redisContext* c, Expect e, const char* what) {
   void* reply = nullptr;
   if (redisGetReply(c, &reply) != REDIS_OK || reply == nullptr) {
-    fail(std::string(what) + ": connection error: " + c->errstr);
+    fail(std::string("baseline ") + what + ": connection error: " + c->errstr);
   }
   auto* r = static_cast<redisReply*>(reply);
   if (!matches(r, e)) {
-    fail(std::string(what) + ": expected " + describe(e) + ", got " + describe(r));
+    fail(std::string("baseline ") + what + ": expected " + describe(e) + ", got " + describe(r));
   }
   freeReplyObject(r);
 }
@@ -220,42 +221,49 @@ class Raw {
 
   // One acquire or release of each shape; `k` the resource's keys, `t` a fresh token.
   void acquire(const detail::ResourceKeys& k, const std::string& t) {
-    send(Expect::granted, {"EVALSHA", detail::acquire_script.sha1, "4", k.lease, k.fence, k.queue,
-                           k.queue_expiry, t, "10000", "0", "2000", suffix});
+    send(Expect::granted, "acquire.lua",
+         {"EVALSHA", detail::acquire_script.sha1, "4", k.lease, k.fence, k.queue, k.queue_expiry, t,
+          "10000", "0", "2000", suffix});
   }
   void release(const detail::ResourceKeys& k, const std::string& t) {
     const std::string member = t + suffix;
-    send(Expect::one, {"EVALSHA", detail::release_script.sha1, "3", k.lease, k.queue,
-                       k.queue_expiry, t, "lock:notify:", "1000", member, "PUBLISH"});
+    send(Expect::one, "release.lua",
+         {"EVALSHA", detail::release_script.sha1, "3", k.lease, k.queue, k.queue_expiry, t,
+          "lock:notify:", "1000", member, "PUBLISH"});
   }
   void fenced_acquire(const detail::ResourceKeys& k, const std::string& t) {
-    send(Expect::positive, {"EVALSHA", fenced_acquire_, "2", k.lease, k.fence, t, "10000"});
+    send(Expect::positive, "minimal fenced acquire",
+         {"EVALSHA", fenced_acquire_, "2", k.lease, k.fence, t, "10000"});
   }
   void compare_delete(const detail::ResourceKeys& k, const std::string& t) {
-    send(Expect::one, {"EVALSHA", compare_delete_, "1", k.lease, t});
+    send(Expect::one, "compare-and-delete", {"EVALSHA", compare_delete_, "1", k.lease, t});
   }
   void check_and_set(const detail::ResourceKeys& k, const std::string& t) {
-    send(Expect::one, {"EVALSHA", check_and_set_, "1", k.lease, t, "10000"});
+    send(Expect::one, "check-and-set", {"EVALSHA", check_and_set_, "1", k.lease, t, "10000"});
   }
   void set_nx(const detail::ResourceKeys& k, const std::string& t) {
-    send(Expect::ok, {"SET", k.lease, t, "NX", "PX", "10000"});
+    send(Expect::ok, "SET NX PX", {"SET", k.lease, t, "NX", "PX", "10000"});
   }
-  void del(const detail::ResourceKeys& k, const std::string&) { send(Expect::one, {"DEL", k.lease}); }
+  void del(const detail::ResourceKeys& k, const std::string&) {
+    send(Expect::one, "DEL", {"DEL", k.lease});
+  }
   void noop_acquire(const detail::ResourceKeys& k, const std::string& t) {
-    send(Expect::one, {"EVALSHA", noop_, "4", k.lease, k.fence, k.queue, k.queue_expiry, t,
-                       "10000", "0", "2000", suffix});
+    send(Expect::one, "no-op acquire",
+         {"EVALSHA", noop_, "4", k.lease, k.fence, k.queue, k.queue_expiry, t, "10000", "0", "2000",
+          suffix});
   }
   void noop_release(const detail::ResourceKeys& k, const std::string& t) {
     const std::string member = t + suffix;
-    send(Expect::one, {"EVALSHA", noop_, "3", k.lease, k.queue, k.queue_expiry, t, "lock:notify:",
-                       "1000", member, "PUBLISH"});
+    send(Expect::one, "no-op release",
+         {"EVALSHA", noop_, "3", k.lease, k.queue, k.queue_expiry, t, "lock:notify:", "1000",
+          member, "PUBLISH"});
   }
 
   /// Reads the reply to the oldest command not yet answered and checks it.
   void check_reply() {
-    const Expect e = expected_.front();
+    const auto [e, what] = expected_.front();
     expected_.pop_front();
-    check_next_reply(c_, e, "baseline");
+    check_next_reply(c_, e, what);
   }
   redisContext* context() const noexcept { return c_; }
 
@@ -267,14 +275,14 @@ class Raw {
     if (sha.size() != 40) fail("SCRIPT LOAD returned \"" + sha + "\"");
     return sha;
   }
-  void send(Expect e, std::initializer_list<std::string_view> args) {
+  void send(Expect e, const char* what, std::initializer_list<std::string_view> args) {
     append_argv(c_, args);
-    expected_.push_back(e);
+    expected_.emplace_back(e, what);
   }
 
   redisContext* c_;
   std::string fenced_acquire_, compare_delete_, check_and_set_, noop_;
-  std::deque<Expect> expected_;
+  std::deque<std::pair<Expect, const char*>> expected_;  // what each reply must be, and whose
 };
 
 /// A command shape: what one acquire + release sends.
@@ -285,10 +293,12 @@ struct Kind {
   void (Raw::*release)(const detail::ResourceKeys&, const std::string&);
 };
 
-const Kind own_scripts{"redis_lock", "acquire.lua (EXISTS queue, SET NX PX, INCR fence, TIME, SET fence) + "
+const Kind own_scripts{"redis_lock",
+                       "acquire.lua (EXISTS queue, SET NX PX, INCR fence, TIME, SET fence) + "
                        "release.lua (EXISTS queue, GET, DEL)",
                        &Raw::acquire, &Raw::release};
-const Kind minimal_fenced{"minimal fenced lock", "script (SET NX PX, INCR fence) + script (GET, DEL)",
+const Kind minimal_fenced{"minimal fenced lock",
+                          "script (SET NX PX, INCR fence) + script (GET, DEL)",
                           &Raw::fenced_acquire, &Raw::compare_delete};
 
 std::vector<detail::ResourceKeys> keys_for(const std::string& stem, int n) {
@@ -411,7 +421,8 @@ std::vector<Shape> server_ceiling(const Args& a, int rounds, double seconds) {
   }
   std::vector<Shape> out;
   for (std::size_t s = 0; s < kinds.size(); ++s) {
-    out.push_back({kinds[s].name, kinds[s].sends, median(tput[s]), median(cpu[s]), spread(ratio[s])});
+    out.push_back(
+        {kinds[s].name, kinds[s].sends, median(tput[s]), median(cpu[s]), spread(ratio[s])});
   }
   return out;
 }
@@ -443,14 +454,15 @@ Percentiles lib_latency(const Args& a, int pairs) {
   Clock::time_point t0;
   std::function<void()> next = [&] {
     t0 = Clock::now();
-    locks.async_acquire(name, {.ttl = 10s}, [&](boost::system::error_code ec, redis_lock::LockGuard g) {
-      check_acquired(ec, g);
-      g.async_release([&](boost::system::error_code ec2, bool released) {
-        check_released(ec2, released);
-        us.push_back(micros(Clock::now() - t0));
-        if (--left > 0) next();
-      });
-    });
+    locks.async_acquire(name, {.ttl = 10s},
+                        [&](boost::system::error_code ec, redis_lock::LockGuard g) {
+                          check_acquired(ec, g);
+                          g.async_release([&](boost::system::error_code ec2, bool released) {
+                            check_released(ec2, released);
+                            us.push_back(micros(Clock::now() - t0));
+                            if (--left > 0) next();
+                          });
+                        });
   };
   next();
   io.run();
@@ -504,7 +516,7 @@ struct Handoff {
   int waiters = 0, acquisitions = 0;
   Percentiles gap;
   double commands_per_acquisition = 0;
-  int passes_to_unblocked = 0;  // raw only: passes made while not every other client was blocked
+  int held_longer = 0;  // raw only: passes that waited past the hold for the others to block
 };
 
 Handoff lib_handoff(const Args& a, int waiters, int handoffs) {
@@ -542,7 +554,8 @@ Handoff lib_handoff(const Args& a, int waiters, int handoffs) {
           ++acquisitions;
           unpark_others(i);
           auto guard = std::make_shared<redis_lock::LockGuard>(std::move(g));
-          auto hold = std::make_shared<asio::steady_timer>(io, std::chrono::milliseconds(a.hold_ms));
+          auto hold =
+              std::make_shared<asio::steady_timer>(io, std::chrono::milliseconds(a.hold_ms));
           hold->async_wait([&, i, guard, hold](boost::system::error_code) {
             released_at = Clock::now();
             guard->async_release([&, i, guard](boost::system::error_code ec2, bool released) {
@@ -582,17 +595,19 @@ long info_field(redisContext* c, const char* section, const std::string& field) 
 Handoff raw_handoff(const Args& a, int waiters, int handoffs) {
   const std::string list = a.stem + "baton:" + std::to_string(waiters);
   std::atomic<Clock::rep> pushed_at{0};
-  std::atomic<int> unblocked{0}, last_pass{-1};
+  std::atomic<int> held_longer{0}, last_pass{-1};
   std::vector<std::vector<double>> gaps(static_cast<std::size_t>(waiters));
   std::vector<std::thread> threads;
   for (int i = 0; i < waiters; ++i) {
     threads.emplace_back([&, i] {
       redisContext* c = bench::connect_or_exit(a.port);
       for (;;) {
-        auto* r = static_cast<redisReply*>(redisCommand(c, "BLPOP %b 30", list.data(), list.size()));
+        auto* r =
+            static_cast<redisReply*>(redisCommand(c, "BLPOP %b 30", list.data(), list.size()));
         const auto got = Clock::now();
         if (r == nullptr || r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
-            r->element[0]->type != REDIS_REPLY_STRING || r->element[1]->type != REDIS_REPLY_STRING ||
+            r->element[0]->type != REDIS_REPLY_STRING ||
+            r->element[1]->type != REDIS_REPLY_STRING ||
             std::string_view(r->element[0]->str, r->element[0]->len) != list) {
           fail("BLPOP: expected {list, baton}, got " + describe(r));
         }
@@ -601,30 +616,39 @@ Handoff raw_handoff(const Args& a, int waiters, int handoffs) {
         if (baton == "stop") break;
         const int pass = std::atoi(baton.c_str());
         const int from = std::atoi(baton.c_str() + baton.find(':') + 1);
-        if (pass != last_pass + 1) fail("BLPOP: pass " + baton + " after pass " + std::to_string(last_pass));
+        if (pass != last_pass + 1)
+          fail("BLPOP: pass " + baton + " after pass " + std::to_string(last_pass));
         last_pass = pass;
         if (from == i) fail("BLPOP: the baton came back to its sender (" + baton + ")");
-        if (pass > 0) gaps[i].push_back(micros(got - Clock::time_point(Clock::duration(pushed_at.load()))));
+        if (pass > 0)
+          gaps[i].push_back(micros(got - Clock::time_point(Clock::duration(pushed_at.load()))));
         std::this_thread::sleep_for(std::chrono::milliseconds(a.hold_ms));
         if (pass + 1 >= handoffs) {  // the last pass: everyone else stops
           std::vector<const char*> argv = {"RPUSH", list.c_str()};
           for (int w = 1; w < waiters; ++w) argv.push_back("stop");
-          auto* s = static_cast<redisReply*>(redisCommandArgv(c, static_cast<int>(argv.size()), argv.data(), nullptr));
+          auto* s = static_cast<redisReply*>(
+              redisCommandArgv(c, static_cast<int>(argv.size()), argv.data(), nullptr));
           if (!integer_is(s, waiters - 1)) fail("RPUSH stop: got " + describe(s));
           freeReplyObject(s);
           break;
         }
-        if (info_field(c, "clients", "blocked_clients") != waiters - 1) ++unblocked;
+        // Every pass goes to a client already blocked: on a loaded machine the previous holder
+        // may not be back in BLPOP yet after the hold; then hold on until it is.
+        for (bool waited = false; info_field(c, "clients", "blocked_clients") < waiters - 1;) {
+          if (!waited) ++held_longer, waited = true;
+          std::this_thread::sleep_for(100us);
+        }
         const std::string next = std::to_string(pass + 1) + ":" + std::to_string(i);
         pushed_at = Clock::now().time_since_epoch().count();
         append_argv(c, {"RPUSH", list, next});
-        check_next_reply(c, Expect::one, "RPUSH baton");
+        check_next_reply(c, Expect::one, "RPUSH of the baton");
       }
       redisFree(c);
     });
   }
   redisContext* admin = bench::connect_or_exit(a.port);
-  while (info_field(admin, "clients", "blocked_clients") < waiters) std::this_thread::sleep_for(1ms);
+  while (info_field(admin, "clients", "blocked_clients") < waiters)
+    std::this_thread::sleep_for(1ms);
   bench::command(admin, {"RPUSH", list, "0:-1"});
   for (auto& t : threads) t.join();
   redisFree(admin);
@@ -635,7 +659,7 @@ Handoff raw_handoff(const Args& a, int waiters, int handoffs) {
   h.acquisitions = handoffs;
   h.gap = percentiles(all);
   h.commands_per_acquisition = 2;  // BLPOP + RPUSH
-  h.passes_to_unblocked = unblocked;
+  h.held_longer = held_longer;
   return h;
 }
 
@@ -676,17 +700,18 @@ double raw_renewal_cpu_us(const Args& a, int n) {
     tokens.push_back(detail::random_token());
     append_argv(c, {"SET", keys[i].lease, tokens.back(), "PX", "60000"});
   }
-  for (int i = 0; i < n; ++i) check_next_reply(c, Expect::ok, "renewal baseline: SET");
+  for (int i = 0; i < n; ++i) check_next_reply(c, Expect::ok, "SET (renewal setup)");
   const std::string_view sha = detail::extend_script.sha1;
   const double t0 = cpu_seconds();
   for (int from = 0; from < n; from += 1000) {
     const int to = std::min(n, from + 1000);
-    for (int i = from; i < to; ++i) append_argv(c, {"EVALSHA", sha, "1", keys[i].lease, tokens[i], "30000"});
-    for (int i = from; i < to; ++i) check_next_reply(c, Expect::one, "renewal baseline: extend");
+    for (int i = from; i < to; ++i)
+      append_argv(c, {"EVALSHA", sha, "1", keys[i].lease, tokens[i], "30000"});
+    for (int i = from; i < to; ++i) check_next_reply(c, Expect::one, "extend.lua");
   }
   const double us = (cpu_seconds() - t0) * 1e6 / n;
   for (int i = 0; i < n; ++i) append_argv(c, {"DEL", keys[i].lease});
-  for (int i = 0; i < n; ++i) check_next_reply(c, Expect::one, "renewal baseline: DEL");
+  for (int i = 0; i < n; ++i) check_next_reply(c, Expect::one, "DEL (renewal cleanup)");
   redisFree(c);
   return us;
 }
@@ -796,7 +821,8 @@ void round_of_three(int round, Compared& c, const Measure& measure) {
 
 std::string json_spread(const Spread& s) {
   char buf[96];
-  std::snprintf(buf, sizeof buf, "{\"median\":%.4f,\"min\":%.4f,\"max\":%.4f}", s.median, s.min, s.max);
+  std::snprintf(buf, sizeof buf, "{\"median\":%.4f,\"min\":%.4f,\"max\":%.4f}", s.median, s.min,
+                s.max);
   return buf;
 }
 
@@ -848,7 +874,8 @@ int main(int argc, char** argv) {
   if (a.ceiling_only) {
     for (const auto& c : server_ceiling(a, ceiling_rounds, ceiling_seconds)) {
       std::printf("%-40s %10.0f pairs/s %8.2f server us/pair %s   %s\n", c.name.c_str(),
-                  c.pairs_per_s, c.server_us_per_pair, ratio_text(c.cpu_vs_lib).c_str(), c.sends.c_str());
+                  c.pairs_per_s, c.server_us_per_pair, ratio_text(c.cpu_vs_lib).c_str(),
+                  c.sends.c_str());
     }
     return 0;
   }
@@ -877,8 +904,9 @@ int main(int argc, char** argv) {
     Tp t{n, {}};
     for (int r = 0; r < rounds; ++r) {
       round_of_three(r, t.c, [&](int which) {
-        return which == 2 ? lib_throughput(a, n, seconds)
-                          : raw_throughput(a, which == 0 ? own_scripts : minimal_fenced, n, seconds);
+        return which == 2
+                   ? lib_throughput(a, n, seconds)
+                   : raw_throughput(a, which == 0 ? own_scripts : minimal_fenced, n, seconds);
       });
     }
     tps.push_back(std::move(t));
@@ -887,7 +915,9 @@ int main(int argc, char** argv) {
   // (c): the raw BLPOP hand-off before and after the library's, for each number of waiters.
   struct HandoffRun {
     Handoff before, lib, after;
-    Spread vs_raw() const { return spread({lib.gap.p50 / before.gap.p50, lib.gap.p50 / after.gap.p50}); }
+    Spread vs_raw() const {
+      return spread({lib.gap.p50 / before.gap.p50, lib.gap.p50 / after.gap.p50});
+    }
   };
   std::vector<HandoffRun> handoff_runs;
   for (int w : {2, 4, 8, 16, 32, 64}) {
@@ -937,9 +967,9 @@ int main(int argc, char** argv) {
                 h.after.gap.p99);
     std::printf("%-40s %10s %10.2f\n", "    client commands per acquisition", "2",
                 h.lib.commands_per_acquisition);
-    if (h.before.passes_to_unblocked + h.after.passes_to_unblocked > 0) {
-      std::printf("    BLPOP passes made while not every other client was blocked: %d, %d\n",
-                  h.before.passes_to_unblocked, h.after.passes_to_unblocked);
+    if (h.before.held_longer + h.after.held_longer > 0) {
+      std::printf("    BLPOP passes held past the hold until the others were blocked: %d, %d\n",
+                  h.before.held_longer, h.after.held_longer);
     }
   }
   for (const auto& h : held_runs) {
@@ -962,13 +992,15 @@ int main(int argc, char** argv) {
     std::fprintf(f, "{\"library\":\"redis_lock\",\"version\":\"%s\",\"runtime\":\"C++ (Asio)\","
                     "\"rounds\":%d,\"hold_ms\":%d,",
                  REDIS_LOCK_VERSION_STRING, rounds, a.hold_ms);
-    std::fprintf(f, "\"latency\":{\"pairs\":%d,\"p50_us\":%.3f,\"p99_us\":%.3f,"
-                    "\"raw_p50_us\":%.3f,\"raw_p99_us\":%.3f,\"fenced_p50_us\":%.3f,"
-                    "\"fenced_p99_us\":%.3f,\"p50_vs_raw\":%s,\"p50_vs_fenced\":%s,"
-                    "\"p99_vs_raw\":%s},",
+    std::fprintf(f,
+                 "\"latency\":{\"pairs\":%d,\"p50_us\":%.3f,\"p99_us\":%.3f,"
+                 "\"raw_p50_us\":%.3f,\"raw_p99_us\":%.3f,\"fenced_p50_us\":%.3f,"
+                 "\"fenced_p99_us\":%.3f,\"p50_vs_raw\":%s,\"p50_vs_fenced\":%s,"
+                 "\"p99_vs_raw\":%s},",
                  pairs, median(p50.lib), median(p99.lib), median(p50.raw), median(p99.raw),
                  median(p50.fenced), median(p99.fenced), json_spread(spread(p50.vs_raw)).c_str(),
-                 json_spread(spread(p50.vs_fenced)).c_str(), json_spread(spread(p99.vs_raw)).c_str());
+                 json_spread(spread(p50.vs_fenced)).c_str(),
+                 json_spread(spread(p99.vs_raw)).c_str());
     std::fprintf(f, "\"throughput\":[");
     for (std::size_t i = 0; i < tps.size(); ++i) {
       const auto& c = tps[i].c;
