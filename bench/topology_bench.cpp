@@ -2,8 +2,8 @@
 // Uncontended latency and throughput of redis_lock on one server, on a 3-master Cluster and
 // on Redlock over 5 independent masters, in the same run and on the same machine. It starts
 // its own servers (the test harness's), then interleaves the three in rounds, so that a
-// machine whose speed drifts (a VM) affects them alike; medians of the rounds are reported,
-// with ratios to standalone.
+// machine whose speed drifts (a VM) affects them alike. Ratios to standalone are taken within
+// each round; the table gives their median and range (and medians of the absolute values).
 //
 //   topology_bench [--quick] [--json FILE]
 #include "redis_cluster.hpp"
@@ -45,10 +45,18 @@ double thread_cpu_us() {
          static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
 }
 
-double median(std::vector<double> v) {
+struct Spread {
+  double median = 0, min = 0, max = 0;
+};
+
+/// Median (the mean of the middle two for an even count) and range.
+Spread spread(std::vector<double> v) {
   std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
+  const std::size_t n = v.size();
+  return {n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2, v.front(), v.back()};
 }
+
+double median(const std::vector<double>& v) { return spread(v).median; }
 
 /// `n` sequential acquire+release pairs (distinct resources), then `window` of 64 loops in
 /// flight doing the same; one manager, one thread.
@@ -143,37 +151,52 @@ int main(int argc, char** argv) {
   struct Setup {
     const char* name;
     ConnectionConfig cfg;
-    std::vector<double> p50, p99, tput, cpu;
+    std::vector<Round> rounds;
+    std::vector<double> p50_x, cpu_x, tput_x;  // to standalone, within each round
   };
   std::vector<Setup> setups = {{"standalone", standalone.config(), {}, {}, {}, {}},
                                {"cluster (3 masters)", cluster.config(), {}, {}, {}, {}},
                                {"redlock (5 masters)", redlock, {}, {}, {}, {}}};
   for (int r = 0; r < rounds; ++r) {
+    for (std::size_t k = 0; k < setups.size(); ++k) {
+      auto& s = setups[r % 2 ? setups.size() - 1 - k : k];  // the order alternates
+      s.rounds.push_back(measure(s.cfg, n, window, r));
+    }
+    const Round& base = setups[0].rounds.back();
     for (auto& s : setups) {
-      const auto m = measure(s.cfg, n, window, r);
-      s.p50.push_back(m.p50_us);
-      s.p99.push_back(m.p99_us);
-      s.tput.push_back(m.pairs_per_s);
-      s.cpu.push_back(m.cpu_us);
+      const Round& m = s.rounds.back();
+      s.p50_x.push_back(m.p50_us / base.p50_us);
+      s.cpu_x.push_back(m.cpu_us / base.cpu_us);
+      s.tput_x.push_back(m.pairs_per_s / base.pairs_per_s);
     }
   }
-  const double base_p50 = median(setups[0].p50);
-  const double base_tput = median(setups[0].tput);
-  const double base_cpu = median(setups[0].cpu);
-  std::printf("%-22s %10s %10s %8s %12s %8s %14s %8s\n", "topology", "p50 us", "p99 us",
-              "p50 x", "client cpu us", "cpu x", "pairs/s @64", "tput x");
+  const auto of = [](const Setup& s, double Round::*field) {
+    std::vector<double> v;
+    for (const auto& m : s.rounds) v.push_back(m.*field);
+    return median(v);
+  };
+  const auto text = [](const Spread& x) {
+    char buf[40];
+    std::snprintf(buf, sizeof buf, "%.2fx (%.2f-%.2f)", x.median, x.min, x.max);
+    return std::string(buf);
+  };
+  std::printf("%-22s %9s %9s %-19s %9s %-19s %11s %-19s\n", "topology", "p50 us", "p99 us",
+              "p50 x", "cpu us", "cpu x", "pairs/s @64", "tput x");
   std::string out = "{\"rounds\":" + std::to_string(rounds) + ",\"topologies\":[";
   for (std::size_t i = 0; i < setups.size(); ++i) {
     const auto& s = setups[i];
-    const double p50 = median(s.p50), p99 = median(s.p99), tput = median(s.tput);
-    const double cpu = median(s.cpu);
-    std::printf("%-22s %10.1f %10.1f %7.2fx %12.1f %7.2fx %14.0f %7.2fx\n", s.name, p50, p99,
-                p50 / base_p50, cpu, cpu / base_cpu, tput, tput / base_tput);
-    char buf[320];
+    const double p50 = of(s, &Round::p50_us), p99 = of(s, &Round::p99_us);
+    const double tput = of(s, &Round::pairs_per_s), cpu = of(s, &Round::cpu_us);
+    const Spread p50_x = spread(s.p50_x), cpu_x = spread(s.cpu_x), tput_x = spread(s.tput_x);
+    std::printf("%-22s %9.1f %9.1f %-19s %9.1f %-19s %11.0f %-19s\n", s.name, p50, p99,
+                text(p50_x).c_str(), cpu, text(cpu_x).c_str(), tput, text(tput_x).c_str());
+    char buf[640];
     std::snprintf(buf, sizeof buf,
                   "%s{\"name\":\"%s\",\"p50_us\":%.1f,\"p99_us\":%.1f,\"pairs_per_s_64\":%.0f,"
-                  "\"client_cpu_us\":%.2f,\"p50_ratio\":%.3f,\"throughput_ratio\":%.3f}",
-                  i ? "," : "", s.name, p50, p99, tput, cpu, p50 / base_p50, tput / base_tput);
+                  "\"client_cpu_us\":%.2f,\"p50_ratio\":[%.3f,%.3f,%.3f],"
+                  "\"cpu_ratio\":[%.3f,%.3f,%.3f],\"throughput_ratio\":[%.3f,%.3f,%.3f]}",
+                  i ? "," : "", s.name, p50, p99, tput, cpu, p50_x.median, p50_x.min, p50_x.max,
+                  cpu_x.median, cpu_x.min, cpu_x.max, tput_x.median, tput_x.min, tput_x.max);
     out += buf;
   }
   out += "]}\n";
