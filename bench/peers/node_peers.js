@@ -4,9 +4,10 @@
 // Workloads (the same as bench/lock_bench's (a)-(c)):
 //   latency     one client, one uncontended acquire+release at a time: p50/p99 in us
 //   throughput  1, 8, 64, 256 acquire+release chains in flight on one client: pairs/s
-//   handoff     2, 8, 64 waiters contending for one key, each acquiring (with the library's
-//               own waiting) and releasing at once: us per hand-off, client commands per
-//               acquisition (SLOWLOG at threshold 0, script-internal entries filtered out)
+//   handoff     2, 8, 64 waiters contending for one key, each with its own connection (as
+//               lock_bench gives each waiter its own manager), each acquiring (with the
+//               library's own waiting) and releasing at once: us per hand-off, client commands
+//               per acquisition (SLOWLOG at threshold 0, script-internal entries filtered out)
 // Each library runs with its defaults, except: no automatic refresh timers (plain acquire and
 // release, as the other side does) and unlimited retries while waiting (so that a waiter
 // never gives up during the hand-off run; the default retry pacing is kept).
@@ -100,8 +101,11 @@ async function clientCommands(admin) {
 // someone else has had the lock; the holder keeps it for `holdMs` (so the others' attempts
 // find it held and must wait). The gap is from a release being issued to the next owner's
 // acquire completing (as in bench/lock_bench).
-async function handoff(locker, admin, waiters, maxHandoffs, seconds) {
+async function handoff(admin, waiters, maxHandoffs, seconds) {
   const key = `peer:${run}:handoff:${waiters}`;
+  const clients = Array.from({ length: waiters }, () => new Redis({ port, host: '127.0.0.1' }));
+  const lockers = clients.map(makeLocker);
+  await Promise.all(clients.map((c) => c.ping()));  // connected before the measurement
   await admin.call('CONFIG', 'SET', 'slowlog-max-len', '1000000');
   await admin.call('CONFIG', 'SET', 'slowlog-log-slower-than', '0');
   await admin.call('SLOWLOG', 'RESET');
@@ -117,7 +121,7 @@ async function handoff(locker, admin, waiters, maxHandoffs, seconds) {
         await new Promise((resolve) => blocked.push(resolve));
         continue;
       }
-      const lock = await locker.acquire(key, 10000);
+      const lock = await lockers[id].acquire(key, 10000);
       if (releasedAt !== null) gaps.push(us(now() - releasedAt));
       ++acquisitions;
       lastHolder = id;
@@ -126,12 +130,13 @@ async function handoff(locker, admin, waiters, maxHandoffs, seconds) {
       wake.forEach((resolve) => resolve());
       await new Promise((resolve) => setTimeout(resolve, holdMs));
       releasedAt = now();
-      await locker.release(lock);
+      await lockers[id].release(lock);
     }
     // Let the others see the end too.
     blocked.splice(0).forEach((resolve) => resolve());
   };
   await Promise.all(Array.from({ length: waiters }, (_, id) => waiter(id)));
+  clients.forEach((c) => c.disconnect());
   await admin.call('CONFIG', 'SET', 'slowlog-log-slower-than', '10000');
   const commands = await clientCommands(admin);
   await admin.call('SLOWLOG', 'RESET');
@@ -154,7 +159,7 @@ async function main() {
   result.throughput = [];
   for (const n of [1, 8, 64, 256]) result.throughput.push(await throughput(locker, n, quick ? 0.5 : 2));
   result.handoff = [];
-  for (const w of [2, 8, 64]) result.handoff.push(await handoff(locker, admin, w, quick ? 100 : 400, quick ? 3 : 10));
+  for (const w of [2, 8, 64]) result.handoff.push(await handoff(admin, w, quick ? 100 : 400, quick ? 3 : 10));
   console.log(JSON.stringify(result));
   client.disconnect();
   admin.disconnect();
