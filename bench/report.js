@@ -70,7 +70,7 @@ function chart({ title, xLabels, series, yLabel, log = false, width = 700, heigh
   return out.join('\n') + '\n';
 }
 
-function bars({ title, items, yLabel, width = 760, height = 300 }) {
+function bars({ title, items, yLabel, digits = 0, width = 760, height = 300 }) {
   const left = 84, top = 40, bottom = 60, w = width - left - 20, h = height - top - bottom;
   const hi = Math.max(...items.map((i) => i.value)) * 1.15;
   const bw = w / items.length;
@@ -83,7 +83,7 @@ function bars({ title, items, yLabel, width = 760, height = 300 }) {
     const bh = (it.value / hi) * h;
     const bx = left + k * bw + bw * 0.2;
     out.push(`<rect x="${bx}" y="${top + h - bh}" width="${bw * 0.6}" height="${bh}" fill="${colorOf(it.name)}"/>`);
-    out.push(`<text x="${bx + bw * 0.3}" y="${top + h - bh - 5}" text-anchor="middle">${fmt(it.value)}</text>`);
+    out.push(`<text x="${bx + bw * 0.3}" y="${top + h - bh - 5}" text-anchor="middle">${fmt(it.value, digits)}</text>`);
     out.push(`<text x="${bx + bw * 0.3}" y="${top + h + 18}" text-anchor="middle">${esc(it.name)}</text>`);
   });
   out.push('</svg>');
@@ -96,33 +96,51 @@ const name = (r) => r.library;
 const inFlight = ours.throughput.map((t) => t.in_flight);
 const waiters = [2, 8, 64].filter((n) => ours.handoff.some((t) => t.waiters === n));
 const tpOf = (r, n) => (r.throughput.find((t) => t.in_flight === n) || {}).pairs_per_s;
-// The raw hiredis baseline measured in the same window as each program (the VM's round trip
-// drifts between runs): redis_lock's own, or the probe taken right before a peer.
-const rawP50 = (r) => (r === ours ? ours.latency.raw_p50_us : (r.baseline || {}).raw_p50_us);
-const raw64 = (r) => (r === ours ? ours.throughput.find((t) => t.in_flight === 64).raw_pairs_per_s
-  : (r.baseline || {}).raw_pairs_per_s_64);
-const latVsRaw = (r) => r.latency.p50_us / rawP50(r);
-const tpVsRaw = (r) => tpOf(r, 64) / raw64(r);
+const ours64 = ours.throughput.find((t) => t.in_flight === 64);
+// Ratios are taken within one window, never across windows (the VM's round trip drifts
+// between minutes): redis_lock's are medians of per-round ratios (lock_bench measures raw and
+// library back to back in each round); a peer's are to the raw probes taken right before and
+// right after it (their mean, and the range of the two).
+const spreadOf = (v) => {
+  if (!v.length) return null;
+  const s = [...v].sort((a, b) => a - b), n = s.length;
+  return { median: n % 2 ? s[(n - 1) / 2] : (s[n / 2 - 1] + s[n / 2]) / 2, min: s[0], max: s[n - 1] };
+};
+const windows = (r) => [r.baseline, r.baseline_after].filter(Boolean);
+const mean = (v) => (v.length ? v.reduce((a, b) => a + b, 0) / v.length : null);
+const rawP50 = (r) => (r === ours ? ours.latency.raw_p50_us : mean(windows(r).map((b) => b.raw_p50_us)));
+const raw64 = (r) => (r === ours ? ours64.raw_pairs_per_s : mean(windows(r).map((b) => b.raw_pairs_per_s_64)));
+const latVsRaw = (r) => (r === ours ? ours.latency.p50_vs_raw
+  : spreadOf(windows(r).map((b) => r.latency.p50_us / b.raw_p50_us)));
+const tpVsRaw = (r) => (r === ours ? ours64.vs_raw
+  : spreadOf(windows(r).map((b) => tpOf(r, 64) / b.raw_pairs_per_s_64)));
+const spreadText = (x) => (x ? `${x.median.toFixed(2)}x (${x.min.toFixed(2)}-${x.max.toFixed(2)})` : 'n/a');
 const hoOf = (r, n) => r.handoff.find((t) => t.waiters === n) || {};
+const blpopP50 = (h) => (h.blpop_before_p50_us + h.blpop_after_p50_us) / 2;
 
+// Absolute figures of programs measured minutes apart are not compared: the charts of (a) and
+// (b) show each program relative to the raw baseline of its own window.
 fs.writeFileSync(path.join(outDir, 'latency.svg'), bars({
-  title: '(a) acquire + release latency, p50 (lower is better)',
-  yLabel: 'microseconds',
-  items: [{ name: 'raw hiredis', value: ours.latency.raw_p50_us }, ...all.map((r) => ({ name: name(r), value: r.latency.p50_us }))],
+  title: '(a) acquire + release p50 over raw hiredis p50 of the same window (lower is better)',
+  yLabel: 'times the raw p50',
+  digits: 2,
+  items: [{ name: 'raw hiredis', value: 1 }, ...all.map((r) => ({ name: name(r), value: (latVsRaw(r) || {}).median || 0 }))],
 }));
 fs.writeFileSync(path.join(outDir, 'throughput.svg'), chart({
-  title: '(b) throughput vs operations in flight (higher is better)',
-  yLabel: 'acquire+release pairs per second',
+  title: '(b) throughput over raw hiredis at 64 in flight, same window',
+  yLabel: 'pairs/s over raw pairs/s at 64',
   xLabels: inFlight.map(String),
-  series: [{ name: 'raw hiredis', values: ours.throughput.map((t) => t.raw_pairs_per_s) },
-    ...all.map((r) => ({ name: name(r), values: inFlight.map((n) => tpOf(r, n) || 0) }))],
+  series: [{ name: 'raw hiredis', values: ours.throughput.map((t) => t.raw_pairs_per_s / ours64.raw_pairs_per_s) },
+    { name: 'minimal fenced lock', values: ours.throughput.map((t) => (t.fenced_pairs_per_s || 0) / ours64.raw_pairs_per_s) },
+    ...all.map((r) => ({ name: name(r), values: inFlight.map((n) => (tpOf(r, n) || 0) / raw64(r)) }))],
 }));
 fs.writeFileSync(path.join(outDir, 'handoff.svg'), chart({
   title: '(c) hand-off gap vs waiters, p50 (lower is better, log scale)',
   yLabel: 'microseconds, release -> next owner',
   log: true,
   xLabels: waiters.map(String),
-  series: all.map((r) => ({ name: name(r), values: waiters.map((n) => hoOf(r, n).gap_p50_us || 0) })),
+  series: [{ name: 'raw BLPOP hand-off', values: waiters.map((n) => blpopP50(hoOf(ours, n)) || 0) },
+    ...all.map((r) => ({ name: name(r), values: waiters.map((n) => hoOf(r, n).gap_p50_us || 0) }))],
 }));
 
 if (ours.held) {
@@ -144,27 +162,37 @@ if (ours.held) {
 const md = [];
 md.push('<!-- generated by bench/report.js from the JSON of scripts/bench; do not edit -->');
 md.push(`# redis_lock beside the libraries users would otherwise pick\n`);
-md.push(`Measured ${machine.date} on ${machine.cpu} (${machine.cores} cores), ${machine.kernel}, ${machine.redis}. ` +
+md.push(`Measured ${machine.date} on ${machine.cpu} (${machine.cores} cores), ${machine.kernel}, ${machine.redis}` +
+  (machine.load_start ? `, load average ${machine.load_start} at the start and ${machine.load_end} at the end` : '') + '. ' +
   'Every library ran against the same `redis-server`, one after the other, in one run of ' +
-  '`./scripts/bench`. Ratios are what to compare across machines.\n');
+  '`./scripts/bench`. Ratios are what to compare across machines, and only ratios taken within one ' +
+  'window are given: redis_lock\'s are medians of per-round ratios (range in brackets), a peer\'s are to ' +
+  'raw probes taken right before and right after it (their mean, the two in brackets).\n');
 md.push('| library | version | runtime |');
 md.push('|---|---|---|');
 for (const r of all) md.push(`| ${r.library} | ${r.version} | ${r.runtime} |`);
 md.push('\n## (a) Latency: one acquire + release at a time\n');
 md.push('![latency](latency.svg)\n');
-md.push('This VM\'s loopback round trip drifts by up to 4x for minutes at a time, so each program is compared with a raw hiredis client (redis_lock\'s scripts, pipelined the same way) measured right before it: "vs raw" is the program\'s cost over one bare round-trip pair at that moment, and the last column compares those. **Read this table with care:** the drift is not only between minutes but between traffic patterns — the same probe runs at ~35 us instead of ~200 us while timers and periodic traffic keep the VM awake (see the growth section), and a peer whose run happens to keep it awake (redis-semaphore here) shows a p50 below one bare round trip. Latency across libraries wants a bare-metal machine; throughput (server-bound) and hand-off (set by retry intervals) below do not depend on it.\n');
+md.push('This VM\'s loopback round trip drifts by up to 4x for minutes at a time, so each program is compared with a raw hiredis client (redis_lock\'s scripts) measured in the same window: "vs raw" is the program\'s cost over one bare round-trip pair at that moment, and the last column compares those. **Read this table with care:** the drift is not only between minutes but between traffic patterns — a round trip is faster while timers and periodic traffic keep the VM awake, so a peer whose run happens to keep it awake can show a p50 below one bare round trip of its probes. Latency across libraries wants a bare-metal machine.\n');
 md.push('| library | p50 (us) | p99 (us) | raw p50, same window (us) | p50 vs raw | vs redis_lock |');
 md.push('|---|---:|---:|---:|---:|---:|');
 for (const r of all) {
-  md.push(`| ${r.library} | ${fmt(r.latency.p50_us, 1)} | ${fmt(r.latency.p99_us, 1)} | ${fmt(rawP50(r), 1)} | ${ratio(latVsRaw(r), 1)} | ${ratio(latVsRaw(r), latVsRaw(ours))} |`);
+  md.push(`| ${r.library} | ${fmt(r.latency.p50_us, 1)} | ${fmt(r.latency.p99_us, 1)} | ${fmt(rawP50(r), 1)} | ${spreadText(latVsRaw(r))} | ${ratio(latVsRaw(r).median, latVsRaw(ours).median)} |`);
+}
+if (ours.latency.p50_vs_fenced) {
+  md.push(`\nredis_lock against a minimal fenced lock (raw hiredis, one script SET NX PX + INCR, one compare-and-delete) in the same rounds: p50 ${spreadText(ours.latency.p50_vs_fenced)}.`);
 }
 md.push('\n## (b) Throughput: acquire + release pairs per second\n');
 md.push('![throughput](throughput.svg)\n');
+md.push('Absolute pairs/s of programs measured minutes apart; the ratio columns are within one window. The raw baselines keep N independent acquire -> release chains in flight on one pipelined hiredis context, as redis_lock does on one manager.\n');
 md.push(`| library | ${inFlight.map((n) => `${n} in flight`).join(' | ')} | raw at 64, same window | at 64 vs raw | redis_lock / library at 64 |`);
 md.push(`|---|${inFlight.map(() => '---:').join('|')}|---:|---:|---:|`);
 md.push(`| raw hiredis (same scripts) | ${inFlight.map((n) => fmt(ours.throughput.find((t) => t.in_flight === n).raw_pairs_per_s)).join(' | ')} | | | |`);
+if (ours64.fenced_pairs_per_s) {
+  md.push(`| minimal fenced lock (raw hiredis) | ${inFlight.map((n) => fmt(ours.throughput.find((t) => t.in_flight === n).fenced_pairs_per_s)).join(' | ')} | | | |`);
+}
 for (const r of all) {
-  md.push(`| ${r.library} | ${inFlight.map((n) => fmt(tpOf(r, n))).join(' | ')} | ${fmt(raw64(r))} | ${ratio(tpVsRaw(r), 1)} | ${ratio(tpVsRaw(ours), tpVsRaw(r))} |`);
+  md.push(`| ${r.library} | ${inFlight.map((n) => fmt(tpOf(r, n))).join(' | ')} | ${fmt(raw64(r))} | ${spreadText(tpVsRaw(r))} | ${ratio(tpVsRaw(ours).median, tpVsRaw(r).median)} |`);
 }
 if (ours.server_ceiling) {
   // How far one server goes with each library's command shape: the bound on (b).
@@ -172,30 +200,35 @@ if (ours.server_ceiling) {
   const best = peers.reduce((b, r) => (tpOf(r, 64) > tpOf(b, 64) ? r : b), peers[0] || ours);
   const mine = ours.server_ceiling[0];
   md.push('\n## What bounds (b): one server\'s work per pair, by library\n');
-  md.push('Throughput at 64 in flight is bound by the server, not the client: redis_lock runs at ' +
-    `${ratio(tpVsRaw(ours), 1)} of a raw C client sending its scripts. To see the bound for each ` +
+  md.push('At 64 in flight redis_lock runs at ' +
+    `${spreadText(tpVsRaw(ours))} of a raw C client sending its scripts. To see the server's bound for each ` +
     'library, a C client sends each library\'s command shape (our own scripts of the same shape ' +
-    'for the peers) with 256 pairs in flight, and the server\'s own CPU per pair is read from ' +
-    '`INFO cpu`. Medians of 3 interleaved rounds.\n');
+    'for the peers) with 256 chains in flight, and the server\'s own CPU per pair is read from ' +
+    '`INFO cpu`. Medians of interleaved rounds; "vs redis_lock" is the median (range) of the per-round ratio of server CPU per pair.\n');
   md.push('| shape of | one acquire + release sends | pairs/s, 256 in flight | server CPU per pair (us) | vs redis_lock |');
   md.push('|---|---|---:|---:|---:|');
   for (const c of ours.server_ceiling) {
-    md.push(`| ${c.shape} | ${c.sends} | ${fmt(c.pairs_per_s)} | ${fmt(c.server_us_per_pair, 2)} | ${ratio(c.server_us_per_pair, mine.server_us_per_pair)} |`);
+    md.push(`| ${c.shape} | ${c.sends} | ${fmt(c.pairs_per_s)} | ${fmt(c.server_us_per_pair, 2)} | ${c.cpu_vs_redis_lock ? spreadText(c.cpu_vs_redis_lock) : ratio(c.server_us_per_pair, mine.server_us_per_pair)} |`);
   }
   if (best !== ours) {
+    const reach = mine.pairs_per_s / (3 * tpOf(best, 64));
     md.push(`\nThe throughput target (3x every peer at 64 in flight) asks for ${fmt(3 * tpOf(best, 64))} pairs/s ` +
       `(3x ${best.library}). The server can do ${fmt(mine.pairs_per_s)} pairs/s of redis_lock's commands, ` +
-      `${ratio(mine.pairs_per_s, 3 * tpOf(best, 64))} of that, because a fenced, fair lock asks more of it ` +
-      'per pair than the peers\' shapes do (the fencing counter, the queue check, and the keys and ' +
-      'arguments each script call carries). A faster client cannot close that gap; only less server ' +
-      'work per pair or more servers (a Cluster) can.\n');
+      `${ratio(mine.pairs_per_s, 3 * tpOf(best, 64))} of that` + (reach < 1
+        ? ', because a fenced, fair lock asks more of it per pair than the peers\' shapes do (the fencing ' +
+          'counter, the queue check, and the keys and arguments each script call carries). A faster client ' +
+          'cannot close that gap; only less server work per pair or more servers (a Cluster) can.\n'
+        : '; redis_lock\'s own client reaches ' + `${ratio(tpOf(ours, 64), 3 * tpOf(best, 64))} of it.\n`));
   }
 }
 md.push('\n## (c) Contended hand-off\n');
 md.push('![hand-off](handoff.svg)\n');
-md.push('Each of W waiters holds the lock 1 ms and may not ask again until someone else has had it, so every acquisition is a hand-off. Gap: from a release being issued to the next owner\'s acquire completing. Compared as measured: a polling library\'s gap is set by its retry interval (redlock 200 ms with jitter, redis-semaphore 10 ms, redis-py 100 ms), not by the round trip.\n');
+md.push(`Each of W waiters (each with its own connection: one manager, one ioredis client, one pooled redis-py connection) holds the lock ${ours.hold_ms || 1} ms and may not ask again until someone else has had it, so every acquisition is a hand-off. Gap: from a release being issued to the next owner\'s acquire completing. The floor of a notified hand-off is the raw BLPOP hand-off: W hiredis clients in W threads pass a baton through one list with BLPOP/RPUSH, holding it as long, every pass going to a client already blocked; its gap is RPUSH issued -> the next BLPOP returned, measured just before and just after redis_lock\'s run (mean of the two here). A polling library\'s gap is set by its retry interval (redlock 200 ms with jitter, redis-semaphore 10 ms, redis-py 100 ms), not by the round trip.\n`);
 md.push(`| library | ${waiters.map((n) => `gap p50, ${n} waiters (us)`).join(' | ')} | ${waiters.map((n) => `commands/acq, ${n}`).join(' | ')} | library / redis_lock gap at 8 |`);
 md.push(`|---|${waiters.map(() => '---:').join('|')}|${waiters.map(() => '---:').join('|')}|---:|`);
+if (hoOf(ours, 8).blpop_before_p50_us) {
+  md.push(`| raw BLPOP hand-off | ${waiters.map((n) => fmt(blpopP50(hoOf(ours, n)), 0)).join(' | ')} | ${waiters.map(() => '2.00').join(' | ')} | ${ratio(blpopP50(hoOf(ours, 8)), hoOf(ours, 8).gap_p50_us)} |`);
+}
 for (const r of all) {
   md.push(`| ${r.library} | ${waiters.map((n) => fmt(hoOf(r, n).gap_p50_us, 0)).join(' | ')} | ${waiters.map((n) => fmt(hoOf(r, n).commands_per_acquisition, 2)).join(' | ')} | ${ratio(hoOf(r, 8).gap_p50_us, hoOf(ours, 8).gap_p50_us)} |`);
 }
@@ -208,11 +241,16 @@ if (ours.held) {
   for (const h of ours.held) {
     md.push(`| ${fmt(h.locks)} | ${(h.cpu_share * 100).toFixed(2)}% | ${fmt(h.cpu_us_per_renewal, 2)} | ${fmt(h.raw_cpu_us_per_renewal, 2)} | ${fmt(h.commands_per_s)} | ${fmt(h.heap_bytes_per_lock)} | ${fmt(h.latency_p50_none_us, 0)} -> ${fmt(h.latency_p50_us, 0)} | ${h.lost} |`);
   }
-  md.push('\nThe acquire p50 column is not a cost: with N locks held the same probe runs at ~35 us instead of ~200 us, at 1k held as at 100k. Repeating the probe with nothing held gives ~190 us every time. Our reading: this VM wakes an idle vCPU slowly (the round-trip drift seen throughout), and a process with armed timers and periodic traffic is woken faster; so the column shows that holding 100k locks does not slow an acquire down, not that it speeds one up. Worth a look with the hypervisor\'s counters.\n');
+  const held = ours.held.map((h) => h.latency_p50_us / h.latency_p50_none_us);
+  md.push(`\nThe acquire p50 column measures the same probe with nothing held and then with N held, in the same run: with N held it ran at ${Math.min(...held).toFixed(2)}x-${Math.max(...held).toFixed(2)}x of the p50 with none held. On this VM a process with armed timers and periodic traffic is woken faster than an idle one (the round-trip drift seen throughout), so a ratio below 1 shows that holding many locks does not slow an acquire down, not that it speeds one up.\n`);
   md.push('Hand-off as waiters grow (redis_lock; the peers at 2, 8 and 64 are in (c)):\n');
   md.push(`| waiters | ${ours.handoff.map((h) => h.waiters).join(' | ')} |`);
   md.push(`|---|${ours.handoff.map(() => '---:').join('|')}|`);
   md.push(`| gap p50 (us) | ${ours.handoff.map((h) => fmt(h.gap_p50_us, 0)).join(' | ')} |`);
+  if (ours.handoff[0].vs_blpop) {
+    md.push(`| raw BLPOP gap p50 before / after (us) | ${ours.handoff.map((h) => `${fmt(h.blpop_before_p50_us, 0)} / ${fmt(h.blpop_after_p50_us, 0)}`).join(' | ')} |`);
+    md.push(`| gap p50 vs raw BLPOP | ${ours.handoff.map((h) => spreadText(h.vs_blpop)).join(' | ')} |`);
+  }
   md.push(`| gap p99 (us) | ${ours.handoff.map((h) => fmt(h.gap_p99_us, 0)).join(' | ')} |`);
   md.push(`| client commands per acquisition | ${ours.handoff.map((h) => fmt(h.commands_per_acquisition, 2)).join(' | ')} |`);
 }
