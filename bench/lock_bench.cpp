@@ -2,9 +2,10 @@
 // One program, every workload, one table — each figure beside raw hiredis baselines measured
 // in the same run, against the same server, round by round:
 //   (a) latency     one acquire+release at a time: p50/p99
-//   (b) throughput  1, 8, 64, 256 acquire+release chains in flight on one LockManager; the
-//                   baselines keep as many independent chains in flight on one pipelined
-//                   hiredis context (each new command goes out with the next write)
+//   (b) throughput  1, 8, 64, 256 acquire+release chains in flight on one LockManager, and
+//                   this process's CPU per pair; the baselines keep as many independent
+//                   chains in flight on one pipelined hiredis context (each new command goes
+//                   out with the next write)
 //       Baselines of (a) and (b): a raw client sending the library's own scripts with the
 //       library's arguments (a fresh 128-bit token per acquisition), and a minimal fenced lock
 //       (one script: SET NX PX and, if set, INCR of the fencing counter; one compare-and-delete
@@ -34,6 +35,7 @@
 #include "keys.hpp"
 #include "raw_redis.hpp"
 #include "redis_lock_scripts.hpp"
+#include "stats.hpp"
 #include "token.hpp"
 
 #include <boost/asio/io_context.hpp>
@@ -87,20 +89,18 @@ Percentiles percentiles(std::vector<double> v) {
   return {v[v.size() / 2], v[std::min(v.size() - 1, v.size() * 99 / 100)]};
 }
 
-/// Median (the mean of the middle two for an even count) and range of per-round values.
-struct Spread {
-  double median = 0, min = 0, max = 0;
-};
-
-Spread spread(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return {n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2, v.front(), v.back()};
-}
-
-double median(const std::vector<double>& v) { return spread(v).median; }
+using bench::median;
+using bench::Spread;
+using bench::spread;
 
 double micros(Clock::duration d) { return std::chrono::duration<double, std::micro>(d).count(); }
+
+double cpu_seconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+}
 
 [[noreturn]] void fail(const std::string& what) {
   std::fprintf(stderr, "\nlock_bench: CHECK FAILED: %s\n", what.c_str());
@@ -362,9 +362,9 @@ Pairs window_pairs(Raw& raw, const std::string& stem, const Kind& kind, int in_f
   return {pairs, std::chrono::duration<double>(Clock::now() - start).count()};
 }
 
-double raw_throughput(const Args& a, const Kind& kind, int in_flight, double seconds) {
+Pairs raw_throughput(const Args& a, const Kind& kind, int in_flight, double seconds) {
   Raw raw(a.port);
-  return window_pairs(raw, a.stem + "raw:tp:", kind, in_flight, seconds).per_second();
+  return window_pairs(raw, a.stem + "raw:tp:", kind, in_flight, seconds);
 }
 
 // ------------------------------------------------------------------------ server ceiling
@@ -469,7 +469,7 @@ Percentiles lib_latency(const Args& a, int pairs) {
   return percentiles(us);
 }
 
-double lib_throughput(const Args& a, int in_flight, double seconds) {
+Pairs lib_throughput(const Args& a, int in_flight, double seconds) {
   asio::io_context io(1);
   redis_lock::LockManager locks(io.get_executor(), config(a));
   long pairs = 0;
@@ -490,7 +490,7 @@ double lib_throughput(const Args& a, int in_flight, double seconds) {
   };
   for (int i = 0; i < in_flight; ++i) chain(i);
   io.run();
-  return static_cast<double>(pairs) / std::chrono::duration<double>(Clock::now() - start).count();
+  return {pairs, std::chrono::duration<double>(Clock::now() - start).count()};
 }
 
 /// Client commands since the last SLOWLOG RESET at threshold 0, without script internals
@@ -664,13 +664,6 @@ Handoff raw_handoff(const Args& a, int waiters, int handoffs) {
 }
 
 // ------------------------------------------------------------------------ held locks
-
-double cpu_seconds() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
-         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
-}
 
 long rss_bytes() {
   std::ifstream statm("/proc/self/statm");
@@ -864,7 +857,7 @@ int main(int argc, char** argv) {
     // The loopback round trip of a VM drifts for minutes at a time: programs measured one
     // after the other are compared through the raw baseline measured right before them.
     const auto lat = raw_latency(a, own_scripts, 2000);
-    const auto tp = raw_throughput(a, own_scripts, 64, 1.0);
+    const auto tp = raw_throughput(a, own_scripts, 64, 1.0).per_second();
     std::printf("{\"raw_p50_us\":%.3f,\"raw_p99_us\":%.3f,\"raw_pairs_per_s_64\":%.1f}\n", lat.p50,
                 lat.p99, tp);
     return 0;
@@ -897,17 +890,22 @@ int main(int argc, char** argv) {
   }
   struct Tp {
     int in_flight;
-    Compared c;
+    Compared c, cpu;  // pairs/s; this process's CPU per pair, us
   };
   std::vector<Tp> tps;
   for (int n : {1, 8, 64, 256}) {
-    Tp t{n, {}};
+    Tp t{n, {}, {}};
     for (int r = 0; r < rounds; ++r) {
+      double cpu_us[3];
       round_of_three(r, t.c, [&](int which) {
-        return which == 2
-                   ? lib_throughput(a, n, seconds)
-                   : raw_throughput(a, which == 0 ? own_scripts : minimal_fenced, n, seconds);
+        const double cpu0 = cpu_seconds();
+        const Pairs run =
+            which == 2 ? lib_throughput(a, n, seconds)
+                       : raw_throughput(a, which == 0 ? own_scripts : minimal_fenced, n, seconds);
+        cpu_us[which] = (cpu_seconds() - cpu0) * 1e6 / static_cast<double>(run.pairs);
+        return run.per_second();
       });
+      t.cpu.add(cpu_us[0], cpu_us[1], cpu_us[2]);
     }
     tps.push_back(std::move(t));
   }
@@ -949,6 +947,7 @@ int main(int argc, char** argv) {
     char label[64];
     std::snprintf(label, sizeof label, "(b) throughput, pairs/s, %d in flight", t.in_flight);
     row(label, t.c, "%.0f");
+    row("    client CPU us per pair", t.cpu, "%.2f");
   }
   std::printf("\n(f) the server ceiling by command shape (256 in flight, driven from C)\n");
   std::printf("%-40s %12s %20s  %s\n", "shape", "pairs/s", "server CPU us/pair", "vs redis_lock");
@@ -1005,9 +1004,13 @@ int main(int argc, char** argv) {
     for (std::size_t i = 0; i < tps.size(); ++i) {
       const auto& c = tps[i].c;
       std::fprintf(f, "%s{\"in_flight\":%d,\"pairs_per_s\":%.1f,\"raw_pairs_per_s\":%.1f,"
-                      "\"fenced_pairs_per_s\":%.1f,\"vs_raw\":%s,\"vs_fenced\":%s}",
+                      "\"fenced_pairs_per_s\":%.1f,\"vs_raw\":%s,\"vs_fenced\":%s,"
+                      "\"client_cpu_us\":%.3f,\"raw_client_cpu_us\":%.3f,"
+                      "\"fenced_client_cpu_us\":%.3f,\"client_cpu_vs_raw\":%s}",
                    i ? "," : "", tps[i].in_flight, median(c.lib), median(c.raw), median(c.fenced),
-                   json_spread(spread(c.vs_raw)).c_str(), json_spread(spread(c.vs_fenced)).c_str());
+                   json_spread(spread(c.vs_raw)).c_str(), json_spread(spread(c.vs_fenced)).c_str(),
+                   median(tps[i].cpu.lib), median(tps[i].cpu.raw), median(tps[i].cpu.fenced),
+                   json_spread(spread(tps[i].cpu.vs_raw)).c_str());
     }
     std::fprintf(f, "],\"server_ceiling\":[");
     for (std::size_t i = 0; i < ceiling.size(); ++i) {

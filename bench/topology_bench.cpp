@@ -8,6 +8,7 @@
 //   topology_bench [--quick] [--json FILE]
 #include "redis_cluster.hpp"
 #include "redis_server.hpp"
+#include "stats.hpp"
 
 #include <redis_lock/redis_lock.hpp>
 
@@ -45,18 +46,9 @@ double thread_cpu_us() {
          static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
 }
 
-struct Spread {
-  double median = 0, min = 0, max = 0;
-};
-
-/// Median (the mean of the middle two for an even count) and range.
-Spread spread(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return {n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2, v.front(), v.back()};
-}
-
-double median(const std::vector<double>& v) { return spread(v).median; }
+using bench::median;
+using bench::Spread;
+using bench::spread;
 
 /// `n` sequential acquire+release pairs (distinct resources), then `window` of 64 loops in
 /// flight doing the same; one manager, one thread.
