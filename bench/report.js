@@ -247,7 +247,7 @@ if (ours.held) {
     md.push(`| ${fmt(h.locks)} | ${(h.cpu_share * 100).toFixed(2)}% | ${fmt(h.cpu_us_per_renewal, 2)} | ${fmt(h.raw_cpu_us_per_renewal, 2)} | ${fmt(h.commands_per_s)} | ${fmt(h.heap_bytes_per_lock)} | ${fmt(h.latency_p50_none_us, 0)} -> ${fmt(h.latency_p50_us, 0)} | ${h.lost} |`);
   }
   const held = ours.held.map((h) => h.latency_p50_us / h.latency_p50_none_us);
-  md.push(`\nThe acquire p50 column measures the same probe with nothing held and then with N held, in the same run: with N held it ran at ${Math.min(...held).toFixed(2)}x-${Math.max(...held).toFixed(2)}x of the p50 with none held. On this VM a process with armed timers and periodic traffic is woken faster than an idle one (the round-trip drift seen throughout), so a ratio below 1 shows that holding many locks does not slow an acquire down, not that it speeds one up.\n`);
+  md.push(`\nThe acquire p50 column measures the same probe (500 pairs) with nothing held and then with N held, in the same run: with N held it ran at ${Math.min(...held).toFixed(2)}x-${Math.max(...held).toFixed(2)}x of the p50 with none held. These are single probes, not interleaved rounds: on a VM whose round trip drifts (and sooner with timers armed and periodic traffic), a ratio by itself does not separate a cost of the held locks from the drift.\n`);
   md.push('Hand-off as waiters grow (redis_lock; the peers at 2, 8 and 64 are in (c)):\n');
   md.push(`| waiters | ${ours.handoff.map((h) => h.waiters).join(' | ')} |`);
   md.push(`|---|${ours.handoff.map(() => '---:').join('|')}|`);
