@@ -160,8 +160,8 @@ void Ledger::give_back(std::unique_ptr<Connection> c) {
 
 std::vector<std::string> Ledger::run(const std::vector<std::string>& command) {
   // A pooled connection may have been cut while idle (the ledger restarted, say): its first
-  // command fails without an answer. Such a connection is dropped and the command sent once
-  // more on a new one; every command here is safe to repeat.
+  // command fails without an answer. Then the whole pool is suspect: it is emptied, and the
+  // command sent once more on a new connection; every command here is safe to repeat.
   for (int attempt = 0;; ++attempt) {
     auto c = take();
     if (auto out = c->run(command)) {
@@ -169,6 +169,8 @@ std::vector<std::string> Ledger::run(const std::vector<std::string>& command) {
       return std::move(*out);
     }
     if (attempt == 1) throw LedgerError("the ledger connection broke");
+    std::lock_guard lock(mutex_);
+    idle_.clear();
   }
 }
 
