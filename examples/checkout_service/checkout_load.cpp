@@ -24,6 +24,7 @@
 #include <boost/json.hpp>
 
 #include <algorithm>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -159,6 +160,7 @@ Counts count(const std::map<std::string, int>& per_order, const std::vector<std:
 }  // namespace
 
 int main(int argc, char** argv) {
+  std::signal(SIGPIPE, SIG_IGN);  // the ledger is read with hiredis (plain write(2))
   std::string host = "127.0.0.1", ledger_url, provider, prefix = "checkout:", run, one,
               currency = "EUR";
   unsigned short port = 8080;

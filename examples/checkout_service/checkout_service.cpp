@@ -617,6 +617,9 @@ Options parse(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // hiredis writes with plain write(2): a ledger that went away must be an error to handle,
+  // not a SIGPIPE that kills the worker (Asio's own sockets never raise it).
+  std::signal(SIGPIPE, SIG_IGN);
   const Options opt = parse(argc, argv);
   const auto lock = redis_lock::ConnectionConfig::from_url(opt.url);
   const auto ledger = redis_lock::ConnectionConfig::from_url(opt.ledger_url);
@@ -637,35 +640,59 @@ int main(int argc, char** argv) {
   sigaddset(&set, SIGCHLD);
   sigset_t old;
   sigprocmask(SIG_BLOCK, &set, &old);
-  std::vector<pid_t> children;
-  for (int i = 0; i < opt.workers; ++i) {
+  struct Child {
+    pid_t pid = -1;
+    std::chrono::steady_clock::time_point started;
+  };
+  std::vector<Child> children(static_cast<std::size_t>(opt.workers));
+  const auto spawn = [&](std::size_t i) {
     const pid_t pid = ::fork();
-    if (pid < 0) {
-      std::perror("fork");
-      for (pid_t c : children) ::kill(c, SIGTERM);
-      return 1;
-    }
     if (pid == 0) {
       sigprocmask(SIG_SETMASK, &old, nullptr);
-      std::_Exit(run_worker(opt, configs, i));
+      std::_Exit(run_worker(opt, configs, static_cast<int>(i)));
     }
-    children.push_back(pid);
+    children[i] = {pid, std::chrono::steady_clock::now()};
+    return pid > 0;
+  };
+  for (std::size_t i = 0; i < children.size(); ++i) {
+    if (!spawn(i)) {
+      std::perror("fork");
+      for (const auto& c : children) if (c.pid > 0) ::kill(c.pid, SIGTERM);
+      return 1;
+    }
   }
-  // The parent only forwards SIGINT/SIGTERM and waits for its workers.
+  // The parent forwards SIGINT/SIGTERM, waits for its workers, and replaces a worker killed
+  // by a signal (a crash, kill -9) unless that happened within 100 ms of its start (a crash
+  // loop); a worker that exits with an error (it could not start) is not replaced. A dead
+  // worker's pending charges are finished by the reconcilers.
   int failed = 0;
+  bool stopping = false;
   std::size_t alive = children.size();
   while (alive > 0) {
     int sig = 0;
     sigwait(&set, &sig);
     if (sig == SIGINT || sig == SIGTERM) {
-      for (pid_t c : children) ::kill(c, SIGTERM);
+      stopping = true;
+      for (const auto& c : children) if (c.pid > 0) ::kill(c.pid, SIGTERM);
       continue;
     }
     int status = 0;
     pid_t pid;
     while ((pid = ::waitpid(-1, &status, WNOHANG)) > 0) {
+      const auto it = std::find_if(children.begin(), children.end(),
+                                   [pid](const Child& c) { return c.pid == pid; });
+      if (it == children.end()) continue;
+      const bool clean = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+      const bool young = std::chrono::steady_clock::now() - it->started < 100ms;
+      it->pid = -1;
+      if (WIFSIGNALED(status) && !stopping && !young) {
+        std::printf("checkout worker %td (pid %d) died; starting another\n",
+                    it - children.begin(), pid);
+        std::fflush(stdout);
+        if (spawn(static_cast<std::size_t>(it - children.begin()))) continue;
+      }
       --alive;
-      if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) ++failed;
+      if (!clean) ++failed;
     }
   }
   return failed == 0 ? 0 : 1;

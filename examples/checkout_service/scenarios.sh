@@ -17,6 +17,7 @@
 #   sigterm               SIGTERM to a worker whose charge outlasts its provider deadline
 #   dropped_response      the provider charges and drops the connection without an answer
 #   sigstop               a worker paused (SIGSTOP) past its lease, renewal on
+#   ledger_restart        the ledger's Redis killed and restarted from its append-only file
 #   lock_server_restart   the lock's Redis killed and restarted empty mid-charge: fencing
 #                         tokens keep rising across it
 #   demo                  the storm, then a fault round (a worker killed mid-charge, the lock
@@ -60,11 +61,13 @@ restart_lock_server() {
 }
 lock_key_gone() { [ "$(redis-cli -p "$lock_port" exists "checkout:lock:{order:$1}")" = 0 ]; }
 
+ledger_pid=
 start_ledger() {
   redis-server --port 0 --unixsocket "$dir/ledger.sock" --unixsocketperm 700 --appendonly yes \
     --appendfsync always --maxmemory-policy noeviction --save '' --dir "$dir" \
     --logfile "$dir/ledger-redis.log" &
-  pids+=($!)
+  ledger_pid=$!
+  pids+=("$ledger_pid")
   wait_for "the ledger server" redis-cli -s "$dir/ledger.sock" ping
 }
 
@@ -220,6 +223,21 @@ EOF
     kill -CONT "$victim"
     wait "$s" || { cat "$dir/storm.out"; fail "after SIGSTOP"; }
     cat "$dir/storm.out"
+    ;;
+
+  ledger_restart)
+    # The ledger's redis-server killed (kill -9) and restarted from its append-only file: no
+    # answered write is lost, pooled connections are replaced, decided orders are replayed.
+    start_service 2
+    run="l$RANDOM"
+    storm "$run" 8 24 || fail "before the ledger restart"
+    kill -9 "$ledger_pid"; wait "$ledger_pid" 2>/dev/null || true
+    start_ledger
+    echo "restarted the ledger (kill -9, then from its append-only file)"
+    storm "$run" 8 24 >"$dir/storm.out" || { cat "$dir/storm.out"; fail "after the ledger restart"; }
+    cat "$dir/storm.out"
+    grep -qE '^ +201 Created +\(replayed: charged before\) +24$' "$dir/storm.out" ||
+      fail "the orders were not all replayed from the restarted ledger"
     ;;
 
   lock_server_restart|demo)
