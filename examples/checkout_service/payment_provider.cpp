@@ -86,6 +86,20 @@ Response answer(const Request& req, int status, const json::object& body) {
 
 json::object error_body(std::string_view code) { return {{"error", code}}; }
 
+// The members of a JSON object body (null where the body is not an object or lacks one).
+struct Body {
+  json::value parsed;
+  explicit Body(const std::string& text) {
+    error_code ec;
+    parsed = json::parse(text, ec);
+    if (ec) parsed = nullptr;
+  }
+  const json::value* operator[](const char* name) const {
+    const json::object* o = parsed.if_object();
+    return o ? o->if_contains(name) : nullptr;
+  }
+};
+
 class Provider {
  public:
   Provider(asio::io_context& io, std::string journal, std::chrono::milliseconds latency)
@@ -138,12 +152,10 @@ class Provider {
   }
 
   Response add_fault(const Request& req) {
-    error_code ec;
-    const json::value v = json::parse(req.body(), ec);
-    const json::object* o = ec ? nullptr : v.if_object();
-    const json::value* ref = o ? o->if_contains("reference") : nullptr;
-    const json::value* action = o ? o->if_contains("action") : nullptr;
-    const json::value* delay = o ? o->if_contains("delay_ms") : nullptr;
+    const Body body(req.body());
+    const json::value* ref = body["reference"];
+    const json::value* action = body["action"];
+    const json::value* delay = body["delay_ms"];
     static const std::set<std::string_view> actions = {"decline", "delay", "drop_response"};
     if (!ref || !ref->is_string() || !action || !action->is_string() ||
         !actions.count(action->get_string()) || (delay && !delay->is_int64())) {
@@ -159,12 +171,10 @@ class Provider {
     const auto key_field = req.find("Idempotency-Key");
     const std::string key = key_field == req.end() ? "" : std::string(key_field->value());
     if (key.empty() || key.size() > 255) co_return answer(req, 400, error_body("idempotency_key_required"));
-    error_code ec;
-    const json::value v = json::parse(req.body(), ec);
-    const json::object* o = ec ? nullptr : v.if_object();
-    const json::value* amount = o ? o->if_contains("amount") : nullptr;
-    const json::value* currency = o ? o->if_contains("currency") : nullptr;
-    const json::value* reference = o ? o->if_contains("reference") : nullptr;
+    const Body body(req.body());
+    const json::value* amount = body["amount"];
+    const json::value* currency = body["currency"];
+    const json::value* reference = body["reference"];
     if (!amount || !amount->is_int64() || amount->as_int64() <= 0 || !currency ||
         !currency->is_string() || currency->get_string().size() != 3 || !reference ||
         !reference->is_string() || reference->get_string().empty()) {

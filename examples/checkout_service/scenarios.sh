@@ -115,6 +115,9 @@ storm() {
     --ledger-url "unix://$dir/ledger.sock" --run-id "$1" --orders "$2" --requests "$3"
 }
 order() { echo "run$1-order-$2"; }
+# The same in the background while a scenario does its damage; storm_result waits for it.
+storm_in_background() { storm "$@" >"$dir/storm.out" & storm_pid=$!; }
+storm_result() { wait "$storm_pid" || { cat "$dir/storm.out"; fail "$1"; }; cat "$dir/storm.out"; }
 
 start_lock_server
 start_ledger
@@ -174,13 +177,11 @@ EOF
     start_service 2 --lock-ttl-ms 1000 --provider-timeout-ms 800
     run="k$RANDOM"
     arm "$(order "$run" 0)" delay 600
-    storm "$run" 4 12 >"$dir/storm.out" &
-    s=$!
+    storm_in_background "$run" 4 12
     victim=$(caller_of "$(order "$run" 0)")
     kill -9 "$victim"
     echo "killed worker $victim (kill -9) while it was calling the provider"
-    wait "$s" || { cat "$dir/storm.out"; fail "after kill -9"; }
-    cat "$dir/storm.out"
+    storm_result "after kill -9"
     ;;
 
   sigterm)
@@ -190,14 +191,12 @@ EOF
     start_service 2 --lock-ttl-ms 2000 --provider-timeout-ms 1000
     run="t$RANDOM"
     arm "$(order "$run" 0)" delay 1500
-    storm "$run" 4 12 >"$dir/storm.out" &
-    s=$!
+    storm_in_background "$run" 4 12
     victim=$(caller_of "$(order "$run" 0)")
     kill -TERM "$victim"
     wait_for "worker $victim to exit" sh -c "! kill -0 $victim"
     grep -q "(pid $victim): " "$dir/service.log" || fail "worker $victim did not exit gracefully"
-    wait "$s" || { cat "$dir/storm.out"; fail "after SIGTERM"; }
-    cat "$dir/storm.out"
+    storm_result "after SIGTERM"
     ;;
 
   dropped_response)
@@ -214,15 +213,13 @@ EOF
     start_service 2 --lock-ttl-ms 1000 --provider-timeout-ms 800
     run="p$RANDOM"; x=$(order "$run" 0)
     arm "$x" delay 500
-    storm "$run" 4 12 >"$dir/storm.out" &
-    s=$!
+    storm_in_background "$run" 4 12
     victim=$(caller_of "$x")
     kill -STOP "$victim"
     wait_for "the paused worker's lease to lapse" lock_key_gone "$x"
     wait_for "another call for $x" calls_at_least "$x" 2
     kill -CONT "$victim"
-    wait "$s" || { cat "$dir/storm.out"; fail "after SIGSTOP"; }
-    cat "$dir/storm.out"
+    storm_result "after SIGSTOP"
     ;;
 
   ledger_restart)
@@ -254,15 +251,13 @@ EOF
     run="f$RANDOM"
     arm "$(order "$run" 0)" delay 800
     arm "$(order "$run" 1)" drop_response
-    storm "$run" "$orders" "$requests" >"$dir/storm.out" &
-    s=$!
+    storm_in_background "$run" "$orders" "$requests"
     victim=$(caller_of "$(order "$run" 0)")
     kill -9 "$victim"
     echo "   killed worker $victim (kill -9) while it was calling the provider"
     restart_lock_server
     echo "   restarted the lock server (kill -9, no persistence)"
-    wait "$s" || { cat "$dir/storm.out"; fail "the fault round"; }
-    cat "$dir/storm.out"
+    storm_result "the fault round"
     after=$(redis-cli -s "$dir/ledger.sock" hget "checkout:order:$(order "$run" 0)" fence)
     [ "$after" -gt "$before" ] || fail "fencing token went back after the restart: $before then $after"
     echo "fencing tokens kept rising across the lock server's restart: $before, then $after"
