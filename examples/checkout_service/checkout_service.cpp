@@ -1,30 +1,49 @@
 // SPDX-License-Identifier: MIT
 // The scenario redis_lock exists for: an HTTP checkout service run as several processes on one
-// port, where the same order may arrive twice at once (a retrying client, a double click).
+// port, where the same order may arrive twice at once (a retrying client, a double click), in
+// front of a payment provider that must charge each order once, through crashes.
 //
-//   POST /checkout {"order_id": "A-17", "amount": 1299}
-//     201 Created   {"status": "charged", ...}          this request charged the order
-//     200 OK        {"status": "already_charged", ...}  a repeat: the stored result, no charge
-//     409 Conflict  {"error": "order_in_progress", ...}  another request is charging it now
-//     400 / 404 / 405 / 413 for bad requests, 503 when Redis cannot be reached
+//   POST /checkout {"order_id": "A-17", "amount": 1299, "currency": "EUR"}
+//     201 Created    {"status": "charged", "charge_id": ...}   charged (now or, on a replay, before)
+//     402 Payment Required {"status": "declined", ...}         the provider declined the card
+//     202 Accepted   {"status": "pending"} + Retry-After      the outcome is not known yet: retry
+//                                                               with the same order_id
+//     409 Conflict   {"error": "order_in_progress"} + Retry-After   another request has it now
+//     422 Unprocessable {"error": "order_mismatch"}   this order exists with another amount/currency
+//     503 {"error": "temporarily_unavailable"} + Retry-After   nothing was charged; retry
+//     400 / 404 / 405 / 413 for bad requests
+//   A decided order's stored response is replayed, byte for byte, with the same status and
+//   `Idempotent-Replayed: true`, for --retention-s (24 h by default).
 //   GET /healthz
 //
-// One lock per order (redis_lock, auto-renewed while the charge runs). The charge is written
-// to a ledger that rejects writes carrying a stale fencing token (see ledger.hpp), so even a
-// holder that lost its lock mid-charge cannot write.
+// The flow (see docs/guide.md, "Payments: what the lock does and what the key does"):
+//   1. a decided order is answered from the ledger, without the lock;
+//   2. one lock per order, one attempt: a concurrent duplicate gets 409;
+//   3. under the lock, a pending attempt {order, amount, currency, idempotency key} is written
+//      to the ledger (or an earlier one found) before the provider is called;
+//   4. the provider is called with that key and a deadline below the lease's valid_until();
+//   5. its answer is recorded as the order's final response; if no answer came, the client
+//      gets 202 and the pending attempt stays;
+//   6. a reconciler in every worker finishes pending attempts left by crashed workers or
+//      unanswered calls, by calling the provider again with the same key.
+// The lock keeps concurrent duplicates apart; the idempotency key is what makes a retry after
+// a crash harmless: the provider answers a repeated key with the first call's result.
 //
-//   checkout_service [--url redis://127.0.0.1:6379] [--listen 127.0.0.1] [--port 8080]
-//                    [--workers N] [--charge-ms 20] [--ledger-prefix checkout:]
-//                    [--lock-ttl-ms 5000] [--no-renew]
+//   checkout_service --ledger-url URL --provider HOST:PORT [--url redis://127.0.0.1:6379]
+//                    [--listen 127.0.0.1] [--port 8080] [--workers N] [--lock-ttl-ms 5000]
+//                    [--no-renew] [--provider-timeout-ms 2000] [--retention-s 86400]
+//                    [--reconcile-ms 1000] [--prefix checkout:]
 //
-// --workers N forks N processes that each accept on the same port (SO_REUSEPORT), each with
-// its own LockManager: the lock, not the process, keeps orders apart.
+// --url is the lock's Redis; --ledger-url a Redis of its own with appendfsync always (the
+// ledger must not share the lock server's fate: see README). --workers N forks N processes
+// that each accept on the same port (SO_REUSEPORT), each with its own LockManager: the lock,
+// not the process, keeps orders apart.
+#include "http_call.hpp"
 #include "ledger.hpp"
 
 #include <redis_lock/redis_lock.hpp>
 
 #include <boost/asio/as_tuple.hpp>
-#include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/bind_executor.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -44,11 +63,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <atomic>
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -58,43 +79,46 @@ namespace http = beast::http;
 namespace json = boost::json;
 using namespace std::chrono_literals;
 using boost::system::error_code;
+using Clock = std::chrono::steady_clock;
 
 namespace {
 
 struct Options {
   std::string url = "redis://127.0.0.1:6379";
+  std::string ledger_url;
+  std::string provider;  // host:port
   std::string listen = "127.0.0.1";
   unsigned short port = 8080;
   int workers = 1;
-  std::chrono::milliseconds charge_time{20};
   std::chrono::milliseconds lock_ttl{5000};
-  bool renew = true;  // --no-renew: to watch fencing stop a holder whose lease ran out
-  std::string ledger_prefix = "checkout:";
+  bool renew = true;  // --no-renew: the lease is not renewed; the provider deadline still fits it
+  std::chrono::milliseconds provider_timeout{2000};
+  std::chrono::seconds retention{86400};
+  std::chrono::milliseconds reconcile_every{1000};
+  std::string prefix = "checkout:";
 };
 
 using Request = http::request<http::string_body>;
 using Response = http::response<http::string_body>;
 
-Response reply(const Request& req, http::status status, const json::object& body) {
+Response reply(const Request& req, http::status status, std::string body) {
   Response res{status, req.version()};
   res.set(http::field::content_type, "application/json");
   res.keep_alive(req.keep_alive());
-  res.body() = json::serialize(body);
-  res.body() += '\n';
+  res.body() = std::move(body);
   res.prepare_payload();
   return res;
 }
 
-json::object error_body(std::string_view code, std::string_view message) {
-  return {{"error", code}, {"message", message}};
+Response reply(const Request& req, http::status status, const json::object& body) {
+  return reply(req, status, json::serialize(body) + "\n");
 }
 
-json::object charge_body(const checkout::Charge& c, std::string_view status) {
-  return {{"status", status},
-          {"order_id", c.order_id},
-          {"amount", c.amount},
-          {"charge_id", c.charge_id},
-          {"fencing_token", c.fencing_token}};
+Response retry_later(const Request& req, http::status status, std::string_view code,
+                     std::string_view message, const std::string& order_id) {
+  auto res = reply(req, status, {{"error", code}, {"message", message}, {"order_id", order_id}});
+  res.set(http::field::retry_after, "1");
+  return res;
 }
 
 // An order id goes into Redis keys and JSON: keep it to a safe, bounded alphabet.
@@ -108,15 +132,61 @@ bool valid_order_id(std::string_view id) {
   return true;
 }
 
-/// One worker process: an acceptor on the shared port, a LockManager, the ledger's pool.
+bool valid_currency(std::string_view c) {
+  return c.size() == 3 && std::all_of(c.begin(), c.end(), [](char x) { return x >= 'A' && x <= 'Z'; });
+}
+
+std::string new_idempotency_key() {
+  static thread_local std::mt19937_64 random{std::random_device{}()};
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "chk_%016llx%016llx", static_cast<unsigned long long>(random()),
+                static_cast<unsigned long long>(random()));
+  return buf;
+}
+
+asio::ip::tcp::endpoint parse_endpoint(const std::string& host_port) {
+  const auto colon = host_port.rfind(':');
+  if (colon == std::string::npos) throw std::invalid_argument("expected HOST:PORT");
+  return {asio::ip::make_address(host_port.substr(0, colon)),
+          static_cast<unsigned short>(std::stoul(host_port.substr(colon + 1)))};
+}
+
+/// What the order's client is told once the provider has answered: the same bytes whoever
+/// learns the answer (this request, a retry, the reconciler), so a replay is the original.
+struct Decided {
+  int status = 0;  // 201 or 402
+  std::string body;
+  std::string charge_id;
+};
+
+std::optional<Decided> decided(const checkout::HttpAnswer& a, const checkout::Record& order) {
+  if (a.status != 201 && a.status != 402) return std::nullopt;
+  error_code ec;
+  const json::value v = json::parse(a.body, ec);
+  const json::object* o = ec ? nullptr : v.if_object();
+  const json::value* id = o ? o->if_contains("id") : nullptr;
+  if (!id || !id->is_string()) return std::nullopt;
+  json::object body{{"status", a.status == 201 ? "charged" : "declined"},
+                    {"order_id", order.order_id},
+                    {"amount", order.amount},
+                    {"currency", order.currency},
+                    {"charge_id", id->get_string()}};
+  if (a.status == 402) body["decline_code"] = "card_declined";
+  return Decided{a.status, json::serialize(body) + "\n", std::string(id->get_string())};
+}
+
+/// One worker process: an acceptor on the shared port, a LockManager, the ledger's pool, the
+/// reconciler.
 class Worker {
  public:
-  Worker(asio::io_context& io, const Options& opt, redis_lock::ConnectionConfig config, int index)
+  Worker(asio::io_context& io, const Options& opt, redis_lock::ConnectionConfig lock_config,
+         redis_lock::ConnectionConfig ledger_config, int index)
       : io_(io),
         opt_(opt),
         index_(index),
-        locks_(io.get_executor(), config, {.key_prefix = opt.ledger_prefix + "lock:"}),
-        ledger_(config, opt.ledger_prefix),
+        provider_(parse_endpoint(opt.provider)),
+        locks_(io.get_executor(), lock_config, {.key_prefix = opt.prefix + "lock:"}),
+        ledger_(ledger_config, opt.prefix, opt.retention),
         acceptor_(io) {}
 
   void listen() {
@@ -133,30 +203,43 @@ class Worker {
                 opt_.listen.c_str(), acceptor_.local_endpoint().port());
     std::fflush(stdout);
     asio::co_spawn(io_, accept_loop(), asio::detached);
+    asio::co_spawn(io_, reconcile_loop(), asio::detached);
   }
 
-  /// Stops accepting; requests in progress finish; the process exits when they have.
+  /// Stops accepting; requests and charges in progress finish (each is bounded by the
+  /// provider deadline); the process exits when they have.
   void stop() {
     error_code ignored;
     acceptor_.close(ignored);
     stopping_ = true;
-    if (sessions_ == 0) return io_.stop();
-    // Idle keep-alive connections would hold us for their read timeout: give requests in
-    // progress a moment, then go.
-    grace_.expires_after(3s);
+    reconcile_timer_.cancel();
+    if (busy_ == 0) return io_.stop();
+    // The grace outlasts the longest charge (provider deadline plus two ledger writes); idle
+    // keep-alive connections would otherwise hold us for their read timeout.
+    grace_.expires_after(opt_.provider_timeout + 5s);
     grace_.async_wait([this](error_code ec) {
       if (!ec) io_.stop();
     });
   }
 
   void print_summary() const {
-    std::printf("checkout worker %d (pid %d): %d charged, %d already charged, %d conflicts, "
-                "%d stale, %d errors\n",
-                index_, ::getpid(), charged_, replayed_, conflicts_, stale_, errors_);
+    std::printf("checkout worker %d (pid %d): %d charged, %d declined, %d replayed, %d conflicts, "
+                "%d pending, %d unavailable, %d reconciled\n",
+                index_, ::getpid(), charged_, declined_, replayed_, conflicts_, pending_,
+                unavailable_, reconciled_);
     std::fflush(stdout);
   }
 
  private:
+  /// Counts a request or a reconciliation as work that shutdown waits for.
+  struct Busy {
+    Worker* w;
+    explicit Busy(Worker* worker) : w(worker) { ++w->busy_; }
+    ~Busy() {
+      if (--w->busy_ == 0 && w->stopping_) w->io_.stop();
+    }
+  };
+
   asio::awaitable<void> accept_loop() {
     for (;;) {
       auto [ec, socket] = co_await acceptor_.async_accept(asio::as_tuple(asio::use_awaitable));
@@ -167,7 +250,7 @@ class Worker {
   }
 
   asio::awaitable<void> session(beast::tcp_stream stream) {
-    ++sessions_;
+    Busy busy(this);
     beast::flat_buffer buffer;
     for (;;) {
       http::request_parser<http::string_body> parser;
@@ -177,8 +260,9 @@ class Worker {
                                                asio::as_tuple(asio::use_awaitable));
       if (ec == http::error::body_limit) {
         Request req = parser.release();
-        co_await write(stream, reply(req, http::status::payload_too_large,
-                                     error_body("too_large", "the body is limited to 8 KiB")));
+        Response res = reply(req, http::status::payload_too_large,
+                             {{"error", "too_large"}, {"message", "the body is limited to 8 KiB"}});
+        co_await write(stream, std::move(res));
         break;
       }
       if (ec) break;  // closed, timed out or garbage: nothing to answer
@@ -190,7 +274,6 @@ class Worker {
     }
     error_code ignored;
     stream.socket().shutdown(asio::ip::tcp::socket::shutdown_send, ignored);
-    if (--sessions_ == 0 && stopping_) io_.stop();
   }
 
   static asio::awaitable<bool> write(beast::tcp_stream& stream, Response res) {
@@ -203,11 +286,12 @@ class Worker {
       co_return reply(req, http::status::ok, {{"status", "ok"}, {"worker", index_}});
     }
     if (req.target() != "/checkout") {
-      co_return reply(req, http::status::not_found, error_body("not_found", "try POST /checkout"));
+      co_return reply(req, http::status::not_found,
+                      {{"error", "not_found"}, {"message", "try POST /checkout"}});
     }
     if (req.method() != http::verb::post) {
       auto res = reply(req, http::status::method_not_allowed,
-                       error_body("method_not_allowed", "use POST"));
+                       {{"error", "method_not_allowed"}, {"message", "use POST"}});
       res.set(http::field::allow, "POST");
       co_return res;
     }
@@ -217,88 +301,205 @@ class Worker {
     const json::value* order_value = obj ? obj->if_contains("order_id") : nullptr;
     const json::string* order = order_value ? order_value->if_string() : nullptr;
     const json::value* amount = obj ? obj->if_contains("amount") : nullptr;
+    const json::value* currency_value = obj ? obj->if_contains("currency") : nullptr;
+    const json::string* currency = currency_value ? currency_value->if_string() : nullptr;
     if (!order || !valid_order_id(*order) || !amount || !amount->is_int64() ||
-        amount->as_int64() <= 0 || amount->as_int64() > 100'000'000'00) {
+        amount->as_int64() <= 0 || amount->as_int64() > 100'000'000'00 ||
+        (currency_value && (!currency || !valid_currency(*currency)))) {
       co_return reply(req, http::status::bad_request,
-                      error_body("bad_request",
-                                 "expected {\"order_id\": \"[A-Za-z0-9_.:-]{1,128}\", "
-                                 "\"amount\": <cents, 1..10000000000>}"));
+                      {{"error", "bad_request"},
+                       {"message", "expected {\"order_id\": \"[A-Za-z0-9_.:-]{1,128}\", "
+                                   "\"amount\": <minor units, 1..10000000000>, "
+                                   "\"currency\": \"[A-Z]{3}\" (default EUR)}"}});
     }
-    co_return co_await checkout(req, std::string(*order), amount->as_int64());
+    // (named first: GCC 12 miscompiles a conditional with a literal inside a co_await)
+    std::string order_id(order->data(), order->size());
+    std::string currency_code = "EUR";
+    if (currency) currency_code.assign(currency->data(), currency->size());
+    co_return co_await checkout(req, std::move(order_id), amount->as_int64(),
+                                std::move(currency_code));
   }
 
   asio::awaitable<Response> checkout(const Request& req, std::string order_id,
-                                     std::int64_t amount) {
-    // One attempt, no waiting: a second request for an order in progress is told so at once.
-    // auto_renew keeps the lease for as long as the charge takes.
+                                     std::int64_t amount, std::string currency) {
+    // 1. A decided order is answered from the ledger: no lock, no provider.
+    std::optional<checkout::Record> stored;
+    try {
+      stored = co_await on_pool([&] { return ledger_.find(order_id); });
+    } catch (const checkout::LedgerError&) {
+      ++unavailable_;
+      co_return retry_later(req, http::status::service_unavailable, "temporarily_unavailable",
+                            "nothing was charged; retry with the same order_id", order_id);
+    }
+    if (stored && (stored->amount != amount || stored->currency != currency)) {
+      co_return mismatch(req, order_id);
+    }
+    if (stored && stored->state == "final") co_return replay(req, *stored);
+
+    // 2. One attempt at the order's lock: a duplicate in flight is told so at once.
     auto [ec, guard] = co_await locks_.async_acquire(
-        "order:" + order_id, {.ttl = opt_.lock_ttl, .auto_renew = opt_.renew},
-        asio::as_tuple(asio::use_awaitable));
+        "order:" + order_id, lock_options(), asio::as_tuple(asio::use_awaitable));
     if (ec) {
-      ++errors_;
-      co_return reply(req, http::status::service_unavailable,
-                      error_body("lock_unavailable", ec.message()));
+      ++unavailable_;
+      co_return retry_later(req, http::status::service_unavailable, "temporarily_unavailable",
+                            "nothing was charged; retry with the same order_id", order_id);
     }
     if (!guard) {
       ++conflicts_;
-      json::object body = error_body("order_in_progress",
-                                     "another request is processing this order; retry later");
-      body["order_id"] = order_id;
-      auto res = reply(req, http::status::conflict, body);
-      res.set(http::field::retry_after, "1");
-      co_return res;
+      co_return retry_later(req, http::status::conflict, "order_in_progress",
+                            "another request is processing this order; retry later", order_id);
     }
-    checkout::Charge charge{order_id, amount, "", guard.fencing_token()};
+    const Settled s = co_await settle(guard, order_id, amount, currency);
+    co_await guard.async_release(asio::as_tuple(asio::use_awaitable));
+    switch (s.outcome) {
+      case Settled::decided:
+        (s.order.status == 201 ? charged_ : declined_)++;
+        co_return reply(req, static_cast<http::status>(s.order.status), s.order.body);
+      case Settled::already_final:
+        co_return replay(req, s.order);
+      case Settled::mismatch:
+        co_return mismatch(req, order_id);
+      case Settled::taken_over:
+        ++conflicts_;
+        co_return retry_later(req, http::status::conflict, "order_in_progress",
+                              "another request is processing this order; retry later", order_id);
+      case Settled::unavailable:
+        ++unavailable_;
+        co_return retry_later(req, http::status::service_unavailable, "temporarily_unavailable",
+                              "nothing was charged; retry with the same order_id", order_id);
+      case Settled::unknown:
+        break;
+    }
+    ++pending_;
+    auto res = reply(req, http::status::accepted,
+                     {{"status", "pending"},
+                      {"order_id", order_id},
+                      {"message", "the payment's outcome is not known yet; retry with the same "
+                                  "order_id to learn it (it will not be charged twice)"}});
+    res.set(http::field::retry_after, "1");
+    co_return res;
+  }
+
+  redis_lock::LockOptions lock_options() const {
+    // max_hold: a wedged but live worker stops renewing after the longest a charge can take,
+    // so the order passes to a retry or the reconciler (which reuse the idempotency key).
+    return {.ttl = opt_.lock_ttl,
+            .auto_renew = opt_.renew,
+            .max_hold = opt_.renew ? opt_.provider_timeout + 5s : 0ms};
+  }
+
+  struct Settled {
+    enum Outcome { decided, already_final, mismatch, taken_over, unavailable, unknown } outcome;
+    checkout::Record order;  // decided / already_final: status and body to send
+  };
+
+  /// Steps 3-5, under the order's lock: for a client request and for the reconciler alike.
+  asio::awaitable<Settled> settle(const redis_lock::LockGuard& guard, const std::string& order_id,
+                                  std::int64_t amount, const std::string& currency) {
+    checkout::Ledger::BeginResult begun;
     try {
-      auto begun = co_await on_pool([&] { return ledger_.begin(order_id, charge.fencing_token); });
-      if (begun.outcome == checkout::Ledger::Outcome::already_charged) {
-        co_return replay(req, *begun.existing, amount);
+      begun = co_await on_pool([&] {
+        return ledger_.begin(order_id, amount, currency, guard.fencing_token(),
+                             new_idempotency_key());
+      });
+    } catch (const checkout::LedgerError&) {
+      // Nothing was sent to the provider by this attempt; whether the pending record was
+      // written is unknown, and either way harmless: the next attempt finds it or writes it.
+      co_return Settled{Settled::unavailable, {}};
+    }
+    using Begun = checkout::Ledger::Begun;
+    const checkout::Record& order = begun.record;
+    if (begun.outcome == Begun::final) co_return Settled{Settled::already_final, order};
+    if (begun.outcome == Begun::stale) co_return Settled{Settled::taken_over, {}};
+    if (order.amount != amount || order.currency != currency) {
+      co_return Settled{Settled::mismatch, {}};
+    }
+
+    // 4. The provider, with the attempt's key and a deadline inside the lease: a holder never
+    // calls on a lease that could lapse before the answer is back.
+    const auto now = Clock::now();
+    const auto margin = std::max<std::chrono::milliseconds>(opt_.lock_ttl / 10, 50ms);
+    const auto lease_left = guard.valid_until() - margin - now;
+    if (guard.lost() || lease_left <= 0ms) co_return Settled{Settled::unknown, {}};
+    const auto deadline = now + std::min<Clock::duration>(opt_.provider_timeout, lease_left);
+    std::printf("checkout worker %d (pid %d) calling the provider for %s\n", index_, ::getpid(),
+                order_id.c_str());
+    std::fflush(stdout);
+    // (built outside the co_await: GCC 12 cannot keep literal arrays in a coroutine frame)
+    std::string request = json::serialize(json::object{
+        {"amount", order.amount}, {"currency", order.currency}, {"reference", order.order_id}});
+    std::vector<std::pair<std::string, std::string>> headers{
+        {"Idempotency-Key", order.idempotency_key}};
+    const auto answer = co_await checkout::http_call(provider_, http::verb::post, "/v1/charges",
+                                                     std::move(request), deadline,
+                                                     std::move(headers));
+    const auto result = decided(answer, order);
+    if (!result) co_return Settled{Settled::unknown, {}};
+
+    // 5. The provider's answer is the order's one outcome (every caller of this key gets the
+    // same): record it; if the ledger is down, the client still hears it, and the pending
+    // record lets the reconciler record the same bytes later.
+    checkout::Record final_order = order;
+    final_order.status = result->status;
+    final_order.body = result->body;
+    final_order.charge_id = result->charge_id;
+    try {
+      auto stored = co_await on_pool([&] {
+        return ledger_.finish(order_id, order.idempotency_key, result->status, result->body,
+                              result->charge_id);
+      });
+      if (stored.state == "final") final_order = std::move(stored);
+    } catch (const checkout::LedgerError&) {
+    }
+    co_return Settled{Settled::decided, std::move(final_order)};
+  }
+
+  /// Finishes pending attempts that nobody is working on (a worker died, a call went
+  /// unanswered): the same steps under the lock, with the same idempotency key.
+  asio::awaitable<void> reconcile_loop() {
+    while (!stopping_) {
+      reconcile_timer_.expires_after(opt_.reconcile_every);
+      co_await reconcile_timer_.async_wait(asio::as_tuple(asio::use_awaitable));  // or cancelled
+      if (stopping_) co_return;
+      Busy busy(this);
+      std::vector<std::string> overdue;
+      try {
+        overdue = co_await on_pool([&] { return ledger_.overdue(opt_.lock_ttl, 32); });
+      } catch (const checkout::LedgerError&) {
+        continue;
       }
-      if (begun.outcome == checkout::Ledger::Outcome::stale) {
-        ++stale_;
-        co_return reply(req, http::status::conflict,
-                        error_body("stale_lock", "a newer request owns this order"));
-      }
-      // The payment provider (simulated). Bound to the guard's lost signal: if renewal fails
-      // and the lease lapses, the charge is abandoned instead of finishing unprotected.
-      asio::steady_timer payment(io_, opt_.charge_time);
-      auto [lost] = co_await payment.async_wait(
-          asio::bind_cancellation_slot(guard.lost_slot(), asio::as_tuple(asio::use_awaitable)));
-      if (lost) {
-        ++stale_;
-        co_return reply(req, http::status::service_unavailable,
-                        error_body("lock_lost", "the order's lock was lost mid-charge; retry"));
-      }
-      charge.charge_id = "ch_" + std::to_string(charge.fencing_token) + "_" + std::to_string(::getpid());
-      auto committed = co_await on_pool([&] { return ledger_.commit(charge); });
-      co_await guard.async_release(asio::as_tuple(asio::use_awaitable));
-      switch (committed.outcome) {
-        case checkout::Ledger::Outcome::go_ahead:
-          ++charged_;
-          co_return reply(req, http::status::created, charge_body(charge, "charged"));
-        case checkout::Ledger::Outcome::already_charged:
-          co_return replay(req, *committed.existing, amount);
-        case checkout::Ledger::Outcome::stale:
+      for (const auto& order_id : overdue) {
+        if (stopping_) break;
+        std::optional<checkout::Record> order;
+        try {
+          order = co_await on_pool([&] { return ledger_.find(order_id); });
+        } catch (const checkout::LedgerError&) {
           break;
+        }
+        if (!order || order->state != "pending") continue;
+        auto [lec, guard] = co_await locks_.async_acquire(
+            "order:" + order_id, lock_options(), asio::as_tuple(asio::use_awaitable));
+        if (lec || !guard) continue;  // someone is on it, or the lock server is away
+        const Settled s = co_await settle(guard, order_id, order->amount, order->currency);
+        co_await guard.async_release(asio::as_tuple(asio::use_awaitable));
+        if (s.outcome == Settled::decided) ++reconciled_;
       }
-      ++stale_;
-      co_return reply(req, http::status::conflict,
-                      error_body("stale_lock", "a newer request took this order over"));
-    } catch (const checkout::LedgerError& e) {
-      ++errors_;
-      co_return reply(req, http::status::service_unavailable,
-                      error_body("ledger_unavailable", e.what()));
     }
   }
 
-  Response replay(const Request& req, const checkout::Charge& stored, std::int64_t amount) {
-    if (stored.amount != amount) {
-      ++conflicts_;
-      return reply(req, http::status::conflict,
-                   error_body("amount_mismatch", "this order was charged with another amount"));
-    }
+  Response replay(const Request& req, const checkout::Record& stored) {
     ++replayed_;
-    return reply(req, http::status::ok, charge_body(stored, "already_charged"));
+    auto res = reply(req, static_cast<http::status>(stored.status), stored.body);
+    res.set("Idempotent-Replayed", "true");
+    return res;
+  }
+
+  Response mismatch(const Request& req, const std::string& order_id) {
+    ++conflicts_;
+    return reply(req, http::status::unprocessable_entity,
+                 {{"error", "order_mismatch"},
+                  {"message", "this order was placed with another amount or currency"},
+                  {"order_id", order_id}});
   }
 
   /// Runs the blocking ledger call on the pool and comes back to this worker's thread.
@@ -320,20 +521,27 @@ class Worker {
   asio::io_context& io_;
   const Options& opt_;
   int index_;
+  asio::ip::tcp::endpoint provider_;
   redis_lock::LockManager locks_;
   checkout::Ledger ledger_;
   asio::thread_pool pool_{4};
   asio::ip::tcp::acceptor acceptor_;
   asio::steady_timer grace_{io_};
-  int sessions_ = 0;
+  asio::steady_timer reconcile_timer_{io_};
+  int busy_ = 0;
   bool stopping_ = false;
-  int charged_ = 0, replayed_ = 0, conflicts_ = 0, stale_ = 0, errors_ = 0;
+  int charged_ = 0, declined_ = 0, replayed_ = 0, conflicts_ = 0, pending_ = 0, unavailable_ = 0,
+      reconciled_ = 0;
 };
 
-int run_worker(const Options& opt, const redis_lock::ConnectionConfig& config, int index) {
+struct Configs {
+  redis_lock::ConnectionConfig lock, ledger;
+};
+
+int run_worker(const Options& opt, const Configs& configs, int index) {
   try {
     asio::io_context io;
-    Worker worker(io, opt, config, index);
+    Worker worker(io, opt, configs.lock, configs.ledger, index);
     worker.listen();
     asio::signal_set signals(io, SIGINT, SIGTERM);
     signals.async_wait([&](error_code ec, int) {
@@ -350,10 +558,13 @@ int run_worker(const Options& opt, const redis_lock::ConnectionConfig& config, i
 
 [[noreturn]] void usage(int code) {
   std::fputs(
-      "usage: checkout_service [--url URL] [--listen ADDR] [--port P] [--workers N]\n"
-      "                        [--charge-ms MS] [--ledger-prefix PREFIX]\n"
-      "                        [--lock-ttl-ms MS] [--no-renew]\n"
-      "  URL defaults to $REDIS_LOCK_URL or redis://127.0.0.1:6379\n",
+      "usage: checkout_service --ledger-url URL --provider HOST:PORT [--url URL]\n"
+      "                        [--listen ADDR] [--port P] [--workers N] [--lock-ttl-ms MS]\n"
+      "                        [--no-renew] [--provider-timeout-ms MS] [--retention-s S]\n"
+      "                        [--reconcile-ms MS] [--prefix PREFIX]\n"
+      "  --url (the lock's Redis) defaults to $REDIS_LOCK_URL or redis://127.0.0.1:6379;\n"
+      "  --ledger-url is a Redis of its own (appendfsync always); the provider deadline must\n"
+      "  be shorter than the lock's ttl\n",
       code == 0 ? stdout : stderr);
   std::exit(code);
 }
@@ -361,6 +572,7 @@ int run_worker(const Options& opt, const redis_lock::ConnectionConfig& config, i
 Options parse(int argc, char** argv) {
   Options opt;
   if (const char* env = std::getenv("REDIS_LOCK_URL")) opt.url = env;
+  const auto ms = [](const std::string& v) { return std::chrono::milliseconds(std::stol(v)); };
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--help" || arg == "-h") usage(0);
@@ -371,30 +583,33 @@ Options parse(int argc, char** argv) {
     if (i + 1 >= argc) usage(2);
     const std::string value = argv[++i];
     try {
-      if (arg == "--url") {
-        opt.url = value;
-      } else if (arg == "--listen") {
-        opt.listen = value;
-      } else if (arg == "--port") {
-        opt.port = static_cast<unsigned short>(std::stoul(value));
-      } else if (arg == "--workers") {
-        opt.workers = std::stoi(value);
-      } else if (arg == "--charge-ms") {
-        opt.charge_time = std::chrono::milliseconds(std::stoi(value));
-      } else if (arg == "--lock-ttl-ms") {
-        opt.lock_ttl = std::chrono::milliseconds(std::stoi(value));
-      } else if (arg == "--ledger-prefix") {
-        opt.ledger_prefix = value;
-      } else {
-        usage(2);
-      }
+      if (arg == "--url") opt.url = value;
+      else if (arg == "--ledger-url") opt.ledger_url = value;
+      else if (arg == "--provider") opt.provider = value;
+      else if (arg == "--listen") opt.listen = value;
+      else if (arg == "--port") opt.port = static_cast<unsigned short>(std::stoul(value));
+      else if (arg == "--workers") opt.workers = std::stoi(value);
+      else if (arg == "--lock-ttl-ms") opt.lock_ttl = ms(value);
+      else if (arg == "--provider-timeout-ms") opt.provider_timeout = ms(value);
+      else if (arg == "--retention-s") opt.retention = std::chrono::seconds(std::stol(value));
+      else if (arg == "--reconcile-ms") opt.reconcile_every = ms(value);
+      else if (arg == "--prefix") opt.prefix = value;
+      else usage(2);
     } catch (const std::exception&) {
       usage(2);
     }
   }
-  if (opt.workers < 1 || opt.workers > 64 || opt.charge_time.count() < 0 ||
-      opt.lock_ttl.count() <= 0) {
+  if (opt.workers < 1 || opt.workers > 64 || opt.lock_ttl.count() <= 0 ||
+      opt.provider_timeout.count() <= 0 || opt.provider_timeout >= opt.lock_ttl ||
+      opt.retention.count() <= 0 || opt.reconcile_every.count() <= 0 || opt.ledger_url.empty() ||
+      opt.provider.empty()) {
     usage(2);
+  }
+  try {
+    parse_endpoint(opt.provider);
+  } catch (const std::exception&) {
+    std::fputs("checkout_service: --provider must be IP:PORT\n", stderr);
+    std::exit(2);
   }
   return opt;
 }
@@ -402,13 +617,19 @@ Options parse(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // hiredis writes with plain write(2): a ledger that went away must be an error to handle,
+  // not a SIGPIPE that kills the worker (Asio's own sockets never raise it).
+  std::signal(SIGPIPE, SIG_IGN);
   const Options opt = parse(argc, argv);
-  const auto config = redis_lock::ConnectionConfig::from_url(opt.url);
-  if (!config) {
-    std::fputs("checkout_service: --url is not a valid redis:// or unix:// URL\n", stderr);
+  const auto lock = redis_lock::ConnectionConfig::from_url(opt.url);
+  const auto ledger = redis_lock::ConnectionConfig::from_url(opt.ledger_url);
+  if (!lock || !ledger) {
+    std::fprintf(stderr, "checkout_service: --%s is not a valid redis:// or unix:// URL\n",
+                 lock ? "ledger-url" : "url");
     return 2;
   }
-  if (opt.workers == 1) return run_worker(opt, *config, 0);
+  const Configs configs{*lock, *ledger};
+  if (opt.workers == 1) return run_worker(opt, configs, 0);
 
   // Fork before any thread or io_context exists; each child is a complete service. The
   // parent blocks the signals it waits for first, so that none is lost before sigwait.
@@ -419,35 +640,59 @@ int main(int argc, char** argv) {
   sigaddset(&set, SIGCHLD);
   sigset_t old;
   sigprocmask(SIG_BLOCK, &set, &old);
-  std::vector<pid_t> children;
-  for (int i = 0; i < opt.workers; ++i) {
+  struct Child {
+    pid_t pid = -1;
+    std::chrono::steady_clock::time_point started;
+  };
+  std::vector<Child> children(static_cast<std::size_t>(opt.workers));
+  const auto spawn = [&](std::size_t i) {
     const pid_t pid = ::fork();
-    if (pid < 0) {
-      std::perror("fork");
-      for (pid_t c : children) ::kill(c, SIGTERM);
-      return 1;
-    }
     if (pid == 0) {
       sigprocmask(SIG_SETMASK, &old, nullptr);
-      std::_Exit(run_worker(opt, *config, i));
+      std::_Exit(run_worker(opt, configs, static_cast<int>(i)));
     }
-    children.push_back(pid);
+    children[i] = {pid, std::chrono::steady_clock::now()};
+    return pid > 0;
+  };
+  for (std::size_t i = 0; i < children.size(); ++i) {
+    if (!spawn(i)) {
+      std::perror("fork");
+      for (const auto& c : children) if (c.pid > 0) ::kill(c.pid, SIGTERM);
+      return 1;
+    }
   }
-  // The parent only forwards SIGINT/SIGTERM and waits for its workers.
+  // The parent forwards SIGINT/SIGTERM, waits for its workers, and replaces a worker killed
+  // by a signal (a crash, kill -9) unless that happened within 100 ms of its start (a crash
+  // loop); a worker that exits with an error (it could not start) is not replaced. A dead
+  // worker's pending charges are finished by the reconcilers.
   int failed = 0;
+  bool stopping = false;
   std::size_t alive = children.size();
   while (alive > 0) {
     int sig = 0;
     sigwait(&set, &sig);
     if (sig == SIGINT || sig == SIGTERM) {
-      for (pid_t c : children) ::kill(c, SIGTERM);
+      stopping = true;
+      for (const auto& c : children) if (c.pid > 0) ::kill(c.pid, SIGTERM);
       continue;
     }
     int status = 0;
     pid_t pid;
     while ((pid = ::waitpid(-1, &status, WNOHANG)) > 0) {
+      const auto it = std::find_if(children.begin(), children.end(),
+                                   [pid](const Child& c) { return c.pid == pid; });
+      if (it == children.end()) continue;
+      const bool clean = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+      const bool young = std::chrono::steady_clock::now() - it->started < 100ms;
+      it->pid = -1;
+      if (WIFSIGNALED(status) && !stopping && !young) {
+        std::printf("checkout worker %td (pid %d) died; starting another\n",
+                    it - children.begin(), pid);
+        std::fflush(stdout);
+        if (spawn(static_cast<std::size_t>(it - children.begin()))) continue;
+      }
       --alive;
-      if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) ++failed;
+      if (!clean) ++failed;
     }
   }
   return failed == 0 ? 0 : 1;

@@ -10,30 +10,42 @@ namespace checkout {
 
 namespace {
 
-// Fencing in two steps. `begin` raises the order's token to ours (refusing a token that is
-// not above it); `commit` is accepted only while no newer token has begun. A holder whose
-// lease expired mid-charge (a long GC pause, a SIGSTOP) and was replaced finds its commit
-// refused: the newer holder's begin raised the token. (Lua numbers are doubles, exact up to
-// 2^53; lock tokens are about 1.8e15 — never below the lock server's clock in microseconds —
-// and stay below it. Tokens are passed to redis.call as the strings they came in.)
+// Lua numbers are doubles, exact up to 2^53; fencing tokens are about 1.8e15 (never below the
+// lock server's clock in microseconds) and stay below it.
 constexpr const char* begin_script = R"lua(
-local charged = redis.call('HGETALL', KEYS[1])
-if #charged > 0 then return {'already_charged', unpack(charged)} end
-local newest = tonumber(redis.call('GET', KEYS[2]) or '0')
-if tonumber(ARGV[1]) <= newest then return {'stale'} end
-redis.call('SET', KEYS[2], ARGV[1])
-return {'go_ahead'}
+local state = redis.call('HGET', KEYS[1], 'state')
+if state == 'final' then return {'final', unpack(redis.call('HGETALL', KEYS[1]))} end
+local fence = redis.call('HGET', KEYS[1], 'fence')
+if fence and tonumber(ARGV[1]) < tonumber(fence) then return {'stale'} end
+if state == 'pending' then
+  redis.call('HSET', KEYS[1], 'fence', ARGV[1])
+  return {'resume', unpack(redis.call('HGETALL', KEYS[1]))}
+end
+local now = redis.call('TIME')
+local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+redis.call('HSET', KEYS[1], 'state', 'pending', 'order_id', ARGV[5], 'amount', ARGV[2],
+           'currency', ARGV[3], 'idempotency_key', ARGV[4], 'fence', ARGV[1])
+redis.call('ZADD', KEYS[2], ms, ARGV[5])
+return {'go_ahead', unpack(redis.call('HGETALL', KEYS[1]))}
 )lua";
 
-constexpr const char* commit_script = R"lua(
-local newest = tonumber(redis.call('GET', KEYS[2]) or '0')
-if tonumber(ARGV[1]) < newest then return {'stale'} end
-local charged = redis.call('HGETALL', KEYS[1])
-if #charged > 0 then return {'already_charged', unpack(charged)} end
-redis.call('HSET', KEYS[1], 'order_id', ARGV[2], 'amount', ARGV[3], 'charge_id', ARGV[4],
-           'fencing_token', ARGV[1])
-redis.call('RPUSH', KEYS[3], ARGV[2])
-return {'go_ahead'}
+constexpr const char* finish_script = R"lua(
+local state = redis.call('HGET', KEYS[1], 'state')
+if state == 'pending' and redis.call('HGET', KEYS[1], 'idempotency_key') == ARGV[1] then
+  redis.call('HSET', KEYS[1], 'state', 'final', 'status', ARGV[2], 'body', ARGV[3],
+             'charge_id', ARGV[4])
+  redis.call('PEXPIRE', KEYS[1], ARGV[5])
+  redis.call('ZREM', KEYS[2], ARGV[6])
+  redis.call('XADD', KEYS[3], 'MAXLEN', '~', '1000000', '*', 'order_id', ARGV[6],
+             'charge_id', ARGV[4], 'status', ARGV[2])
+end
+return redis.call('HGETALL', KEYS[1])
+)lua";
+
+constexpr const char* overdue_script = R"lua(
+local now = redis.call('TIME')
+local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+return redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ms - tonumber(ARGV[1]), 'LIMIT', 0, ARGV[2])
 )lua";
 
 template <class Int>
@@ -43,24 +55,22 @@ Int to_int(std::string_view s) {
   return v;
 }
 
-Charge charge_from_fields(const std::vector<std::string>& reply, std::size_t from) {
-  Charge c;
+Record record_from_fields(const std::vector<std::string>& reply, std::size_t from) {
+  Record r;
   for (std::size_t i = from; i + 1 < reply.size(); i += 2) {
     const auto& field = reply[i];
     const auto& value = reply[i + 1];
-    if (field == "order_id") c.order_id = value;
-    if (field == "amount") c.amount = to_int<std::int64_t>(value);
-    if (field == "charge_id") c.charge_id = value;
-    if (field == "fencing_token") c.fencing_token = to_int<std::uint64_t>(value);
+    if (field == "state") r.state = value;
+    if (field == "order_id") r.order_id = value;
+    if (field == "amount") r.amount = to_int<std::int64_t>(value);
+    if (field == "currency") r.currency = value;
+    if (field == "idempotency_key") r.idempotency_key = value;
+    if (field == "fence") r.fence = to_int<std::uint64_t>(value);
+    if (field == "status") r.status = to_int<int>(value);
+    if (field == "body") r.body = value;
+    if (field == "charge_id") r.charge_id = value;
   }
-  return c;
-}
-
-Ledger::Result to_result(const std::vector<std::string>& reply) {
-  if (reply.empty()) throw LedgerError("empty ledger reply");
-  if (reply[0] == "go_ahead") return {Ledger::Outcome::go_ahead, std::nullopt};
-  if (reply[0] == "stale") return {Ledger::Outcome::stale, std::nullopt};
-  return {Ledger::Outcome::already_charged, charge_from_fields(reply, 1)};
+  return r;
 }
 
 void flatten(const redisReply* r, std::vector<std::string>& out) {
@@ -82,7 +92,8 @@ struct Ledger::Connection {
   ~Connection() {
     if (ctx) redisFree(ctx);
   }
-  std::vector<std::string> run(const std::vector<std::string>& args) {
+  /// The reply, flattened; nullopt when the connection broke (nothing is known of the command).
+  std::optional<std::vector<std::string>> run(const std::vector<std::string>& args) {
     std::vector<const char*> argv;
     std::vector<std::size_t> lens;
     for (const auto& a : args) {
@@ -91,7 +102,7 @@ struct Ledger::Connection {
     }
     auto* reply = static_cast<redisReply*>(
         redisCommandArgv(ctx, static_cast<int>(argv.size()), argv.data(), lens.data()));
-    if (!reply) throw LedgerError(std::string("ledger connection: ") + ctx->errstr);
+    if (!reply) return std::nullopt;
     std::vector<std::string> out;
     try {
       flatten(reply, out);
@@ -104,9 +115,11 @@ struct Ledger::Connection {
   }
 };
 
-Ledger::Ledger(redis_lock::ConnectionConfig config, std::string prefix)
-    : config_(std::move(config)), prefix_(std::move(prefix)) {
+Ledger::Ledger(redis_lock::ConnectionConfig config, std::string prefix,
+               std::chrono::milliseconds retention)
+    : config_(std::move(config)), prefix_(std::move(prefix)), retention_(retention) {
   if (config_.tls) throw LedgerError("the example ledger speaks plain TCP or Unix sockets only");
+  if (retention_.count() <= 0) throw LedgerError("the ledger's retention must be positive");
 }
 
 Ledger::~Ledger() = default;
@@ -121,23 +134,22 @@ std::unique_ptr<Ledger::Connection> Ledger::take() {
     }
   }
   auto c = std::make_unique<Connection>();
-  const timeval timeout{1, 0};
+  const timeval timeout{2, 0};
   c->ctx = config_.unix_socket.empty()
                ? redisConnectWithTimeout(config_.host.c_str(), config_.port, timeout)
                : redisConnectUnixWithTimeout(config_.unix_socket.c_str(), timeout);
-  if (!c->ctx || c->ctx->err) {
-    throw LedgerError(std::string("cannot reach the ledger: ") +
-                      (c->ctx ? c->ctx->errstr : "out of memory"));
-  }
+  if (!c->ctx || c->ctx->err) throw LedgerError("cannot reach the ledger");
   redisSetTimeout(c->ctx, timeout);
+  std::vector<std::vector<std::string>> hello;
   if (!config_.password.empty()) {
-    if (config_.username.empty()) {
-      c->run({"AUTH", config_.password});
-    } else {
-      c->run({"AUTH", config_.username, config_.password});
-    }
+    hello.push_back(config_.username.empty()
+                        ? std::vector<std::string>{"AUTH", config_.password}
+                        : std::vector<std::string>{"AUTH", config_.username, config_.password});
   }
-  if (config_.database != 0) c->run({"SELECT", std::to_string(config_.database)});
+  if (config_.database != 0) hello.push_back({"SELECT", std::to_string(config_.database)});
+  for (const auto& command : hello) {
+    if (!c->run(command)) throw LedgerError("the ledger connection broke during its handshake");
+  }
   return c;
 }
 
@@ -146,43 +158,71 @@ void Ledger::give_back(std::unique_ptr<Connection> c) {
   idle_.push_back(std::move(c));
 }
 
-std::vector<std::string> Ledger::eval(const char* script, const std::vector<std::string>& keys,
-                                      const std::vector<std::string>& args) {
-  std::vector<std::string> command{"EVAL", script, std::to_string(keys.size())};
-  command.insert(command.end(), keys.begin(), keys.end());
-  command.insert(command.end(), args.begin(), args.end());
-  auto c = take();
-  auto out = c->run(command);  // a broken connection throws and is not given back
-  give_back(std::move(c));
-  return out;
+std::vector<std::string> Ledger::run(const std::vector<std::string>& command) {
+  // A pooled connection may have been cut while idle (the ledger restarted, say): its first
+  // command fails without an answer. Then the whole pool is suspect: it is emptied, and the
+  // command sent once more on a new connection; every command here is safe to repeat.
+  for (int attempt = 0;; ++attempt) {
+    auto c = take();
+    if (auto out = c->run(command)) {
+      give_back(std::move(c));
+      return std::move(*out);
+    }
+    if (attempt == 1) throw LedgerError("the ledger connection broke");
+    std::lock_guard lock(mutex_);
+    idle_.clear();
+  }
 }
 
-Ledger::Result Ledger::begin(const std::string& order_id, std::uint64_t fence) {
-  return to_result(eval(begin_script, {prefix_ + "order:" + order_id, prefix_ + "fence:" + order_id},
-                        {std::to_string(fence)}));
-}
-
-Ledger::Result Ledger::commit(const Charge& charge) {
-  return to_result(eval(commit_script,
-                        {prefix_ + "order:" + charge.order_id, prefix_ + "fence:" + charge.order_id,
-                         prefix_ + "charges"},
-                        {std::to_string(charge.fencing_token), charge.order_id,
-                         std::to_string(charge.amount), charge.charge_id}));
-}
-
-std::vector<std::string> Ledger::all_charges() {
-  auto c = take();
-  auto out = c->run({"LRANGE", prefix_ + "charges", "0", "-1"});
-  give_back(std::move(c));
-  return out;
-}
-
-std::optional<Charge> Ledger::find(const std::string& order_id) {
-  auto c = take();
-  auto fields = c->run({"HGETALL", prefix_ + "order:" + order_id});
-  give_back(std::move(c));
+std::optional<Record> Ledger::find(const std::string& order_id) {
+  auto fields = run({"HGETALL", prefix_ + "order:" + order_id});
   if (fields.empty()) return std::nullopt;
-  return charge_from_fields(fields, 0);
+  return record_from_fields(fields, 0);
+}
+
+Ledger::BeginResult Ledger::begin(const std::string& order_id, std::int64_t amount,
+                                  const std::string& currency, std::uint64_t fence,
+                                  const std::string& key) {
+  const auto reply = run({"EVAL", begin_script, "2", prefix_ + "order:" + order_id,
+                          prefix_ + "pending", std::to_string(fence), std::to_string(amount),
+                          currency, key, order_id});
+  if (reply.empty()) throw LedgerError("empty ledger reply");
+  const std::string& what = reply[0];
+  const Begun outcome = what == "go_ahead" ? Begun::go_ahead
+                        : what == "resume" ? Begun::resume
+                        : what == "final"  ? Begun::final
+                                           : Begun::stale;
+  return {outcome, record_from_fields(reply, 1)};
+}
+
+Record Ledger::finish(const std::string& order_id, const std::string& key, int status,
+                      const std::string& body, const std::string& charge_id) {
+  return record_from_fields(
+      run({"EVAL", finish_script, "3", prefix_ + "order:" + order_id, prefix_ + "pending",
+           prefix_ + "journal", key, std::to_string(status), body, charge_id,
+           std::to_string(retention_.count()), order_id}),
+      0);
+}
+
+std::vector<std::string> Ledger::overdue(std::chrono::milliseconds min_age, std::size_t limit) {
+  return run({"EVAL", overdue_script, "1", prefix_ + "pending", std::to_string(min_age.count()),
+              std::to_string(limit)});
+}
+
+std::vector<Ledger::Entry> Ledger::journal() {
+  // XRANGE flattens to: id, field, value, field, value, field, value (per entry)
+  const auto flat = run({"XRANGE", prefix_ + "journal", "-", "+"});
+  std::vector<Entry> out;
+  for (std::size_t i = 0; i + 6 < flat.size(); i += 7) {
+    Entry e;
+    for (std::size_t f = i + 1; f + 1 < i + 7; f += 2) {
+      if (flat[f] == "order_id") e.order_id = flat[f + 1];
+      if (flat[f] == "charge_id") e.charge_id = flat[f + 1];
+      if (flat[f] == "status") e.status = to_int<int>(flat[f + 1]);
+    }
+    out.push_back(std::move(e));
+  }
+  return out;
 }
 
 }  // namespace checkout

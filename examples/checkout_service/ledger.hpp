@@ -1,14 +1,25 @@
 // SPDX-License-Identifier: MIT
-// The protected resource of the checkout example: a payment ledger in Redis that accepts a
-// write only from the newest lock holder of an order (fencing), and remembers each order's
-// charge so that a repeated request gets the stored result instead of a second charge.
+// The checkout example's own record of every order, kept in a Redis of its own (not the lock's:
+// see README), run with `appendonly yes`, `appendfsync always` and `maxmemory-policy
+// noeviction`, so that an answered write survives a crash and is never evicted.
 //
-// It is a plain blocking hiredis client, as the SDKs of many real ledgers and payment
-// providers are: the service calls it on a thread pool, never on its I/O thread.
+// An order goes through two states:
+//   pending  written before the payment provider is called: {order, amount, currency,
+//            idempotency key, the writer's fencing token}. Whoever finds it later (a retry, the
+//            reconciler) calls the provider again with the same key: the provider answers with
+//            the first call's result instead of charging twice.
+//   final    the provider's answer and the exact HTTP response the client was (or will be)
+//            given; kept for `retention`, then forgotten (a retry after that is a new order).
+// Every final record is also appended to a capped stream, `<prefix>journal`, for checkers.
+//
+// It is a plain blocking hiredis client, as the SDKs of many real ledgers are: the service
+// calls it on a thread pool, never on its I/O thread. A broken connection is replaced and the
+// command sent once more (every command here is safe to repeat).
 #pragma once
 
 #include <redis_lock/config.hpp>
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -17,58 +28,79 @@
 #include <string>
 #include <vector>
 
-struct redisContext;
-
 namespace checkout {
 
-struct Charge {
+struct Record {
+  std::string state;  // "pending" or "final"
   std::string order_id;
-  std::int64_t amount = 0;  // in cents
+  std::int64_t amount = 0;  // in minor units (cents)
+  std::string currency;
+  std::string idempotency_key;
+  std::uint64_t fence = 0;  // the newest fencing token that began on this order
+  // final only: the response (status and JSON body, byte for byte) and the provider's charge id
+  int status = 0;
+  std::string body;
   std::string charge_id;
-  std::uint64_t fencing_token = 0;
 };
 
-/// A Redis command failed or the ledger could not be reached.
+/// The ledger could not be reached or answered with an error.
 struct LedgerError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
 class Ledger {
  public:
-  /// Keys: `<prefix>order:<id>` (the charge), `<prefix>fence:<id>` (the newest fencing token
-  /// that touched the order), `<prefix>charges` (every charge ever written, in order).
-  Ledger(redis_lock::ConnectionConfig config, std::string prefix);
+  /// Keys: `<prefix>order:<id>` (the record), `<prefix>pending` (sorted set: orders with a
+  /// pending attempt, by when it was written), `<prefix>journal` (stream of final records).
+  Ledger(redis_lock::ConnectionConfig config, std::string prefix,
+         std::chrono::milliseconds retention = std::chrono::hours(24));
   ~Ledger();
   Ledger(const Ledger&) = delete;
   Ledger& operator=(const Ledger&) = delete;
 
-  enum class Outcome { go_ahead, already_charged, stale };
-  struct Result {
-    Outcome outcome;
-    std::optional<Charge> existing;  // with already_charged
+  std::optional<Record> find(const std::string& order_id);
+
+  enum class Begun {
+    go_ahead,  ///< a pending attempt was written with `key`: call the provider with it
+    resume,    ///< a pending attempt existed (record.idempotency_key): call with that key
+    final,     ///< the order is decided: record holds the response to replay
+    stale,     ///< a newer lock holder began on this order: stand down
   };
+  struct BeginResult {
+    Begun outcome;
+    Record record;
+  };
+  /// Under the order's lock, before calling the provider. `fence` is the lock's fencing token;
+  /// a token below the newest one that began is stale (the holder's lease ran out and someone
+  /// else took the order over).
+  BeginResult begin(const std::string& order_id, std::int64_t amount, const std::string& currency,
+                    std::uint64_t fence, const std::string& key);
 
-  /// Called first, under the order's lock: the stored charge if there is one; otherwise
-  /// records `fence` as the order's newest token (a token not above the newest is stale).
-  Result begin(const std::string& order_id, std::uint64_t fence);
+  /// Records the provider's answer for `key` as the order's final result. Accepted while the
+  /// order's pending attempt carries that key, whoever holds the lock now (the provider gives
+  /// every caller of a key the same answer); returns the final record either way.
+  Record finish(const std::string& order_id, const std::string& key, int status,
+                const std::string& body, const std::string& charge_id);
 
-  /// Writes the charge unless a newer token began on this order meanwhile (then stale: this
-  /// holder's lock had expired) or the order is charged already.
-  Result commit(const Charge& charge);
+  /// Orders whose pending attempt is older than `min_age` (by the ledger server's clock).
+  std::vector<std::string> overdue(std::chrono::milliseconds min_age, std::size_t limit);
 
-  /// The order ids of every charge in `<prefix>charges` (for checkers).
-  std::vector<std::string> all_charges();
-  std::optional<Charge> find(const std::string& order_id);
+  /// Every (order id, charge id, status) in the journal, oldest first (for checkers).
+  struct Entry {
+    std::string order_id, charge_id;
+    int status = 0;
+  };
+  std::vector<Entry> journal();
 
  private:
   struct Connection;
   std::unique_ptr<Connection> take();
   void give_back(std::unique_ptr<Connection> c);
-  std::vector<std::string> eval(const char* script, const std::vector<std::string>& keys,
-                                const std::vector<std::string>& args);
+  std::vector<std::string> run(const std::vector<std::string>& command);
 
   redis_lock::ConnectionConfig config_;
   std::string prefix_;
+  std::chrono::milliseconds retention_;
   std::mutex mutex_;
   std::vector<std::unique_ptr<Connection>> idle_;
 };

@@ -1,0 +1,306 @@
+// SPDX-License-Identifier: MIT
+// A stand-in for a card payment provider, as a separate process: the checkout example's
+// "other system", the one whose side effect (money moving) must happen once per order.
+//
+// Like the real ones it is idempotent by key: every charge request carries an
+// `Idempotency-Key`; the first request with a key decides the result, and every later request
+// with the same key gets that same result back (same status, same body, plus
+// `Idempotent-Replayed: true`) without charging again. A request whose key is still being
+// processed gets 409; a key reused with other parameters gets 422. Results are written to an
+// append-only journal (fdatasync before the answer) and read back at start, so a restarted
+// provider still knows every key and every charge.
+//
+//   POST /v1/charges     Idempotency-Key: K
+//                        {"amount": 1299, "currency": "EUR", "reference": "A-17"}
+//     201 {"id": "ch_...", "status": "succeeded", "amount", "currency", "reference"}
+//     402 {"id": "ch_...", "status": "declined", "decline_code": "card_declined", ...}
+//     409 idempotency_key_in_use, 422 idempotency_key_reused, 400 bad request
+//   GET  /v1/charges     every result, for checkers: {"results": [{..., "idempotency_key"}]}
+//   POST /v1/faults      {"reference": R, "action": "decline" | "delay" | "drop_response",
+//                         "delay_ms": N}   the next charge for R misbehaves once, on demand:
+//                        delay: the charge happens after N ms (a slow or timed-out call);
+//                        drop_response: the charge happens, then the connection is closed
+//                        without an answer.
+//   GET  /healthz
+//
+//   payment_provider --journal FILE [--listen 127.0.0.1] [--port 0] [--latency-ms 2]
+// Prints "payment_provider listening on ADDR:PORT" once it accepts.
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/json.hpp>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <random>
+#include <set>
+#include <stdexcept>
+#include <string>
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+namespace json = boost::json;
+using namespace std::chrono_literals;
+using boost::system::error_code;
+
+namespace {
+
+using Request = http::request<http::string_body>;
+using Response = http::response<http::string_body>;
+
+struct Result {
+  int status = 0;
+  json::object body;
+  json::object params;  // amount, currency, reference: what the key was first used with
+};
+
+struct Fault {
+  std::string action;
+  std::chrono::milliseconds delay{0};
+};
+
+Response answer(const Request& req, int status, const json::object& body) {
+  Response res{static_cast<http::status>(status), req.version()};
+  res.set(http::field::content_type, "application/json");
+  res.keep_alive(req.keep_alive());
+  res.body() = json::serialize(body) + "\n";
+  res.prepare_payload();
+  return res;
+}
+
+json::object error_body(std::string_view code) { return {{"error", code}}; }
+
+// The members of a JSON object body (null where the body is not an object or lacks one).
+struct Body {
+  json::value parsed;
+  explicit Body(const std::string& text) {
+    error_code ec;
+    parsed = json::parse(text, ec);
+    if (ec) parsed = nullptr;
+  }
+  const json::value* operator[](const char* name) const {
+    const json::object* o = parsed.if_object();
+    return o ? o->if_contains(name) : nullptr;
+  }
+};
+
+class Provider {
+ public:
+  Provider(asio::io_context& io, std::string journal, std::chrono::milliseconds latency)
+      : io_(io), journal_path_(std::move(journal)), latency_(latency) {
+    load();
+    fd_ = ::open(journal_path_.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+    if (fd_ < 0) throw std::runtime_error("journal " + journal_path_ + ": " + std::strerror(errno));
+  }
+  ~Provider() { ::close(fd_); }
+
+  asio::awaitable<void> session(beast::tcp_stream stream) {
+    beast::flat_buffer buffer;
+    for (;;) {
+      Request req;
+      stream.expires_after(60s);
+      auto [ec, n] = co_await http::async_read(stream, buffer, req, asio::as_tuple(asio::use_awaitable));
+      if (ec) break;
+      std::optional<Response> res = co_await handle(req);
+      if (!res) break;  // drop_response: the charge happened, the answer never leaves
+      const bool keep = res->keep_alive();
+      auto [wec, wn] = co_await http::async_write(stream, *res, asio::as_tuple(asio::use_awaitable));
+      if (wec || !keep) break;
+    }
+    error_code ignored;
+    stream.socket().shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
+  }
+
+  std::size_t known_keys() const { return results_.size(); }
+
+ private:
+  asio::awaitable<std::optional<Response>> handle(const Request& req) {
+    if (req.target() == "/healthz") co_return answer(req, 200, {{"status", "ok"}});
+    if (req.target() == "/v1/charges" && req.method() == http::verb::get) {
+      json::array all;
+      for (const auto& [key, r] : results_) {
+        json::object entry = r.body;
+        entry["idempotency_key"] = key;
+        entry["http_status"] = r.status;
+        all.push_back(std::move(entry));
+      }
+      co_return answer(req, 200, {{"results", std::move(all)}});
+    }
+    if (req.target() == "/v1/faults" && req.method() == http::verb::post) {
+      co_return add_fault(req);
+    }
+    if (req.target() == "/v1/charges" && req.method() == http::verb::post) {
+      co_return co_await charge(req);
+    }
+    co_return answer(req, 404, error_body("not_found"));
+  }
+
+  Response add_fault(const Request& req) {
+    const Body body(req.body());
+    const json::value* ref = body["reference"];
+    const json::value* action = body["action"];
+    const json::value* delay = body["delay_ms"];
+    static const std::set<std::string_view> actions = {"decline", "delay", "drop_response"};
+    if (!ref || !ref->is_string() || !action || !action->is_string() ||
+        !actions.count(action->get_string()) || (delay && !delay->is_int64())) {
+      return answer(req, 400, error_body("bad_fault"));
+    }
+    faults_[std::string(ref->get_string())] =
+        Fault{std::string(action->get_string()),
+              std::chrono::milliseconds(delay ? delay->as_int64() : 0)};
+    return answer(req, 200, {{"armed", true}});
+  }
+
+  asio::awaitable<std::optional<Response>> charge(const Request& req) {
+    const auto key_field = req.find("Idempotency-Key");
+    const std::string key = key_field == req.end() ? "" : std::string(key_field->value());
+    if (key.empty() || key.size() > 255) co_return answer(req, 400, error_body("idempotency_key_required"));
+    const Body body(req.body());
+    const json::value* amount = body["amount"];
+    const json::value* currency = body["currency"];
+    const json::value* reference = body["reference"];
+    if (!amount || !amount->is_int64() || amount->as_int64() <= 0 || !currency ||
+        !currency->is_string() || currency->get_string().size() != 3 || !reference ||
+        !reference->is_string() || reference->get_string().empty()) {
+      co_return answer(req, 400, error_body("bad_request"));
+    }
+    json::object params{{"amount", amount->as_int64()},
+                        {"currency", currency->get_string()},
+                        {"reference", reference->get_string()}};
+    if (const auto it = results_.find(key); it != results_.end()) {
+      if (it->second.params != params) co_return answer(req, 422, error_body("idempotency_key_reused"));
+      Response res = answer(req, it->second.status, it->second.body);
+      res.set("Idempotent-Replayed", "true");
+      co_return res;
+    }
+    if (!in_flight_.insert(key).second) co_return answer(req, 409, error_body("idempotency_key_in_use"));
+
+    Fault fault;
+    if (const auto it = faults_.find(std::string(reference->get_string())); it != faults_.end()) {
+      fault = it->second;
+      faults_.erase(it);
+    }
+    // The work of a charge (a card network round trip), then any injected slowness.
+    asio::steady_timer work(io_, latency_ + fault.delay);
+    co_await work.async_wait(asio::as_tuple(asio::use_awaitable));
+
+    Result r;
+    r.params = params;
+    const bool declined = fault.action == "decline";
+    r.status = declined ? 402 : 201;
+    r.body = params;
+    r.body["id"] = "ch_" + std::to_string(++sequence_) + "_" + salt_;
+    r.body["status"] = declined ? "declined" : "succeeded";
+    if (declined) r.body["decline_code"] = "card_declined";
+    record(key, r);
+    in_flight_.erase(key);
+    results_.emplace(key, r);
+    if (fault.action == "drop_response") co_return std::nullopt;
+    co_return answer(req, r.status, r.body);
+  }
+
+  // One JSON line per decided key, on disk before anyone is told.
+  void record(const std::string& key, const Result& r) {
+    const std::string line = json::serialize(json::object{
+                                 {"key", key}, {"status", r.status}, {"body", r.body},
+                                 {"params", r.params}}) + "\n";
+    if (::write(fd_, line.data(), line.size()) != static_cast<ssize_t>(line.size()) ||
+        ::fdatasync(fd_) != 0) {
+      std::fprintf(stderr, "payment_provider: journal write failed: %s\n", std::strerror(errno));
+      std::abort();  // a provider that cannot record a charge must not answer for it
+    }
+  }
+
+  void load() {
+    std::ifstream in(journal_path_);
+    std::string line;
+    while (std::getline(in, line)) {
+      error_code ec;
+      const json::value v = json::parse(line, ec);
+      const json::object* o = ec ? nullptr : v.if_object();
+      if (!o) continue;  // a torn last line: that result was never answered
+      Result r;
+      r.status = static_cast<int>(o->at("status").as_int64());
+      r.body = o->at("body").as_object();
+      r.params = o->at("params").as_object();
+      results_.emplace(std::string(o->at("key").as_string()), std::move(r));
+      ++sequence_;
+    }
+  }
+
+  asio::io_context& io_;
+  std::string journal_path_;
+  std::chrono::milliseconds latency_;
+  int fd_ = -1;
+  std::map<std::string, Result> results_;
+  std::set<std::string> in_flight_;
+  std::map<std::string, Fault> faults_;
+  std::uint64_t sequence_ = 0;
+  std::string salt_ = [] {  // charge ids stay unique across restarts and journals
+    char buf[12];
+    std::snprintf(buf, sizeof buf, "%08x", std::random_device{}());
+    return std::string(buf);
+  }();
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string listen = "127.0.0.1", journal;
+  unsigned short port = 0;
+  long latency_ms = 2;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string arg = argv[i], value = argv[i + 1];
+    if (arg == "--journal") journal = value;
+    else if (arg == "--listen") listen = value;
+    else if (arg == "--port") port = static_cast<unsigned short>(std::atoi(value.c_str()));
+    else if (arg == "--latency-ms") latency_ms = std::atol(value.c_str());
+    else journal.clear(), argc = 0;
+  }
+  if (journal.empty() || latency_ms < 0) {
+    std::fputs("usage: payment_provider --journal FILE [--listen ADDR] [--port P] [--latency-ms MS]\n",
+               stderr);
+    return 2;
+  }
+  try {
+    asio::io_context io;
+    Provider provider(io, journal, std::chrono::milliseconds(latency_ms));
+    asio::ip::tcp::acceptor acceptor(io, {asio::ip::make_address(listen), port});
+    std::printf("payment_provider listening on %s:%u (%zu keys from the journal)\n", listen.c_str(),
+                acceptor.local_endpoint().port(), provider.known_keys());
+    std::fflush(stdout);
+    asio::co_spawn(
+        io,
+        [&]() -> asio::awaitable<void> {
+          for (;;) {
+            auto [ec, socket] = co_await acceptor.async_accept(asio::as_tuple(asio::use_awaitable));
+            if (!acceptor.is_open()) co_return;
+            if (!ec) asio::co_spawn(io, provider.session(beast::tcp_stream(std::move(socket))), asio::detached);
+          }
+        },
+        asio::detached);
+    asio::signal_set signals(io, SIGINT, SIGTERM);
+    signals.async_wait([&](error_code, int) { io.stop(); });
+    io.run();
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "payment_provider: %s\n", e.what());
+    return 1;
+  }
+}

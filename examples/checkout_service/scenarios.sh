@@ -1,0 +1,277 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# The checkout example end to end, each scenario with servers of its own on loopback (started
+# here, stopped on exit): the lock's redis-server (no persistence, as a cache-like lock server
+# is often run), the ledger's redis-server (appendfsync always, noeviction, on a Unix socket),
+# the fake payment provider, and checkout_service workers sharing one port. Every scenario ends
+# with checkout_load's verdict from the provider's own records: each order charged exactly
+# once, recorded once in the ledger, and every client told that one outcome.
+#
+#   scenarios.sh SCENARIO CHECKOUT_SERVICE CHECKOUT_LOAD PAYMENT_PROVIDER
+# Scenarios:
+#   storm                 CHECKOUT_WORKERS (4) workers, CHECKOUT_REQUESTS (400) concurrent
+#                         requests for CHECKOUT_ORDERS (50) orders, duplicates included
+#   stale_holder          a holder whose lease runs out mid-charge (no renewal)
+#   decline               a declined card: 402, replayed; another amount: 422
+#   kill9                 kill -9 of the worker that is calling the provider
+#   sigterm               SIGTERM to a worker whose charge outlasts its provider deadline
+#   dropped_response      the provider charges and drops the connection without an answer
+#   sigstop               a worker paused (SIGSTOP) past its lease, renewal on
+#   ledger_restart        the ledger's Redis killed and restarted from its append-only file
+#   lock_server_restart   the lock's Redis killed and restarted empty mid-charge: fencing
+#                         tokens keep rising across it
+#   demo                  the storm, then a fault round (a worker killed mid-charge, the lock
+#                         server restarted, a dropped provider response) on fresh orders
+set -euo pipefail
+scenario=$1 service=$2 load=$3 provider=$4
+
+dir=$(mktemp -d)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  rm -rf "$dir"
+}
+trap cleanup EXIT
+fail() { echo "FAILED ($scenario): $*" >&2; for f in "$dir"/*.log; do echo "--- $f"; tail -n 30 "$f"; done >&2; exit 1; }
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# wait_for DESCRIPTION COMMAND...: polls every 20 ms for at most 10 s
+wait_for() {
+  local what=$1; shift
+  for _ in $(seq 500); do "$@" >/dev/null 2>&1 && return 0; sleep 0.02; done
+  fail "timed out waiting for $what"
+}
+
+lock_port=$(free_port)
+lock_pid=
+start_lock_server() {
+  redis-server --port "$lock_port" --bind 127.0.0.1 --save '' --appendonly no \
+    --dir "$dir" --logfile "$dir/lock-redis.log" &
+  lock_pid=$!
+  pids+=("$lock_pid")
+  wait_for "the lock server" redis-cli -p "$lock_port" ping
+  # It answers as the process just started, not as whatever held the port before.
+  [ "$(redis-cli -p "$lock_port" info server | tr -d '\r' | sed -n 's/^process_id://p')" = "$lock_pid" ] ||
+    fail "port $lock_port answered from another process"
+}
+restart_lock_server() {
+  kill -9 "$lock_pid"; wait "$lock_pid" 2>/dev/null || true
+  start_lock_server
+}
+lock_key_gone() { [ "$(redis-cli -p "$lock_port" exists "checkout:lock:{order:$1}")" = 0 ]; }
+
+ledger_pid=
+start_ledger() {
+  redis-server --port 0 --unixsocket "$dir/ledger.sock" --unixsocketperm 700 --appendonly yes \
+    --appendfsync always --maxmemory-policy noeviction --save '' --dir "$dir" \
+    --logfile "$dir/ledger-redis.log" &
+  ledger_pid=$!
+  pids+=("$ledger_pid")
+  wait_for "the ledger server" redis-cli -s "$dir/ledger.sock" ping
+}
+
+provider_port=
+start_provider() {
+  "$provider" --journal "$dir/provider.journal" --port 0 >"$dir/provider.log" 2>&1 &
+  pids+=($!)
+  wait_for "the provider" grep -q 'listening on' "$dir/provider.log"
+  provider_port=$(sed -n 's/.*listening on 127.0.0.1:\([0-9]*\).*/\1/p' "$dir/provider.log")
+}
+# arm ORDER ACTION [DELAY_MS]: the provider's next charge for ORDER misbehaves once
+arm() {
+  local body="{\"reference\": \"$1\", \"action\": \"$2\", \"delay_ms\": ${3:-0}}"
+  python3 - "$provider_port" "$body" <<'EOF' || fail "could not arm a provider fault"
+import sys, urllib.request
+req = urllib.request.Request(f"http://127.0.0.1:{sys.argv[1]}/v1/faults", data=sys.argv[2].encode(),
+                             headers={"Content-Type": "application/json"}, method="POST")
+urllib.request.urlopen(req, timeout=5).read()
+EOF
+}
+
+service_port=$(free_port)
+service_pid=
+# start_service WORKERS [checkout_service options...]
+start_service() {
+  local workers=$1; shift
+  "$service" --url "redis://127.0.0.1:$lock_port" --ledger-url "unix://$dir/ledger.sock" \
+    --provider "127.0.0.1:$provider_port" --port "$service_port" --workers "$workers" \
+    "$@" >"$dir/service.log" 2>&1 &
+  service_pid=$!
+  pids+=("$service_pid")
+  wait_for "$workers workers" listening "$workers"
+}
+listening() { [ "$(grep -c 'listening on' "$dir/service.log")" -ge "$1" ]; }
+# The pid of the worker that first called the provider for ORDER (waits for it).
+caller_of() {
+  wait_for "a call to the provider for $1" grep -q "calling the provider for $1\$" "$dir/service.log"
+  grep -m1 "calling the provider for $1\$" "$dir/service.log" | sed -n 's/.*(pid \([0-9]*\)).*/\1/p'
+}
+calls_at_least() { [ "$(grep -c "calling the provider for $1\$" "$dir/service.log")" -ge "$2" ]; }
+
+# storm RUN_ID ORDERS REQUESTS: the load generator's storm and checks (its exit status)
+storm() {
+  "$load" --port "$service_port" --provider "127.0.0.1:$provider_port" \
+    --ledger-url "unix://$dir/ledger.sock" --run-id "$1" --orders "$2" --requests "$3"
+}
+order() { echo "run$1-order-$2"; }
+# The same in the background while a scenario does its damage; storm_result waits for it.
+storm_in_background() { storm "$@" >"$dir/storm.out" & storm_pid=$!; }
+storm_result() { wait "$storm_pid" || { cat "$dir/storm.out"; fail "$1"; }; cat "$dir/storm.out"; }
+
+start_lock_server
+start_ledger
+start_provider
+
+case "$scenario" in
+  storm)
+    workers=${CHECKOUT_WORKERS:-4}
+    start_service "$workers"
+    echo "checkout_service: $workers worker processes on 127.0.0.1:$service_port (SO_REUSEPORT)"
+    "$load" --port "$service_port" --probe-bad-input || fail "bad input was not refused"
+    storm "s$RANDOM" "${CHECKOUT_ORDERS:-50}" "${CHECKOUT_REQUESTS:-400}" || fail "the storm"
+    ;;
+
+  stale_holder)
+    # A's lease (300 ms, not renewed) runs out while the provider takes 1.2 s; A's own
+    # provider deadline fits inside its lease, so A tells its client "pending" (202). B takes
+    # the order over, finds A's pending attempt and calls with the same idempotency key: the
+    # provider charges once, and every client learns that one charge.
+    start_service 1 --lock-ttl-ms 300 --no-renew --provider-timeout-ms 200
+    run="h$RANDOM"; x=$(order "$run" 0)
+    arm "$x" delay 1200
+    "$load" --port "$service_port" --one "$x" --amount 1000 >"$dir/a.out" &
+    a=$!
+    caller_of "$x" >/dev/null
+    wait_for "A's lease to run out" lock_key_gone "$x"
+    storm "$run" 1 3 || fail "after the stale holder"
+    wait "$a"
+    grep -q '^202 .*"pending"' "$dir/a.out" || fail "A was not told 'pending': $(cat "$dir/a.out")"
+    echo "A: $(cat "$dir/a.out")"
+    ;;
+
+  decline)
+    start_service 1
+    x="decline-$RANDOM"
+    arm "$x" decline
+    "$load" --port "$service_port" --one "$x" --amount 700 >"$dir/a.out"
+    "$load" --port "$service_port" --one "$x" --amount 700 >"$dir/b.out"
+    "$load" --port "$service_port" --one "$x" --amount 800 >"$dir/c.out"
+    cat "$dir/a.out" "$dir/b.out" "$dir/c.out"
+    grep -q '^402 {"status":"declined"' "$dir/a.out" || fail "no 402"
+    [ "$(cut -d' ' -f3- "$dir/b.out")" = "$(cut -d' ' -f2- "$dir/a.out")" ] &&
+      grep -q '^402 replayed ' "$dir/b.out" || fail "the decline was not replayed byte for byte"
+    grep -q '^422 .*"order_mismatch"' "$dir/c.out" || fail "another amount was not refused with 422"
+    charged=$(python3 - "$provider_port" "$x" <<'EOF'
+import json, sys, urllib.request
+results = json.load(urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/v1/charges", timeout=5))["results"]
+print(sum(1 for r in results if r["reference"] == sys.argv[2] and r["status"] == "succeeded"))
+EOF
+)
+    [ "$charged" = 0 ] || fail "the provider charged a declined order"
+    ;;
+
+  kill9)
+    # The worker calling the provider dies with kill -9; its lease lapses (1 s); a retry or
+    # the other worker's reconciler resumes the pending attempt with the same key.
+    start_service 2 --lock-ttl-ms 1000 --provider-timeout-ms 800
+    run="k$RANDOM"
+    arm "$(order "$run" 0)" delay 600
+    storm_in_background "$run" 4 12
+    victim=$(caller_of "$(order "$run" 0)")
+    kill -9 "$victim"
+    echo "killed worker $victim (kill -9) while it was calling the provider"
+    storm_result "after kill -9"
+    ;;
+
+  sigterm)
+    # SIGTERM to the worker calling the provider, whose charge (1.5 s) outlasts its provider
+    # deadline (1 s): it stops accepting, its call times out, its client hears 202, and it
+    # exits; the pending attempt is finished by a retry or the other worker's reconciler.
+    start_service 2 --lock-ttl-ms 2000 --provider-timeout-ms 1000
+    run="t$RANDOM"
+    arm "$(order "$run" 0)" delay 1500
+    storm_in_background "$run" 4 12
+    victim=$(caller_of "$(order "$run" 0)")
+    kill -TERM "$victim"
+    wait_for "worker $victim to exit" sh -c "! kill -0 $victim"
+    grep -q "(pid $victim): " "$dir/service.log" || fail "worker $victim did not exit gracefully"
+    storm_result "after SIGTERM"
+    ;;
+
+  dropped_response)
+    start_service 2
+    run="d$RANDOM"
+    arm "$(order "$run" 0)" drop_response
+    storm "$run" 4 12 || fail "after a dropped response"
+    ;;
+
+  sigstop)
+    # Paused past its lease with renewal on: the lease lapses, another worker takes the
+    # order, finds the pending attempt and calls with the same key; the paused worker wakes,
+    # its provider deadline has passed, and its answer is at most "pending".
+    start_service 2 --lock-ttl-ms 1000 --provider-timeout-ms 800
+    run="p$RANDOM"; x=$(order "$run" 0)
+    arm "$x" delay 500
+    storm_in_background "$run" 4 12
+    victim=$(caller_of "$x")
+    kill -STOP "$victim"
+    wait_for "the paused worker's lease to lapse" lock_key_gone "$x"
+    wait_for "another call for $x" calls_at_least "$x" 2
+    kill -CONT "$victim"
+    storm_result "after SIGSTOP"
+    ;;
+
+  ledger_restart)
+    # The ledger's redis-server killed (kill -9) and restarted from its append-only file: no
+    # answered write is lost, pooled connections are replaced, decided orders are replayed.
+    start_service 2
+    run="l$RANDOM"
+    storm "$run" 8 24 || fail "before the ledger restart"
+    kill -9 "$ledger_pid"; wait "$ledger_pid" 2>/dev/null || true
+    start_ledger
+    echo "restarted the ledger (kill -9, then from its append-only file)"
+    storm "$run" 8 24 >"$dir/storm.out" || { cat "$dir/storm.out"; fail "after the ledger restart"; }
+    cat "$dir/storm.out"
+    grep -qE '^ +201 Created +\(replayed: charged before\) +24$' "$dir/storm.out" ||
+      fail "the orders were not all replayed from the restarted ledger"
+    ;;
+
+  lock_server_restart|demo)
+    workers=${CHECKOUT_WORKERS:-4}
+    start_service "$workers" --lock-ttl-ms 2000 --provider-timeout-ms 1500
+    orders=${CHECKOUT_ORDERS:-50} requests=${CHECKOUT_REQUESTS:-400}
+    [ "$scenario" = demo ] || { orders=8 requests=24; }
+    echo "== the duplicate storm: $requests concurrent requests for $orders orders, $workers workers"
+    first="r$RANDOM"
+    storm "$first" "$orders" "$requests" || fail "the storm"
+    before=$(redis-cli -s "$dir/ledger.sock" hget "checkout:order:$(order "$first" 0)" fence)
+    echo "== the fault round: a worker killed mid-charge, the lock server restarted empty, a"
+    echo "   provider response dropped; every unfinished order retried as a client would"
+    run="f$RANDOM"
+    arm "$(order "$run" 0)" delay 800
+    arm "$(order "$run" 1)" drop_response
+    storm_in_background "$run" "$orders" "$requests"
+    victim=$(caller_of "$(order "$run" 0)")
+    kill -9 "$victim"
+    echo "   killed worker $victim (kill -9) while it was calling the provider"
+    restart_lock_server
+    echo "   restarted the lock server (kill -9, no persistence)"
+    storm_result "the fault round"
+    after=$(redis-cli -s "$dir/ledger.sock" hget "checkout:order:$(order "$run" 0)" fence)
+    [ "$after" -gt "$before" ] || fail "fencing token went back after the restart: $before then $after"
+    echo "fencing tokens kept rising across the lock server's restart: $before, then $after"
+    ;;
+
+  *) echo "unknown scenario $scenario" >&2; exit 2 ;;
+esac
+
+# Stop the workers gracefully and show what each one did.
+kill -TERM "$service_pid"
+wait "$service_pid" || [ "$scenario" != storm ] || fail "checkout_service exited with $?"
+echo "per worker:"
+grep -E '^checkout worker [0-9]+ \(pid [0-9]+\): ' "$dir/service.log" | sed 's/^/  /'
+if [ "$scenario" = demo ]; then
+  echo "== the fault round, from the provider's own records and from the ledger:"
+  grep -E '^(provider|ledger): ' "$dir/storm.out"
+fi
