@@ -41,9 +41,22 @@ install(FILES
   cmake/redis_lock_find_hiredis.cmake
   DESTINATION ${REDIS_LOCK_CMAKE_DIR})
 
-# pkg-config, relocatable (prefix found from the .pc file's own place).
-set(REDIS_LOCK_PC_REQUIRES_PRIVATE "hiredis fmt libssl libcrypto")
-set(REDIS_LOCK_PC_LIBS_PRIVATE "-lboost_url -pthread")
+# pkg-config, relocatable (prefix found from the .pc file's own place). A static library's
+# dependencies belong on every consumer's link line, so that the plain
+# `pkg-config --cflags --libs redis_lock` links; a shared one links them itself.
+set(_rl_pc_requires " hiredis fmt libssl libcrypto")
+set(_rl_pc_libs " -lboost_url -pthread")
+if(REDIS_LOCK_SHARED)
+  set(REDIS_LOCK_PC_REQUIRES "")
+  set(REDIS_LOCK_PC_LIBS "")
+  set(REDIS_LOCK_PC_REQUIRES_PRIVATE "${_rl_pc_requires}")
+  set(REDIS_LOCK_PC_LIBS_PRIVATE "${_rl_pc_libs}")
+else()
+  set(REDIS_LOCK_PC_REQUIRES "${_rl_pc_requires}")
+  set(REDIS_LOCK_PC_LIBS "${_rl_pc_libs}")
+  set(REDIS_LOCK_PC_REQUIRES_PRIVATE "")
+  set(REDIS_LOCK_PC_LIBS_PRIVATE "")
+endif()
 file(RELATIVE_PATH REDIS_LOCK_PC_TO_PREFIX
   "${CMAKE_INSTALL_PREFIX}/${CMAKE_INSTALL_LIBDIR}/pkgconfig" "${CMAKE_INSTALL_PREFIX}")
 configure_file(cmake/redis_lock.pc.in "${PROJECT_BINARY_DIR}/redis_lock.pc" @ONLY)

@@ -38,8 +38,6 @@ target_include_directories(redis_lock
 target_link_libraries(redis_lock
   PUBLIC Boost::system Threads::Threads
   PRIVATE Boost::url hiredis::hiredis fmt::fmt OpenSSL::SSL OpenSSL::Crypto)
-# Asio is used without its deprecated interfaces; the same defines hold for consumers.
-target_compile_definitions(redis_lock PUBLIC BOOST_ASIO_NO_DEPRECATED)
 redis_lock_warnings(redis_lock)
 set_target_properties(redis_lock PROPERTIES
   VERSION ${PROJECT_VERSION}
