@@ -10,7 +10,7 @@
 //                                                               with the same order_id
 //     409 Conflict   {"error": "order_in_progress"} + Retry-After   another request has it now
 //     422 Unprocessable {"error": "order_mismatch"}   this order exists with another amount/currency
-//     503 {"error": "temporarily_unavailable"} + Retry-After   nothing was charged; retry
+//     503 {"error": "temporarily_unavailable"} + Retry-After   retry with the same order_id
 //     400 / 404 / 405 / 413 for bad requests
 //   A decided order's stored response is replayed, byte for byte, with the same status and
 //   `Idempotent-Replayed: true`, for --retention-s (24 h by default).
@@ -47,6 +47,7 @@
 #include <boost/asio/bind_executor.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
+#include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
@@ -59,6 +60,7 @@
 #include <boost/beast/http.hpp>
 #include <boost/json.hpp>
 
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -70,6 +72,7 @@
 #include <cstring>
 #include <optional>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -136,11 +139,12 @@ bool valid_currency(std::string_view c) {
   return c.size() == 3 && std::all_of(c.begin(), c.end(), [](char x) { return x >= 'A' && x <= 'Z'; });
 }
 
+/// 128 bits straight from the system's random source (a seeded generator would repeat
+/// whenever two threads drew the same seed).
 std::string new_idempotency_key() {
-  static thread_local std::mt19937_64 random{std::random_device{}()};
+  static thread_local std::random_device random;
   char buf[40];
-  std::snprintf(buf, sizeof buf, "chk_%016llx%016llx", static_cast<unsigned long long>(random()),
-                static_cast<unsigned long long>(random()));
+  std::snprintf(buf, sizeof buf, "chk_%08x%08x%08x%08x", random(), random(), random(), random());
   return buf;
 }
 
@@ -206,19 +210,24 @@ class Worker {
     asio::co_spawn(io_, reconcile_loop(), asio::detached);
   }
 
-  /// Stops accepting; requests and charges in progress finish (each is bounded by the
-  /// provider deadline); the process exits when they have.
+  /// Stops accepting and closes idle connections; requests and charges in progress finish
+  /// (each is bounded: the provider deadline, the ledger's timeouts), and io.run() returns
+  /// when they have. Nothing is abandoned mid-step, so no coroutine is destroyed suspended.
   void stop() {
     error_code ignored;
     acceptor_.close(ignored);
     stopping_ = true;
     reconcile_timer_.cancel();
-    if (busy_ == 0) return io_.stop();
-    // The grace outlasts the longest charge (provider deadline plus two ledger writes); idle
-    // keep-alive connections would otherwise hold us for their read timeout.
-    grace_.expires_after(opt_.provider_timeout + 5s);
+    for (auto* idle : reading_) idle->cancel();
+    if (busy_ == 0) return;
+    // A last resort, should a step hang after all: leave as a crash would (the ledger's
+    // pending attempts are finished by the other workers' reconcilers).
+    grace_.expires_after(opt_.provider_timeout + 10s);
     grace_.async_wait([this](error_code ec) {
-      if (!ec) io_.stop();
+      if (ec) return;
+      std::fprintf(stderr, "checkout worker %d: shutdown grace ran out; exiting\n", index_);
+      print_summary();
+      std::_Exit(1);
     });
   }
 
@@ -231,12 +240,12 @@ class Worker {
   }
 
  private:
-  /// Counts a request or a reconciliation as work that shutdown waits for.
+  /// Counts a connection or a reconciliation as work that shutdown waits for.
   struct Busy {
     Worker* w;
     explicit Busy(Worker* worker) : w(worker) { ++w->busy_; }
     ~Busy() {
-      if (--w->busy_ == 0 && w->stopping_) w->io_.stop();
+      if (--w->busy_ == 0 && w->stopping_) w->grace_.cancel();
     }
   };
 
@@ -256,8 +265,11 @@ class Worker {
       http::request_parser<http::string_body> parser;
       parser.body_limit(8 * 1024);
       stream.expires_after(30s);
+      if (stopping_) break;
+      reading_.insert(&stream);  // idle until a request comes: stop() cancels the read
       auto [ec, n] = co_await http::async_read(stream, buffer, parser,
                                                asio::as_tuple(asio::use_awaitable));
+      reading_.erase(&stream);
       if (ec == http::error::body_limit) {
         Request req = parser.release();
         Response res = reply(req, http::status::payload_too_large,
@@ -329,7 +341,7 @@ class Worker {
     } catch (const checkout::LedgerError&) {
       ++unavailable_;
       co_return retry_later(req, http::status::service_unavailable, "temporarily_unavailable",
-                            "nothing was charged; retry with the same order_id", order_id);
+                            "temporarily unavailable; retry with the same order_id", order_id);
     }
     if (stored && (stored->amount != amount || stored->currency != currency)) {
       co_return mismatch(req, order_id);
@@ -342,7 +354,7 @@ class Worker {
     if (ec) {
       ++unavailable_;
       co_return retry_later(req, http::status::service_unavailable, "temporarily_unavailable",
-                            "nothing was charged; retry with the same order_id", order_id);
+                            "temporarily unavailable; retry with the same order_id", order_id);
     }
     if (!guard) {
       ++conflicts_;
@@ -366,7 +378,7 @@ class Worker {
       case Settled::unavailable:
         ++unavailable_;
         co_return retry_later(req, http::status::service_unavailable, "temporarily_unavailable",
-                              "nothing was charged; retry with the same order_id", order_id);
+                              "temporarily unavailable; retry with the same order_id", order_id);
       case Settled::unknown:
         break;
     }
@@ -409,11 +421,11 @@ class Worker {
     }
     using Begun = checkout::Ledger::Begun;
     const checkout::Record& order = begun.record;
-    if (begun.outcome == Begun::final) co_return Settled{Settled::already_final, order};
     if (begun.outcome == Begun::stale) co_return Settled{Settled::taken_over, {}};
     if (order.amount != amount || order.currency != currency) {
-      co_return Settled{Settled::mismatch, {}};
+      co_return Settled{Settled::mismatch, {}};  // also for a decided order: never its replay
     }
+    if (begun.outcome == Begun::final) co_return Settled{Settled::already_final, order};
 
     // 4. The provider, with the attempt's key and a deadline inside the lease: a holder never
     // calls on a lease that could lapse before the answer is back.
@@ -482,7 +494,16 @@ class Worker {
         if (lec || !guard) continue;  // someone is on it, or the lock server is away
         const Settled s = co_await settle(guard, order_id, order->amount, order->currency);
         co_await guard.async_release(asio::as_tuple(asio::use_awaitable));
-        if (s.outcome == Settled::decided) ++reconciled_;
+        if (s.outcome == Settled::decided) {
+          ++reconciled_;
+        } else {
+          // Still undecided: to the back of the line, so that a few stuck orders cannot keep
+          // the reconciler from newer ones.
+          try {
+            co_await on_pool([&] { return ledger_.postpone(order_id); });
+          } catch (const checkout::LedgerError&) {
+          }
+        }
       }
     }
   }
@@ -505,6 +526,7 @@ class Worker {
   /// Runs the blocking ledger call on the pool and comes back to this worker's thread.
   template <class Fn>
   asio::awaitable<std::invoke_result_t<Fn>> on_pool(Fn fn) {
+    const auto io_busy = asio::make_work_guard(io_);  // io.run() must wait for our way back
     co_await asio::post(asio::bind_executor(pool_, asio::use_awaitable));
     std::exception_ptr failure;
     std::optional<std::invoke_result_t<Fn>> result;
@@ -527,6 +549,7 @@ class Worker {
   asio::thread_pool pool_{4};
   asio::ip::tcp::acceptor acceptor_;
   asio::steady_timer grace_{io_};
+  std::set<beast::tcp_stream*> reading_;  // connections waiting for their next request
   asio::steady_timer reconcile_timer_{io_};
   int busy_ = 0;
   bool stopping_ = false;
@@ -645,9 +668,13 @@ int main(int argc, char** argv) {
     std::chrono::steady_clock::time_point started;
   };
   std::vector<Child> children(static_cast<std::size_t>(opt.workers));
+  const pid_t parent = ::getpid();
   const auto spawn = [&](std::size_t i) {
     const pid_t pid = ::fork();
     if (pid == 0) {
+      // A worker outliving its parent (kill -9 of the parent) stops as if told to.
+      ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+      if (::getppid() != parent) std::_Exit(0);
       sigprocmask(SIG_SETMASK, &old, nullptr);
       std::_Exit(run_worker(opt, configs, static_cast<int>(i)));
     }
@@ -657,7 +684,9 @@ int main(int argc, char** argv) {
   for (std::size_t i = 0; i < children.size(); ++i) {
     if (!spawn(i)) {
       std::perror("fork");
-      for (const auto& c : children) if (c.pid > 0) ::kill(c.pid, SIGTERM);
+      for (const auto& c : children) {
+        if (c.pid > 0 && ::kill(c.pid, SIGTERM) == 0) ::waitpid(c.pid, nullptr, 0);
+      }
       return 1;
     }
   }

@@ -48,6 +48,12 @@ local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
 return redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ms - tonumber(ARGV[1]), 'LIMIT', 0, ARGV[2])
 )lua";
 
+constexpr const char* postpone_script = R"lua(
+local now = redis.call('TIME')
+local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+return redis.call('ZADD', KEYS[1], 'XX', 'CH', ms, ARGV[1])
+)lua";
+
 template <class Int>
 Int to_int(std::string_view s) {
   Int v{};
@@ -207,6 +213,11 @@ Record Ledger::finish(const std::string& order_id, const std::string& key, int s
 std::vector<std::string> Ledger::overdue(std::chrono::milliseconds min_age, std::size_t limit) {
   return run({"EVAL", overdue_script, "1", prefix_ + "pending", std::to_string(min_age.count()),
               std::to_string(limit)});
+}
+
+bool Ledger::postpone(const std::string& order_id) {
+  const auto reply = run({"EVAL", postpone_script, "1", prefix_ + "pending", order_id});
+  return !reply.empty() && reply[0] == "1";
 }
 
 std::vector<Ledger::Entry> Ledger::journal() {

@@ -82,8 +82,11 @@ class Ledger {
   Record finish(const std::string& order_id, const std::string& key, int status,
                 const std::string& body, const std::string& charge_id);
 
-  /// Orders whose pending attempt is older than `min_age` (by the ledger server's clock).
+  /// Orders whose pending attempt is older than `min_age` (by the ledger server's clock),
+  /// oldest (or least recently postponed) first.
   std::vector<std::string> overdue(std::chrono::milliseconds min_age, std::size_t limit);
+  /// Moves a still-pending order to the back of overdue()'s line (true if it moved).
+  bool postpone(const std::string& order_id);
 
   /// Every (order id, charge id, status) in the journal, oldest first (for checkers).
   struct Entry {

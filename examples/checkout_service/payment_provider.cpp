@@ -45,7 +45,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <random>
 #include <set>
@@ -107,6 +109,13 @@ class Provider {
     load();
     fd_ = ::open(journal_path_.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
     if (fd_ < 0) throw std::runtime_error("journal " + journal_path_ + ": " + std::strerror(errno));
+    // The file's directory entry is made durable too (the file may have just been created).
+    const auto dir = std::filesystem::absolute(journal_path_).parent_path();
+    const int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dir_fd < 0 || ::fsync(dir_fd) != 0) {
+      throw std::runtime_error("journal directory " + dir.string() + ": " + std::strerror(errno));
+    }
+    ::close(dir_fd);
   }
   ~Provider() { ::close(fd_); }
 
@@ -190,6 +199,11 @@ class Provider {
       co_return res;
     }
     if (!in_flight_.insert(key).second) co_return answer(req, 409, error_body("idempotency_key_in_use"));
+    struct Done {  // the key is free again however this ends
+      std::set<std::string>& keys;
+      const std::string& key;
+      ~Done() { keys.erase(key); }
+    } done{in_flight_, key};
 
     Fault fault;
     if (const auto it = faults_.find(std::string(reference->get_string())); it != faults_.end()) {
@@ -209,7 +223,6 @@ class Provider {
     r.body["status"] = declined ? "declined" : "succeeded";
     if (declined) r.body["decline_code"] = "card_declined";
     record(key, r);
-    in_flight_.erase(key);
     results_.emplace(key, r);
     if (fault.action == "drop_response") co_return std::nullopt;
     co_return answer(req, r.status, r.body);
@@ -227,14 +240,23 @@ class Provider {
     }
   }
 
+  // Reads every complete line back. A torn last line (a crash mid-write: that result was
+  // never answered) is cut off, so that the next record does not land on its fragment.
   void load() {
-    std::ifstream in(journal_path_);
-    std::string line;
-    while (std::getline(in, line)) {
+    std::ifstream in(journal_path_, std::ios::binary);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const std::size_t complete = text.rfind('\n') == std::string::npos ? 0 : text.rfind('\n') + 1;
+    if (complete < text.size() && ::truncate(journal_path_.c_str(), static_cast<off_t>(complete)) != 0) {
+      throw std::runtime_error("journal " + journal_path_ + ": " + std::strerror(errno));
+    }
+    std::size_t at = 0;
+    while (at < complete) {
+      const std::size_t end = text.find('\n', at);
       error_code ec;
-      const json::value v = json::parse(line, ec);
+      const json::value v = json::parse(std::string_view(text).substr(at, end - at), ec);
+      at = end + 1;
       const json::object* o = ec ? nullptr : v.if_object();
-      if (!o) continue;  // a torn last line: that result was never answered
+      if (!o) throw std::runtime_error("journal " + journal_path_ + ": a damaged record");
       Result r;
       r.status = static_cast<int>(o->at("status").as_int64());
       r.body = o->at("body").as_object();
@@ -265,6 +287,7 @@ int main(int argc, char** argv) {
   std::string listen = "127.0.0.1", journal;
   unsigned short port = 0;
   long latency_ms = 2;
+  if (argc % 2 == 0) argc = 0;  // an option without its value: usage
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string arg = argv[i], value = argv[i + 1];
     if (arg == "--journal") journal = value;

@@ -28,6 +28,8 @@ scenario=$1 service=$2 load=$3 provider=$4
 dir=$(mktemp -d)
 pids=()
 cleanup() {
+  # Children first (the service's workers, a paused one included), then what we started.
+  for p in "${pids[@]}"; do pkill -KILL -P "$p" 2>/dev/null || true; done
   for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
   for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
   rm -rf "$dir"
@@ -116,7 +118,12 @@ storm() {
 }
 order() { echo "run$1-order-$2"; }
 # The same in the background while a scenario does its damage; storm_result waits for it.
-storm_in_background() { storm "$@" >"$dir/storm.out" & storm_pid=$!; }
+storm_in_background() { storm "$@" >"$dir/storm.out" & storm_pid=$!; pids+=("$storm_pid"); }
+# still_pending ORDER: the ledger has a pending attempt for ORDER, not a final result yet
+still_pending() {
+  [ "$(redis-cli -s "$dir/ledger.sock" hget "checkout:order:$1" state)" = pending ] ||
+    fail "$1 was no longer pending when the fault struck (the fault came too late to test anything)"
+}
 storm_result() { wait "$storm_pid" || { cat "$dir/storm.out"; fail "$1"; }; cat "$dir/storm.out"; }
 
 start_lock_server
@@ -129,19 +136,21 @@ case "$scenario" in
     start_service "$workers"
     echo "checkout_service: $workers worker processes on 127.0.0.1:$service_port (SO_REUSEPORT)"
     "$load" --port "$service_port" --probe-bad-input || fail "bad input was not refused"
-    storm "s$RANDOM" "${CHECKOUT_ORDERS:-50}" "${CHECKOUT_REQUESTS:-400}" || fail "the storm"
+    storm "s$RANDOM$RANDOM" "${CHECKOUT_ORDERS:-50}" "${CHECKOUT_REQUESTS:-400}" || fail "the storm"
     ;;
 
   stale_holder)
-    # A's lease (300 ms, not renewed) runs out while the provider takes 1.2 s; A's own
-    # provider deadline fits inside its lease, so A tells its client "pending" (202). B takes
-    # the order over, finds A's pending attempt and calls with the same idempotency key: the
-    # provider charges once, and every client learns that one charge.
+    # A's lease (300 ms, not renewed) would run out while the provider takes 1.2 s, but A's
+    # provider deadline is kept inside its lease: A gives up at 200 ms and tells its client
+    # "pending" (202) instead of waiting past its lease. B takes the order, finds A's pending
+    # attempt and calls with the same idempotency key (the provider says "in progress" until
+    # its first call ends, then replays it): one charge, and every client learns it.
     start_service 1 --lock-ttl-ms 300 --no-renew --provider-timeout-ms 200
-    run="h$RANDOM"; x=$(order "$run" 0)
+    run="h$RANDOM$RANDOM"; x=$(order "$run" 0)
     arm "$x" delay 1200
     "$load" --port "$service_port" --one "$x" --amount 1000 >"$dir/a.out" &
     a=$!
+    pids+=("$a")
     caller_of "$x" >/dev/null
     wait_for "A's lease to run out" lock_key_gone "$x"
     storm "$run" 1 3 || fail "after the stale holder"
@@ -152,7 +161,7 @@ case "$scenario" in
 
   decline)
     start_service 1
-    x="decline-$RANDOM"
+    x="decline-$RANDOM$RANDOM"
     arm "$x" decline
     "$load" --port "$service_port" --one "$x" --amount 700 >"$dir/a.out"
     "$load" --port "$service_port" --one "$x" --amount 700 >"$dir/b.out"
@@ -174,12 +183,13 @@ EOF
   kill9)
     # The worker calling the provider dies with kill -9; its lease lapses (1 s); a retry or
     # the other worker's reconciler resumes the pending attempt with the same key.
-    start_service 2 --lock-ttl-ms 1000 --provider-timeout-ms 800
-    run="k$RANDOM"
-    arm "$(order "$run" 0)" delay 600
+    start_service 2 --lock-ttl-ms 1500 --provider-timeout-ms 1200
+    run="k$RANDOM$RANDOM"
+    arm "$(order "$run" 0)" delay 1500
     storm_in_background "$run" 4 12
     victim=$(caller_of "$(order "$run" 0)")
     kill -9 "$victim"
+    still_pending "$(order "$run" 0)"
     echo "killed worker $victim (kill -9) while it was calling the provider"
     storm_result "after kill -9"
     ;;
@@ -189,7 +199,7 @@ EOF
     # deadline (1 s): it stops accepting, its call times out, its client hears 202, and it
     # exits; the pending attempt is finished by a retry or the other worker's reconciler.
     start_service 2 --lock-ttl-ms 2000 --provider-timeout-ms 1000
-    run="t$RANDOM"
+    run="t$RANDOM$RANDOM"
     arm "$(order "$run" 0)" delay 1500
     storm_in_background "$run" 4 12
     victim=$(caller_of "$(order "$run" 0)")
@@ -201,7 +211,7 @@ EOF
 
   dropped_response)
     start_service 2
-    run="d$RANDOM"
+    run="d$RANDOM$RANDOM"
     arm "$(order "$run" 0)" drop_response
     storm "$run" 4 12 || fail "after a dropped response"
     ;;
@@ -211,11 +221,12 @@ EOF
     # order, finds the pending attempt and calls with the same key; the paused worker wakes,
     # its provider deadline has passed, and its answer is at most "pending".
     start_service 2 --lock-ttl-ms 1000 --provider-timeout-ms 800
-    run="p$RANDOM"; x=$(order "$run" 0)
-    arm "$x" delay 500
+    run="p$RANDOM$RANDOM"; x=$(order "$run" 0)
+    arm "$x" delay 1500
     storm_in_background "$run" 4 12
     victim=$(caller_of "$x")
     kill -STOP "$victim"
+    still_pending "$x"
     wait_for "the paused worker's lease to lapse" lock_key_gone "$x"
     wait_for "another call for $x" calls_at_least "$x" 2
     kill -CONT "$victim"
@@ -226,7 +237,7 @@ EOF
     # The ledger's redis-server killed (kill -9) and restarted from its append-only file: no
     # answered write is lost, pooled connections are replaced, decided orders are replayed.
     start_service 2
-    run="l$RANDOM"
+    run="l$RANDOM$RANDOM"
     storm "$run" 8 24 || fail "before the ledger restart"
     kill -9 "$ledger_pid"; wait "$ledger_pid" 2>/dev/null || true
     start_ledger
@@ -243,17 +254,18 @@ EOF
     orders=${CHECKOUT_ORDERS:-50} requests=${CHECKOUT_REQUESTS:-400}
     [ "$scenario" = demo ] || { orders=8 requests=24; }
     echo "== the duplicate storm: $requests concurrent requests for $orders orders, $workers workers"
-    first="r$RANDOM"
+    first="r$RANDOM$RANDOM"
     storm "$first" "$orders" "$requests" || fail "the storm"
     before=$(redis-cli -s "$dir/ledger.sock" hget "checkout:order:$(order "$first" 0)" fence)
     echo "== the fault round: a worker killed mid-charge, the lock server restarted empty, a"
     echo "   provider response dropped; every unfinished order retried as a client would"
-    run="f$RANDOM"
-    arm "$(order "$run" 0)" delay 800
+    run="f$RANDOM$RANDOM"
+    arm "$(order "$run" 0)" delay 1500
     arm "$(order "$run" 1)" drop_response
     storm_in_background "$run" "$orders" "$requests"
     victim=$(caller_of "$(order "$run" 0)")
     kill -9 "$victim"
+    still_pending "$(order "$run" 0)"
     echo "   killed worker $victim (kill -9) while it was calling the provider"
     restart_lock_server
     echo "   restarted the lock server (kill -9, no persistence)"
@@ -268,7 +280,9 @@ esac
 
 # Stop the workers gracefully and show what each one did.
 kill -TERM "$service_pid"
-wait "$service_pid" || [ "$scenario" != storm ] || fail "checkout_service exited with $?"
+status=0
+wait "$service_pid" || status=$?
+[ "$status" = 0 ] || [ "$scenario" != storm ] || fail "checkout_service exited with $status"
 echo "per worker:"
 grep -E '^checkout worker [0-9]+ \(pid [0-9]+\): ' "$dir/service.log" | sed 's/^/  /'
 if [ "$scenario" = demo ]; then
