@@ -21,6 +21,7 @@
 #include <vector>
 
 #include <sys/socket.h>
+#include <unistd.h>
 
 namespace redis_lock::detail {
 
@@ -272,6 +273,19 @@ void Connection::try_endpoint(const std::shared_ptr<Link>& link, std::size_t ind
   if (index >= link->endpoints.size()) return connect_failed(error::connect_failed);
   error_code ignored;
   link->socket.close(ignored);
+  // The socket is made close-on-exec from its birth (Asio's own open() does not ask): a
+  // program that runs other programs must not hand them its Redis connections, and setting
+  // the flag after socket() would leave a window for another thread's fork and exec.
+  const auto& endpoint = link->endpoints[index];
+  const int fd = ::socket(endpoint.protocol().family(), SOCK_STREAM | SOCK_CLOEXEC,
+                          endpoint.protocol().protocol());
+  if (fd < 0) return try_endpoint(link, index + 1);
+  error_code assign_ec;
+  link->socket.assign(endpoint.protocol(), fd, assign_ec);
+  if (assign_ec) {
+    ::close(fd);
+    return try_endpoint(link, index + 1);
+  }
   link->socket.async_connect(
       link->endpoints[index], on_strand([self = shared_from_this(), link, index](error_code ec) {
         if (self->link_ != link) return;

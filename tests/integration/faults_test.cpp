@@ -5,6 +5,8 @@
 
 #include "child_process.hpp"
 
+#include <cstdio>
+
 using namespace redis_lock;
 using namespace redis_lock::test;
 using boost::system::error_code;
@@ -87,4 +89,40 @@ TEST(Faults, TwoManagersRacingNeverBothWin) {
     io.run_for(5s);  // the releases
   }
   EXPECT_EQ(a_wins + b_wins, 200);
+}
+
+namespace {
+/// How many sockets a program run from this process (fork + exec) receives open.
+int sockets_a_child_inherits() {
+  FILE* child = ::popen("ls -l /proc/self/fd | grep -c 'socket:'", "r");
+  if (!child) return -1;
+  int count = -1;
+  if (std::fscanf(child, "%d", &count) != 1) count = -1;
+  ::pclose(child);
+  return count;
+}
+}  // namespace
+
+TEST(Faults, ProgramsRunFromALockHolderGetNoneOfItsRedisConnections) {
+  auto cfg = shared_server_config();
+  const auto resource = unique_resource();
+  const int before = sockets_a_child_inherits();
+  ASSERT_GE(before, 0);
+  asio::io_context io;
+  LockManager a(io.get_executor(), cfg);
+  LockManager b(io.get_executor(), cfg);
+  run_co(io, [&]() -> asio::awaitable<void> {
+    auto held = co_await a.async_acquire(resource, {.ttl = 5s, .auto_renew = true},
+                                         asio::use_awaitable);
+    CO_ASSERT_TRUE(held);
+    // b waits in the queue (its notification connection), then gives up.
+    auto [ec, none] = co_await b.async_acquire(resource, {.ttl = 5s, .wait = 300ms},
+                                               asio::as_tuple(asio::use_awaitable));
+    EXPECT_FALSE(ec);
+    EXPECT_FALSE(none);
+    // With both managers connected and a lease renewed, a program started now inherits
+    // nothing of theirs (a daemon a deploy script starts would keep them open for its life).
+    EXPECT_EQ(sockets_a_child_inherits(), before);
+    co_await held.async_release(asio::use_awaitable);
+  }());
 }
