@@ -231,6 +231,8 @@ struct AcquireOp final : ScriptOp {
   }
   void give_back() { service->give_back(resource, token, give_back_until()); }
   void sleep_until_retry(long long pttl);
+  bool within_wait(error_code ec) const;
+  void wait_out_outage(error_code ec, bool gave_back);
   void cancel();
   void confirm_replicated(LockGuard guard) {
     // WAIT on the connection that carried the acquire: it counts the replicas that have
@@ -298,6 +300,7 @@ struct AcquireOp final : ScriptOp {
   bool joined = false;     // our token may be in the queue
   bool registered = false; // listed with the service for notifications
   bool notified = false;   // a notification came while an attempt was in flight
+  error_code last_error;   // of the last attempt, while waiting out an outage
   bool in_flight = false;  // an attempt awaits its reply
   bool cancelled = false;
   bool done = false;
@@ -1098,12 +1101,15 @@ void AcquireOp::on_reply(error_code ec, Reply reply) {
     // without our knowing. Give it back, again through link failures until it would have
     // expired. (Connect failures: never written. A timeout: the late reply decides. On
     // Redlock the quorum call gave back already.)
-    if (may_have_run(ec) && !service->redlock()) {
+    const bool gave_back = may_have_run(ec) && !service->redlock();
+    if (gave_back) {
       give_back();
       joined = false;
     }
+    if (within_wait(ec)) return wait_out_outage(ec, gave_back);
     return finish(ec, LockGuard{});
   }
+  last_error = {};
   if (reply.is_error()) {
     leave();
     return finish(service->server_error(reply), LockGuard{});
@@ -1154,6 +1160,42 @@ void AcquireOp::on_reply(error_code ec, Reply reply) {
     return finish({}, LockGuard{});
   }
   sleep_until_retry(reply.elements[1].integer);
+}
+
+bool AcquireOp::within_wait(error_code ec) const {
+  // A server that cannot be reached, or is failing over, may be back within the wait: the
+  // caller asked to wait for the lock, not to hear of the first hiccup. (Redlock decides by
+  // majority instead; a timed-out attempt has a late reply to settle first.)
+  const bool outage = ec == error::connect_failed || ec == error::connect_timeout ||
+                      ec == error::connection_lost || ec == error::read_only;
+  return outage && !service->redlock() && options.wait.count() > 0 && !cancelled &&
+         Clock::now() < deadline;
+}
+
+void AcquireOp::wait_out_outage(error_code ec, bool gave_back) {
+  last_error = ec;
+  if (gave_back) {
+    // The give-back on its way releases whatever this token holds: never use it again.
+    if (registered) {
+      service->remove_waiter(token);
+      registered = false;
+    }
+    try {
+      token = random_token();
+    } catch (const std::exception&) {
+      return finish(error::server_error, LockGuard{});
+    }
+  }
+  const auto sleep = jittered(backoff);
+  backoff = std::min(backoff * 2, max_backoff);
+  if (!timer) timer = std::make_unique<asio::steady_timer>(service->strand());
+  timer->expires_at(std::min(deadline, Clock::now() + sleep));
+  timer->async_wait([op = std::static_pointer_cast<AcquireOp>(shared_from_this())](error_code) {
+    if (op->done || op->cancelled) return;
+    // The wait ran out during the outage: its last error is the answer, not "held".
+    if (Clock::now() >= op->deadline) return op->finish(op->last_error, LockGuard{});
+    op->attempt();
+  });
 }
 
 void AcquireOp::sleep_until_retry(long long pttl) {

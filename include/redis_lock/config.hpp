@@ -82,7 +82,11 @@ struct ConnectionConfig {
 /// How one lock is taken.
 struct LockOptions {
   std::chrono::milliseconds ttl{10'000};  ///< lease length, > 0
-  std::chrono::milliseconds wait{0};      ///< keep trying this long; 0 = one attempt
+  /// Keep trying this long; 0 = one attempt. Within the wait, an unreachable or failing-over
+  /// server (connect_failed, connect_timeout, connection_lost, read_only) is retried with
+  /// backoff; if the wait runs out during such an outage, the last of those errors is the
+  /// result instead of an empty guard. (Redlock: its majority decides each attempt.)
+  std::chrono::milliseconds wait{0};
   bool auto_renew = false;                ///< the manager's watchdog extends the lease while held
   std::chrono::milliseconds renew_every{0};  ///< with auto_renew: 0 = every ttl / 3
   std::chrono::milliseconds max_hold{0};  ///< with auto_renew: stop renewing after this; 0 = never

@@ -2,6 +2,8 @@
 // Taking and giving back locks on a live server: the everyday paths and every token kind.
 #include "live.hpp"
 
+#include "child_process.hpp"
+
 #include <boost/asio/bind_executor.hpp>
 #include <boost/asio/deferred.hpp>
 #include <boost/asio/spawn.hpp>
@@ -232,3 +234,95 @@ TEST_F(Acquire, FencingCountersAreBoundedBySlots) {
                                      opts.key_prefix + "*"}),
             "1");
 }
+
+namespace {
+void run_until_done(asio::io_context& io, const bool& done, std::chrono::milliseconds limit) {
+  const auto until = std::chrono::steady_clock::now() + limit;
+  io.restart();
+  while (!done && std::chrono::steady_clock::now() < until) io.run_one_for(10ms);
+}
+}  // namespace
+
+// A waiting acquire outlasts a brief outage of its server (killed, then back on the same
+// port): connection failures within the wait are retried with backoff, and only when the
+// wait runs out during an outage is its last error the answer.
+TEST(Outage, AWaitingAcquireOutlastsABriefOutage) {
+  RedisServer server;
+  server.kill();
+  asio::io_context io;
+  LockManager locks(io.get_executor(), server.config());
+  bool done = false;
+  error_code got_ec;
+  LockGuard got;
+  locks.async_acquire(unique_resource(), {.ttl = 5s, .wait = 8s},
+                      [&](error_code ec, LockGuard g) {
+                        done = true;
+                        got_ec = ec;
+                        got = std::move(g);
+                      });
+  // A refused connect fails within a millisecond: before outages were waited out, the
+  // acquire completed with connect_failed long before this (its wait is 8 s).
+  io.run_for(300ms);
+  ASSERT_FALSE(done) << got_ec.message();
+  server.restart();
+  run_until_done(io, done, 10s);
+  ASSERT_TRUE(done);
+  EXPECT_FALSE(got_ec) << got_ec.message();
+  EXPECT_TRUE(got);
+}
+
+TEST(Outage, AWaitThatRunsOutDuringAnOutageReportsTheConnectionError) {
+  RedisServer server;
+  server.kill();
+  asio::io_context io;
+  LockManager locks(io.get_executor(), server.config());
+  bool done = false;
+  error_code got_ec;
+  const auto started = std::chrono::steady_clock::now();
+  locks.async_acquire(unique_resource(), {.ttl = 5s, .wait = 700ms},
+                      [&](error_code ec, LockGuard) {
+                        done = true;
+                        got_ec = ec;
+                      });
+  run_until_done(io, done, 10s);
+  ASSERT_TRUE(done);
+  EXPECT_EQ(got_ec, error::connect_failed) << got_ec.message();
+  const auto took = std::chrono::steady_clock::now() - started;
+  EXPECT_GE(took, 650ms) << "gave up before the wait ran out";
+  EXPECT_LT(took, 5s);
+}
+
+#ifdef REDIS_LOCK_CLI_PATH
+// The same through redis-lock: a queued --wait outlasts its server being killed and brought
+// back (it ended with exit 3 at the first connection error, with most of its wait left).
+TEST(Outage, TheCliWaitsOutABriefOutage) {
+  RedisServer server;
+  const auto resource = unique_resource();
+  asio::io_context io;
+  LockManager holder(io.get_executor(), server.config());
+  bool done = false;
+  LockGuard held;
+  holder.async_acquire(resource, {.ttl = 60s}, [&](error_code, LockGuard g) {
+    held = std::move(g);
+    done = true;
+  });
+  run_until_done(io, done, 10s);
+  ASSERT_TRUE(held);
+  ChildProcess waiter({REDIS_LOCK_CLI_PATH, "--url",
+                       "redis://127.0.0.1:" + std::to_string(server.port()), "--wait", "20s",
+                       resource, "--", "sh", "-c", "echo ran"});
+  // Queued behind the holder: its place is in the queue's key.
+  const auto until = std::chrono::steady_clock::now() + 5s;
+  while (server.command({"KEYS", "lock:q:*"}).empty() && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(5ms);
+  }
+  ASSERT_FALSE(server.command({"KEYS", "lock:q:*"}).empty()) << "the CLI never queued";
+  server.kill();  // the holder's lease goes with it (no persistence)
+  // The outage itself: longer than a queued waiter sleeps between attempts (at most the
+  // queue refresh interval, 400 ms), so its next attempt meets the dead server.
+  std::this_thread::sleep_for(1500ms);
+  server.restart();
+  EXPECT_EQ(waiter.read_line(), "ran");
+  EXPECT_EQ(waiter.wait(), 0);
+}
+#endif
