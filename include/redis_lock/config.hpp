@@ -81,7 +81,7 @@ struct ConnectionConfig {
 
 /// How one lock is taken.
 struct LockOptions {
-  std::chrono::milliseconds ttl{10'000};  ///< lease length, > 0
+  std::chrono::milliseconds ttl{10000};  ///< lease length, > 0
   /// Keep trying this long; 0 = one attempt. Within the wait, an unreachable or failing-over
   /// server (connect_failed, connect_timeout, connection_lost, read_only) is retried with
   /// backoff; if the wait runs out during such an outage, the last of those errors is the
