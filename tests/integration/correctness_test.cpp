@@ -244,7 +244,10 @@ TEST(Correctness, MinReplicasHoldsForRenewalsAndExtensions) {
   ASSERT_TRUE(wait_until_linked(replica));
   asio::io_context io;
   LockManager locks(io.get_executor(), master.config());
-  LockGuard held = hold(locks, io, "replicated", {.ttl = 3s, .auto_renew = true, .min_replicas = 1, .replication_timeout = 1s});
+  // WAIT blocks the connection it runs on: a command queued behind a renewal's WAIT spends
+  // up to replication_timeout of its 1 s command deadline waiting (with 1 s, an extension
+  // sent behind a renewal's WAIT timed out once in a flake hunt).
+  LockGuard held = hold(locks, io, "replicated", {.ttl = 3s, .auto_renew = true, .min_replicas = 1, .replication_timeout = 200ms});
   ASSERT_TRUE(held);
   // With the replica still there, an extension is confirmed by WAIT.
   std::optional<std::pair<error_code, bool>> extended;
