@@ -243,7 +243,12 @@ TEST(Correctness, MinReplicasHoldsForRenewalsAndExtensions) {
   RedisServer replica({"--replicaof", "127.0.0.1", std::to_string(master.port())});
   ASSERT_TRUE(wait_until_linked(replica));
   asio::io_context io;
-  LockManager locks(io.get_executor(), master.config());
+  // WAIT blocks the connection it runs on: a command queued behind a renewal's WAIT spends
+  // up to the 1 s replication timeout of its command deadline waiting (with the default 1 s
+  // deadline, an extension sent behind a renewal's WAIT timed out once in a flake hunt).
+  auto cfg = master.config();
+  cfg.command_timeout = 3s;
+  LockManager locks(io.get_executor(), cfg);
   LockGuard held = hold(locks, io, "replicated", {.ttl = 3s, .auto_renew = true, .min_replicas = 1, .replication_timeout = 1s});
   ASSERT_TRUE(held);
   // With the replica still there, an extension is confirmed by WAIT.

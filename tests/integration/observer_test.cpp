@@ -132,10 +132,15 @@ TEST(Observer, RenewalsAndALostLease) {
   const auto resource = unique_resource();
   const auto port = shared_server_port();
   run_co(io, [&]() -> asio::awaitable<void> {
-    auto g = co_await locks.async_acquire(resource, {.ttl = 150ms, .auto_renew = true},
-                                          asio::use_awaitable);
+    // Renewed every 50 ms; the 600 ms ttl lets a loaded machine run a renewal late.
+    auto g = co_await locks.async_acquire(
+        resource, {.ttl = 600ms, .auto_renew = true, .renew_every = 50ms}, asio::use_awaitable);
     CO_ASSERT_TRUE(g);
-    co_await sleep_for(400ms);
+    // Until three renewals were reported (bounded).
+    for (const auto until = std::chrono::steady_clock::now() + 5s;
+         rec->count(LeaseCommand::renewal, true) < 3 && std::chrono::steady_clock::now() < until;) {
+      co_await sleep_for(10ms);
+    }
     EXPECT_FALSE(g.lost());
     EXPECT_GE(rec->count(LeaseCommand::renewal, true), 3);
     // Someone deletes the lease behind our back: the next renewal finds it gone.

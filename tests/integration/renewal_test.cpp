@@ -40,10 +40,11 @@ TEST(Renewal, AutoRenewKeepsTheLeaseAndStopsAtRelease) {
   LockManager locks(io.get_executor(), cfg);
   const auto resource = unique_resource();
   run_co(io, [&]() -> asio::awaitable<void> {
-    auto g = co_await locks.async_acquire(resource, {.ttl = 300ms, .auto_renew = true},
-                                          asio::use_awaitable);
+    // Renewed every 100 ms: a renewal may run up to ~500 ms late on a loaded machine.
+    auto g = co_await locks.async_acquire(
+        resource, {.ttl = 600ms, .auto_renew = true, .renew_every = 100ms}, asio::use_awaitable);
     CO_ASSERT_TRUE(g);
-    co_await sleep_for(1s);  // more than three ttls
+    co_await sleep_for(2s);  // more than three ttls
     EXPECT_FALSE(g.lost());
     EXPECT_EQ(redis_command(cfg.port, {"GET", lease_key(resource)}), g.token());
     EXPECT_GT(g.valid_until(), Clock::now());
@@ -150,14 +151,17 @@ TEST(Renewal, MaxHoldStopsRenewingAStuckHolder) {
   const auto resource = unique_resource();
   run_co(io, [&]() -> asio::awaitable<void> {
     const auto start = Clock::now();
+    // Renewed every 100 ms: a renewal may run up to ~500 ms late without losing the lease
+    // before max_hold; after it, the last renewal's 600 ms run out.
     auto g = co_await locks.async_acquire(
-        resource, {.ttl = 300ms, .auto_renew = true, .max_hold = 600ms}, asio::use_awaitable);
+        resource, {.ttl = 600ms, .auto_renew = true, .renew_every = 100ms, .max_hold = 600ms},
+        asio::use_awaitable);
     CO_ASSERT_TRUE(g);
     const auto [ec] = co_await g.async_wait_lost(asio::as_tuple(asio::use_awaitable));
     EXPECT_EQ(ec, error::lock_lost);
     const auto held = Clock::now() - start;
     EXPECT_GE(held, 600ms);
-    EXPECT_LT(held, 1200ms);
+    EXPECT_LT(held, 600ms + 600ms + 500ms);  // max_hold + ttl + slack
   }());
 }
 

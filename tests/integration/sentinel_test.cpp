@@ -120,7 +120,7 @@ TEST(Sentinel, LockTrafficFollowsAKilledMaster) {
   LockLoad load(set.config(), names, 8);
   std::this_thread::sleep_for(500ms);
   set.data(0).kill(SIGKILL);
-  set.wait_new_master(0);  // down-after 1 s, then the election
+  set.wait_new_master(0);  // down-after 2 s, then the election
   const auto healthy = Clock::now();
   std::this_thread::sleep_for(800ms);
   check_failover_load(load, set, names, healthy);

@@ -47,9 +47,12 @@ TEST(Stress, ThreadsCancellationsAndRenewalsOnOneIoContext) {
           if (!ec) signal.emit(asio::cancellation_type::terminal);
         });
       }
+      // Renewed every 30 ms: several renewals per hold, while a loaded 2-core machine under
+      // TSan may stall a renewal for most of the 300 ms ttl without losing the lease.
       const bool renew = round % 4 == 1;
       auto [ec, guard] = co_await locks.async_acquire(
-          shared, {.ttl = renew ? 90ms : 2s, .wait = 5s, .auto_renew = renew},
+          shared, {.ttl = renew ? 300ms : 2s, .wait = 5s, .auto_renew = renew,
+                   .renew_every = renew ? 30ms : 0ms},
           asio::bind_cancellation_slot(signal.slot(), asio::as_tuple(asio::use_awaitable)));
       canceller.cancel();
       if (ec == asio::error::operation_aborted) {
@@ -65,9 +68,16 @@ TEST(Stress, ThreadsCancellationsAndRenewalsOnOneIoContext) {
       int prev = max_holders.load();
       while (now > prev && !max_holders.compare_exchange_weak(prev, now)) {
       }
-      asio::steady_timer hold(ex, renew ? 120ms : 1ms);  // renewed ones outlive their ttl
-      co_await hold.async_wait(asio::as_tuple(asio::use_awaitable));
-      if (guard.lost()) ++failed;
+      // A renewed one is held until a renewal was confirmed (within 2 s), the others 1 ms.
+      const auto first_valid_until = guard.valid_until();
+      const auto hold_until = std::chrono::steady_clock::now() + 2s;
+      asio::steady_timer hold(ex);
+      do {
+        hold.expires_after(renew ? 10ms : 1ms);
+        co_await hold.async_wait(asio::as_tuple(asio::use_awaitable));
+      } while (renew && guard.valid_until() == first_valid_until && !guard.lost() &&
+               std::chrono::steady_clock::now() < hold_until);
+      if (guard.lost() || (renew && guard.valid_until() == first_valid_until)) ++failed;
       --holders;
       if (round % 2) {
         co_await guard.async_release(asio::as_tuple(asio::use_awaitable));

@@ -41,13 +41,14 @@ TEST(Tls, LocksWaitingAndRenewalOverTls) {
   LockManager second(io.get_executor(), tls.config());
   const auto resource = unique_resource();
   run_co(io, [&]() -> asio::awaitable<void> {
-    auto held = co_await first.async_acquire(resource, {.ttl = 300ms, .auto_renew = true},
-                                             asio::use_awaitable);
+    // Renewed every 100 ms: a renewal may run up to ~500 ms late on a loaded machine.
+    auto held = co_await first.async_acquire(
+        resource, {.ttl = 600ms, .auto_renew = true, .renew_every = 100ms}, asio::use_awaitable);
     CO_ASSERT_TRUE(held);
     EXPECT_GT(held.fencing_token(), 0u);
     // The lease is in the server, written over the TLS port.
     EXPECT_EQ(tls.server->command({"GET", lease_key(resource)}), held.token());
-    co_await sleep_for(1s);  // three ttls: renewed over TLS
+    co_await sleep_for(2s);  // three ttls: renewed over TLS
     EXPECT_FALSE(held.lost());
     // A waiter over TLS (its subscriber connection too) gets the lease handed over.
     bool handed_over = false;

@@ -123,7 +123,7 @@ TEST(Tokens, KeepIncreasingAcrossASentinelFailoverToAReplicaThatMissedWrites) {
   const auto before = take_three(locks, io, resource);  // the replica misses these
   EXPECT_GT(before, replicated);
   set.data(0).kill(SIGKILL);
-  set.wait_new_master(0);  // down-after 1 s, then the election
+  set.wait_new_master(0);  // down-after 2 s, then the election
   EXPECT_GT(take(locks, io, resource, 30s), before);
 }
 

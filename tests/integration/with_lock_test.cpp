@@ -18,10 +18,11 @@ TEST(WithLock, RunsTheWorkUnderTheLeaseAndReleases) {
   const auto resource = unique_resource();
   bool ran = false;
   std::optional<error_code> result;
-  async_with_lock(locks, resource, {.ttl = 300ms},
+  // Renewed every 100 ms: a renewal may run up to ~500 ms late on a loaded machine.
+  async_with_lock(locks, resource, {.ttl = 600ms, .renew_every = 100ms},
                   [&](const LockGuard& g) -> asio::awaitable<void> {
                     EXPECT_EQ(redis_command(cfg.port, {"GET", lease_key(resource)}), g.token());
-                    asio::steady_timer t(co_await asio::this_coro::executor, 700ms);
+                    asio::steady_timer t(co_await asio::this_coro::executor, 1500ms);
                     co_await t.async_wait(asio::use_awaitable);  // longer than the ttl: renewed
                     ran = true;
                   },

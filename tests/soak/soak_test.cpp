@@ -86,10 +86,13 @@ TEST(Soak, HoldersKilledAndConnectionsDropped) {
   const int rounds = env_or("REDIS_LOCK_SOAK_ROUNDS", 60);
   RedisServer server;
   const auto resource = unique_resource();
+  // Unrenewed 1.5 s leases: a killed holder's lease (and one whose release met a killed
+  // connection) blocks the others until then, while a worker stalled by a loaded machine
+  // between its blocking calls still finishes its round inside the lease (400 ms did not).
   const auto spawn = [&] {
     return std::make_unique<ChildProcess>(std::vector<std::string>{
         REDIS_LOCK_SOAK_WORKER_PATH, std::to_string(server.port()), resource,
-        std::to_string(rounds), "400"});
+        std::to_string(rounds), "1500"});
   };
   std::vector<std::unique_ptr<ChildProcess>> workers;
   for (int i = 0; i < processes; ++i) workers.push_back(spawn());

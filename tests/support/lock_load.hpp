@@ -24,8 +24,7 @@ namespace redis_lock::test {
 using Clock = std::chrono::steady_clock;
 using boost::system::error_code;
 
-inline constexpr auto command_timeout = 300ms;
-inline constexpr auto connect_timeout = 300ms;
+inline constexpr auto command_timeout = 300ms;  // also the connect timeout (LockLoad default)
 inline constexpr LockOptions load_options{.ttl = 600ms, .wait = 200ms};
 // Longest an acquire may take: its wait, a connect, a command, retries' jitter, and slack
 // for a loaded 2-core machine running sanitizers.
@@ -34,9 +33,11 @@ inline constexpr auto latency_bound = 2500ms;
 /// Lock loops on a thread of their own, recording what happened.
 class LockLoad {
  public:
+  /// `deadline`: the command and connect timeouts (300 ms unless a test says otherwise).
   LockLoad(ConnectionConfig cfg, std::vector<std::string> resources, int loops,
-           LockOptions options = load_options)
-      : locks_(io_.get_executor(), with_timeouts(std::move(cfg))),
+           LockOptions options = load_options,
+           std::chrono::milliseconds deadline = command_timeout)
+      : locks_(io_.get_executor(), with_timeouts(std::move(cfg), deadline)),
         resources_(std::move(resources)),
         options_(options) {
     for (int i = 0; i < loops; ++i) {
@@ -85,9 +86,9 @@ class LockLoad {
   }
 
  private:
-  static ConnectionConfig with_timeouts(ConnectionConfig cfg) {
-    cfg.command_timeout = command_timeout;
-    cfg.connect_timeout = connect_timeout;
+  static ConnectionConfig with_timeouts(ConnectionConfig cfg, std::chrono::milliseconds deadline) {
+    cfg.command_timeout = deadline;
+    cfg.connect_timeout = deadline;
     return cfg;
   }
 

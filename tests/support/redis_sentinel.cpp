@@ -25,7 +25,9 @@ RedisSentinelSet::RedisSentinelSet(Options options) : options_(std::move(options
   const std::string name = master_name;
   std::vector<std::string> conf = {
       "sentinel monitor " + name + " 127.0.0.1 " + std::to_string(data_[0]->port()) + " 2",
-      "sentinel down-after-milliseconds " + name + " 1000",
+      // 2 s: a master that a loaded machine keeps from answering for 1 s is not failed
+      // over in the middle of a test (the tests that kill it wait ~1 s longer).
+      "sentinel down-after-milliseconds " + name + " 2000",
       "sentinel failover-timeout " + name + " 3000",
       "sentinel parallel-syncs " + name + " 1"};
   if (!options_.data_password.empty()) {

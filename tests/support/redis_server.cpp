@@ -135,6 +135,9 @@ std::string redis_command(std::uint16_t port, const std::vector<std::string>& ar
 
 RedisServer::RedisServer(std::vector<std::string> extra_args, bool die_with_parent)
     : extra_args_(std::move(extra_args)), dir_(make_temp_dir()), die_with_parent_(die_with_parent) {
+  for (std::size_t i = 0; i + 1 < extra_args_.size(); ++i) {
+    if (extra_args_[i] == "--requirepass") password_ = extra_args_[i + 1];
+  }
   start();
 }
 
@@ -146,7 +149,11 @@ RedisServer::RedisServer(SentinelMode, std::vector<std::string> config_lines)
     : dir_(make_temp_dir()) {
   sentinel_config_ = dir_ + "/sentinel.conf";
   std::ofstream file(sentinel_config_);
-  for (const auto& line : config_lines) file << line << "\n";
+  const std::string requirepass = "requirepass ";
+  for (const auto& line : config_lines) {
+    file << line << "\n";
+    if (line.rfind(requirepass, 0) == 0) password_ = line.substr(requirepass.size());
+  }
   file.close();
   start();
 }
@@ -241,8 +248,12 @@ bool RedisServer::wait_ready(std::chrono::milliseconds limit) {
       pid_ = -1;
       return false;
     }
-    const auto pong = redis_command(port_, {"PING"});
-    if (pong == "PONG" || pong.rfind("ERR:NOAUTH", 0) == 0) return true;
+    // Ready when the server on the port is our child: after a failed bind (the port was
+    // taken since free_port()) or on a restart's reused port, another process may answer.
+    const auto info = redis_command(port_, {"INFO", "server"}, password_);
+    if (info.find("\nprocess_id:" + std::to_string(pid_) + "\r") != std::string::npos) {
+      return true;
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   return false;

@@ -59,6 +59,7 @@ class RedisServer {
   bool wait_ready(std::chrono::milliseconds limit);
 
   std::string sentinel_config_;  // path of the config file; empty: not a sentinel
+  std::string password_;         // its requirepass: wait_ready() authenticates with it
 
   std::vector<std::string> extra_args_;
   std::string dir_;
