@@ -208,9 +208,13 @@ TEST(Sentinel, TheSentinelsAreAskedAgainEverySecondWhileCommandsFlow) {
     const auto resource = unique_resource();
     std::optional<int> where;
     locks.async_acquire(resource, {.ttl = 5s}, [&](boost::system::error_code ec, LockGuard g) {
-      EXPECT_FALSE(ec) << ec.message();  // node 0 still takes locks: no error
-      EXPECT_TRUE(g.owns_lock());
-      where = held_on(set, resource);  // (g releases afterwards)
+      // Node 0 still takes locks: no error, but for a command in flight when the client
+      // leaves node 0 (as in a failover: docs/safety.md#what-we-measured).
+      if (ec) {
+        EXPECT_EQ(ec, error::connection_lost) << ec.message();
+      }
+      EXPECT_EQ(g.owns_lock(), !ec);
+      where = g ? held_on(set, resource) : -1;  // (g releases afterwards)
     });
     io.restart();
     while (!where && Clock::now() - repointed < 6s) io.run_one_for(20ms);
