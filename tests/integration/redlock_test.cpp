@@ -383,6 +383,19 @@ void connect_everywhere(LockManager& locks, asio::io_context& io) {
   io.run_for(100ms);  // the release
 }
 
+/// Runs `io` on a thread (give-backs, late grants) while waiting until nothing holds
+/// `resource` on any live master.
+bool freed_while_running(asio::io_context& io, const Masters& masters,
+                         const std::string& resource, std::chrono::milliseconds limit) {
+  std::thread io_thread([&] {
+    io.restart();
+    io.run_for(limit);
+  });
+  const bool freed = eventually_free(masters, resource, limit);
+  io_thread.join();
+  return freed;
+}
+
 }  // namespace
 
 TEST(Redlock, SplitVoteBetweenTwoManagersIsContentionAndBothGiveBack) {
@@ -428,13 +441,8 @@ TEST(Redlock, SplitVoteBetweenTwoManagersIsContentionAndBothGiveBack) {
   EXPECT_EQ(log_b->outcomes(b_event, NodeOutcome::refused), 2);
   EXPECT_EQ(log_a->events[a_event].outcome, AcquireOutcome::not_acquired);
   // Both gave their grants back: nothing is left held on any master.
-  std::thread io_thread([&] {
-    io.restart();
-    io.run_for(1s);
-  });
-  const bool freed = eventually_free(masters, resource, 1s);
-  io_thread.join();
-  EXPECT_TRUE(freed) << masters.holding(resource) << " masters still hold it";
+  EXPECT_TRUE(freed_while_running(io, masters, resource, 1s))
+      << masters.holding(resource) << " masters still hold it";
 
   // Again with a wait: the first attempts split the vote the same way; then jittered
   // backoff lets one through, and the other gets the lock once it is released.
@@ -489,13 +497,9 @@ TEST(Redlock, AMajoritySlowerThanTheTtlTakesNoLock) {
   // majority that did not answer in time.
   EXPECT_EQ(got->ec, error::no_quorum) << got->ec.message();
   EXPECT_LT(took, 1s) << "waited for the command timeout";
-  std::thread io_thread([&] {
-    io.restart();
-    io.run_for(1500ms);  // the slow grants arrive, and are given back
-  });
-  const bool freed = eventually_free(masters, resource, 1500ms);
-  io_thread.join();
-  EXPECT_TRUE(freed) << masters.holding(resource) << " masters still hold it";
+  // The slow grants arrive, and are given back.
+  EXPECT_TRUE(freed_while_running(io, masters, resource, 1500ms))
+      << masters.holding(resource) << " masters still hold it";
 }
 
 TEST(Redlock, ExtendAndRenewalNeedAMajority) {
