@@ -214,8 +214,10 @@ TEST(Cli, NoRenewLeaseLastsTheTtlAndTheCommandOverrunsItUnnoticed) {
   char dir[] = "/tmp/redis_lock_cli_XXXXXX";
   ASSERT_NE(::mkdtemp(dir), nullptr);
   const std::string done = std::string(dir) + "/done";
+  // (Bounded: the command gives up after 20 s should the test fail before it says done.)
   ChildProcess run(cli({"--ttl", "400ms", "--no-renew", resource, "--", "sh", "-c",
-                        "while [ ! -e " + done + " ]; do sleep 0.02; done; echo finished"}));
+                        "i=0; while [ ! -e " + done + " ] && [ $i -lt 1000 ]; do sleep 0.02; "
+                        "i=$((i+1)); done; echo finished"}));
   ASSERT_TRUE(wait_until_exists(lease_key(resource), true));
   const auto pttl = std::stoll(redis_command(shared_server_port(), {"PTTL", lease_key(resource)}));
   EXPECT_LE(pttl, 400);
