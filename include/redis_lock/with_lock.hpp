@@ -9,6 +9,8 @@
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/cancellation_state.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -33,7 +35,9 @@ namespace redis_lock {
 /// when the lease was lost meanwhile).
 ///
 /// Cancellation: the work is cancelled (terminal) when the lease is lost; cancelling the
-/// coroutine that awaits with_lock cancels the acquire or the work, and the lock is released.
+/// coroutine that awaits with_lock (as `||` on awaitables does) cancels the acquire or the
+/// work, and the lock is released (by the guard's posted release if the cancelled coroutine
+/// cannot await it).
 /// Exception safety: the lock is released before an exception from the work propagates.
 /// Thread safety: as LockManager::async_acquire; the work runs on the awaiting coroutine's
 /// executor (with several threads, keep it on a strand: see LockGuard::lost_slot()).
@@ -49,13 +53,25 @@ boost::asio::awaitable<boost::system::error_code> with_lock(LockManager& locks,
   if (ec) co_return ec;
   if (!guard) co_return make_error_code(error::not_acquired);
 
+  // The work is cancelled when the lease is lost, and when the coroutine awaiting with_lock
+  // is cancelled: both are forwarded to the one signal the work is bound to. (Binding the
+  // work to the lost slot alone hid the caller's cancellation from it.)
+  asio::cancellation_signal stop;
+  const auto forward = [&stop](asio::cancellation_type type) { stop.emit(type); };
+  auto lost = guard.lost_slot();
+  asio::cancellation_state state = co_await asio::this_coro::cancellation_state;
+  auto caller = state.slot();
+  if (lost.is_connected()) lost.assign(forward);
+  if (caller.is_connected()) caller.assign(forward);
   std::exception_ptr failure;
   try {
     co_await asio::co_spawn(co_await asio::this_coro::executor, work(std::as_const(guard)),
-                            asio::bind_cancellation_slot(guard.lost_slot(), asio::use_awaitable));
+                            asio::bind_cancellation_slot(stop.slot(), asio::use_awaitable));
   } catch (...) {
     failure = std::current_exception();
   }
+  if (caller.is_connected()) caller.clear();
+  if (lost.is_connected()) lost.clear();
   const bool valid = !guard.lost() && std::chrono::steady_clock::now() < guard.valid_until();
   auto [release_ec, released] = co_await guard.async_release(asio::as_tuple(asio::use_awaitable));
   // The work's exception wins over a lost lease (it is what the caller must hear of), but

@@ -56,7 +56,10 @@ options:
   --ttl DURATION     lease length, renewed every ttl/3 (default 30s)
   --wait DURATION    wait at most this long for the lock (default: wait indefinitely)
   --nonblock, -n     do not wait: exit 1 at once if the lock is held elsewhere
-  --no-renew         do not renew: the lease simply lasts --ttl
+  --no-renew         do not renew: the lease lasts --ttl from the acquire. COMMAND is
+                     not told when it runs out: it keeps running without the lock (not
+                     terminated; the exit status is its own), so choose --ttl above its
+                     longest run
   --kill-after DUR   after the lock is lost, SIGTERM the command, then SIGKILL it after
                      this long (default 5s)
   -h, --help         this text

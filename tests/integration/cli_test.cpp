@@ -206,3 +206,33 @@ TEST(Cli, ThePasswordInTheUrlNeverReachesStderr) {
     EXPECT_EQ(all.find("s3cr3t-pw"), std::string::npos) << all;
   }
 }
+
+TEST(Cli, NoRenewLeaseLastsTheTtlAndTheCommandOverrunsItUnnoticed) {
+  // `--no-renew`, as `redis-lock --help` and the README say: the lease lasts --ttl and is
+  // not renewed. A command that runs longer keeps running without the lock: it is not
+  // terminated, someone else can take the lock meanwhile, and the exit status is the
+  // command's own (not 4). (Only a renewed lease can be found lost.)
+  const auto resource = unique_resource();
+  char dir[] = "/tmp/redis_lock_cli_XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  const std::string done = std::string(dir) + "/done";
+  // (Bounded: the command gives up after 20 s should the test fail before it says done.)
+  ChildProcess run(cli({"--ttl", "400ms", "--no-renew", resource, "--", "sh", "-c",
+                        "i=0; while [ ! -e " + done + " ] && [ $i -lt 1000 ]; do sleep 0.02; "
+                        "i=$((i+1)); done; echo finished"}));
+  ASSERT_TRUE(wait_until_exists(lease_key(resource), true));
+  const auto pttl = std::stoll(redis_command(shared_server_port(), {"PTTL", lease_key(resource)}));
+  EXPECT_LE(pttl, 400);
+  ASSERT_TRUE(wait_until_exists(lease_key(resource), false)) << "the lease outlived its ttl";
+  // The command still runs, and the lock is free for anyone.
+  asio::io_context io;
+  LockManager locks(io.get_executor(), shared_server_config());
+  const auto other = acquire_once(locks, io, resource);
+  EXPECT_FALSE(other.ec) << other.ec.message();
+  EXPECT_TRUE(other.owned) << "the lock was still held after its ttl";
+  std::ofstream(done).put('\n');
+  EXPECT_EQ(run.read_line(), "finished");
+  EXPECT_EQ(run.wait(), 0) << "the overrun was noticed after all: update the docs";
+  std::remove(done.c_str());
+  ::rmdir(dir);
+}

@@ -544,3 +544,54 @@ TEST(Cluster, IdleManagerLeavesNoWork) {
   // (Cluster: from one seed, so the map is loaded and a MOVED followed on the way.)
   expect_idle_after_one_lock(cluster.config(1), unique_resource());
 }
+
+TEST(Cluster, ClusterDownIsRetriedThenEndsInClusterDown) {
+  // docs/safety.md#cluster: CLUSTERDOWN (no master for a slot) is retried within the
+  // command timeout (an acquire's wait, if longer), then the acquire fails with
+  // cluster_down. Here the slot is served by nobody: CLUSTER DELSLOTS on every node.
+  RedisCluster cluster(3, 0);
+  auto cfg = cluster.config();
+  cfg.command_timeout = 300ms;
+  const auto resource = unique_resource();
+  const auto slot = slot_of(resource);
+  const auto owner = cluster.master_of(slot);
+  Background bg;
+  LockManager locks(bg.io.get_executor(), cfg);
+  // The slot map is known (and the connections made) before the slot goes.
+  {
+    auto g = locks.async_acquire(resource, {.ttl = 5s}, asio::use_future).get();
+    ASSERT_TRUE(g);
+    EXPECT_TRUE(g.async_release(asio::use_future).get());
+  }
+  for (std::size_t i = 0; i < cluster.size(); ++i) {
+    ASSERT_EQ(cluster.node(i).command({"CLUSTER", "DELSLOTS", std::to_string(slot)}), "OK");
+  }
+  const auto downs = [&] { return info_sum(cluster, "errorstats", "errorstat_CLUSTERDOWN:count="); };
+  const auto before = downs();
+  auto started = Clock::now();
+  // (Not use_future: its error travels as an exception_ptr, whose release TSan reports as a
+  // race with the uninstrumented libstdc++.)
+  std::promise<std::pair<boost::system::error_code, bool>> first;
+  locks.async_acquire(resource, {.ttl = 5s}, [&](boost::system::error_code ec, LockGuard g) {
+    first.set_value({ec, g.owns_lock()});
+  });
+  const auto [ec, owned] = first.get_future().get();
+  EXPECT_EQ(ec, error::cluster_down) << ec.message();
+  EXPECT_FALSE(owned) << "acquired in a slot nobody serves";
+  const auto took = Clock::now() - started;
+  EXPECT_GE(took, 250ms) << "not retried for the command timeout";
+  EXPECT_LT(took, 2s);
+  EXPECT_GE(downs() - before, 2) << "CLUSTERDOWN was not retried";
+
+  // A waiting acquire keeps retrying for its wait: the slot comes back meanwhile (once the
+  // acquire has met CLUSTERDOWN) and it gets the lock.
+  const auto seen = downs();
+  started = Clock::now();
+  auto waiting = locks.async_acquire(resource, {.ttl = 5s, .wait = 15s}, asio::use_future);
+  wait_until([&] { return downs() > seen; }, 5s, "the acquire to meet CLUSTERDOWN");
+  ASSERT_EQ(cluster.node(owner).command({"CLUSTER", "ADDSLOTS", std::to_string(slot)}), "OK");
+  ASSERT_EQ(waiting.wait_for(16s), std::future_status::ready);
+  auto g = waiting.get();
+  EXPECT_TRUE(g) << "the slot came back within the wait";
+  EXPECT_EQ(cluster.node(owner).command({"GET", lease_key(resource)}), g.token());
+}

@@ -386,3 +386,66 @@ TEST(Connection, GarbageFromTheServerIsAProtocolError) {
   EXPECT_EQ(r->ec, error::protocol_error) << r->ec.message();
   EXPECT_FALSE(r->owned);
 }
+
+TEST(Connection, LeastPrivilegeUserCanWaitRenewAndWaitForReplicas) {
+  // docs/security.md "Least privilege": exactly the documented rights (and +wait, for
+  // min_replicas) are enough for every feature of a standalone lock user: taking a lock,
+  // waiting for it (queue, hand-off published to the waiter's channel, which it subscribed
+  // to), auto-renewal, extension, and min_replicas. The server's ACL LOG must stay empty:
+  // a denied command (a SUBSCRIBE, say) that the library survived by polling would show there.
+  RedisServer master({"--repl-diskless-sync-delay", "0"});
+  RedisServer replica({"--replicaof", "127.0.0.1", std::to_string(master.port())});
+  ASSERT_TRUE(wait_until_linked(replica));
+  // The list of docs/security.md, word for word, + wait.
+  ASSERT_EQ(master.command({"ACL", "SETUSER", "locker", "on", ">pw", "~lock:*", "&lock:*",
+                            "+evalsha", "+eval", "+set", "+get", "+del", "+incr", "+pttl",
+                            "+pexpire", "+exists", "+time", "+zadd", "+zrem", "+zrange",
+                            "+zrangebyscore", "+zscore", "+publish", "+subscribe", "+ping",
+                            "+client|setname", "+script|load", "+wait"}),
+            "OK");
+  ASSERT_EQ(master.command({"ACL", "LOG", "RESET"}), "OK");
+  auto cfg = master.config();
+  cfg.username = "locker";
+  cfg.password = "pw";
+  asio::io_context io;
+  LockManager holder(io.get_executor(), cfg);
+  LockManager waiter(io.get_executor(), cfg);
+  const auto resource = unique_resource();
+  const auto durable = unique_resource();
+  run_co(io, [&]() -> asio::awaitable<void> {
+    auto [ec, held] = co_await holder.async_acquire(
+        resource, {.ttl = 600ms, .auto_renew = true}, asio::as_tuple(asio::use_awaitable));
+    EXPECT_FALSE(ec) << ec.message() << " / " << holder.last_server_error();
+    CO_ASSERT_TRUE(held.owns_lock());
+    // The waiter queues and subscribes while the holder renews past its first ttl.
+    bool waited = false;
+    waiter.async_acquire(resource, {.ttl = 5s, .wait = 10s}, [&](error_code wec, LockGuard g) {
+      EXPECT_FALSE(wec) << wec.message() << " / " << waiter.last_server_error();
+      EXPECT_TRUE(g.owns_lock());
+      waited = true;
+    });
+    co_await sleep_for(900ms);
+    EXPECT_FALSE(held.lost()) << "renewal failed";
+    EXPECT_FALSE(waited);
+    auto [eec, extended] = co_await held.async_extend(5s, asio::as_tuple(asio::use_awaitable));
+    EXPECT_FALSE(eec) << eec.message();
+    EXPECT_TRUE(extended);
+    auto [rec, released] = co_await held.async_release(asio::as_tuple(asio::use_awaitable));
+    EXPECT_TRUE(released);
+    for (int i = 0; i < 100 && !waited; ++i) co_await sleep_for(10ms);
+    EXPECT_TRUE(waited) << "the waiter did not get the lock it was handed";
+
+    auto [dec, g] = co_await holder.async_acquire(
+        durable, {.ttl = 5s, .auto_renew = true, .renew_every = 100ms, .min_replicas = 1,
+                  .replication_timeout = 2s},
+        asio::as_tuple(asio::use_awaitable));
+    EXPECT_FALSE(dec) << dec.message() << " / " << holder.last_server_error();
+    CO_ASSERT_TRUE(g.owns_lock());
+    co_await sleep_for(300ms);  // renewals, each confirmed by WAIT
+    auto [xec, ok] = co_await g.async_extend(5s, asio::as_tuple(asio::use_awaitable));
+    EXPECT_FALSE(xec) << xec.message() << " / " << holder.last_server_error();
+    EXPECT_TRUE(ok);
+    EXPECT_FALSE(g.lost());
+  }());
+  EXPECT_EQ(master.command({"ACL", "LOG"}), "") << "a command was denied";
+}

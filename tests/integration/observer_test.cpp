@@ -2,6 +2,7 @@
 // The observer hooks report what happened: acquires by outcome (with contention, attempts and
 // latency), releases, extensions, renewals and lost leases, with errors by kind.
 #include "live.hpp"
+#include "tcp_proxy.hpp"
 
 #include <boost/asio/steady_timer.hpp>
 
@@ -152,4 +153,86 @@ TEST(Observer, RenewalsAndALostLease) {
   std::lock_guard lock(rec->mutex);
   ASSERT_EQ(rec->lost.size(), 1u);
   EXPECT_EQ(rec->lost[0], resource);
+}
+
+namespace {
+
+/// Every LeaseEvent, with its latency and error.
+struct LeaseLog final : Observer {
+  std::mutex mutex;
+  std::vector<LeaseEvent> events;  // (views cleared)
+  void on_lease(const LeaseEvent& e) noexcept override {
+    std::lock_guard lock(mutex);
+    events.push_back(e);
+    events.back().resource = {};
+    events.back().nodes = {};
+  }
+  std::vector<LeaseEvent> of(LeaseCommand c) {
+    std::lock_guard lock(mutex);
+    std::vector<LeaseEvent> out;
+    for (const auto& e : events) {
+      if (e.command == c) out.push_back(e);
+    }
+    return out;
+  }
+};
+
+}  // namespace
+
+TEST(Observer, LeaseEventsCarryLatencyAndErrors) {
+  // observer.hpp: LeaseEvent::latency is "from sending to the reply" and LeaseEvent::error
+  // says that "the command failed (no answer, server error)". Behind a proxy that adds
+  // 100 ms each way, then answers nothing (command timeout 400 ms).
+  RedisServer server;
+  TcpProxy proxy(server.port());
+  auto cfg = server.config();
+  cfg.port = proxy.port();
+  cfg.command_timeout = 400ms;
+  asio::io_context io;
+  auto log = std::make_shared<LeaseLog>();
+  LockManager locks(io.get_executor(), cfg, {.observer = log});
+  const auto at_least = [](const LeaseEvent& e, std::chrono::milliseconds low) {
+    return e.latency >= low && e.latency < low + 1s;
+  };
+  run_co(io, [&]() -> asio::awaitable<void> {
+    auto g = co_await locks.async_acquire(unique_resource(), {.ttl = 1200ms, .auto_renew = true},
+                                          asio::use_awaitable);
+    CO_ASSERT_TRUE(g);
+    proxy.set_delay(100ms);
+    co_await sleep_for(900ms);  // two renewals (every 400 ms), 200 ms round trips
+    auto [ec, ok] = co_await g.async_extend(1200ms, asio::as_tuple(asio::use_awaitable));
+    EXPECT_TRUE(ok) << ec.message();
+    const auto renewals = log->of(LeaseCommand::renewal);
+    CO_ASSERT_TRUE(!renewals.empty());
+    for (const auto& e : renewals) {
+      EXPECT_TRUE(e.succeeded);
+      EXPECT_FALSE(e.error) << e.error.message();
+    }
+    EXPECT_TRUE(at_least(renewals.back(), 200ms))
+        << std::chrono::duration_cast<std::chrono::milliseconds>(renewals.back().latency).count();
+    const auto extends = log->of(LeaseCommand::extend);
+    CO_ASSERT_TRUE(extends.size() == 1u);
+    EXPECT_TRUE(extends[0].succeeded);
+    EXPECT_FALSE(extends[0].error);
+    EXPECT_TRUE(at_least(extends[0], 200ms))
+        << std::chrono::duration_cast<std::chrono::milliseconds>(extends[0].latency).count();
+
+    // No answer: the extension, the renewals and the release fail with `timeout`, each
+    // after the command timeout.
+    proxy.set_blackhole(true);
+    auto [ec2, ok2] = co_await g.async_extend(1200ms, asio::as_tuple(asio::use_awaitable));
+    EXPECT_EQ(ec2, error::timeout) << ec2.message();
+    EXPECT_FALSE(ok2);
+    const auto failed = log->of(LeaseCommand::extend);
+    CO_ASSERT_TRUE(failed.size() == 2u);
+    EXPECT_FALSE(failed[1].succeeded);
+    EXPECT_EQ(failed[1].error, error::timeout) << failed[1].error.message();
+    EXPECT_TRUE(at_least(failed[1], 400ms))
+        << std::chrono::duration_cast<std::chrono::milliseconds>(failed[1].latency).count();
+    auto [ec3] = co_await g.async_wait_lost(asio::as_tuple(asio::use_awaitable));
+    EXPECT_EQ(ec3, error::lock_lost);
+    const auto late = log->of(LeaseCommand::renewal);
+    EXPECT_FALSE(late.back().succeeded);
+    EXPECT_TRUE(late.back().error) << "a renewal without an answer reported no error";
+  }());
 }

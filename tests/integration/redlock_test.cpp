@@ -359,3 +359,251 @@ TEST(Redlock, MastersMintInStepWithoutAWriteBack) {
         << "master " << i << ": " << masters.nodes[i]->command({"INFO", "commandstats"});
   }
 }
+
+// ---------------------------------------------------------------------------------------
+// Documented behaviour (docs/safety.md#redlock, README "Beyond one server"), one claim each.
+
+namespace {
+
+/// Remembers, per manager, the attempts of each acquire and the masters' answers to it.
+struct AcquireLog final : Observer {
+  std::mutex mutex;
+  std::vector<AcquireEvent> events;  // (views cleared: resources are not kept)
+  std::vector<std::vector<NodeResult>> nodes;
+  void on_acquire(const AcquireEvent& e) noexcept override {
+    std::lock_guard lock(mutex);
+    events.push_back(e);
+    events.back().resource = {};
+    events.back().nodes = {};
+    nodes.emplace_back(e.nodes.begin(), e.nodes.end());
+  }
+  int outcomes(std::size_t event, NodeOutcome o) {
+    std::lock_guard lock(mutex);
+    const auto& v = nodes.at(event);
+    return static_cast<int>(std::count_if(v.begin(), v.end(), [&](auto& r) { return r.outcome == o; }));
+  }
+};
+
+/// A manager whose commands reach the masters named in `slow` through a proxy that is
+/// connected without delay first, then delays by `delay` each way.
+struct SlowPath {
+  SlowPath(const Masters& masters, std::vector<std::size_t> slow, ConnectionConfig cfg)
+      : config(std::move(cfg)) {
+    for (auto i : slow) {
+      proxies.push_back(std::make_unique<TcpProxy>(masters.nodes[i]->port()));
+      config.nodes[i].port = proxies.back()->port();
+    }
+  }
+  void set_delay(std::chrono::milliseconds delay) {
+    for (auto& p : proxies) p->set_delay(delay);
+  }
+  ConnectionConfig config;
+  std::vector<std::unique_ptr<TcpProxy>> proxies;
+};
+
+/// Connects `locks` to every master (one lock taken and released), so that the delays a
+/// test sets meet lock commands, not handshakes.
+void connect_everywhere(LockManager& locks, asio::io_context& io) {
+  EXPECT_TRUE(acquire_once(locks, io, unique_resource()).owned);
+  io.restart();
+  io.run_for(100ms);  // the release
+}
+
+/// Runs `io` on a thread (give-backs, late grants) while waiting until nothing holds
+/// `resource` on any live master.
+bool freed_while_running(asio::io_context& io, const Masters& masters,
+                         const std::string& resource, std::chrono::milliseconds limit) {
+  std::thread io_thread([&] {
+    io.restart();
+    io.run_for(limit);
+  });
+  const bool freed = eventually_free(masters, resource, limit);
+  io_thread.join();
+  return freed;
+}
+
+}  // namespace
+
+TEST(Redlock, SplitVoteBetweenTwoManagersIsContentionAndBothGiveBack) {
+  // Four masters (a majority is 3). A reaches masters 0 and 1 at once and 2 and 3 late; B
+  // the other way round. Started together, each is granted two masters and refused by the
+  // other two: a split vote, which is contention (no error, no guard), and each gives back
+  // its two grants. With a wait, both back off with jitter and both get the lock in turn.
+  Masters masters(4);
+  auto base = masters.config();
+  base.command_timeout = 1s;
+  SlowPath path_a(masters, {2, 3}, base);
+  SlowPath path_b(masters, {0, 1}, base);
+  asio::io_context io;
+  auto log_a = std::make_shared<AcquireLog>();
+  auto log_b = std::make_shared<AcquireLog>();
+  LockManager a(io.get_executor(), path_a.config, {.observer = log_a});
+  LockManager b(io.get_executor(), path_b.config, {.observer = log_b});
+  connect_everywhere(a, io);
+  connect_everywhere(b, io);
+  path_a.set_delay(50ms);
+  path_b.set_delay(50ms);
+  const auto resource = unique_resource();
+  std::optional<Outcome> got_a, got_b;
+  a.async_acquire(resource, {.ttl = 10s}, [&](boost::system::error_code ec, LockGuard g) {
+    got_a = Outcome{ec, g.owns_lock(), g.fencing_token()};
+  });
+  b.async_acquire(resource, {.ttl = 10s}, [&](boost::system::error_code ec, LockGuard g) {
+    got_b = Outcome{ec, g.owns_lock(), g.fencing_token()};
+  });
+  io.restart();
+  const auto started = Clock::now();
+  while ((!got_a || !got_b) && Clock::now() - started < 3s) io.run_one_for(20ms);
+  ASSERT_TRUE(got_a && got_b) << "an acquire did not complete";
+  EXPECT_FALSE(got_a->ec) << got_a->ec.message();
+  EXPECT_FALSE(got_b->ec) << got_b->ec.message();
+  EXPECT_FALSE(got_a->owned);
+  EXPECT_FALSE(got_b->owned);
+  const auto a_event = log_a->events.size() - 1;
+  const auto b_event = log_b->events.size() - 1;
+  EXPECT_EQ(log_a->outcomes(a_event, NodeOutcome::granted), 2);
+  EXPECT_EQ(log_a->outcomes(a_event, NodeOutcome::refused), 2);
+  EXPECT_EQ(log_b->outcomes(b_event, NodeOutcome::granted), 2);
+  EXPECT_EQ(log_b->outcomes(b_event, NodeOutcome::refused), 2);
+  EXPECT_EQ(log_a->events[a_event].outcome, AcquireOutcome::not_acquired);
+  // Both gave their grants back: nothing is left held on any master.
+  EXPECT_TRUE(freed_while_running(io, masters, resource, 1s))
+      << masters.holding(resource) << " masters still hold it";
+
+  // Again with a wait: the first attempts split the vote the same way; then jittered
+  // backoff lets one through, and the other gets the lock once it is released.
+  const auto second = unique_resource();
+  int owned = 0;
+  std::vector<boost::system::error_code> errors;
+  for (auto* locks : {&a, &b}) {
+    locks->async_acquire(second, {.ttl = 10s, .wait = 15s},
+                         [&](boost::system::error_code ec, LockGuard g) {
+                           if (ec) errors.push_back(ec);
+                           owned += g.owns_lock();
+                           // g's destructor releases: the other one's turn.
+                         });
+  }
+  io.restart();
+  const auto waited = Clock::now();
+  while (owned + errors.size() < 2 && Clock::now() - waited < 16s) io.run_one_for(20ms);
+  EXPECT_TRUE(errors.empty()) << errors.front().message();
+  EXPECT_EQ(owned, 2);
+  ASSERT_EQ(log_a->events.size(), a_event + 2);
+  ASSERT_EQ(log_b->events.size(), b_event + 2);
+  EXPECT_GE(log_a->events.back().attempts, 2) << "the first attempt was not a split vote";
+  EXPECT_GE(log_b->events.back().attempts, 2) << "the first attempt was not a split vote";
+}
+
+TEST(Redlock, AMajoritySlowerThanTheTtlTakesNoLock) {
+  // Validity is ttl - elapsed - drift: three masters of five answer 300 ms after the send
+  // (a proxy, 150 ms each way), the ttl is 200 ms. Two fast grants are no majority, and the
+  // slow majority comes back after the lease would be worthless: no lock, decided before the
+  // 1 s command timeout, and every grant (the late ones too) given back.
+  Masters masters;
+  auto base = masters.config();
+  base.command_timeout = 1s;
+  SlowPath path(masters, {2, 3, 4}, base);
+  asio::io_context io;
+  LockManager locks(io.get_executor(), path.config);
+  connect_everywhere(locks, io);
+  path.set_delay(150ms);
+  const auto resource = unique_resource();
+  std::optional<Outcome> got;
+  const auto started = Clock::now();
+  Clock::duration took{};
+  locks.async_acquire(resource, {.ttl = 200ms}, [&](boost::system::error_code ec, LockGuard g) {
+    took = Clock::now() - started;
+    got = Outcome{ec, g.owns_lock(), g.fencing_token()};
+  });
+  io.restart();
+  while (!got && Clock::now() - started < 3s) io.run_one_for(20ms);
+  ASSERT_TRUE(got) << "the acquire did not complete";
+  EXPECT_FALSE(got->owned) << "granted a lease whose validity had run out";
+  // Past the ttl (less the drift) no answer can make a valid lock: it fails then, as a
+  // majority that did not answer in time.
+  EXPECT_EQ(got->ec, error::no_quorum) << got->ec.message();
+  EXPECT_LT(took, 1s) << "waited for the command timeout";
+  // The slow grants arrive, and are given back.
+  EXPECT_TRUE(freed_while_running(io, masters, resource, 1500ms))
+      << masters.holding(resource) << " masters still hold it";
+}
+
+TEST(Redlock, ExtendAndRenewalNeedAMajority) {
+  Masters masters;
+  asio::io_context io;
+  auto log = std::make_shared<NodeLog>();
+  LockManager locks(io.get_executor(), masters.config(), {.observer = log});
+  const auto refused = unique_resource();
+  const auto renewed = unique_resource();
+  const auto extended = unique_resource();
+  run_co(io, [&]() -> asio::awaitable<void> {
+    // Refused by three masters (the lease is gone there), granted by two: not extended, no
+    // error, and the guard knows the lease is lost.
+    auto [ec, guard] = co_await locks.async_acquire(refused, {.ttl = 10s}, asio::as_tuple(asio::use_awaitable));
+    CO_ASSERT_TRUE(!ec && guard.owns_lock());
+    // The majority decided; the other masters' grants may still be on their way (their
+    // connections' handshakes too: this io_context must keep running meanwhile).
+    for (int i = 0; i < 400 && masters.holding(refused) < 5; ++i) co_await sleep_for(5ms);
+    CO_ASSERT_TRUE(masters.holding(refused) == 5);
+    for (std::size_t i : {0u, 1u, 2u}) masters.nodes[i]->command({"DEL", lease_key(refused)});
+    const auto valid = guard.valid_until();
+    auto [ec2, ok] = co_await guard.async_extend(10s, asio::as_tuple(asio::use_awaitable));
+    EXPECT_FALSE(ec2) << ec2.message();
+    EXPECT_FALSE(ok) << "extended by a minority";
+    EXPECT_EQ(log->count(log->lease, NodeOutcome::refused), 3);
+    // (The third refusal decides: a grant may still be on its way.)
+    EXPECT_EQ(log->count(log->lease, NodeOutcome::granted) +
+                  log->count(log->lease, NodeOutcome::no_answer), 2);
+    EXPECT_EQ(guard.valid_until(), valid);
+    EXPECT_TRUE(guard.lost());
+
+    // Three masters dead: an extension cannot reach a majority (no_quorum, validity kept),
+    // and an auto-renewed lease is reported lost by its valid_until().
+    auto [ec3, plain] = co_await locks.async_acquire(extended, {.ttl = 10s}, asio::as_tuple(asio::use_awaitable));
+    CO_ASSERT_TRUE(!ec3 && plain.owns_lock());
+    auto [ec4, renewing] = co_await locks.async_acquire(
+        renewed, {.ttl = 900ms, .auto_renew = true}, asio::as_tuple(asio::use_awaitable));
+    CO_ASSERT_TRUE(!ec4 && renewing.owns_lock());
+    const auto killed = Clock::now();
+    for (std::size_t i : {0u, 1u, 2u}) masters.nodes[i]->kill(SIGKILL);
+    const auto plain_valid = plain.valid_until();
+    auto [ec5, ok5] = co_await plain.async_extend(10s, asio::as_tuple(asio::use_awaitable));
+    EXPECT_EQ(ec5, error::no_quorum) << ec5.message();
+    EXPECT_FALSE(ok5);
+    EXPECT_EQ(plain.valid_until(), plain_valid);
+    EXPECT_FALSE(plain.lost()) << "an unanswered extension says nothing of the lease";
+    auto [lost_ec] = co_await renewing.async_wait_lost(asio::as_tuple(asio::use_awaitable));
+    EXPECT_EQ(lost_ec, error::lock_lost) << lost_ec.message();
+    // At valid_until() at the latest (the check runs on the strand: a little slack).
+    EXPECT_LE(Clock::now(), renewing.valid_until() + 100ms);
+    // No renewal sent after the kill was confirmed.
+    EXPECT_LE(renewing.valid_until(), killed + 900ms) << "a minority renewed the lease";
+  }());
+}
+
+TEST(Redlock, MinReplicasIsRefusedBeforeAnythingIsSent) {
+  Masters masters(3);
+  asio::io_context io;
+  auto log = std::make_shared<AcquireLog>();
+  LockManager locks(io.get_executor(), masters.config(), {.observer = log});
+  const auto resource = unique_resource();
+  std::optional<Outcome> got;
+  locks.async_acquire(resource, {.ttl = 5s, .min_replicas = 1},
+                      [&](boost::system::error_code ec, LockGuard g) {
+                        got = Outcome{ec, g.owns_lock(), g.fencing_token()};
+                      });
+  io.run_for(2s);
+  ASSERT_TRUE(got);
+  EXPECT_EQ(got->ec, error::invalid_argument) << got->ec.message();
+  EXPECT_FALSE(got->owned);
+  ASSERT_EQ(log->events.size(), 1u);
+  EXPECT_EQ(log->events[0].outcome, AcquireOutcome::failed);
+  EXPECT_EQ(log->events[0].attempts, 0);
+  // Nothing reached any master: no lock command, no connection at all.
+  for (const auto& node : masters.nodes) {
+    EXPECT_EQ(node->command({"EXISTS", lease_key(resource)}), "0");
+    EXPECT_EQ(node->command({"INFO", "commandstats"}).find("cmdstat_evalsha"), std::string::npos);
+    const auto clients = node->command({"CLIENT", "LIST"});
+    EXPECT_EQ(clients.find("name=redis_lock"), std::string::npos) << clients;
+  }
+}

@@ -132,3 +132,128 @@ TEST(Sentinel, IdleManagerLeavesNoWork) {
   RedisSentinelSet set(passwords);
   expect_idle_after_one_lock(set.config(), unique_resource());
 }
+
+// ---------------------------------------------------------------------------------------
+// Documented behaviour (docs/safety.md#sentinel, README "Beyond one server"), one claim each.
+// The sentinels are left out of the changes below: they would undo a replica promoted by
+// hand only after seconds (they look at their instances every 10 s at most, then wait).
+
+namespace {
+
+/// Where `resource`'s lease is: 0 or 1 (the data node holding it), -1 on neither.
+int held_on(RedisSentinelSet& set, const std::string& resource) {
+  for (std::size_t i = 0; i < 2; ++i) {
+    if (set.command(i, {"EXISTS", lease_key(resource)}) == "1") return static_cast<int>(i);
+  }
+  return -1;
+}
+
+/// Makes data node 1 a master beside node 0, which loses its replica.
+void promote_replica_by_hand(RedisSentinelSet& set) {
+  ASSERT_EQ(set.command(1, {"REPLICAOF", "NO", "ONE"}), "OK");
+  wait_until(
+      [&] {
+        return set.command(0, {"INFO", "replication"}).find("connected_slaves:0") !=
+               std::string::npos;
+      },
+      5s, "the master to lose its replica");
+}
+
+}  // namespace
+
+TEST(Sentinel, AMasterThatAnswersReadonlyIsLeftAtOnce) {
+  // Node 0 is demoted behind the sentinels' back (a replica of node 1 now), the sentinels
+  // still name it. The next lock command meets READONLY: it fails with read_only, and the
+  // connection leaves node 0: the command after it locates again, and ROLE refuses node 0
+  // (master_not_found) instead of a second READONLY from the same link.
+  RedisSentinelSet set(passwords);
+  asio::io_context io;
+  auto cfg = set.config();
+  cfg.command_timeout = 500ms;
+  LockManager locks(io.get_executor(), cfg);
+  ASSERT_TRUE(acquire_once(locks, io, unique_resource()).owned);
+  promote_replica_by_hand(set);
+  ASSERT_EQ(set.command(0, {"REPLICAOF", "127.0.0.1", std::to_string(set.data(1).port())}), "OK");
+  const auto started = Clock::now();
+  const auto first = acquire_once(locks, io, unique_resource());
+  EXPECT_EQ(first.ec, error::read_only) << first.ec.message();
+  EXPECT_LT(Clock::now() - started, cfg.command_timeout);
+  const auto second = acquire_once(locks, io, unique_resource());
+  EXPECT_EQ(second.ec, error::master_not_found) << second.ec.message();
+}
+
+TEST(Sentinel, TheSentinelsAreAskedAgainEverySecondWhileCommandsFlow) {
+  // The sentinels are re-pointed at node 1 (made a master by hand) while node 0 stays a
+  // writable master: nothing on the data path tells the client. Asking the sentinels again
+  // every second while commands flow moves it to node 1 within about a second.
+  RedisSentinelSet set(passwords);
+  asio::io_context io;
+  LockManager locks(io.get_executor(), set.config());
+  ASSERT_TRUE(acquire_once(locks, io, unique_resource()).owned);
+  promote_replica_by_hand(set);
+  const std::string name = RedisSentinelSet::master_name;
+  for (std::size_t i = 0; i < 3; ++i) {
+    auto& s = set.sentinel(i);
+    const auto pw = [&](std::vector<std::string> args) {
+      return redis_command(s.port(), args, passwords.sentinel_password);
+    };
+    ASSERT_EQ(pw({"SENTINEL", "REMOVE", name}), "OK");
+    ASSERT_EQ(pw({"SENTINEL", "MONITOR", name, "127.0.0.1", std::to_string(set.data(1).port()), "2"}), "OK");
+    ASSERT_EQ(pw({"SENTINEL", "SET", name, "auth-pass", passwords.data_password}), "OK");
+  }
+  const auto repointed = Clock::now();
+  int on_old = 0;
+  std::optional<Clock::duration> moved;
+  while (!moved && Clock::now() - repointed < 5s) {
+    const auto resource = unique_resource();
+    std::optional<int> where;
+    locks.async_acquire(resource, {.ttl = 5s}, [&](boost::system::error_code ec, LockGuard g) {
+      // Node 0 still takes locks: no error, but for a command in flight when the client
+      // leaves node 0 (as in a failover: docs/safety.md#what-we-measured).
+      if (ec) {
+        EXPECT_EQ(ec, error::connection_lost) << ec.message();
+      }
+      EXPECT_EQ(g.owns_lock(), !ec);
+      where = g ? held_on(set, resource) : -1;  // (g releases afterwards)
+    });
+    io.restart();
+    while (!where && Clock::now() - repointed < 6s) io.run_one_for(20ms);
+    ASSERT_TRUE(where);
+    if (*where == 1) moved = Clock::now() - repointed;
+    on_old += *where == 0;
+    io.restart();
+    io.run_for(50ms);  // commands keep flowing, every 50 ms
+  }
+  ASSERT_TRUE(moved) << "still on the old master after 5 s";
+  EXPECT_LT(*moved, 1500ms) << on_old << " locks taken on the old master first";
+}
+
+TEST(Sentinel, MinReplicasOnAMasterThatLostItsReplicaIsNotReplicated) {
+  // docs/safety.md: "With min_replicas = 1 an acquire on the demoted master fails with
+  // not_replicated (its replica is gone)". While the replica follows node 0, the same
+  // acquire succeeds.
+  RedisSentinelSet set(passwords);
+  asio::io_context io;
+  LockManager locks(io.get_executor(), set.config());
+  const LockOptions durable{.ttl = 10s, .min_replicas = 1, .replication_timeout = 300ms};
+  std::optional<Outcome> got;
+  const auto acquire = [&](const std::string& resource) {
+    got.reset();
+    locks.async_acquire(resource, durable, [&](boost::system::error_code ec, LockGuard g) {
+      got = Outcome{ec, g.owns_lock(), g.fencing_token()};
+    });
+    io.restart();
+    io.run_for(3s);
+    return got.value_or(Outcome{error::timeout});
+  };
+  const auto replicated = unique_resource();
+  const auto before = acquire(replicated);
+  EXPECT_FALSE(before.ec) << before.ec.message();
+  EXPECT_TRUE(before.owned);
+  promote_replica_by_hand(set);
+  const auto resource = unique_resource();
+  const auto after = acquire(resource);
+  EXPECT_EQ(after.ec, error::not_replicated) << after.ec.message();
+  EXPECT_FALSE(after.owned);
+  EXPECT_EQ(set.command(0, {"EXISTS", lease_key(resource)}), "0") << "the lease was not released";
+}

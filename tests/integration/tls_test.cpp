@@ -161,3 +161,95 @@ TEST(Tls, UrlWithTlsParameters) {
   EXPECT_FALSE(r.ec) << r.ec.message();
   EXPECT_TRUE(r.owned);
 }
+
+TEST(Tls, RedlockOverTlsFromARedissRedlockUrl) {
+  // README: `rediss+redlock://` is Redlock with every master reached over TLS (the same
+  // TLS settings for all). Three TLS masters; the URL carries the CA.
+  std::vector<std::unique_ptr<TlsRedisServer>> masters;
+  std::string hosts;
+  for (int i = 0; i < 3; ++i) {
+    masters.push_back(std::make_unique<TlsRedisServer>());
+    hosts += (i ? "," : "") + std::string("127.0.0.1:") + std::to_string(masters.back()->tls_port);
+  }
+  const auto url = "rediss+redlock://" + hosts + "/3?tls_ca_file=" + TlsMaterial::get().ca_cert;
+  const auto cfg = ConnectionConfig::from_url(url);
+  ASSERT_TRUE(cfg) << url;
+  EXPECT_EQ(cfg->topology, Topology::redlock);
+  EXPECT_TRUE(cfg->tls);
+  EXPECT_EQ(cfg->database, 3);
+  ASSERT_EQ(cfg->nodes.size(), 3u);
+  asio::io_context io;
+  LockManager locks(io.get_executor(), *cfg);
+  const auto resource = unique_resource();
+  run_co(io, [&]() -> asio::awaitable<void> {
+    auto held = co_await locks.async_acquire(resource, {.ttl = 300ms, .auto_renew = true},
+                                             asio::use_awaitable);
+    CO_ASSERT_TRUE(held);
+    co_await sleep_for(700ms);  // renewed over TLS by every master
+    EXPECT_FALSE(held.lost());
+    int holding = 0;
+    for (auto& m : masters) {
+      // (On the harness's plain port, in database 3.)
+      holding += m->server->command({"EVAL", "redis.call('SELECT', 3) return redis.call('GET', KEYS[1])",
+                                     "1", lease_key(resource)}) == held.token();
+    }
+    EXPECT_EQ(holding, 3) << "the lease is not on every master's database 3";
+    EXPECT_TRUE(co_await held.async_release(asio::use_awaitable));
+  }());
+  // Plain redis+redlock:// to the same TLS ports does not get through.
+  auto plain = ConnectionConfig::from_url("redis+redlock://" + hosts);
+  ASSERT_TRUE(plain);
+  plain->connect_timeout = 300ms;
+  plain->command_timeout = 300ms;
+  LockManager refused(io.get_executor(), *plain);
+  const auto r = acquire_once(refused, io, resource);
+  EXPECT_TRUE(r.ec) << "plain text reached TLS ports";
+  EXPECT_FALSE(r.owned);
+}
+
+TEST(Tls, SentinelOverTlsFromARedissSentinelUrl) {
+  // README: `rediss+sentinel://` reaches the sentinels and the master they name over TLS
+  // (the same TLS settings for all). A TLS master and two sentinels listening on TLS ports.
+  const auto& m = TlsMaterial::get();
+  TlsRedisServer master;
+  const std::vector<std::string> tls_lines = {
+      "tls-cert-file " + m.server_cert, "tls-key-file " + m.server_key,
+      "tls-ca-cert-file " + m.ca_cert, "tls-auth-clients no",
+      "tls-replication yes"};  // the sentinels talk TLS to the instances they monitor
+  std::vector<std::unique_ptr<RedisServer>> sentinels;
+  std::vector<std::uint16_t> sentinel_tls_ports;
+  for (int i = 0; i < 2; ++i) {
+    auto conf = tls_lines;
+    sentinel_tls_ports.push_back(free_port());
+    conf.push_back("tls-port " + std::to_string(sentinel_tls_ports.back()));
+    conf.push_back("sentinel monitor tls-master 127.0.0.1 " + std::to_string(master.tls_port) + " 1");
+    sentinels.push_back(RedisServer::sentinel(conf));
+  }
+  std::string url = "rediss+sentinel://";
+  for (std::size_t i = 0; i < sentinels.size(); ++i) {
+    url += (i ? ",127.0.0.1:" : "127.0.0.1:") + std::to_string(sentinel_tls_ports[i]);
+  }
+  const auto cfg = ConnectionConfig::from_url(url + "/tls-master?tls_ca_file=" + m.ca_cert);
+  ASSERT_TRUE(cfg) << url;
+  EXPECT_EQ(cfg->topology, Topology::sentinel);
+  EXPECT_TRUE(cfg->tls);
+  asio::io_context io;
+  LockManager locks(io.get_executor(), *cfg);
+  const auto resource = unique_resource();
+  run_co(io, [&]() -> asio::awaitable<void> {
+    auto held = co_await locks.async_acquire(resource, {.ttl = 5s}, asio::use_awaitable);
+    CO_ASSERT_TRUE(held);
+    EXPECT_EQ(master.server->command({"GET", lease_key(resource)}), held.token());
+    EXPECT_TRUE(co_await held.async_release(asio::use_awaitable));
+  }());
+  // The sentinels' TLS ports do not speak plain text.
+  auto plain = ConnectionConfig::from_url("redis+sentinel://127.0.0.1:" +
+                                          std::to_string(sentinel_tls_ports[0]) + "/tls-master");
+  ASSERT_TRUE(plain);
+  plain->connect_timeout = 300ms;
+  plain->command_timeout = 300ms;
+  LockManager refused(io.get_executor(), *plain);
+  const auto r = acquire_once(refused, io, unique_resource());
+  EXPECT_TRUE(r.ec) << "plain text reached a TLS sentinel";
+  EXPECT_FALSE(r.owned);
+}

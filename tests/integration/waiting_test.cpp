@@ -14,6 +14,8 @@
 #include <boost/asio/use_future.hpp>
 
 #include <algorithm>
+#include <iterator>
+#include <map>
 #include <mutex>
 #include <sstream>
 #include <thread>
@@ -275,4 +277,150 @@ TEST(Waiting, IdleAgainAfterWaiting) {
   EXPECT_EQ(done, 1);
   EXPECT_LT(std::chrono::steady_clock::now() - start, 2s)
       << "the subscriber kept a read armed with no waiter left";
+}
+
+// ---------------------------------------------------------------------------------------
+// Documented behaviour of waiting (README "What a lock on one Redis server guarantees",
+// docs/safety.md "Every mode"), one claim each.
+
+namespace {
+
+/// The server's clock in milliseconds (the queue's expiry scores are on it).
+long long server_ms(std::uint16_t port) {
+  const auto t = redis_command(port, {"TIME"});  // "seconds microseconds"
+  const auto space = t.find(' ');
+  return std::stoll(t.substr(0, space)) * 1000 + std::stoll(t.substr(space + 1)) / 1000;
+}
+
+/// Polls the server's clock until it is past `ms` (bounded).
+bool server_clock_passes(std::uint16_t port, long long ms) {
+  const auto until = std::chrono::steady_clock::now() + 10s;
+  while (server_ms(port) <= ms) {
+    if (std::chrono::steady_clock::now() > until) return false;
+    std::this_thread::sleep_for(10ms);
+  }
+  return true;
+}
+
+}  // namespace
+
+TEST(Waiting, DeadWaitersPlaceLapsesWithinTheDocumentedBound) {
+  // "A waiter that dies keeps its place for at most 1.2 s": its queue entry's expiry is at
+  // most 1.2 s after its death, and once that passed a release skips it and hands the lease
+  // to the next live waiter (not to the dead one, whose claim window would hold it 600 ms).
+  auto cfg = shared_server_config();
+  const auto resource = unique_resource();
+  const auto keys = keys_of(resource);
+  Background bg;
+  LockManager h(bg.io.get_executor(), cfg), w(bg.io.get_executor(), cfg);
+  auto holder = h.async_acquire(resource, {.ttl = 30s}, asio::use_future).get();
+  ASSERT_TRUE(holder);
+  ChildProcess doomed({REDIS_LOCK_WAITER_PATH, std::to_string(cfg.port), resource, "1", "60000",
+                       "60000"});
+  ASSERT_TRUE(wait_for_queue(cfg.port, resource, 1));
+  const auto dead_member = redis_command(cfg.port, {"ZRANGE", keys.queue, "0", "0"});
+  auto fut = w.async_acquire(resource, {.ttl = 30s, .wait = 20s}, asio::use_future);
+  ASSERT_TRUE(wait_for_queue(cfg.port, resource, 2));
+  doomed.kill9();  // first in line, and dead
+  const auto died = server_ms(cfg.port);
+  const auto lapses = std::stoll(redis_command(cfg.port, {"ZSCORE", keys.queue_expiry, dead_member}));
+  EXPECT_LE(lapses - died, 1200) << "a dead waiter keeps its place longer than documented";
+  ASSERT_TRUE(server_clock_passes(cfg.port, lapses));
+  holder.async_release(asio::use_future).get();
+  // The release handed the lease on at once, and not to the dead waiter.
+  const auto lease = redis_command(cfg.port, {"GET", keys.lease});
+  EXPECT_NE(lease, dead_member.substr(0, 32)) << "the lease went to a waiter that had died";
+  ASSERT_EQ(fut.wait_for(10s), std::future_status::ready);
+  auto g = fut.get();
+  EXPECT_TRUE(g);
+}
+
+TEST(Waiting, ArrivalOrderHoldsThroughWaitsLongerThanAQueueEntrysLife) {
+  // Waiters keep their place (not just their membership) while they wait longer than an
+  // entry's 1.2 s life: each refresh extends the entry, its arrival number stays, and they
+  // are served in the order they first asked.
+  auto cfg = shared_server_config();
+  const auto resource = unique_resource();
+  const auto keys = keys_of(resource);
+  Background bg;
+  LockManager holder_mgr(bg.io.get_executor(), cfg);
+  auto holder = holder_mgr.async_acquire(resource, {.ttl = 30s}, asio::use_future).get();
+  ASSERT_TRUE(holder);
+  constexpr int n = 4;
+  std::vector<std::unique_ptr<LockManager>> managers;
+  std::mutex m;
+  std::vector<int> order;
+  std::promise<void> all_done;
+  for (int i = 0; i < n; ++i) {
+    managers.push_back(std::make_unique<LockManager>(bg.io.get_executor(), cfg));
+    managers.back()->async_acquire(resource, {.ttl = 10s, .wait = 20s},
+                                   [&, i](error_code ec, LockGuard g) {
+                                     EXPECT_FALSE(ec) << ec.message();
+                                     EXPECT_TRUE(g);
+                                     std::lock_guard lock(m);
+                                     order.push_back(i);
+                                     if (order.size() == n) all_done.set_value();
+                                   });
+    ASSERT_TRUE(wait_for_queue(cfg.port, resource, i + 1)) << "waiter " << i << " never queued";
+  }
+  const auto queue = redis_command(cfg.port, {"ZRANGE", keys.queue, "0", "-1", "WITHSCORES"});
+  long long first_lapse = 0;
+  {
+    std::istringstream in(redis_command(cfg.port, {"ZRANGE", keys.queue_expiry, "0", "-1", "WITHSCORES"}));
+    std::string member;
+    long long score = 0;
+    while (in >> member >> score) first_lapse = std::max(first_lapse, score);
+  }
+  // Two entry lives: every first entry would have lapsed without its refreshes.
+  ASSERT_TRUE(server_clock_passes(cfg.port, first_lapse + 1200));
+  EXPECT_EQ(redis_command(cfg.port, {"ZRANGE", keys.queue, "0", "-1", "WITHSCORES"}), queue)
+      << "a waiter lost its place while waiting";
+  holder.async_release(asio::use_future).get();
+  ASSERT_EQ(all_done.get_future().wait_for(20s), std::future_status::ready);
+  std::vector<int> expected(n);
+  for (int i = 0; i < n; ++i) expected[i] = i;
+  EXPECT_EQ(order, expected);
+}
+
+TEST(Waiting, AContendedAcquisitionCostsThreeCommands) {
+  // README: "Three commands per contended acquisition": the waiter's attempt (it queues),
+  // the holder's release (it hands over and publishes to the waiter's manager alone), the
+  // waiter's claim. Counted on a private server's slow log, which lists every command a
+  // client sends (not those a script runs) with the client's name.
+  RedisServer server({"--slowlog-log-slower-than", "0", "--slowlog-max-len", "100000"});
+  auto cfg = server.config();
+  Background bg;
+  LockManager h(bg.io.get_executor(), cfg, {.client_name = "holder"});
+  LockManager w(bg.io.get_executor(), cfg, {.client_name = "waiter"});
+  const auto contend = [&](const std::string& r) {
+    auto held = h.async_acquire(r, {.ttl = 30s}, asio::use_future).get();
+    EXPECT_TRUE(held);
+    redis_command(server.port(), {"SLOWLOG", "RESET"});
+    auto fut = w.async_acquire(r, {.ttl = 30s, .wait = 20s}, asio::use_future);
+    EXPECT_TRUE(wait_for_queue(server.port(), r, 1));
+    // Held a while longer: a waiter that polled would send more meanwhile. (Less than the
+    // 400 ms after which a waiter refreshes its place.)
+    std::this_thread::sleep_for(200ms);
+    EXPECT_TRUE(held.async_release(asio::use_future).get());
+    EXPECT_EQ(fut.wait_for(10s), std::future_status::ready);
+    return fut.get();
+  };
+  // Contended once first: the waiter's manager subscribes once, not per acquisition.
+  EXPECT_TRUE(contend(unique_resource()));
+  auto got = contend(unique_resource());
+  ASSERT_TRUE(got);
+  // Each entry ends with the client's address and name; the test's own connection has no
+  // name. Count the lock clients' entries.
+  const auto log = redis_command(server.port(), {"SLOWLOG", "GET", "-1"});
+  std::map<std::string, int> by_client;
+  std::istringstream in(log);
+  const std::vector<std::string> words{std::istream_iterator<std::string>(in), {}};
+  for (std::size_t i = 1; i < words.size(); ++i) {
+    if (words[i - 1].rfind("127.0.0.1:", 0) == 0 || words[i - 1].rfind("/", 0) == 0) {
+      ++by_client[words[i]];
+    }
+  }
+  EXPECT_EQ(by_client["waiter"], 2) << log;  // the attempt and the claim
+  EXPECT_EQ(by_client["holder"], 1) << log;  // the release
+  EXPECT_EQ(by_client["waiter:sub"] + by_client["holder:sub"], 0) << log;
 }

@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: MIT
 // with_lock / async_with_lock: work under a lease, work cancelled when the lease is lost.
+#include "keys.hpp"
 #include "live.hpp"
 
 #include <redis_lock/with_lock.hpp>
 
+#include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_future.hpp>
 
@@ -115,4 +117,64 @@ TEST(WithLock, TheWorksExceptionPropagatesAfterTheRelease) {
   } catch (const std::runtime_error& e) {
     EXPECT_STREQ(e.what(), "work failed");
   }
+}
+
+// with_lock.hpp: "cancelling the coroutine that awaits with_lock cancels the acquire or the
+// work, and the lock is released". Cancelled from outside (not by a lost lease) the way
+// docs/guide.md suggests: `||` on awaitables, which cancels the loser (cancellation_type::all).
+TEST(WithLock, CancelledByOrWhileWaitingOrWorking) {
+  using namespace asio::experimental::awaitable_operators;
+  asio::io_context io;
+  auto cfg = shared_server_config();
+  LockManager locks(io.get_executor(), cfg), other(io.get_executor(), cfg);
+  const auto resource = unique_resource();
+  const auto keys = redis_lock::detail::make_keys("lock:", resource);
+  const auto after = [](std::chrono::milliseconds d) -> asio::awaitable<void> {
+    asio::steady_timer t(co_await asio::this_coro::executor, d);
+    co_await t.async_wait(asio::use_awaitable);
+  };
+  run_co(io, [&]() -> asio::awaitable<void> {
+    // Waiting: held elsewhere, the timer wins; the acquire leaves the queue, the work never
+    // runs, and nothing is left held when the holder lets go.
+    auto held = co_await other.async_acquire(resource, {.ttl = 30s}, asio::use_awaitable);
+    CO_ASSERT_TRUE(held.owns_lock());
+    bool ran = false;
+    auto started = std::chrono::steady_clock::now();
+    auto first = co_await (
+        with_lock(locks, resource, {.ttl = 5s, .wait = 20s},
+                  [&](const LockGuard&) -> asio::awaitable<void> {
+                    ran = true;
+                    co_return;
+                  }) ||
+        after(300ms));
+    EXPECT_EQ(first.index(), 1u) << "with_lock completed first";
+    EXPECT_LT(std::chrono::steady_clock::now() - started, 2s) << "the wait was not cancelled";
+    EXPECT_FALSE(ran);
+    EXPECT_EQ(redis_command(cfg.port, {"EXISTS", keys.queue}), "0") << "left queued";
+    EXPECT_TRUE(co_await held.async_release(asio::use_awaitable));
+    EXPECT_EQ(redis_command(cfg.port, {"EXISTS", lease_key(resource)}), "0")
+        << "the release handed the lease to the cancelled waiter";
+
+    // Working: the work is cancelled, and the lock is released.
+    bool aborted = false;
+    started = std::chrono::steady_clock::now();
+    auto second = co_await (
+        with_lock(locks, resource, {.ttl = 5s},
+                  [&](const LockGuard&) -> asio::awaitable<void> {
+                    try {
+                      co_await after(20s);
+                    } catch (const boost::system::system_error& e) {
+                      aborted = e.code() == asio::error::operation_aborted;
+                      throw;
+                    }
+                  }) ||
+        after(300ms));
+    EXPECT_EQ(second.index(), 1u);
+    EXPECT_TRUE(aborted) << "the work was not cancelled";
+    EXPECT_LT(std::chrono::steady_clock::now() - started, 2s);
+    for (int i = 0; i < 200 && redis_command(cfg.port, {"EXISTS", lease_key(resource)}) != "0"; ++i) {
+      co_await after(5ms);
+    }
+    EXPECT_EQ(redis_command(cfg.port, {"EXISTS", lease_key(resource)}), "0") << "not released";
+  }());
 }
