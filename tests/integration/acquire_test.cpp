@@ -246,48 +246,45 @@ void run_until_done(asio::io_context& io, const bool& done, std::chrono::millise
 // A waiting acquire outlasts a brief outage of its server (killed, then back on the same
 // port): connection failures within the wait are retried with backoff, and only when the
 // wait runs out during an outage is its last error the answer.
-TEST(Outage, AWaitingAcquireOutlastsABriefOutage) {
+/// An acquire with `wait` started while its server is down.
+struct AcquireDuringAnOutage {
+  explicit AcquireDuringAnOutage(std::chrono::milliseconds wait) {
+    server.kill();
+    locks.async_acquire(unique_resource(), {.ttl = 5s, .wait = wait},
+                        [this](error_code ec, LockGuard g) {
+                          done = true;
+                          got_ec = ec;
+                          got = std::move(g);
+                        });
+  }
   RedisServer server;
-  server.kill();
   asio::io_context io;
-  LockManager locks(io.get_executor(), server.config());
+  LockManager locks{io.get_executor(), server.config()};
+  const std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
   bool done = false;
   error_code got_ec;
   LockGuard got;
-  locks.async_acquire(unique_resource(), {.ttl = 5s, .wait = 8s},
-                      [&](error_code ec, LockGuard g) {
-                        done = true;
-                        got_ec = ec;
-                        got = std::move(g);
-                      });
+};
+
+TEST(Outage, AWaitingAcquireOutlastsABriefOutage) {
+  AcquireDuringAnOutage a(8s);
   // A refused connect fails within a millisecond: before outages were waited out, the
   // acquire completed with connect_failed long before this (its wait is 8 s).
-  io.run_for(300ms);
-  ASSERT_FALSE(done) << got_ec.message();
-  server.restart();
-  run_until_done(io, done, 10s);
-  ASSERT_TRUE(done);
-  EXPECT_FALSE(got_ec) << got_ec.message();
-  EXPECT_TRUE(got);
+  a.io.run_for(300ms);
+  ASSERT_FALSE(a.done) << a.got_ec.message();
+  a.server.restart();
+  run_until_done(a.io, a.done, 10s);
+  ASSERT_TRUE(a.done);
+  EXPECT_FALSE(a.got_ec) << a.got_ec.message();
+  EXPECT_TRUE(a.got);
 }
 
 TEST(Outage, AWaitThatRunsOutDuringAnOutageReportsTheConnectionError) {
-  RedisServer server;
-  server.kill();
-  asio::io_context io;
-  LockManager locks(io.get_executor(), server.config());
-  bool done = false;
-  error_code got_ec;
-  const auto started = std::chrono::steady_clock::now();
-  locks.async_acquire(unique_resource(), {.ttl = 5s, .wait = 700ms},
-                      [&](error_code ec, LockGuard) {
-                        done = true;
-                        got_ec = ec;
-                      });
-  run_until_done(io, done, 10s);
-  ASSERT_TRUE(done);
-  EXPECT_EQ(got_ec, error::connect_failed) << got_ec.message();
-  const auto took = std::chrono::steady_clock::now() - started;
+  AcquireDuringAnOutage a(700ms);
+  run_until_done(a.io, a.done, 10s);
+  ASSERT_TRUE(a.done);
+  EXPECT_EQ(a.got_ec, error::connect_failed) << a.got_ec.message();
+  const auto took = std::chrono::steady_clock::now() - a.started;
   EXPECT_GE(took, 650ms) << "gave up before the wait ran out";
   EXPECT_LT(took, 5s);
 }
