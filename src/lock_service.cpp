@@ -233,6 +233,10 @@ struct AcquireOp final : ScriptOp {
   void sleep_until_retry(long long pttl);
   bool within_wait(error_code ec) const;
   void wait_out_outage(error_code ec, bool gave_back);
+  /// Full-jitter exponential backoff: this sleep, and the next one doubled.
+  milliseconds next_backoff();
+  /// The next attempt after `sleep` (at the wait's deadline at the latest).
+  void attempt_after(milliseconds sleep);
   void cancel();
   void confirm_replicated(LockGuard guard) {
     // WAIT on the connection that carried the acquire: it counts the replicas that have
@@ -1186,46 +1190,45 @@ void AcquireOp::wait_out_outage(error_code ec, bool gave_back) {
       return finish(error::server_error, LockGuard{});
     }
   }
+  attempt_after(next_backoff());
+}
+
+milliseconds AcquireOp::next_backoff() {
   const auto sleep = jittered(backoff);
   backoff = std::min(backoff * 2, max_backoff);
+  return sleep;
+}
+
+void AcquireOp::attempt_after(milliseconds sleep) {
   if (!timer) timer = std::make_unique<asio::steady_timer>(service->strand());
   timer->expires_at(std::min(deadline, Clock::now() + sleep));
   timer->async_wait([op = std::static_pointer_cast<AcquireOp>(shared_from_this())](error_code) {
     if (op->done || op->cancelled) return;
-    // The wait ran out during the outage: its last error is the answer, not "held".
-    if (Clock::now() >= op->deadline) return op->finish(op->last_error, LockGuard{});
+    // The wait ran out during an outage: its last error is the answer, not "held".
+    if (op->last_error && Clock::now() >= op->deadline) {
+      return op->finish(op->last_error, LockGuard{});
+    }
     op->attempt();
   });
 }
 
 void AcquireOp::sleep_until_retry(long long pttl) {
-  auto self = std::static_pointer_cast<AcquireOp>(shared_from_this());
-  if (!registered) {
-    registered = true;
-    service->add_waiter(self);
-  } else {
-    service->add_waiter(self);  // idempotent; resubscribes after a lost subscriber link
-  }
+  // Idempotent; again each time, it resubscribes after a lost subscriber link.
+  registered = true;
+  service->add_waiter(std::static_pointer_cast<AcquireOp>(shared_from_this()));
   if (notified) return attempt();
   // Held elsewhere. When we listen for hand-offs, sleep until the lease could expire (its
   // holder may have died) or our place in the queue needs refreshing: no polling. Until we
   // listen, or while the lease is reserved for another waiter's claim (pttl -2), back off
   // exponentially with full jitter.
-  const auto now = Clock::now();
   milliseconds sleep{};
   if (service->listening(slot) && pttl > 0) {
     sleep = std::min(milliseconds(pttl) + milliseconds(1), refresh_interval);
   } else {
-    sleep = jittered(backoff);
+    sleep = next_backoff();
     if (pttl > 0) sleep = std::min(sleep, milliseconds(pttl));
-    backoff = std::min(backoff * 2, max_backoff);
   }
-  if (!timer) timer = std::make_unique<asio::steady_timer>(service->strand());
-  timer->expires_at(std::min(deadline, now + sleep));
-  timer->async_wait([op = std::move(self)](error_code) {
-    if (op->done || op->cancelled) return;
-    op->attempt();
-  });
+  attempt_after(sleep);
 }
 
 // ---------------------------------------------------------------------------------------
