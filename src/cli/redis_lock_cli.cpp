@@ -215,15 +215,16 @@ asio::awaitable<int> run(const Options& o, redis_lock::ConnectionConfig config) 
   // One attempt first: a server that cannot be reached at the start is a mistake to report
   // at once (a wrong URL must not wait forever). Once it has answered, a waiting acquire
   // rides out outages within its wait, as the library does.
+  const auto acquire = [&](const redis_lock::LockOptions& options) {
+    return locks.async_acquire(
+        o.resource, options,
+        asio::bind_cancellation_slot(cancel_acquire.slot(), asio::as_tuple(asio::use_awaitable)));
+  };
   redis_lock::LockOptions first_try = lock_options;
   first_try.wait = 0ms;
-  auto [ec, guard] = co_await locks.async_acquire(
-      o.resource, first_try,
-      asio::bind_cancellation_slot(cancel_acquire.slot(), asio::as_tuple(asio::use_awaitable)));
+  auto [ec, guard] = co_await acquire(first_try);
   if (!ec && !guard && early_signal == 0 && lock_options.wait.count() > 0) {
-    std::tie(ec, guard) = co_await locks.async_acquire(
-        o.resource, lock_options,
-        asio::bind_cancellation_slot(cancel_acquire.slot(), asio::as_tuple(asio::use_awaitable)));
+    std::tie(ec, guard) = co_await acquire(lock_options);
   }
   if (early_signal != 0) co_return 128 + early_signal;  // the guard, if any, releases
   signals.cancel();  // the main loop below waits on the signals from now on
