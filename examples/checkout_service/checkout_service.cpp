@@ -124,6 +124,16 @@ Response retry_later(const Request& req, http::status status, std::string_view c
   return res;
 }
 
+Response unavailable(const Request& req, const std::string& order_id) {
+  return retry_later(req, http::status::service_unavailable, "temporarily_unavailable",
+                     "temporarily unavailable; retry with the same order_id", order_id);
+}
+
+Response in_progress(const Request& req, const std::string& order_id) {
+  return retry_later(req, http::status::conflict, "order_in_progress",
+                     "another request is processing this order; retry later", order_id);
+}
+
 // An order id goes into Redis keys and JSON: keep it to a safe, bounded alphabet.
 bool valid_order_id(std::string_view id) {
   if (id.empty() || id.size() > 128) return false;
@@ -340,8 +350,7 @@ class Worker {
       stored = co_await on_pool([&] { return ledger_.find(order_id); });
     } catch (const checkout::LedgerError&) {
       ++unavailable_;
-      co_return retry_later(req, http::status::service_unavailable, "temporarily_unavailable",
-                            "temporarily unavailable; retry with the same order_id", order_id);
+      co_return unavailable(req, order_id);
     }
     if (stored && (stored->amount != amount || stored->currency != currency)) {
       co_return mismatch(req, order_id);
@@ -353,13 +362,11 @@ class Worker {
         "order:" + order_id, lock_options(), asio::as_tuple(asio::use_awaitable));
     if (ec) {
       ++unavailable_;
-      co_return retry_later(req, http::status::service_unavailable, "temporarily_unavailable",
-                            "temporarily unavailable; retry with the same order_id", order_id);
+      co_return unavailable(req, order_id);
     }
     if (!guard) {
       ++conflicts_;
-      co_return retry_later(req, http::status::conflict, "order_in_progress",
-                            "another request is processing this order; retry later", order_id);
+      co_return in_progress(req, order_id);
     }
     const Settled s = co_await settle(guard, order_id, amount, currency);
     co_await guard.async_release(asio::as_tuple(asio::use_awaitable));
@@ -373,12 +380,10 @@ class Worker {
         co_return mismatch(req, order_id);
       case Settled::taken_over:
         ++conflicts_;
-        co_return retry_later(req, http::status::conflict, "order_in_progress",
-                              "another request is processing this order; retry later", order_id);
+        co_return in_progress(req, order_id);
       case Settled::unavailable:
         ++unavailable_;
-        co_return retry_later(req, http::status::service_unavailable, "temporarily_unavailable",
-                              "temporarily unavailable; retry with the same order_id", order_id);
+        co_return unavailable(req, order_id);
       case Settled::unknown:
         break;
     }

@@ -117,6 +117,16 @@ storm() {
     --ledger-url "unix://$dir/ledger.sock" --run-id "$1" --orders "$2" --requests "$3"
 }
 order() { echo "run$1-order-$2"; }
+# strike_mid_charge RUN ORDERS REQUESTS SIGNAL: the storm in the background, and SIGNAL for
+# the worker that calls the provider for the run's order 0 (a 1.5 s charge), which must still
+# be pending then. Sets $victim.
+strike_mid_charge() {
+  arm "$(order "$1" 0)" delay 1500
+  storm_in_background "$1" "$2" "$3"
+  victim=$(caller_of "$(order "$1" 0)")
+  kill -"$4" "$victim"
+  still_pending "$(order "$1" 0)"
+}
 # The same in the background while a scenario does its damage; storm_result waits for it.
 storm_in_background() { storm "$@" >"$dir/storm.out" & storm_pid=$!; pids+=("$storm_pid"); }
 # still_pending ORDER: the ledger has a pending attempt for ORDER, not a final result yet
@@ -184,12 +194,7 @@ EOF
     # The worker calling the provider dies with kill -9; its lease lapses (1 s); a retry or
     # the other worker's reconciler resumes the pending attempt with the same key.
     start_service 2 --lock-ttl-ms 1500 --provider-timeout-ms 1200
-    run="k$RANDOM$RANDOM"
-    arm "$(order "$run" 0)" delay 1500
-    storm_in_background "$run" 4 12
-    victim=$(caller_of "$(order "$run" 0)")
-    kill -9 "$victim"
-    still_pending "$(order "$run" 0)"
+    strike_mid_charge "k$RANDOM$RANDOM" 4 12 KILL
     echo "killed worker $victim (kill -9) while it was calling the provider"
     storm_result "after kill -9"
     ;;
@@ -199,11 +204,7 @@ EOF
     # deadline (1 s): it stops accepting, its call times out, its client hears 202, and it
     # exits; the pending attempt is finished by a retry or the other worker's reconciler.
     start_service 2 --lock-ttl-ms 2000 --provider-timeout-ms 1000
-    run="t$RANDOM$RANDOM"
-    arm "$(order "$run" 0)" delay 1500
-    storm_in_background "$run" 4 12
-    victim=$(caller_of "$(order "$run" 0)")
-    kill -TERM "$victim"
+    strike_mid_charge "t$RANDOM$RANDOM" 4 12 TERM
     wait_for "worker $victim to exit" sh -c "! kill -0 $victim"
     grep -q "(pid $victim): " "$dir/service.log" || fail "worker $victim did not exit gracefully"
     storm_result "after SIGTERM"
@@ -222,11 +223,7 @@ EOF
     # its provider deadline has passed, and its answer is at most "pending".
     start_service 2 --lock-ttl-ms 1000 --provider-timeout-ms 800
     run="p$RANDOM$RANDOM"; x=$(order "$run" 0)
-    arm "$x" delay 1500
-    storm_in_background "$run" 4 12
-    victim=$(caller_of "$x")
-    kill -STOP "$victim"
-    still_pending "$x"
+    strike_mid_charge "$run" 4 12 STOP
     wait_for "the paused worker's lease to lapse" lock_key_gone "$x"
     wait_for "another call for $x" calls_at_least "$x" 2
     kill -CONT "$victim"
@@ -260,12 +257,8 @@ EOF
     echo "== the fault round: a worker killed mid-charge, the lock server restarted empty, a"
     echo "   provider response dropped; every unfinished order retried as a client would"
     run="f$RANDOM$RANDOM"
-    arm "$(order "$run" 0)" delay 1500
     arm "$(order "$run" 1)" drop_response
-    storm_in_background "$run" "$orders" "$requests"
-    victim=$(caller_of "$(order "$run" 0)")
-    kill -9 "$victim"
-    still_pending "$(order "$run" 0)"
+    strike_mid_charge "$run" "$orders" "$requests" KILL
     echo "   killed worker $victim (kill -9) while it was calling the provider"
     restart_lock_server
     echo "   restarted the lock server (kill -9, no persistence)"
