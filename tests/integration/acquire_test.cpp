@@ -309,11 +309,8 @@ TEST(Outage, TheCliWaitsOutABriefOutage) {
                        "redis://127.0.0.1:" + std::to_string(server.port()), "--wait", "20s",
                        resource, "--", "sh", "-c", "echo ran"});
   // Queued behind the holder: its place is in the queue's key.
-  const auto until = std::chrono::steady_clock::now() + 5s;
-  while (server.command({"KEYS", "lock:q:*"}).empty() && std::chrono::steady_clock::now() < until) {
-    std::this_thread::sleep_for(5ms);
-  }
-  ASSERT_FALSE(server.command({"KEYS", "lock:q:*"}).empty()) << "the CLI never queued";
+  wait_until([&] { return !server.command({"KEYS", "lock:q:*"}).empty(); }, 5s,
+             "the CLI to queue");
   server.kill();  // the holder's lease goes with it (no persistence)
   // The outage itself: longer than a queued waiter sleeps between attempts (at most the
   // queue refresh interval, 400 ms), so its next attempt meets the dead server.

@@ -292,14 +292,10 @@ long long server_ms(std::uint16_t port) {
   return std::stoll(t.substr(0, space)) * 1000 + std::stoll(t.substr(space + 1)) / 1000;
 }
 
-/// Polls the server's clock until it is past `ms` (bounded).
-bool server_clock_passes(std::uint16_t port, long long ms) {
-  const auto until = std::chrono::steady_clock::now() + 10s;
-  while (server_ms(port) <= ms) {
-    if (std::chrono::steady_clock::now() > until) return false;
-    std::this_thread::sleep_for(10ms);
-  }
-  return true;
+/// Waits until the server's clock is past `ms` (throws after 10 s: the test fails).
+void server_clock_passes(std::uint16_t port, long long ms) {
+  wait_until([&] { return server_ms(port) > ms; }, 10s,
+             "the server's clock to pass " + std::to_string(ms));
 }
 
 }  // namespace
@@ -325,7 +321,7 @@ TEST(Waiting, DeadWaitersPlaceLapsesWithinTheDocumentedBound) {
   const auto died = server_ms(cfg.port);
   const auto lapses = std::stoll(redis_command(cfg.port, {"ZSCORE", keys.queue_expiry, dead_member}));
   EXPECT_LE(lapses - died, 1200) << "a dead waiter keeps its place longer than documented";
-  ASSERT_TRUE(server_clock_passes(cfg.port, lapses));
+  server_clock_passes(cfg.port, lapses);
   holder.async_release(asio::use_future).get();
   // The release handed the lease on at once, and not to the dead waiter.
   const auto lease = redis_command(cfg.port, {"GET", keys.lease});
@@ -372,7 +368,7 @@ TEST(Waiting, ArrivalOrderHoldsThroughWaitsLongerThanAQueueEntrysLife) {
     while (in >> member >> score) first_lapse = std::max(first_lapse, score);
   }
   // Two entry lives: every first entry would have lapsed without its refreshes.
-  ASSERT_TRUE(server_clock_passes(cfg.port, first_lapse + 1200));
+  server_clock_passes(cfg.port, first_lapse + 1200);
   EXPECT_EQ(redis_command(cfg.port, {"ZRANGE", keys.queue, "0", "-1", "WITHSCORES"}), queue)
       << "a waiter lost its place while waiting";
   holder.async_release(asio::use_future).get();
