@@ -19,7 +19,7 @@ class RedisLockConan(ConanFile):
     settings = "os", "arch", "compiler", "build_type"
     options = {"shared": [True, False], "fPIC": [True, False], "cli": [True, False]}
     default_options = {"shared": False, "fPIC": True, "cli": True}
-    exports_sources = "CMakeLists.txt", "LICENSE", "cmake/*", "include/*", "src/*"
+    exports_sources = "CMakeLists.txt", "LICENSE", "cmake/*", "include/*", "src/*", "tools/*"
 
     def set_version(self):
         text = load(self, os.path.join(self.recipe_folder, "CMakeLists.txt"))

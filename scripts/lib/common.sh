@@ -5,6 +5,7 @@
 REDIS_LOCK_PACKAGES=(
   g++ cmake ninja-build ccache pkg-config
   libboost1.81-dev libboost-url1.81-dev libboost-json1.81-dev libboost-context1.81-dev
+  libboost-program-options1.81-dev
   libhiredis-dev libfmt-dev libssl-dev openssl doxygen valgrind libgtest-dev libbenchmark-dev
   redis-server redis-tools python3
   clang libclang-rt-dev

@@ -4,14 +4,21 @@
 
 #include "child_process.hpp"
 #include "keys.hpp"
+#include "redis_server.hpp"
+#include "tcp_proxy.hpp"
 
 #include <boost/asio/use_future.hpp>
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
 #include <thread>
+
+#include <fcntl.h>
+#include <poll.h>
+#include <pty.h>
 
 using namespace redis_lock;
 using namespace redis_lock::test;
@@ -33,6 +40,73 @@ bool wait_until_exists(const std::string& key, bool exists) {
   }
   return false;
 }
+
+/// A scratch directory, removed with what is in it.
+struct ScratchDir {
+  ScratchDir() {
+    char tmpl[] = "/tmp/redis_lock_cli_XXXXXX";
+    if (::mkdtemp(tmpl) == nullptr) throw std::runtime_error("mkdtemp");
+    path = tmpl;
+  }
+  ~ScratchDir() { std::system(("rm -rf '" + path + "'").c_str()); }
+  std::string file(const std::string& name) const { return path + "/" + name; }
+  std::string path;
+};
+
+/// No process of the group runs any more. (kill(-pgid, 0) would also count zombies, which
+/// stay until their new parent, init here, reaps them: they run nothing.)
+bool group_gone(pid_t pgid) {
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
+    const auto name = entry.path().filename().string();
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream in(entry.path() / "stat");
+    std::string stat;
+    std::getline(in, stat);
+    const auto paren = stat.rfind(')');
+    if (paren == std::string::npos) continue;
+    std::istringstream fields(stat.substr(paren + 1));
+    char state = 0;
+    long ppid = 0, pgrp = 0;
+    fields >> state >> ppid >> pgrp;
+    if (pgrp == pgid && state != 'Z' && state != 'X') return false;
+  }
+  return true;
+}
+
+/// The redis-cli command line a test command uses to leave a mark in the shared server
+/// (its clock and order are the server's, whatever the processes' scheduling).
+std::string mark(const std::string& list, const std::string& what) {
+  return "redis-cli -p " + std::to_string(shared_server_port()) + " RPUSH " + list + " " + what +
+         " >/dev/null";
+}
+
+std::vector<std::string> marks(const std::string& list) {
+  const auto all = redis_command(shared_server_port(), {"LRANGE", list, "0", "-1"});
+  std::vector<std::string> out;
+  std::istringstream in(all);
+  for (std::string word; in >> word;) out.push_back(word);
+  return out;
+}
+
+/// Holds `resource` from the test process until destroyed.
+struct Holder {
+  explicit Holder(const std::string& resource, ConnectionConfig config = shared_server_config())
+      : locks(io.get_executor(), config) {
+    locks.async_acquire(resource, {.ttl = 30s}, [&](boost::system::error_code, LockGuard g) {
+      guard = std::move(g);
+    });
+    io.run_for(5s);
+  }
+  ~Holder() {
+    guard.async_release([](boost::system::error_code, bool) {});
+    io.restart();
+    io.run_for(5s);
+  }
+  asio::io_context io;
+  LockManager locks;
+  LockGuard guard;
+};
 
 }  // namespace
 
@@ -117,7 +191,7 @@ TEST(Cli, NonblockExitsOneWhenHeldElsewhere) {
 
 TEST(Cli, LostLockTerminatesTheCommand) {
   const auto resource = unique_resource();
-  ChildProcess run(cli({"--ttl", "600ms", "--kill-after", "2s", resource, "--", "sleep", "30"}));
+  ChildProcess run(cli({"--ttl", "2s", "--kill-after", "2s", resource, "--", "sleep", "30"}));
   ASSERT_TRUE(wait_until_exists(lease_key(resource), true));
   const auto start = std::chrono::steady_clock::now();
   // Someone else owns the key now: the next renewal is refused.
@@ -138,7 +212,7 @@ TEST(Cli, SignalsArePassedOnAndTheLockIsReleased) {
 
 TEST(Cli, CommandIgnoringSigtermIsKilledAfterKillAfter) {
   const auto resource = unique_resource();
-  ChildProcess run(cli({"--ttl", "600ms", "--kill-after", "300ms", resource, "--", "sh", "-c",
+  ChildProcess run(cli({"--ttl", "3s", "--kill-after", "300ms", resource, "--", "sh", "-c",
                         "trap '' TERM; exec sleep 30"}));
   ASSERT_TRUE(wait_until_exists(lease_key(resource), true));
   const auto start = std::chrono::steady_clock::now();
@@ -169,8 +243,10 @@ TEST(Cli, SignalWhileWaitingEndsTheWaitAndLeavesTheQueue) {
 }
 
 TEST(Cli, CommandThatCannotBeStartedExits126) {
-  // /etc/hostname exists but is not executable: execvp fails with EACCES.
-  EXPECT_EQ(ChildProcess(cli({unique_resource(), "--", "/etc/hostname"})).wait(), 126);
+  ScratchDir dir;
+  std::ofstream(dir.file("data")) << "not a program\n";
+  ::chmod(dir.file("data").c_str(), 0644);  // not executable: execve fails with EACCES
+  EXPECT_EQ(ChildProcess(cli({unique_resource(), "--", dir.file("data")})).wait(), 126);
 }
 
 TEST(Cli, UrlComesFromTheEnvironmentWithoutTheFlag) {
@@ -207,32 +283,335 @@ TEST(Cli, ThePasswordInTheUrlNeverReachesStderr) {
   }
 }
 
-TEST(Cli, NoRenewLeaseLastsTheTtlAndTheCommandOverrunsItUnnoticed) {
-  // `--no-renew`, as `redis-lock --help` and the README say: the lease lasts --ttl and is
-  // not renewed. A command that runs longer keeps running without the lock: it is not
-  // terminated, someone else can take the lock meanwhile, and the exit status is the
-  // command's own (not 4). (Only a renewed lease can be found lost.)
+TEST(Cli, NoRenewStopsTheCommandBeforeTheLeaseEnds) {
+  // Decided: --no-renew bounds the command by the lease, as a lost lock does. SIGTERM
+  // comes while the lease still has the grace and a margin left (the command sees a
+  // positive PTTL in its handler), and the status is 4, said on stderr.
   const auto resource = unique_resource();
-  char dir[] = "/tmp/redis_lock_cli_XXXXXX";
-  ASSERT_NE(::mkdtemp(dir), nullptr);
-  const std::string done = std::string(dir) + "/done";
-  // (Bounded: the command gives up after 20 s should the test fail before it says done.)
-  ChildProcess run(cli({"--ttl", "400ms", "--no-renew", resource, "--", "sh", "-c",
-                        "i=0; while [ ! -e " + done + " ] && [ $i -lt 1000 ]; do sleep 0.02; "
-                        "i=$((i+1)); done; echo finished"}));
-  ASSERT_TRUE(wait_until_exists(lease_key(resource), true));
-  const auto pttl = std::stoll(redis_command(shared_server_port(), {"PTTL", lease_key(resource)}));
-  EXPECT_LE(pttl, 400);
-  ASSERT_TRUE(wait_until_exists(lease_key(resource), false)) << "the lease outlived its ttl";
-  // The command still runs, and the lock is free for anyone.
+  const std::string pttl = "redis-cli -p " + std::to_string(shared_server_port()) + " PTTL '" +
+                           lease_key(resource) + "'";
+  ChildProcess run(cli({"--ttl", "1s", "--no-renew", resource, "--", "sh", "-c",
+                        "trap 'echo \"pttl $(" + pttl + ")\"; exit 0' TERM; echo started; "
+                        "while :; do sleep 0.02; done"}),
+                   {.stderr_too = true});
+  EXPECT_EQ(run.read_line(), "started");
+  const auto rest = run.read_all();
+  EXPECT_EQ(run.wait(), 4) << rest;
+  EXPECT_NE(rest.find("about to end"), std::string::npos) << rest;
+  const auto at = rest.find("pttl ");
+  ASSERT_NE(at, std::string::npos) << rest;
+  EXPECT_GT(std::stoll(rest.substr(at + 5)), 0) << "SIGTERM came after the lease ended: " << rest;
+}
+
+TEST(Cli, GrandchildrenGetTheSignalAndTheLockWaitsForThem) {
+  // SIGTERM to redis-lock reaches the whole group; the lock stays held until the last
+  // process of the group (a grandchild with a slow SIGTERM handler) has exited.
+  const auto resource = unique_resource();
+  const auto events = unique_resource("events");
+  ChildProcess run(cli({resource, "--", "sh", "-c",
+                        "(trap '" + mark(events, "cleaned") + "; exit 0' TERM; echo ready; "
+                        "while :; do sleep 0.02; done) & wait; echo shell-done"}));
+  ASSERT_EQ(run.read_line(), "ready");
+  run.signal(SIGTERM);
   asio::io_context io;
   LockManager locks(io.get_executor(), shared_server_config());
-  const auto other = acquire_once(locks, io, resource);
-  EXPECT_FALSE(other.ec) << other.ec.message();
-  EXPECT_TRUE(other.owned) << "the lock was still held after its ttl";
-  std::ofstream(done).put('\n');
-  EXPECT_EQ(run.read_line(), "finished");
-  EXPECT_EQ(run.wait(), 0) << "the overrun was noticed after all: update the docs";
-  std::remove(done.c_str());
-  ::rmdir(dir);
+  bool acquired = false;
+  locks.async_acquire(resource, {.ttl = 5s, .wait = 20s},
+                      [&](boost::system::error_code ec, LockGuard g) {
+                        EXPECT_FALSE(ec) << ec.message();
+                        acquired = g.owns_lock();
+                        redis_command(shared_server_port(), {"RPUSH", events, "next-holder"});
+                      });
+  io.run_for(25s);
+  EXPECT_TRUE(acquired);
+  EXPECT_EQ(run.wait(), 128 + SIGTERM);  // the shell itself died of the SIGTERM
+  EXPECT_EQ(marks(events), (std::vector<std::string>{"cleaned", "next-holder"}));
+}
+
+TEST(Cli, ASignalToRedisLocksGroupReachesTheCommandOnce) {
+  // As timeout(1) or a shell's job control signal redis-lock's process group: the command,
+  // in a group of its own, gets the signal once (passed on), not twice.
+  const auto resource = unique_resource();
+  const auto events = unique_resource("events");
+  ChildProcess run(cli({resource, "--", "sh", "-c",
+                        "trap '" + mark(events, "TERM") + "; stop=1' TERM; echo ready; "
+                        "while [ -z \"$stop\" ]; do sleep 0.02; done; sleep 0.5"}),
+                   {.own_group = true});
+  ASSERT_EQ(run.read_line(), "ready");
+  ASSERT_EQ(::kill(-run.pid(), SIGTERM), 0);
+  EXPECT_EQ(run.wait(), 0);
+  EXPECT_EQ(marks(events), (std::vector<std::string>{"TERM"}));
+}
+
+TEST(Cli, CtrlCOnATerminalReachesTheCommandOnce) {
+  // On a terminal the command's group is the foreground job while it runs: Ctrl-C comes
+  // from the terminal, once, and redis-lock does not pass on a second one.
+  const auto resource = unique_resource();
+  const auto events = unique_resource("events");
+  std::vector<std::string> args = cli({resource, "--", "sh", "-c",
+                                       "trap '" + mark(events, "INT") + "; stop=1' INT; "
+                                       "echo ready; while [ -z \"$stop\" ]; do sleep 0.02; "
+                                       "done; sleep 0.5"});
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  int terminal = -1;
+  const pid_t pid = ::forkpty(&terminal, nullptr, nullptr, nullptr);
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+  std::string seen;
+  const auto until = std::chrono::steady_clock::now() + 10s;
+  while (seen.find("ready") == std::string::npos && std::chrono::steady_clock::now() < until) {
+    pollfd p{terminal, POLLIN, 0};
+    if (::poll(&p, 1, 100) == 1) {
+      char buf[256];
+      const auto n = ::read(terminal, buf, sizeof buf);
+      if (n <= 0) break;
+      seen.append(buf, static_cast<std::size_t>(n));
+    }
+  }
+  ASSERT_NE(seen.find("ready"), std::string::npos) << seen;
+  ASSERT_EQ(::write(terminal, "\x03", 1), 1);
+  int status = 0;
+  for (auto end = std::chrono::steady_clock::now() + 10s;
+       ::waitpid(pid, &status, WNOHANG) == 0 && std::chrono::steady_clock::now() < end;) {
+    char buf[256];
+    pollfd p{terminal, POLLIN, 0};
+    if (::poll(&p, 1, 20) == 1 && ::read(terminal, buf, sizeof buf) <= 0) {
+      std::this_thread::sleep_for(20ms);  // the terminal closed: the exit is near
+    }
+  }
+  ::close(terminal);
+  ASSERT_TRUE(WIFEXITED(status)) << "redis-lock did not exit";
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  EXPECT_EQ(marks(events), (std::vector<std::string>{"INT"}));
+}
+
+TEST(Cli, KilledRedisLockTakesItsCommandGroupWithIt) {
+  // kill -9 of redis-lock: its watcher gives the whole group SIGTERM, once.
+  const auto resource = unique_resource();
+  const auto events = unique_resource("events");
+  ChildProcess run(cli({resource, "--", "sh", "-c",
+                        "trap '" + mark(events, "shell") + "; exit 0' TERM; "
+                        "(trap '" + mark(events, "grandchild") + "; exit 0' TERM; "
+                        "while :; do sleep 0.02; done) & echo $$; "
+                        "while :; do sleep 0.02; done"}));
+  const pid_t group = std::stoi(run.read_line());
+  run.kill9();
+  wait_until([&] { return group_gone(group); }, 10s, "the command's group to end");
+  auto got = marks(events);
+  std::sort(got.begin(), got.end());
+  EXPECT_EQ(got, (std::vector<std::string>{"grandchild", "shell"}));
+}
+
+TEST(Cli, KilledRedisLockSigkillsAStubbornGroupBeforeTheLeaseEnds) {
+  // The watcher's SIGKILL comes when the grace ends (at most ttl/3) and before the lease
+  // can expire: when the group is gone, the lease still has time left.
+  const auto resource = unique_resource();
+  ChildProcess run(cli({"--ttl", "3s", "--kill-after", "30s", resource, "--", "sh", "-c",
+                        "trap '' TERM; echo $$; while :; do sleep 0.02; done"}));
+  const pid_t group = std::stoi(run.read_line());
+  run.kill9();
+  const auto killed_at = std::chrono::steady_clock::now();
+  wait_until([&] { return group_gone(group); }, 10s, "the command's group to end");
+  const auto pttl = std::stoll(redis_command(shared_server_port(), {"PTTL", lease_key(resource)}));
+  EXPECT_GT(pttl, 0) << "the group outlived the lease";
+  EXPECT_GE(std::chrono::steady_clock::now() - killed_at, 900ms) << "no grace was given";
+}
+
+TEST(Cli, LostRenewalStopsASlowCleanupBeforeTheNextHolderStarts) {
+  // Cut off from Redis, redis-lock cannot renew. The command (whose SIGTERM handler needs
+  // 3 s) gets SIGTERM and then SIGKILL early enough that its whole group is gone when the
+  // next holder takes the expired lock.
+  const auto resource = unique_resource();
+  const auto events = unique_resource("events");
+  TcpProxy proxy(shared_server_port());
+  ChildProcess run({REDIS_LOCK_CLI_PATH, "--url", "redis://127.0.0.1:" + std::to_string(proxy.port()),
+                    "--ttl", "4s", "--kill-after", "10s", resource, "--", "sh", "-c",
+                    "trap '" + mark(events, "term") + "; sleep 3; " + mark(events, "cleaned") +
+                        "; exit 0' TERM; echo $$; while :; do sleep 0.02; done"},
+                   {.stderr_too = true});
+  const pid_t group = std::stoi(run.read_line());
+  proxy.set_blackhole(true);
+  asio::io_context io;
+  LockManager locks(io.get_executor(), shared_server_config());
+  bool acquired = false, gone_when_acquired = false;
+  locks.async_acquire(resource, {.ttl = 5s, .wait = 20s},
+                      [&](boost::system::error_code ec, LockGuard g) {
+                        EXPECT_FALSE(ec) << ec.message();
+                        gone_when_acquired = group_gone(group);
+                        acquired = g.owns_lock();
+                        redis_command(shared_server_port(), {"RPUSH", events, "next-holder"});
+                      });
+  io.run_for(25s);
+  proxy.set_blackhole(false);
+  const auto output = run.read_all();
+  EXPECT_EQ(run.wait(), 4) << output;
+  EXPECT_TRUE(acquired);
+  EXPECT_TRUE(gone_when_acquired) << "the next holder started while the command still ran";
+  EXPECT_EQ(marks(events), (std::vector<std::string>{"term", "next-holder"}));
+  EXPECT_NE(output.find("not confirmed"), std::string::npos) << output;
+}
+
+TEST(Cli, NoSocketOrPipeOfRedisLockLeaksIntoTheCommand) {
+  // `ls` lists the shell's descriptors from outside it (a listing from within would see
+  // its own directory handle and command-substitution pipes).
+  ChildProcess run(cli({unique_resource(), "--", "sh", "-c", "ls -l /proc/$$/fd"}));
+  const auto listing = run.read_all();
+  EXPECT_EQ(run.wait(), 0);
+  std::istringstream in(listing);
+  int count = 0;
+  for (std::string line; std::getline(in, line);) {
+    const auto arrow = line.find(" -> ");
+    if (arrow == std::string::npos) continue;
+    ++count;
+    const auto before = line.substr(0, arrow);
+    const int fd = std::stoi(before.substr(before.rfind(' ') + 1));
+    const auto target = line.substr(arrow + 4);
+    if (fd <= 2) continue;
+    EXPECT_EQ(target.rfind("socket:", 0), std::string::npos) << "leaked: " << line;
+    EXPECT_EQ(target.rfind("pipe:", 0), std::string::npos) << "leaked: " << line;
+  }
+  EXPECT_GE(count, 3) << listing;
+}
+
+TEST(Cli, ThePasswordIsNeitherInPsNorInTheCommandsEnvironment) {
+  const std::string secret = "s3cr3t-pw";
+  RedisServer server({"--requirepass", secret});
+  const std::string plain_url = "redis://127.0.0.1:" + std::to_string(server.port());
+  ScratchDir dir;
+  std::ofstream(dir.file("pw")) << secret << "\n";
+  const std::string show = "echo ready; sleep 0.3; env";
+  struct Case {
+    std::vector<std::string> args;
+    SpawnOptions spawn;
+    bool warns;
+  };
+  const std::vector<Case> cases = {
+      {{REDIS_LOCK_CLI_PATH, "--url", plain_url, "r", "-c", show},
+       {.set_env = {"REDIS_LOCK_PASSWORD=" + secret}, .stderr_too = true}, false},
+      {{REDIS_LOCK_CLI_PATH, "--password-file", dir.file("pw"), "r", "-c", show},
+       {.set_env = {"REDIS_LOCK_URL=" + plain_url}, .stderr_too = true}, false},
+      {{REDIS_LOCK_CLI_PATH, "--url=redis://:" + secret + "@127.0.0.1:" + std::to_string(server.port()),
+        "r", "-c", show},
+       {.set_env = {"REDIS_LOCK_URL=redis://:" + secret + "@127.0.0.1:1"}, .stderr_too = true}, true},
+  };
+  for (const auto& c : cases) {
+    ChildProcess run(c.args, c.spawn);
+    std::string output;
+    for (auto line = run.read_line(); line != "ready"; line = run.read_line()) {
+      ASSERT_FALSE(line.empty()) << "the command did not start: " << output;
+      output += line + "\n";
+    }
+    std::ifstream cmdline("/proc/" + std::to_string(run.pid()) + "/cmdline");
+    const std::string ps((std::istreambuf_iterator<char>(cmdline)), std::istreambuf_iterator<char>());
+    EXPECT_FALSE(ps.empty());
+    EXPECT_EQ(ps.find(secret), std::string::npos) << "visible in ps: " << ps;
+    output += run.read_all();
+    EXPECT_EQ(run.wait(), 0) << output;
+    EXPECT_EQ(output.find(secret), std::string::npos) << output;
+    EXPECT_EQ(output.find("REDIS_LOCK_URL"), std::string::npos) << output;
+    EXPECT_NE(output.find("REDIS_LOCK_FENCING_TOKEN="), std::string::npos) << output;
+    EXPECT_EQ(output.find("visible to other users") != std::string::npos, c.warns) << output;
+  }
+}
+
+TEST(Cli, AnUnresponsiveServerAtReleaseIsReportedAndDoesNotHoldUpTheExit) {
+  TcpProxy proxy(shared_server_port());
+  ChildProcess run({REDIS_LOCK_CLI_PATH, "--url", "redis://127.0.0.1:" + std::to_string(proxy.port()),
+                    unique_resource(), "--", "sh", "-c", "echo started; sleep 0.2; exit 7"},
+                   {.stderr_too = true});
+  ASSERT_EQ(run.read_line(), "started");
+  proxy.set_blackhole(true);
+  const auto start = std::chrono::steady_clock::now();
+  const auto output = run.read_all();
+  EXPECT_EQ(run.wait(), 7) << "the command's status, whatever the release";
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 4s + 500ms);
+  EXPECT_NE(output.find("could not release"), std::string::npos) << output;
+  proxy.set_blackhole(false);
+}
+
+TEST(Cli, ConflictExitCodeAndTheJsonStatusLine) {
+  const auto resource = unique_resource();
+  {
+    Holder held(resource);
+    ASSERT_TRUE(held.guard);
+    ChildProcess run(cli({"-n", "-E", "75", "--json", resource, "--", "true"}), {.stderr_too = true});
+    const auto output = run.read_all();
+    EXPECT_EQ(run.wait(), 75);
+    EXPECT_NE(output.find(R"("outcome":"not_acquired","exit_code":75)"), std::string::npos) << output;
+  }
+  ChildProcess run(cli({"--json", resource, "--", "sh", "-c", "exit 3"}), {.stderr_too = true});
+  const auto output = run.read_all();
+  EXPECT_EQ(run.wait(), 3);
+  EXPECT_NE(output.find(R"("outcome":"completed","exit_code":3)"), std::string::npos) << output;
+  EXPECT_NE(output.find(R"("command_status":3,"command_signal":null,"released":true)"),
+            std::string::npos)
+      << output;
+}
+
+TEST(Cli, MaxHoldStopsTheCommand) {
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(ChildProcess(cli({"--max-hold", "0.3s", unique_resource(), "--", "sleep", "30"})).wait(),
+            124);
+  const auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_GE(took, 300ms);
+  EXPECT_LT(took, 5s);
+}
+
+TEST(Cli, ShellStringsScriptsWithoutShebangAndThePrintedToken) {
+  ChildProcess shell(cli({unique_resource(), "-c", "echo $((6 * 7))"}));
+  EXPECT_EQ(shell.read_line(), "42");
+  EXPECT_EQ(shell.wait(), 0);
+  ScratchDir dir;
+  std::ofstream(dir.file("job")) << "echo plain script\n";
+  ::chmod(dir.file("job").c_str(), 0755);
+  ChildProcess script(cli({unique_resource(), "--", dir.file("job")}));
+  EXPECT_EQ(script.read_line(), "plain script");
+  EXPECT_EQ(script.wait(), 0);
+  ChildProcess token(cli({"--print-token", unique_resource(), "--", "sh", "-c",
+                          "echo $REDIS_LOCK_FENCING_TOKEN"}));
+  const auto printed = token.read_line();
+  EXPECT_FALSE(printed.empty());
+  EXPECT_EQ(token.read_line(), printed);
+  EXPECT_EQ(token.wait(), 0);
+  ChildProcess version({REDIS_LOCK_CLI_PATH, "--version"});
+  EXPECT_EQ(version.read_line().rfind("redis-lock ", 0), 0u);
+  EXPECT_EQ(version.wait(), 0);
+}
+
+TEST(Cli, BadValuesExitTwoBeforeAnythingIsSent) {
+  // Nothing listens at `nowhere`: 2 rather than 3 shows no connection was tried.
+  const std::string nowhere = "redis://127.0.0.1:" + std::to_string(free_port());
+  for (const std::vector<std::string>& bad : std::vector<std::vector<std::string>>{
+           {"--ttl", "1ms"}, {"--ttl", "100000h"}, {"-w", "-1s"}, {"-E", "300"},
+           {"--kill-after", "1x"}, {"--password-file", "/no/such/file"}}) {
+    std::vector<std::string> args{REDIS_LOCK_CLI_PATH, "--url", nowhere};
+    args.insert(args.end(), bad.begin(), bad.end());
+    args.insert(args.end(), {unique_resource(), "--", "true"});
+    ChildProcess run(args, {.stderr_too = true});
+    const auto output = run.read_all();
+    EXPECT_EQ(run.wait(), 2) << bad.front() << ": " << output;
+    EXPECT_EQ(output.rfind("redis-lock: ", 0), 0u) << output;
+  }
+}
+
+TEST(Cli, ConnectionErrorsNameTheServerAndTheReason) {
+  const auto port = std::to_string(free_port());
+  ChildProcess refused({REDIS_LOCK_CLI_PATH, "--url", "redis://127.0.0.1:" + port, "r", "--", "true"},
+                       {.stderr_too = true});
+  const auto refused_text = refused.read_all();
+  EXPECT_EQ(refused.wait(), 3);
+  EXPECT_NE(refused_text.find("could not connect to 127.0.0.1:" + port + ": Connection refused"),
+            std::string::npos)
+      << refused_text;
+  ChildProcess plain({REDIS_LOCK_CLI_PATH, "--url",
+                      "rediss://127.0.0.1:" + std::to_string(shared_server_port()), "r", "--", "true"},
+                     {.stderr_too = true});
+  const auto plain_text = plain.read_all();
+  EXPECT_EQ(plain.wait(), 3);
+  EXPECT_NE(plain_text.find("plain text, not TLS"), std::string::npos) << plain_text;
 }

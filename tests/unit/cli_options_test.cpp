@@ -1,0 +1,143 @@
+// SPDX-License-Identifier: MIT
+// redis-lock's command line: what it accepts, what it refuses (exit 2, nothing sent).
+#include "options.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+using namespace redis_lock::cli;
+using namespace std::chrono_literals;
+
+namespace {
+
+std::map<std::string, std::string> fake_env;
+const char* from_fake_env(const char* name) {
+  auto it = fake_env.find(name);
+  return it == fake_env.end() ? nullptr : it->second.c_str();
+}
+
+Parsed parse(std::vector<std::string> args, std::map<std::string, std::string> env = {}) {
+  fake_env = std::move(env);
+  args.insert(args.begin(), "redis-lock");
+  std::vector<const char*> argv;
+  for (auto& a : args) argv.push_back(a.c_str());
+  return parse_command_line(static_cast<int>(argv.size()), argv.data(), from_fake_env);
+}
+
+Options run_options(std::vector<std::string> args, std::map<std::string, std::string> env = {}) {
+  auto p = parse(std::move(args), std::move(env));
+  EXPECT_EQ(p.action, Parsed::Action::run) << p.text;
+  return p.options;
+}
+
+std::string usage_error(std::vector<std::string> args) {
+  auto p = parse(std::move(args));
+  EXPECT_EQ(p.action, Parsed::Action::usage_error);
+  return p.text;
+}
+
+}  // namespace
+
+TEST(CliOptions, Durations) {
+  EXPECT_EQ(parse_duration("30"), 30s);
+  EXPECT_EQ(parse_duration("1.5s"), 1500ms);
+  EXPECT_EQ(parse_duration("250ms"), 250ms);
+  EXPECT_EQ(parse_duration("0.5m"), 30s);
+  EXPECT_EQ(parse_duration("2h"), 7200s);
+  EXPECT_EQ(parse_duration("0"), 0ms);
+  EXPECT_EQ(parse_duration(".25s"), 250ms);
+  for (const char* bad : {"", "s", "-1s", "1x", "1.5.2s", "nan", "inf", "1e3s", "100000h", " 1s"}) {
+    EXPECT_EQ(parse_duration(bad), std::nullopt) << bad;
+  }
+  EXPECT_EQ(parse_duration("87600h"), std::chrono::milliseconds(315'360'000'000));  // 10 years
+}
+
+TEST(CliOptions, TheCommandIsEverythingAfterTheFirstDoubleDash) {
+  const auto o = run_options({"--ttl", "2s", "job", "--", "sh", "-c", "x", "--", "--ttl"});
+  EXPECT_EQ(o.resource, "job");
+  EXPECT_EQ(o.command, (std::vector<std::string>{"sh", "-c", "x", "--", "--ttl"}));
+  EXPECT_EQ(o.ttl, 2s);
+}
+
+TEST(CliOptions, ShortAndLongFormsWithAttachedValues) {
+  const auto o = run_options({"-w", "1.5", "--ttl=3s", "--kill-after=250ms", "--max-hold", "1m",
+                              "-E", "75", "-v", "--json", "--print-token", "--no-renew", "r",
+                              "-c", "echo hi"});
+  EXPECT_EQ(o.wait, 1500ms);
+  EXPECT_EQ(o.ttl, 3s);
+  EXPECT_EQ(o.kill_after, 250ms);
+  EXPECT_EQ(o.max_hold, 60s);
+  EXPECT_EQ(o.conflict_exit_code, 75);
+  EXPECT_TRUE(o.verbose && o.json && o.print_token);
+  EXPECT_FALSE(o.renew);
+  EXPECT_EQ(o.command, (std::vector<std::string>{"/bin/sh", "-c", "echo hi"}));
+  const auto sticky = run_options({"-w5s", "-E3", "r", "--", "true"});
+  EXPECT_EQ(sticky.wait, 5s);
+  EXPECT_EQ(sticky.conflict_exit_code, 3);
+}
+
+TEST(CliOptions, UrlAndPasswordSources) {
+  EXPECT_EQ(run_options({"r", "--", "true"}).url, "redis://127.0.0.1:6379");
+  EXPECT_EQ(run_options({"r", "--", "true"}, {{"REDIS_LOCK_URL", "redis://h:1"}}).url, "redis://h:1");
+  const auto flag = run_options({"--url", "redis://f:2", "r", "--", "true"},
+                                {{"REDIS_LOCK_URL", "redis://h:1"}});
+  EXPECT_EQ(flag.url, "redis://f:2");
+  EXPECT_TRUE(flag.url_from_flag);
+  EXPECT_EQ(run_options({"r", "--", "true"}, {{"REDIS_LOCK_PASSWORD", "pw"}}).password, "pw");
+  char path[] = "/tmp/redis_lock_pw_XXXXXX";
+  const int fd = ::mkstemp(path);
+  ASSERT_GE(fd, 0);
+  ::close(fd);
+  std::ofstream(path) << "from-file\r\nsecond line\n";
+  EXPECT_EQ(run_options({"--password-file", path, "r", "--", "true"},
+                        {{"REDIS_LOCK_PASSWORD", "pw"}})
+                .password,
+            "from-file");
+  std::ofstream(path) << "\n";
+  EXPECT_NE(usage_error({"--password-file", path, "r", "--", "true"}).find("no password"),
+            std::string::npos);
+  std::remove(path);
+  EXPECT_NE(usage_error({"--password-file", path, "r", "--", "true"}).find("cannot read"),
+            std::string::npos);
+}
+
+TEST(CliOptions, RefusedWithAClearMessage) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"r"}, "COMMAND"},
+      {{"--", "true"}, "RESOURCE"},
+      {{"r", "extra", "--", "true"}, "put COMMAND after --"},
+      {{"--ttl", "soon", "r", "--", "true"}, "bad duration for --ttl"},
+      {{"--ttl", "100000h", "r", "--", "true"}, "at most 10 years"},
+      {{"--ttl", "1ms", "r", "--", "true"}, "at least 1s"},
+      {{"--ttl", "999ms", "r", "--", "true"}, "at least 1s"},
+      {{"--max-hold", "0", "r", "--", "true"}, "--max-hold"},
+      {{"-E", "256", "r", "--", "true"}, "0 to 255"},
+      {{"-E", "x", "r", "--", "true"}, "0 to 255"},
+      {{"-n", "-w", "1s", "r", "--", "true"}, "exclude"},
+      {{"-c", "true", "r", "--", "true"}, "exclude"},
+      {{"--no", "r", "--", "true"}, "--no"},  // no guessing of abbreviations
+      {{"--bogus", "r", "--", "true"}, "--bogus"},
+      {{"--ttl", "r", "--", "true"}, "bad duration"},
+      {{"--ttl", "1s", "--ttl", "2s", "r", "--", "true"}, "more than once"},
+      {{"", "--", "true"}, "RESOURCE"},
+  };
+  for (const auto& [args, expected] : cases) {
+    const auto text = usage_error(args);
+    EXPECT_NE(text.find(expected), std::string::npos) << "'" << text << "' lacks '" << expected << "'";
+    EXPECT_EQ(text.rfind("redis-lock: ", 0), 0u) << text;
+  }
+}
+
+TEST(CliOptions, HelpAndVersionPrintAndExit) {
+  auto help = parse({"--help"});
+  EXPECT_EQ(help.action, Parsed::Action::print_and_exit);
+  EXPECT_NE(help.text.find("--conflict-exit-code"), std::string::npos);
+  auto version = parse({"-V"});
+  EXPECT_EQ(version.action, Parsed::Action::print_and_exit);
+  EXPECT_EQ(version.text.rfind("redis-lock ", 0), 0u);
+}

@@ -1,0 +1,479 @@
+// SPDX-License-Identifier: MIT
+// redis-lock: flock(1) for a fleet. Runs a command while holding a Redis lock, renewing
+// it; stops the command's whole process group before the lease can lapse.
+#include "diagnose.hpp"
+#include "options.hpp"
+#include "process.hpp"
+
+#include <redis_lock/redis_lock.hpp>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char** environ;
+
+namespace asio = boost::asio;
+using namespace std::chrono_literals;
+using namespace redis_lock::cli;
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+namespace {
+
+/// The signals passed on to the command (and that end a wait for the lock).
+constexpr int forwarded_signals[] = {SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2};
+/// How long the release may take before we say it failed and exit anyway.
+constexpr milliseconds release_deadline{3000};
+
+long long ms_between(Clock::time_point from, Clock::time_point to) {
+  return std::chrono::duration_cast<milliseconds>(to - from).count();
+}
+
+/// One line on stderr, written at once (the command may be writing there too).
+template <class... Args>
+void say(const char* format, Args... args) {
+  char text[1024];
+  if constexpr (sizeof...(Args) == 0) {
+    std::snprintf(text, sizeof text, "%s", format);
+  } else {
+    std::snprintf(text, sizeof text, format, args...);
+  }
+  std::string line = std::string("redis-lock: ") + text + "\n";
+  std::fputs(line.c_str(), stderr);
+}
+
+/// What happened, for the exit status, the messages and the --json line.
+struct Report {
+  std::string outcome = "error";
+  int exit_code = exit_redis_error;
+  std::string error;
+  std::uint64_t fencing_token = 0;
+  long long waited_ms = -1, held_ms = -1;
+  std::optional<int> command_status, command_signal;
+  std::optional<bool> released;
+};
+
+std::string json_string(std::string_view s) {
+  std::string out = "\"";
+  for (const unsigned char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", c);
+      out += buf;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out + "\"";
+}
+
+void print_json(const Options& o, const Report& r) {
+  const auto number = [](const auto& v) { return v ? std::to_string(*v) : std::string("null"); };
+  std::string line = "{\"resource\":" + json_string(o.resource) +
+                     ",\"outcome\":" + json_string(r.outcome) +
+                     ",\"exit_code\":" + std::to_string(r.exit_code) +
+                     ",\"fencing_token\":" + std::to_string(r.fencing_token) +
+                     ",\"waited_ms\":" + (r.waited_ms < 0 ? "null" : std::to_string(r.waited_ms)) +
+                     ",\"held_ms\":" + (r.held_ms < 0 ? "null" : std::to_string(r.held_ms)) +
+                     ",\"command_status\":" + number(r.command_status) +
+                     ",\"command_signal\":" + number(r.command_signal) +
+                     ",\"released\":" +
+                     (r.released ? (*r.released ? "true" : "false") : "null") +
+                     ",\"error\":" + (r.error.empty() ? "null" : json_string(r.error)) + "}\n";
+  std::fputs(line.c_str(), stderr);
+}
+
+/// The command's environment: ours without the connection's secrets, plus the lock.
+std::vector<std::string> command_environment(const Options& o, std::uint64_t fence) {
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string_view entry(*e);
+    bool drop = false;
+    for (std::string_view name : {"REDIS_LOCK_URL=", "REDIS_LOCK_PASSWORD=",
+                                  "REDIS_LOCK_RESOURCE=", "REDIS_LOCK_FENCING_TOKEN="}) {
+      drop = drop || entry.starts_with(name);
+    }
+    if (!drop) env.emplace_back(entry);
+  }
+  env.push_back("REDIS_LOCK_RESOURCE=" + o.resource);
+  env.push_back("REDIS_LOCK_FENCING_TOKEN=" + std::to_string(fence));
+  return env;
+}
+
+/// This program's file, for the watcher (so that ps names it redis-lock).
+std::string own_path() {
+  char path[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", path, sizeof path - 1);
+  return n > 0 ? std::string(path, static_cast<std::size_t>(n)) : "/proc/self/exe";
+}
+
+/// Why the command is being stopped.
+enum class Stop { none, lost, unconfirmed, lease_ending, max_hold };
+
+const char* outcome_of(Stop s) {
+  switch (s) {
+    case Stop::lost: return "lost";
+    case Stop::unconfirmed: return "renewal_unconfirmed";
+    case Stop::lease_ending: return "lease_ending";
+    case Stop::max_hold: return "max_hold";
+    case Stop::none: break;
+  }
+  return "completed";
+}
+
+/// Everything the supervising callbacks share (owned by them and the coroutine).
+struct Supervision {
+  Supervision(asio::any_io_executor ex, const Options& o)
+      : options(o), signals(ex), lease_timer(ex), kill_timer(ex), max_hold_timer(ex),
+        poll_timer(ex), done(ex) {
+    for (int sig : forwarded_signals) signals.add(sig);
+    signals.add(SIGCHLD);
+    done.expires_at(Clock::time_point::max());
+  }
+  const Options& options;
+  asio::signal_set signals;
+  asio::steady_timer lease_timer, kill_timer, max_hold_timer, poll_timer, done;
+  asio::cancellation_signal cancel_acquire;
+  redis_lock::LockGuard* guard = nullptr;
+  CommandGroup group;
+  Guardian guardian;
+  bool running = false;   // the command has been started
+  bool finished = false;  // the command and its group are gone
+  int early_signal = 0;   // a signal that ended the wait for the lock
+  Stop stop = Stop::none;
+  milliseconds grace{0}, margin{0};
+
+  void watch_signals(const std::shared_ptr<Supervision>& self) {
+    signals.async_wait([self](boost::system::error_code ec, int sig) {
+      if (ec || self->finished) return;
+      if (sig == SIGCHLD) {
+        if (self->running) self->check_group(self);
+      } else if (self->running) {
+        if (self->options.verbose) {
+          say("passing SIG%s on to process group %d", sigabbrev_np(sig), self->group.pgid());
+        }
+        self->group.signal(sig);
+      } else if (self->early_signal == 0) {
+        self->early_signal = sig;
+        self->cancel_acquire.emit(asio::cancellation_type::terminal);
+      }
+      self->watch_signals(self);
+    });
+  }
+
+  void check_group(const std::shared_ptr<Supervision>& self) {
+    if (finished) return;
+    const bool alive = group.reap_and_check_alive();
+    if (group.exited() && !alive) {
+      finished = true;
+      done.cancel();
+      return;
+    }
+    if (group.exited()) {
+      // The command is gone but not all of its group: orphans reparented to us announce
+      // their end with SIGCHLD; this also covers group members we are not the parent of.
+      poll_timer.expires_after(50ms);
+      poll_timer.async_wait([self](boost::system::error_code ec) {
+        if (!ec) self->check_group(self);
+      });
+    }
+  }
+
+  void stop_group(const std::shared_ptr<Supervision>& self, Stop why, const char* message) {
+    if (stop != Stop::none) {
+      if (why == Stop::lost) stop = why;  // the stronger statement wins
+      return;
+    }
+    stop = why;
+    say("%s; stopping the command (SIGTERM to process group %d)", message, group.pgid());
+    group.signal(SIGTERM);
+    // SIGKILL when the grace ends, and never later than just before the lease can expire.
+    auto kill_at = Clock::now() + grace;
+    if (why != Stop::lost) kill_at = std::min(kill_at, guard->valid_until() - margin);
+    kill_timer.expires_at(kill_at);
+    kill_timer.async_wait([self](boost::system::error_code ec) {
+      if (ec || self->finished) return;
+      say("the command's process group %d is still running; SIGKILL", self->group.pgid());
+      self->group.signal(SIGKILL);
+    });
+  }
+
+  /// Follows valid_until(): SIGTERM once only the grace and the margin are left of it.
+  void watch_lease(const std::shared_ptr<Supervision>& self) {
+    const auto valid_until = guard->valid_until();
+    guardian.valid_until(valid_until);
+    const auto term_at = valid_until - grace - margin;
+    if (Clock::now() >= term_at) {
+      if (options.renew) {
+        stop_group(self, Stop::unconfirmed, "the lease's renewal was not confirmed in time");
+      } else {
+        stop_group(self, Stop::lease_ending, "the lease (--no-renew) is about to end");
+      }
+      return;
+    }
+    // Wake at the deadline, and between renewals to tell the watcher the new validity.
+    lease_timer.expires_at(std::min(term_at, Clock::now() + options.ttl / 6));
+    lease_timer.async_wait([self](boost::system::error_code ec) {
+      if (!ec && !self->finished && self->stop == Stop::none) self->watch_lease(self);
+    });
+  }
+};
+
+asio::awaitable<Report> run(const Options& o, redis_lock::ConnectionConfig config) {
+  auto ex = co_await asio::this_coro::executor;
+  Report report;
+  redis_lock::LockManager locks(ex, config);
+  redis_lock::LockOptions lock_options{.ttl = o.ttl, .auto_renew = o.renew};
+  lock_options.wait = o.nonblock ? 0ms : o.wait.value_or(std::chrono::hours(24 * 365 * 10));
+
+  // Signals are ours from the start: while we wait for the lock they cancel the wait (and
+  // leave the queue); once the command runs they are passed on to its group.
+  auto sv = std::make_shared<Supervision>(ex, o);
+  sv->watch_signals(sv);
+  if (o.verbose) say("acquiring %s on %s (ttl %lldms)", o.resource.c_str(),
+                     describe_target(config).c_str(), static_cast<long long>(o.ttl.count()));
+
+  // One attempt first: a server that cannot be reached at the start is a mistake to report
+  // at once (a wrong URL must not wait forever). Once it has answered, a waiting acquire
+  // rides out outages within its wait, as the library does.
+  const auto acquire = [&](const redis_lock::LockOptions& options) {
+    return locks.async_acquire(o.resource, options,
+                               asio::bind_cancellation_slot(sv->cancel_acquire.slot(),
+                                                            asio::as_tuple(asio::use_awaitable)));
+  };
+  const auto wait_started = Clock::now();
+  redis_lock::LockOptions first_try = lock_options;
+  first_try.wait = 0ms;
+  auto [ec, guard] = co_await acquire(first_try);
+  if (!ec && !guard && sv->early_signal == 0 && lock_options.wait.count() > 0) {
+    if (o.verbose) say("%s is held elsewhere; waiting", o.resource.c_str());
+    std::tie(ec, guard) = co_await acquire(lock_options);
+  }
+  report.waited_ms = ms_between(wait_started, Clock::now());
+  if (sv->early_signal != 0) {  // the guard, if any, releases
+    report.outcome = "interrupted";
+    report.exit_code = 128 + sv->early_signal;
+    co_return report;
+  }
+  if (ec) {
+    report.error = describe_failure(config, ec, locks.last_server_error());
+    report.exit_code = ec == redis_lock::error::invalid_argument || is_bad_database(locks.last_server_error())
+                           ? exit_usage
+                           : exit_redis_error;
+    say("%s: %s", o.resource.c_str(), report.error.c_str());
+    co_return report;
+  }
+  if (!guard) {
+    report.outcome = "not_acquired";
+    report.exit_code = o.conflict_exit_code;
+    say(o.nonblock || lock_options.wait.count() == 0 ? "%s is held elsewhere"
+                                                     : "%s is held elsewhere; --wait ran out",
+        o.resource.c_str());
+    co_return report;
+  }
+  report.fencing_token = guard.fencing_token();
+  if (o.verbose) {
+    say("acquired %s: fencing token %llu, lease valid for %lldms", o.resource.c_str(),
+        static_cast<unsigned long long>(guard.fencing_token()),
+        static_cast<long long>(ms_between(Clock::now(), guard.valid_until())));
+  }
+
+  // The grace ends, and SIGKILL comes, before the lease can expire: at most a third of
+  // the ttl for the grace (renewals come every third), a small margin for SIGKILL to land.
+  sv->guard = &guard;
+  sv->grace = std::min(o.kill_after, o.ttl / 3);
+  sv->margin = std::clamp(o.ttl / 20, milliseconds(50), milliseconds(1000));
+  const auto held_from = Clock::now();
+  ::prctl(PR_SET_CHILD_SUBREAPER, 1);  // orphans of the command are ours to wait for
+  const auto give_up = [&](int code, const char* what, int err) -> asio::awaitable<Report> {
+    report.outcome = code == exit_not_found ? "not_found" : "cannot_run";
+    report.exit_code = code;
+    report.error = std::string(what) + ": " + std::strerror(err);
+    say("%s", report.error.c_str());
+    auto [release_ec, released] = co_await guard.async_release(asio::as_tuple(asio::use_awaitable));
+    report.released = !release_ec && released;
+    co_return report;
+  };
+  if (const int err = sv->guardian.start(own_path(), sv->grace, sv->margin); err != 0) {
+    co_return co_await give_up(exit_cannot_run, "cannot start the watcher process", err);
+  }
+  if (const int err = sv->group.fork(o.command, command_environment(o, guard.fencing_token()));
+      err != 0) {
+    co_return co_await give_up(exit_cannot_run, "fork", err);
+  }
+  sv->guardian.watch(sv->group.pgid());
+  sv->guardian.valid_until(guard.valid_until());
+  if (o.print_token) {
+    std::printf("%llu\n", static_cast<unsigned long long>(guard.fencing_token()));
+    std::fflush(stdout);
+  }
+  if (const int err = sv->group.run(); err != 0) {
+    while (sv->group.reap_and_check_alive()) {
+    }
+    sv->guardian.dismiss();
+    co_return co_await give_up(err == ENOENT ? exit_not_found : exit_cannot_run,
+                               o.command[0].c_str(), err);
+  }
+  sv->running = true;
+  if (o.verbose) say("started the command: process group %d", sv->group.pgid());
+
+  guard.async_wait_lost([sv](boost::system::error_code lost_ec) {
+    if (lost_ec != redis_lock::error::lock_lost || sv->finished) return;
+    sv->stop_group(sv, Stop::lost, "lost the lock (its lease expired or passed to another holder)");
+  });
+  sv->watch_lease(sv);
+  if (o.max_hold) {
+    sv->max_hold_timer.expires_after(*o.max_hold);
+    sv->max_hold_timer.async_wait([sv](boost::system::error_code timer_ec) {
+      if (!timer_ec && !sv->finished) sv->stop_group(sv, Stop::max_hold, "--max-hold ran out");
+    });
+  }
+  sv->check_group(sv);  // it may be gone already
+  if (!sv->finished) co_await sv->done.async_wait(asio::as_tuple(asio::use_awaitable));
+  for (auto* t : {&sv->lease_timer, &sv->kill_timer, &sv->max_hold_timer, &sv->poll_timer}) {
+    t->cancel();
+  }
+  sv->group.restore_terminal();
+  sv->guardian.dismiss();
+  report.held_ms = ms_between(held_from, Clock::now());
+  const int status = sv->group.status();
+  if (WIFEXITED(status)) {
+    report.command_status = WEXITSTATUS(status);
+    report.exit_code = WEXITSTATUS(status);
+  } else if (WIFSIGNALED(status)) {
+    report.command_signal = WTERMSIG(status);
+    report.exit_code = 128 + WTERMSIG(status);
+  }
+  report.outcome = outcome_of(sv->stop);
+  if (sv->stop == Stop::max_hold) report.exit_code = exit_max_hold;
+  else if (sv->stop != Stop::none) report.exit_code = exit_lock_lost;
+
+  // The release, bounded: an unresponsive server must not hold up the exit. Its state is
+  // shared with the handler, which may run after we have given up on it.
+  struct Release {
+    explicit Release(asio::any_io_executor ex) : timer(ex) { timer.expires_after(release_deadline); }
+    asio::steady_timer timer;
+    bool done = false, released = false;
+    boost::system::error_code ec;
+  };
+  auto release = std::make_shared<Release>(ex);
+  const bool was_lost = guard.lost();
+  guard.async_release([release](boost::system::error_code release_ec, bool released) {
+    release->done = true;
+    release->ec = release_ec;
+    release->released = released;
+    release->timer.cancel();
+  });
+  co_await release->timer.async_wait(asio::as_tuple(asio::use_awaitable));
+  report.released = release->done && !release->ec && release->released;
+  if (!release->done || release->ec) {
+    say("could not release %s (%s); its lease ends by itself within %llds", o.resource.c_str(),
+        release->done ? release->ec.message().c_str() : "no reply within 3s",
+        static_cast<long long>((o.ttl.count() + 999) / 1000));
+  } else if (!release->released && sv->stop == Stop::none && !was_lost) {
+    // Not ours any more, though nothing said so in time: the command may have run
+    // without the lock at its end.
+    say("the lease on %s had expired before the command ended", o.resource.c_str());
+    report.outcome = "lost";
+    report.exit_code = exit_lock_lost;
+  } else if (o.verbose) {
+    say("released %s", o.resource.c_str());
+  }
+  co_return report;
+}
+
+/// Overwrites the password of a --url argument in our own argv, so that `ps` stops
+/// showing it (it was visible from exec until here: the warning says so).
+void scrub_password(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--") == 0) return;
+    char* url = argv[i];
+    if (std::strncmp(url, "--url=", 6) == 0) url += 6;
+    else if (std::strcmp(url, "--url") == 0 && i + 1 < argc) url = argv[++i];
+    else continue;
+    char* scheme_end = std::strstr(url, "://");
+    if (scheme_end == nullptr) continue;
+    char* userinfo = scheme_end + 3;
+    char* at = std::strchr(userinfo, '@');
+    char* slash = std::strchr(userinfo, '/');
+    if (at == nullptr || (slash != nullptr && slash < at)) continue;
+    char* colon = static_cast<char*>(std::memchr(userinfo, ':', static_cast<std::size_t>(at - userinfo)));
+    if (colon == nullptr) continue;
+    std::fill(colon + 1, at, '*');
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc >= 2 && std::strcmp(argv[1], guardian_flag) == 0) return guardian_main(argc, argv);
+  const auto parsed =
+      parse_command_line(argc, argv, [](const char* name) -> const char* { return std::getenv(name); });
+  if (parsed.action == Parsed::Action::print_and_exit) {
+    std::fputs(parsed.text.c_str(), stdout);
+    return 0;
+  }
+  if (parsed.action == Parsed::Action::usage_error) {
+    std::fprintf(stderr, "%s\ntry 'redis-lock --help'\n", parsed.text.c_str());
+    return exit_usage;
+  }
+  const Options& o = parsed.options;
+  std::string why = "not a valid redis://, rediss:// or unix:// URL";  // TODO from_url(url, why)
+  auto config = redis_lock::ConnectionConfig::from_url(o.url);
+  if (!config) {
+    // The URL itself is not echoed: it may carry a password (`why` never does).
+    std::fprintf(stderr, "redis-lock: bad URL%s: %s\n", o.url_from_flag ? "" : " in $REDIS_LOCK_URL",
+                 why.c_str());
+    return exit_usage;
+  }
+  if (o.url_from_flag && !config->password.empty()) {
+    scrub_password(argc, argv);
+    std::fputs("redis-lock: warning: a password in --url is visible to other users (ps) until "
+               "redis-lock has started; use --password-file or $REDIS_LOCK_PASSWORD\n",
+               stderr);
+  }
+  if (o.password) config->password = *o.password;
+  ::signal(SIGPIPE, SIG_IGN);  // a closed stderr must not kill us while we hold the lock
+
+  asio::io_context io(1);
+  Report report;
+  asio::co_spawn(io, run(o, *config), [&](std::exception_ptr e, Report r) {
+    if (e) {
+      try {
+        std::rethrow_exception(e);
+      } catch (const std::exception& ex) {
+        say("%s", ex.what());
+      }
+    } else {
+      report = std::move(r);
+    }
+    io.stop();  // nothing left to wait for (a release that timed out is abandoned)
+  });
+  io.run();
+  if (o.json) print_json(o, report);
+  return report.exit_code;
+}

@@ -1,0 +1,253 @@
+// SPDX-License-Identifier: MIT
+#include "options.hpp"
+
+#include <boost/program_options.hpp>
+
+#include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+namespace po = boost::program_options;
+
+namespace redis_lock::cli {
+
+namespace {
+
+constexpr std::string_view default_url = "redis://127.0.0.1:6379";
+
+constexpr const char* usage_text = R"(usage: redis-lock [options] RESOURCE -- COMMAND [ARGS...]
+       redis-lock [options] RESOURCE -c 'SHELL COMMAND'
+
+Runs COMMAND while holding the lock RESOURCE on Redis, renewing the lease as long as COMMAND
+runs. COMMAND runs in its own process group and gets REDIS_LOCK_RESOURCE and
+REDIS_LOCK_FENCING_TOKEN in its environment (never the URL or the password). The lock is
+released when every process of that group has exited.
+
+options:
+  --url URL              redis://[user@]host[:port][/db], rediss://..., unix:///path, or
+                         redis+sentinel://, redis+cluster:// (default: $REDIS_LOCK_URL,
+                         else redis://127.0.0.1:6379). A password in the URL is visible
+                         to other users in ps: prefer one of the next two
+  --password-file FILE   the password is the first line of FILE
+                         (else $REDIS_LOCK_PASSWORD, else the URL's)
+  --ttl DURATION         lease length, at least 1s; renewed every ttl/3 (default 30s)
+  -w, --wait DURATION    wait at most this long for the lock (default: indefinitely)
+  -n, --nonblock         do not wait: fail at once if the lock is held elsewhere
+  --no-renew             do not renew: the lease lasts --ttl, and COMMAND is stopped
+                         (as when the lock is lost) before it ends
+  --kill-after DURATION  grace between SIGTERM and SIGKILL when COMMAND must stop
+                         (default 5s; at most ttl/3, so that both come before the
+                         lease can expire)
+  --max-hold DURATION    time limit for COMMAND: SIGTERM, then SIGKILL after the grace
+  -c, --command STRING   run STRING with /bin/sh -c (instead of COMMAND after --)
+  -E, --conflict-exit-code N
+                         exit status when the lock is not acquired (default 1)
+  --print-token          print the fencing token on stdout before COMMAND starts
+  -v, --verbose          say on stderr what happens (connect, wait, acquire, release)
+  --json                 at exit, print one JSON status line on stderr
+  -V, --version          print the version
+  -h, --help             this text
+DURATION: a number, fractions allowed, with ms, s, m or h (a bare number is seconds).
+
+Signals: SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1 and SIGUSR2 are passed on to COMMAND's
+process group, once; while waiting for the lock they end the wait with status 128+N. If
+the lease is lost or a renewal is not confirmed in time, COMMAND's group gets SIGTERM early
+enough that the grace ends before the lease can expire, and SIGKILL before it does. If
+redis-lock itself dies (even by SIGKILL), a watcher process does the same to the group.
+
+exit status:
+  COMMAND's status when it ran under the lock (128+N if killed by signal N)
+  1    not acquired: held elsewhere (--nonblock) or --wait ran out (see -E)
+  2    usage error (nothing was sent to Redis)
+  3    Redis could not be reached, or refused (authentication, permissions, ...)
+  4    COMMAND was stopped because the lease was lost, its renewal was not confirmed
+       in time, or (--no-renew) it was about to end
+  124  COMMAND was stopped by --max-hold
+  126  COMMAND could not be started;  127  COMMAND was not found
+  With --json the status line says which of these it was.
+)";
+
+Parsed fail(std::string message) {
+  Parsed p;
+  p.action = Parsed::Action::usage_error;
+  p.text = "redis-lock: " + std::move(message);
+  return p;
+}
+
+std::optional<int> parse_exit_code(const std::string& text) {
+  int value = -1;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc{} || end != text.data() + text.size() || value < 0 || value > 255) {
+    return std::nullopt;
+  }
+  return value;
+}
+
+}  // namespace
+
+std::string usage() { return usage_text; }
+
+std::optional<milliseconds> parse_duration(std::string_view text) {
+  double value = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value,
+                                   std::chars_format::fixed);
+  if (ec != std::errc{} || end == text.data() || !std::isfinite(value) || value < 0) {
+    return std::nullopt;
+  }
+  const std::string_view unit(end, static_cast<std::size_t>(text.data() + text.size() - end));
+  double ms_per_unit = 0;
+  if (unit.empty() || unit == "s") ms_per_unit = 1000;
+  else if (unit == "ms") ms_per_unit = 1;
+  else if (unit == "m") ms_per_unit = 60'000;
+  else if (unit == "h") ms_per_unit = 3'600'000;
+  else return std::nullopt;
+  const double ms = std::round(value * ms_per_unit);
+  if (ms > static_cast<double>(max_duration.count())) return std::nullopt;
+  return milliseconds(static_cast<long long>(ms));
+}
+
+Parsed parse_command_line(int argc, const char* const* argv,
+                          const char* (*getenv)(const char*)) {
+  // Everything after the first "--" is COMMAND, never options of ours.
+  std::vector<std::string> ours;
+  Options o;
+  bool saw_separator = false;
+  for (int i = 1; i < argc; ++i) {
+    if (!saw_separator && std::strcmp(argv[i], "--") == 0) {
+      saw_separator = true;
+    } else if (saw_separator) {
+      o.command.emplace_back(argv[i]);
+    } else {
+      ours.emplace_back(argv[i]);
+    }
+  }
+
+  po::options_description visible;
+  visible.add_options()
+      ("url", po::value<std::string>())
+      ("password-file", po::value<std::string>())
+      ("ttl", po::value<std::string>())
+      ("wait,w", po::value<std::string>())
+      ("nonblock,n", po::bool_switch())
+      ("no-renew", po::bool_switch())
+      ("kill-after", po::value<std::string>())
+      ("max-hold", po::value<std::string>())
+      ("command,c", po::value<std::string>())
+      ("conflict-exit-code,E", po::value<std::string>())
+      ("print-token", po::bool_switch())
+      ("verbose,v", po::bool_switch())
+      ("json", po::bool_switch())
+      ("version,V", po::bool_switch())
+      ("help,h", po::bool_switch());
+  po::options_description all;
+  all.add(visible).add_options()("resource", po::value<std::vector<std::string>>());
+  po::positional_options_description positional;
+  positional.add("resource", -1);
+  po::variables_map vm;
+  try {
+    // No guessing of abbreviations: `--no` must not quietly mean `--nonblock`.
+    const int style = po::command_line_style::default_style &
+                      ~po::command_line_style::allow_guessing;
+    po::store(po::command_line_parser(ours)
+                  .options(all)
+                  .positional(positional)
+                  .style(style)
+                  .run(),
+              vm);
+  } catch (const po::error& e) {
+    return fail(e.what());
+  }
+  const auto flag = [&](const char* name) { return vm[name].as<bool>(); };
+  const auto text = [&](const char* name) -> std::optional<std::string> {
+    if (!vm.count(name)) return std::nullopt;
+    return vm[name].as<std::string>();
+  };
+
+  if (flag("help")) return {Parsed::Action::print_and_exit, {}, usage_text};
+  if (flag("version")) {
+    return {Parsed::Action::print_and_exit, {}, "redis-lock " REDIS_LOCK_VERSION "\n"};
+  }
+
+  if (auto url = text("url")) {
+    o.url = *url;
+    o.url_from_flag = true;
+  } else if (const char* env = getenv("REDIS_LOCK_URL"); env != nullptr && *env != '\0') {
+    o.url = env;
+  } else {
+    o.url = default_url;
+  }
+  if (auto path = text("password-file")) {
+    std::ifstream in(*path);
+    if (!in) return fail("cannot read --password-file " + *path + ": " + std::strerror(errno));
+    std::string line;
+    std::getline(in, line);
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.empty()) return fail("--password-file " + *path + " has no password on its first line");
+    o.password = std::move(line);
+  } else if (const char* env = getenv("REDIS_LOCK_PASSWORD"); env != nullptr && *env != '\0') {
+    o.password = env;
+  }
+
+  struct DurationFlag {
+    const char* name;
+    bool set;
+    milliseconds value;
+  };
+  const auto duration = [&](const char* name) -> std::optional<DurationFlag> {
+    auto t = text(name);
+    if (!t) return DurationFlag{name, false, {}};
+    auto d = parse_duration(*t);
+    if (!d) return std::nullopt;
+    return DurationFlag{name, true, *d};
+  };
+  for (const char* name : {"ttl", "wait", "kill-after", "max-hold"}) {
+    auto d = duration(name);
+    if (!d) {
+      return fail(std::string("bad duration for --") + name + ": '" + *text(name) +
+                  "' (a number with ms, s, m or h, at most 10 years)");
+    }
+    if (!d->set) continue;
+    const std::string n = name;
+    if (n == "ttl") o.ttl = d->value;
+    else if (n == "wait") o.wait = d->value;
+    else if (n == "kill-after") o.kill_after = d->value;
+    else o.max_hold = d->value;
+  }
+  if (o.ttl < min_ttl) {
+    return fail("--ttl must be at least 1s: the renewal, the SIGTERM grace and the SIGKILL "
+                "margin must fit in the lease");
+  }
+  if (o.max_hold && o.max_hold->count() == 0) return fail("--max-hold must be above 0");
+  o.nonblock = flag("nonblock");
+  o.renew = !flag("no-renew");
+  o.print_token = flag("print-token");
+  o.verbose = flag("verbose");
+  o.json = flag("json");
+  if (auto code = text("conflict-exit-code")) {
+    auto value = parse_exit_code(*code);
+    if (!value) return fail("--conflict-exit-code must be a number from 0 to 255, not '" + *code + "'");
+    o.conflict_exit_code = *value;
+  }
+  if (o.nonblock && o.wait) return fail("--nonblock and --wait exclude each other");
+
+  std::vector<std::string> positionals;
+  if (vm.count("resource")) positionals = vm["resource"].as<std::vector<std::string>>();
+  if (positionals.empty()) return fail("a RESOURCE is required");
+  if (positionals.size() > 1) {
+    return fail("unexpected argument '" + positionals[1] +
+                "': put COMMAND after -- (redis-lock RESOURCE -- COMMAND ARGS...)");
+  }
+  o.resource = positionals.front();
+  if (o.resource.empty()) return fail("RESOURCE must not be empty");
+  if (auto shell = text("command")) {
+    if (!o.command.empty()) return fail("-c and a COMMAND after -- exclude each other");
+    o.command = {"/bin/sh", "-c", *shell};
+  }
+  if (o.command.empty()) return fail("a COMMAND after -- (or -c 'SHELL COMMAND') is required");
+  return {Parsed::Action::run, std::move(o), {}};
+}
+
+}  // namespace redis_lock::cli

@@ -1,0 +1,68 @@
+// SPDX-License-Identifier: MIT
+// redis-lock's command line: what it accepts and what it means. No I/O beyond reading
+// --password-file; unit-tested in tests/unit/cli_options_test.cpp.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace redis_lock::cli {
+
+using std::chrono::milliseconds;
+
+// Exit codes (also in --help and the README).
+inline constexpr int exit_not_acquired = 1;  // --nonblock, or --wait ran out (-E changes it)
+inline constexpr int exit_usage = 2;
+inline constexpr int exit_redis_error = 3;   // could not reach Redis, or it refused
+inline constexpr int exit_lock_lost = 4;     // lost, unconfirmed or (--no-renew) ending lease
+inline constexpr int exit_max_hold = 124;    // --max-hold ran out (as timeout(1))
+inline constexpr int exit_cannot_run = 126;  // the command could not be started
+inline constexpr int exit_not_found = 127;   // the command was not found
+
+/// The shortest --ttl: below it the renewal, the SIGTERM grace and the SIGKILL margin do
+/// not fit in a lease.
+inline constexpr milliseconds min_ttl{1000};
+/// The longest duration anywhere (the library's ttl limit).
+inline constexpr milliseconds max_duration{315'360'000'000};  // 10 years
+
+struct Options {
+  std::string url;  ///< --url, else $REDIS_LOCK_URL, else the local default
+  bool url_from_flag = false;
+  std::optional<std::string> password;  ///< --password-file, else $REDIS_LOCK_PASSWORD
+  milliseconds ttl{30'000};
+  std::optional<milliseconds> wait;  ///< none: indefinitely
+  bool nonblock = false;
+  bool renew = true;
+  milliseconds kill_after{5000};
+  std::optional<milliseconds> max_hold;
+  int conflict_exit_code = exit_not_acquired;
+  bool print_token = false;
+  bool verbose = false;
+  bool json = false;
+  std::string resource;
+  std::vector<std::string> command;  ///< argv; `-c STRING` is {"/bin/sh", "-c", STRING}
+};
+
+/// What the command line asks for.
+struct Parsed {
+  enum class Action { run, print_and_exit, usage_error } action = Action::run;
+  Options options;
+  std::string text;  ///< help or version text (stdout), or the error (stderr)
+};
+
+/// A duration: a decimal number (fractions allowed) with ms, s, m or h; a bare number is
+/// seconds. Negative, not finite, or above max_duration: none.
+std::optional<milliseconds> parse_duration(std::string_view text);
+
+/// `getenv` is how the environment is read (injected for tests).
+Parsed parse_command_line(int argc, const char* const* argv,
+                          const char* (*getenv)(const char*));
+
+/// The help text.
+std::string usage();
+
+}  // namespace redis_lock::cli
