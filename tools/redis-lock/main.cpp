@@ -243,6 +243,30 @@ struct Supervision {
   }
 };
 
+/// How a release ended.
+struct Released {
+  bool replied = false;  // false: no reply within release_deadline
+  bool released = false;
+  boost::system::error_code ec;
+};
+
+/// Releases `guard`, waiting at most release_deadline: an unresponsive server must not hold
+/// up the exit. The state is shared with the handler, which may run after we gave up.
+asio::awaitable<Released> release_bounded(redis_lock::LockGuard& guard) {
+  struct State {
+    explicit State(asio::any_io_executor ex) : timer(ex) { timer.expires_after(release_deadline); }
+    asio::steady_timer timer;
+    Released result;
+  };
+  auto state = std::make_shared<State>(co_await asio::this_coro::executor);
+  guard.async_release([state](boost::system::error_code ec, bool released) {
+    state->result = {true, released, ec};
+    state->timer.cancel();
+  });
+  co_await state->timer.async_wait(asio::as_tuple(asio::use_awaitable));
+  co_return state->result;
+}
+
 asio::awaitable<Report> run(const Options& o, redis_lock::ConnectionConfig config) {
   auto ex = co_await asio::this_coro::executor;
   Report report;
@@ -274,9 +298,10 @@ asio::awaitable<Report> run(const Options& o, redis_lock::ConnectionConfig confi
     std::tie(ec, guard) = co_await acquire(lock_options);
   }
   report.waited_ms = ms_between(wait_started, Clock::now());
-  if (sv->early_signal != 0) {  // the guard, if any, releases
+  if (sv->early_signal != 0) {
     report.outcome = "interrupted";
     report.exit_code = 128 + sv->early_signal;
+    if (guard) report.released = (co_await release_bounded(guard)).released;  // came meanwhile
     co_return report;
   }
   if (ec) {
@@ -306,6 +331,11 @@ asio::awaitable<Report> run(const Options& o, redis_lock::ConnectionConfig confi
   // the ttl for the grace (renewals come every third), a small margin for SIGKILL to land.
   sv->guard = &guard;
   sv->grace = std::min(o.kill_after, o.ttl / 3);
+  if (o.kill_after_given && sv->grace < o.kill_after) {
+    say("--kill-after %lldms is more than a third of --ttl: the grace is %lldms, so that it "
+        "ends before the lease can expire",
+        static_cast<long long>(o.kill_after.count()), static_cast<long long>(sv->grace.count()));
+  }
   sv->margin = std::clamp(o.ttl / 20, milliseconds(50), milliseconds(1000));
   const auto held_from = Clock::now();
   ::prctl(PR_SET_CHILD_SUBREAPER, 1);  // orphans of the command are ours to wait for
@@ -314,8 +344,7 @@ asio::awaitable<Report> run(const Options& o, redis_lock::ConnectionConfig confi
     report.exit_code = code;
     report.error = std::string(what) + ": " + std::strerror(err);
     say("%s", report.error.c_str());
-    auto [release_ec, released] = co_await guard.async_release(asio::as_tuple(asio::use_awaitable));
-    report.released = !release_ec && released;
+    report.released = (co_await release_bounded(guard)).released;
     co_return report;
   };
   if (const int err = sv->guardian.start(own_path(), sv->grace, sv->margin); err != 0) {
@@ -372,29 +401,14 @@ asio::awaitable<Report> run(const Options& o, redis_lock::ConnectionConfig confi
   if (sv->stop == Stop::max_hold) report.exit_code = exit_max_hold;
   else if (sv->stop != Stop::none) report.exit_code = exit_lock_lost;
 
-  // The release, bounded: an unresponsive server must not hold up the exit. Its state is
-  // shared with the handler, which may run after we have given up on it.
-  struct Release {
-    explicit Release(asio::any_io_executor ex) : timer(ex) { timer.expires_after(release_deadline); }
-    asio::steady_timer timer;
-    bool done = false, released = false;
-    boost::system::error_code ec;
-  };
-  auto release = std::make_shared<Release>(ex);
   const bool was_lost = guard.lost();
-  guard.async_release([release](boost::system::error_code release_ec, bool released) {
-    release->done = true;
-    release->ec = release_ec;
-    release->released = released;
-    release->timer.cancel();
-  });
-  co_await release->timer.async_wait(asio::as_tuple(asio::use_awaitable));
-  report.released = release->done && !release->ec && release->released;
-  if (!release->done || release->ec) {
+  const auto release = co_await release_bounded(guard);
+  report.released = release.replied && !release.ec && release.released;
+  if (!release.replied || release.ec) {
+    const std::string why = release.replied ? release.ec.message() : "no reply within 3s";
     say("could not release %s (%s); its lease ends by itself within %llds", o.resource.c_str(),
-        release->done ? release->ec.message().c_str() : "no reply within 3s",
-        static_cast<long long>((o.ttl.count() + 999) / 1000));
-  } else if (!release->released && sv->stop == Stop::none && !was_lost) {
+        why.c_str(), static_cast<long long>((o.ttl.count() + 999) / 1000));
+  } else if (!release.released && sv->stop == Stop::none && !was_lost) {
     // Not ours any more, though nothing said so in time: the command may have run
     // without the lock at its end.
     say("the lease on %s had expired before the command ended", o.resource.c_str());

@@ -213,7 +213,10 @@ Parsed parse_command_line(int argc, const char* const* argv,
     const std::string n = name;
     if (n == "ttl") o.ttl = d->value;
     else if (n == "wait") o.wait = d->value;
-    else if (n == "kill-after") o.kill_after = d->value;
+    else if (n == "kill-after") {
+      o.kill_after = d->value;
+      o.kill_after_given = true;
+    }
     else o.max_hold = d->value;
   }
   if (o.ttl < min_ttl) {

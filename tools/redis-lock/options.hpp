@@ -38,6 +38,7 @@ struct Options {
   bool nonblock = false;
   bool renew = true;
   milliseconds kill_after{5000};
+  bool kill_after_given = false;  ///< --kill-after was on the command line
   std::optional<milliseconds> max_hold;
   int conflict_exit_code = exit_not_acquired;
   bool print_token = false;
