@@ -41,10 +41,28 @@ using std::chrono::milliseconds;
 
 namespace {
 
+bool sigpipe_was_ignored = false;
+
 /// The signals passed on to the command (and that end a wait for the lock).
 constexpr int forwarded_signals[] = {SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2};
 /// How long the release may take before we say it failed and exit anyway.
-constexpr milliseconds release_deadline{3000};
+constexpr milliseconds release_deadline{2000};
+/// A repeat of the same signal within this is the same event (timeout(1) signals our pid and
+/// then our group; a second delivery is not a second request).
+constexpr milliseconds repeat_window{100};
+
+/// The signals we catch: the forwarded ones we did not inherit ignored (under nohup, SIGHUP
+/// stays ignored, for the command too), and SIGCHLD.
+std::vector<int> signals_to_catch() {
+  std::vector<int> caught;
+  for (int sig : forwarded_signals) {
+    struct sigaction current {};
+    if (::sigaction(sig, nullptr, &current) == 0 && current.sa_handler == SIG_IGN) continue;
+    caught.push_back(sig);
+  }
+  caught.push_back(SIGCHLD);
+  return caught;
+}
 
 long long ms_between(Clock::time_point from, Clock::time_point to) {
   return std::chrono::duration_cast<milliseconds>(to - from).count();
@@ -148,14 +166,15 @@ const char* outcome_of(Stop s) {
 /// Everything the supervising callbacks share (owned by them and the coroutine).
 struct Supervision {
   Supervision(asio::any_io_executor ex, const Options& o)
-      : options(o), signals(ex), lease_timer(ex), kill_timer(ex), max_hold_timer(ex),
+      : options(o), caught(signals_to_catch()), signals(ex), lease_timer(ex), kill_timer(ex), max_hold_timer(ex),
         poll_timer(ex), done(ex) {
-    for (int sig : forwarded_signals) signals.add(sig);
-    signals.add(SIGCHLD);
+    for (int sig : caught) signals.add(sig);
     done.expires_at(Clock::time_point::max());
   }
   const Options& options;
+  std::vector<int> caught;
   asio::signal_set signals;
+  Clock::time_point last_forward[NSIG] = {};
   asio::steady_timer lease_timer, kill_timer, max_hold_timer, poll_timer, done;
   asio::cancellation_signal cancel_acquire;
   redis_lock::LockGuard* guard = nullptr;
@@ -173,16 +192,37 @@ struct Supervision {
       if (sig == SIGCHLD) {
         if (self->running) self->check_group(self);
       } else if (self->running) {
-        if (self->options.verbose) {
-          say("passing SIG%s on to process group %d", sigabbrev_np(sig), self->group.pgid());
-        }
-        self->group.signal(sig);
+        self->forward(sig);
       } else if (self->early_signal == 0) {
         self->early_signal = sig;
         self->cancel_acquire.emit(asio::cancellation_type::terminal);
       }
       self->watch_signals(self);
     });
+  }
+
+  void forward(int sig) {
+    const auto now = Clock::now();
+    if (now - last_forward[sig] < repeat_window) return;  // the same event, delivered twice
+    // A hangup of the terminal the command's group holds reached it from the kernel already.
+    if (sig == SIGHUP && group.holds_terminal()) return;
+    last_forward[sig] = now;
+    if (options.verbose) say("passing SIG%s on to process group %d", sigabbrev_np(sig), group.pgid());
+    group.signal(sig);
+  }
+
+  /// Nothing of ours stays pending: the io_context can run out of work.
+  void shutdown() {
+    finished = true;
+    signals.cancel();
+    for (auto* t : {&lease_timer, &kill_timer, &max_hold_timer, &poll_timer, &done}) t->cancel();
+    guard = nullptr;
+  }
+
+  /// Whether the lease leaves time to run the command (before it starts, or continues
+  /// after a stop): now is before the SIGTERM point.
+  bool lease_leaves_time() const {
+    return guard != nullptr && Clock::now() < guard->valid_until() - grace - margin;
   }
 
   void check_group(const std::shared_ptr<Supervision>& self) {
@@ -211,6 +251,7 @@ struct Supervision {
     stop = why;
     say("%s; stopping the command (SIGTERM to process group %d)", message, group.pgid());
     group.signal(SIGTERM);
+    guardian.terminated();
     // SIGKILL when the grace ends, and never later than just before the lease can expire.
     auto kill_at = Clock::now() + grace;
     if (why != Stop::lost) kill_at = std::min(kill_at, guard->valid_until() - margin);
@@ -267,6 +308,15 @@ asio::awaitable<Released> release_bounded(redis_lock::LockGuard& guard) {
   co_return state->result;
 }
 
+/// Says on stderr that a release failed or got no reply; whether it did.
+bool report_failed_release(const Options& o, const Released& release) {
+  if (release.replied && !release.ec) return false;
+  const std::string why = release.replied ? release.ec.message() : "no reply within 2s";
+  say("could not release %s (%s); its lease ends by itself within %llds", o.resource.c_str(),
+      why.c_str(), static_cast<long long>((o.ttl.count() + 999) / 1000));
+  return true;
+}
+
 asio::awaitable<Report> run(const Options& o, redis_lock::ConnectionConfig config) {
   auto ex = co_await asio::this_coro::executor;
   Report report;
@@ -277,6 +327,10 @@ asio::awaitable<Report> run(const Options& o, redis_lock::ConnectionConfig confi
   // Signals are ours from the start: while we wait for the lock they cancel the wait (and
   // leave the queue); once the command runs they are passed on to its group.
   auto sv = std::make_shared<Supervision>(ex, o);
+  struct ShutdownAtEnd {
+    Supervision& sv;
+    ~ShutdownAtEnd() { sv.shutdown(); }
+  } shutdown_at_end{*sv};
   sv->watch_signals(sv);
   if (o.verbose) say("acquiring %s on %s (ttl %lldms)", o.resource.c_str(),
                      describe_target(config).c_str(), static_cast<long long>(o.ttl.count()));
@@ -301,7 +355,11 @@ asio::awaitable<Report> run(const Options& o, redis_lock::ConnectionConfig confi
   if (sv->early_signal != 0) {
     report.outcome = "interrupted";
     report.exit_code = 128 + sv->early_signal;
-    if (guard) report.released = (co_await release_bounded(guard)).released;  // came meanwhile
+    if (guard) {  // it came with the signal
+      const auto release = co_await release_bounded(guard);
+      report.released = release.replied && !release.ec && release.released;
+      report_failed_release(o, release);
+    }
     co_return report;
   }
   if (ec) {
@@ -336,7 +394,7 @@ asio::awaitable<Report> run(const Options& o, redis_lock::ConnectionConfig confi
         "ends before the lease can expire",
         static_cast<long long>(o.kill_after.count()), static_cast<long long>(sv->grace.count()));
   }
-  sv->margin = std::clamp(o.ttl / 20, milliseconds(50), milliseconds(1000));
+  sv->margin = std::clamp(o.ttl / 20, milliseconds(100), milliseconds(1000));
   const auto held_from = Clock::now();
   ::prctl(PR_SET_CHILD_SUBREAPER, 1);  // orphans of the command are ours to wait for
   const auto give_up = [&](int code, const char* what, int err) -> asio::awaitable<Report> {
@@ -344,13 +402,18 @@ asio::awaitable<Report> run(const Options& o, redis_lock::ConnectionConfig confi
     report.exit_code = code;
     report.error = std::string(what) + ": " + std::strerror(err);
     say("%s", report.error.c_str());
-    report.released = (co_await release_bounded(guard)).released;
+    const auto release = co_await release_bounded(guard);
+    report.released = release.replied && !release.ec && release.released;
+    report_failed_release(o, release);
     co_return report;
   };
   if (const int err = sv->guardian.start(own_path(), sv->grace, sv->margin); err != 0) {
     co_return co_await give_up(exit_cannot_run, "cannot start the watcher process", err);
   }
-  if (const int err = sv->group.fork(o.command, command_environment(o, guard.fencing_token()));
+  std::vector<int> handled = sv->caught;
+  if (!sigpipe_was_ignored) handled.push_back(SIGPIPE);
+  if (const int err = sv->group.fork(o.command, command_environment(o, guard.fencing_token()),
+                                     handled);
       err != 0) {
     co_return co_await give_up(exit_cannot_run, "fork", err);
   }
@@ -360,14 +423,32 @@ asio::awaitable<Report> run(const Options& o, redis_lock::ConnectionConfig confi
     std::printf("%llu\n", static_cast<unsigned long long>(guard.fencing_token()));
     std::fflush(stdout);
   }
+  // A stall since the acquire (a loaded machine, a full stdout for --print-token) must not
+  // start the command when it would at once be due for SIGTERM.
+  if (!sv->lease_leaves_time()) {
+    sv->group.abandon();
+    sv->guardian.dismiss();
+    report.outcome = "renewal_unconfirmed";
+    report.exit_code = exit_lock_lost;
+    say("the lease on %s ran short before the command could start; not started", o.resource.c_str());
+    const auto release = co_await release_bounded(guard);
+    report.released = release.replied && !release.ec && release.released;
+    report_failed_release(o, release);
+    co_return report;
+  }
   if (const int err = sv->group.run(); err != 0) {
-    while (sv->group.reap_and_check_alive()) {
-    }
     sv->guardian.dismiss();
     co_return co_await give_up(err == ENOENT ? exit_not_found : exit_cannot_run,
                                o.command[0].c_str(), err);
   }
   sv->running = true;
+  sv->group.may_continue = [sv] {
+    if (sv->lease_leaves_time()) return true;
+    sv->stop = sv->options.renew ? Stop::unconfirmed : Stop::lease_ending;
+    say("the lease ran short while the command was stopped; SIGKILL to process group %d",
+        sv->group.pgid());
+    return false;
+  };
   if (o.verbose) say("started the command: process group %d", sv->group.pgid());
 
   guard.async_wait_lost([sv](boost::system::error_code lost_ec) {
@@ -383,9 +464,8 @@ asio::awaitable<Report> run(const Options& o, redis_lock::ConnectionConfig confi
   }
   sv->check_group(sv);  // it may be gone already
   if (!sv->finished) co_await sv->done.async_wait(asio::as_tuple(asio::use_awaitable));
-  for (auto* t : {&sv->lease_timer, &sv->kill_timer, &sv->max_hold_timer, &sv->poll_timer}) {
-    t->cancel();
-  }
+  const bool was_lost = guard.lost();
+  sv->shutdown();
   sv->group.restore_terminal();
   sv->guardian.dismiss();
   report.held_ms = ms_between(held_from, Clock::now());
@@ -401,13 +481,10 @@ asio::awaitable<Report> run(const Options& o, redis_lock::ConnectionConfig confi
   if (sv->stop == Stop::max_hold) report.exit_code = exit_max_hold;
   else if (sv->stop != Stop::none) report.exit_code = exit_lock_lost;
 
-  const bool was_lost = guard.lost();
   const auto release = co_await release_bounded(guard);
   report.released = release.replied && !release.ec && release.released;
-  if (!release.replied || release.ec) {
-    const std::string why = release.replied ? release.ec.message() : "no reply within 3s";
-    say("could not release %s (%s); its lease ends by itself within %llds", o.resource.c_str(),
-        why.c_str(), static_cast<long long>((o.ttl.count() + 999) / 1000));
+  if (report_failed_release(o, release)) {
+    // said; the status stays the command's
   } else if (!release.released && sv->stop == Stop::none && !was_lost) {
     // Not ours any more, though nothing said so in time: the command may have run
     // without the lock at its end.
@@ -431,6 +508,13 @@ void scrub_password(int argc, char** argv) {
     else continue;
     char* scheme_end = std::strstr(url, "://");
     if (scheme_end == nullptr) continue;
+    // Query parameters that carry a password (sentinel_password=...).
+    if (char* query = std::strchr(url, '?')) {
+      for (char* p = std::strstr(query, "password="); p != nullptr; p = std::strstr(p, "password=")) {
+        p += 9;
+        while (*p != '\0' && *p != '&') *p++ = '*';
+      }
+    }
     char* userinfo = scheme_end + 3;
     char* at = std::strchr(userinfo, '@');
     char* slash = std::strchr(userinfo, '/');
@@ -464,18 +548,24 @@ int main(int argc, char** argv) {
                  why.c_str());
     return exit_usage;
   }
-  if (o.url_from_flag && !config->password.empty()) {
+  if (o.url_from_flag && (!config->password.empty() || !config->sentinel_password.empty())) {
     scrub_password(argc, argv);
     std::fputs("redis-lock: warning: a password in --url is visible to other users (ps) until "
                "redis-lock has started; use --password-file or $REDIS_LOCK_PASSWORD\n",
                stderr);
   }
   if (o.password) config->password = *o.password;
-  ::signal(SIGPIPE, SIG_IGN);  // a closed stderr must not kill us while we hold the lock
+  // A closed stderr must not kill us while we hold the lock (the command gets SIGPIPE back).
+  struct sigaction pipe_action {};
+  ::sigaction(SIGPIPE, nullptr, &pipe_action);
+  sigpipe_was_ignored = pipe_action.sa_handler == SIG_IGN;
+  ::signal(SIGPIPE, SIG_IGN);
 
   asio::io_context io(1);
   Report report;
+  bool done = false;
   asio::co_spawn(io, run(o, *config), [&](std::exception_ptr e, Report r) {
+    done = true;
     if (e) {
       try {
         std::rethrow_exception(e);
@@ -485,9 +575,14 @@ int main(int argc, char** argv) {
     } else {
       report = std::move(r);
     }
-    io.stop();  // nothing left to wait for (a release that timed out is abandoned)
   });
-  io.run();
+  while (!done && io.run_one() > 0) {
+  }
+  // What the library posted on the way out (the give-back of a lease granted to a wait a
+  // signal cancelled, a queue place left) goes out; a release that got no reply is given
+  // up on after a bounded time.
+  io.restart();
+  io.run_for(1s);
   if (o.json) print_json(o, report);
   return report.exit_code;
 }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -11,8 +12,9 @@
 namespace redis_lock::cli {
 
 /// The command, started in a new process group whose id is its pid. When redis-lock is the
-/// terminal's foreground job, the group gets the terminal (so the command can read it, and
-/// Ctrl-C reaches the command once, from the terminal) and gives it back at the end.
+/// terminal's foreground job, alone in it (not in a pipeline), with the terminal as stdin
+/// and stdout, the group gets the terminal (so the command can read it, and Ctrl-C reaches
+/// the command once, from the terminal) and gives it back at the end.
 class CommandGroup {
  public:
   CommandGroup() = default;
@@ -20,10 +22,19 @@ class CommandGroup {
   CommandGroup& operator=(const CommandGroup&) = delete;
   ~CommandGroup();
 
-  /// Forks the command; it waits for run() before it execs. errno-style result.
-  int fork(const std::vector<std::string>& argv, const std::vector<std::string>& env);
+  /// Forks the command; it waits for run() before it execs. `handled` are the signals this
+  /// process catches (the child resets them before exec). errno-style result.
+  int fork(const std::vector<std::string>& argv, const std::vector<std::string>& env,
+           const std::vector<int>& handled);
   /// Lets it exec; 0, or the errno of the failed exec (the child has exited then).
   int run();
+  /// Gives up on a child that was forked but not run (it exits at once), and reaps it.
+  void abandon();
+  /// Asked when the command, stopped on the terminal (Ctrl-Z), is to continue: false kills
+  /// the group instead (its lease ran out meanwhile).
+  std::function<bool()> may_continue;
+  /// The command's group is the terminal's foreground job now.
+  bool holds_terminal() const;
 
   pid_t pgid() const { return pid_; }
   /// Sends `sig` to every process of the group (once each).
@@ -47,9 +58,11 @@ class CommandGroup {
 };
 
 /// The watcher: a separate process, in its own session (so neither a terminal hangup nor a
-/// signal to redis-lock's process group reaches it), connected by a pipe. If the pipe
-/// closes without a goodbye (redis-lock died, even by SIGKILL), it sends SIGTERM to the
-/// command's group, and SIGKILL when the grace ends or just before the lease can expire.
+/// signal to redis-lock's process group reaches it), connected by a pipe that carries the
+/// lease's validity. If the pipe closes without a goodbye (redis-lock died, even by
+/// SIGKILL), it sends SIGTERM to the command's group, and SIGKILL when the grace ends or
+/// just before the lease can expire. If redis-lock is alive but does not act in time
+/// (stopped, stalled), the watcher stops the group on the same schedule, a little later.
 class Guardian {
  public:
   Guardian() = default;
@@ -62,6 +75,8 @@ class Guardian {
             std::chrono::milliseconds margin);
   void watch(pid_t pgid);
   void valid_until(std::chrono::steady_clock::time_point t);
+  /// redis-lock sent the group SIGTERM itself (the watcher does not repeat it).
+  void terminated();
   /// The group is gone: the watcher exits without signalling.
   void dismiss();
 
