@@ -1,98 +1,335 @@
 // SPDX-License-Identifier: MIT
-// ConnectionConfig::from_url: redis://, rediss:// and unix:// URLs, parsed with Boost.URL.
+// ConnectionConfig::from_url: redis://, rediss:// and unix:// URLs, parsed with Boost.URL,
+// and a one-line reason naming the part of a URL that is wrong.
+//
+// Every reason is made of the literals in this file and of numbers the parser counts (the
+// position of a query parameter or of a host in a list): never of the URL's own text, which
+// may hold a password, and which the caller may print or log.
 #include <redis_lock/config.hpp>
 #include <redis_lock/error.hpp>
 
 #include "tls.hpp"
 
 #include <boost/url/parse.hpp>
+#include <boost/url/rfc/ipv6_address_rule.hpp>
 #include <boost/url/url_view.hpp>
 
+#include <algorithm>
+#include <array>
+#include <cctype>
 #include <charconv>
-#include <limits>
+#include <string>
 
 namespace redis_lock {
 namespace {
 
+using Result = boost::system::result<ConnectionConfig>;
+
+constexpr std::string_view kSchemes =
+    "redis://, rediss:// (TLS), unix://, redis+cluster://, redis+sentinel://, "
+    "redis+redlock:// (rediss+... with TLS)";
+constexpr std::string_view kUnixForm =
+    "unix socket URL: no host or port; write unix:///path/to/redis.sock (three slashes)";
+constexpr std::string_view kAtAfterHost =
+    "'@' after the host: a '/', '?' or '#' in a user name or password must be "
+    "percent-encoded (%2F, %3F, %23)";
+constexpr std::string_view kFragment =
+    "a fragment ('#...') is not allowed (a '#' in a password is written %23)";
+constexpr std::string_view kHostMissing = "host is missing (write redis://host:port)";
+constexpr std::string_view kNoSlashes = "missing '//' after the scheme (write redis://host:port)";
+constexpr std::string_view kDatabaseRange = "0..1048576";
+constexpr int kMaxDatabase = 1 << 20;
+constexpr long long kMaxMillis = 24LL * 3600 * 1000;
+
+boost::system::error_code fail(std::string& why, std::string_view reason) {
+  why = reason;
+  return error::invalid_argument;
+}
+
+enum class Number { ok, not_a_number, out_of_range };
+
+// Decimal, optionally negative (so that "-1" reads as out of range, not as "not a number").
 template <class Int>
-bool parse_int(std::string_view text, Int& out, Int min, Int max) {
-  if (text.empty()) return false;
+Number parse_int(std::string_view text, Int& out, long long min, long long max) {
+  const auto digits = text.starts_with('-') ? text.substr(1) : text;
+  if (digits.empty() || digits.find_first_not_of("0123456789") != std::string_view::npos) {
+    return Number::not_a_number;
+  }
   long long value = 0;
   auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (ec != std::errc{} || end != text.data() + text.size()) return false;
-  if (value < static_cast<long long>(min) || value > static_cast<long long>(max)) return false;
+  if (ec != std::errc{} || end != text.data() + text.size()) return Number::out_of_range;
+  if (value < min || value > max) return Number::out_of_range;
   out = static_cast<Int>(value);
-  return true;
+  return Number::ok;
 }
 
-bool parse_millis(std::string_view text, std::chrono::milliseconds& out) {
-  long long ms = 0;
-  if (!parse_int<long long>(text, ms, 1, 24LL * 3600 * 1000)) return false;
-  out = std::chrono::milliseconds(ms);
-  return true;
+// The RFC 3986 character classes the syntax diagnosis needs.
+bool is_unreserved(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+         c == '-' || c == '.' || c == '_' || c == '~';
+}
+bool is_sub_delim(char c) {
+  return std::string_view("!$&'()*+,;=").find(c) != std::string_view::npos;
+}
+bool is_hex(char c) {
+  return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
 }
 
-bool apply_query(const boost::urls::url_view& url, ConnectionConfig& cfg) {
-  for (auto param : url.params()) {
-    if (!param.has_value) return false;
-    if (cfg.topology == Topology::sentinel && param.key == "sentinel_username") {
-      cfg.sentinel_username = param.value;
-    } else if (cfg.topology == Topology::sentinel && param.key == "sentinel_password") {
-      cfg.sentinel_password = param.value;
-    } else if (param.key == "db") {
-      if (!parse_int(std::string_view(param.value), cfg.database, 0, 1 << 20)) return false;
-    } else if (param.key == "connect_timeout") {
-      if (!parse_millis(param.value, cfg.connect_timeout)) return false;
-    } else if (param.key == "command_timeout") {
-      if (!parse_millis(param.value, cfg.command_timeout)) return false;
-    } else if (!cfg.tls) {
-      return false;  // the TLS parameters below only mean something with rediss://
-    } else if (param.key == "tls_ca_file") {
-      cfg.tls_ca_file = param.value;
-    } else if (param.key == "tls_cert_file") {
-      cfg.tls_cert_file = param.value;
-    } else if (param.key == "tls_key_file") {
-      cfg.tls_key_file = param.value;
-    } else if (param.key == "tls_server_name") {
-      cfg.tls_server_name = param.value;
-    } else if (param.key == "tls_verify") {
-      if (param.value == "true") {
-        cfg.tls_verify = true;
-      } else if (param.value == "false") {
-        cfg.tls_verify = false;
-      } else {
-        return false;
+// Why `part` (named `name`) is not made of unreserved characters, sub-delimiters, valid
+// percent-escapes and the characters in `extra`; empty if it is.
+std::string bad_characters(std::string_view part, std::string_view extra, std::string_view name) {
+  for (std::size_t i = 0; i < part.size(); ++i) {
+    const char c = part[i];
+    if (c == '%') {
+      if (i + 2 >= part.size() || !is_hex(part[i + 1]) || !is_hex(part[i + 2])) {
+        return std::string(name) +
+               ": '%' must start a percent-escape such as %40 (write '%' itself as %25)";
       }
+      i += 2;
+    } else if (!is_unreserved(c) && !is_sub_delim(c) &&
+               extra.find(c) == std::string_view::npos) {
+      if (c == '@') return std::string(name) + ": '@' must be written %40";
+      return std::string(name) +
+             ": a character that must be percent-encoded (a space is %20, '\"' is %22)";
+    }
+  }
+  return {};
+}
+
+// `rest`: the URL after "scheme://". A '/', '?' or '#' in a user name or password ends the
+// authority early, so the '@' turns up further on. Only reported for URLs that are refused
+// anyway (a '@' in a database path, in a query parameter without a value, in a fragment).
+bool at_after_host(std::string_view rest, bool path_may_hold_at) {
+  const auto authority_end = std::min(rest.find_first_of("/?#"), rest.size());
+  if (rest.substr(0, authority_end).find('@') != std::string_view::npos) return false;
+  auto after = rest.substr(authority_end);
+  const auto fragment = after.find('#');
+  if (fragment != std::string_view::npos) {
+    if (after.substr(fragment).find('@') != std::string_view::npos) return true;
+    after = after.substr(0, fragment);
+  }
+  const auto query = std::min(after.find('?'), after.size());
+  if (!path_may_hold_at && after.substr(0, query).find('@') != std::string_view::npos) {
+    return true;
+  }
+  if (query < after.size()) {
+    auto first = after.substr(query + 1);
+    first = first.substr(0, first.find('&'));
+    if (first.find('=') == std::string_view::npos && first.find('@') != std::string_view::npos) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// Why Boost.URL refused `rest` (the URL after "scheme:"), part by part; `otherwise` if no
+// part is at fault by RFC 3986.
+std::string explain_syntax(std::string_view rest, bool is_unix, std::string_view otherwise) {
+  if (!rest.starts_with("//")) {
+    return std::string(is_unix ? kUnixForm : kNoSlashes);
+  }
+  rest.remove_prefix(2);
+  const auto fragment = rest.find('#');
+  const auto body = rest.substr(0, fragment);
+  const auto authority_end = std::min(body.find_first_of("/?"), body.size());
+  const auto authority = body.substr(0, authority_end);
+  const auto after = body.substr(authority_end);
+  const auto at = authority.rfind('@');
+  auto hostport = authority;
+  if (at != std::string_view::npos) {
+    const auto userinfo = authority.substr(0, at);
+    const auto colon = userinfo.find(':');
+    auto why = bad_characters(userinfo.substr(0, colon), "", "user name");
+    if (why.empty() && colon != std::string_view::npos) {
+      why = bad_characters(userinfo.substr(colon + 1), ":", "password");
+    }
+    if (!why.empty()) return why;
+    hostport = authority.substr(at + 1);
+  }
+  if (is_unix) {
+    if (!hostport.empty()) return std::string(kUnixForm);
+  } else {
+    std::string_view port;
+    bool has_port = false;
+    if (hostport.starts_with('[')) {
+      const auto close = hostport.find(']');
+      if (close == std::string_view::npos) {
+        return "host: '[' without its ']' (an IPv6 address is written [::1])";
+      }
+      if (!boost::urls::parse_ipv6_address(hostport.substr(1, close - 1))) {
+        return "host: not a valid IPv6 address";
+      }
+      const auto tail = hostport.substr(close + 1);
+      if (!tail.empty() && tail[0] != ':') {
+        return "host: unexpected text after ']' (write [::1]:6379)";
+      }
+      has_port = !tail.empty();
+      if (has_port) port = tail.substr(1);
     } else {
+      const auto colon = hostport.find(':');
+      const auto host = hostport.substr(0, colon);
+      if (host.empty() && std::count(hostport.begin(), hostport.end(), ':') > 1) {
+        return "host: an IPv6 address is written in brackets ([::1]:6379)";
+      }
+      if (host.empty()) return std::string(kHostMissing);
+      if (!bad_characters(host, "", "host").empty()) {
+        return "host: a character that is not allowed in a host name (letters, digits, '-' and "
+               "'.'; an IPv6 address in brackets)";
+      }
+      has_port = colon != std::string_view::npos;
+      if (has_port) port = hostport.substr(colon + 1);
+    }
+    if (has_port && port.find(':') != std::string_view::npos) {
+      return "port is not a number (an IPv6 address is written in brackets: [::1]:6379)";
+    }
+    if (has_port && port.find_first_not_of("0123456789") != std::string_view::npos) {
+      return "port is not a number";
+    }
+  }
+  const auto query = std::min(after.find('?'), after.size());
+  const auto path = after.substr(0, query);
+  if (is_unix) {
+    auto why = bad_characters(path, ":@/", "unix socket path");
+    if (!why.empty()) return why;
+  } else if (!path.empty() && path != "/" &&
+             path.substr(1).find_first_not_of("0123456789") != std::string_view::npos) {
+    return "database index (the path /N after the host) is not a number";
+  }
+  if (query < after.size()) {
+    auto why = bad_characters(after.substr(query + 1), ":@/?", "query");
+    if (!why.empty()) return why;
+  }
+  if (fragment != std::string_view::npos) return std::string(kFragment);
+  return std::string(otherwise);
+}
+
+// The query parameters from_url knows, so that a reason can name one without quoting the URL.
+constexpr std::array<std::string_view, 10> kParameters = {
+    "db",           "connect_timeout", "command_timeout", "tls_ca_file",       "tls_cert_file",
+    "tls_key_file", "tls_server_name", "tls_verify",      "sentinel_username", "sentinel_password"};
+
+bool apply_query(const boost::urls::url_view& url, ConnectionConfig& cfg, std::string& why) {
+  int position = 0;
+  for (auto param : url.params()) {
+    ++position;
+    const auto known = std::find(kParameters.begin(), kParameters.end(), param.key);
+    // `name` is one of our literals (or a position): never the URL's text.
+    const std::string name = known != kParameters.end()
+                                 ? "query parameter " + std::string(*known)
+                                 : "query parameter " + std::to_string(position);
+    const auto reject = [&](std::string_view reason) {
+      why = name + std::string(reason);
       return false;
+    };
+    if (known == kParameters.end()) {
+      return reject(
+          param.has_value || !param.key.empty()
+              ? ": unknown name (accepted: db, connect_timeout, command_timeout; with TLS "
+                "tls_ca_file, tls_cert_file, tls_key_file, tls_server_name, tls_verify; with "
+                "Sentinel sentinel_username, sentinel_password)"
+              : " is empty (a stray '?' or '&')");
+    }
+    if (!param.has_value) return reject(" has no value (write name=value)");
+    const std::string_view key = *known;
+    if (key.starts_with("sentinel_")) {
+      if (cfg.topology != Topology::sentinel) return reject(" is only for redis+sentinel:// URLs");
+      (key == "sentinel_username" ? cfg.sentinel_username : cfg.sentinel_password) = param.value;
+    } else if (key == "db") {
+      switch (parse_int(std::string_view(param.value), cfg.database, 0, kMaxDatabase)) {
+        case Number::ok: break;
+        case Number::not_a_number: return reject(" is not a number");
+        case Number::out_of_range: return reject(" is out of range " + std::string(kDatabaseRange));
+      }
+    } else if (key == "connect_timeout" || key == "command_timeout") {
+      long long ms = 0;
+      switch (parse_int(std::string_view(param.value), ms, 1, kMaxMillis)) {
+        case Number::ok: break;
+        case Number::not_a_number: return reject(" is not a number of milliseconds");
+        case Number::out_of_range: return reject(" is out of range 1..86400000 (milliseconds)");
+      }
+      (key == "connect_timeout" ? cfg.connect_timeout : cfg.command_timeout) =
+          std::chrono::milliseconds(ms);
+    } else if (!cfg.tls) {
+      return reject(" needs TLS: only with rediss:// (or rediss+cluster://, ...)");
+    } else if (key == "tls_ca_file") {
+      cfg.tls_ca_file = param.value;
+    } else if (key == "tls_cert_file") {
+      cfg.tls_cert_file = param.value;
+    } else if (key == "tls_key_file") {
+      cfg.tls_key_file = param.value;
+    } else if (key == "tls_server_name") {
+      cfg.tls_server_name = param.value;
+    } else if (param.value == "true" || param.value == "false") {  // tls_verify
+      cfg.tls_verify = param.value == "true";
+    } else {
+      return reject(" must be true or false");
     }
   }
   return true;
 }
 
-boost::system::result<ConnectionConfig> parse_single(std::string_view text, Topology topology) {
-  const boost::system::error_code bad = error::invalid_argument;
+bool valid_scheme_name(std::string_view s) {
+  if (s.empty() || !std::isalpha(static_cast<unsigned char>(s[0]))) return false;
+  return std::all_of(s.begin(), s.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '+' || c == '-' || c == '.';
+  });
+}
+
+Result parse_single(std::string_view text, Topology topology, std::string& why) {
+  if (text.empty()) return fail(why, "the URL is empty");
+  const auto colon = text.find(':');
+  const auto scheme_text = text.substr(0, colon);
+  const bool is_unix = scheme_text == "unix" || scheme_text == "redis+unix";
+  if (colon == std::string_view::npos || !valid_scheme_name(scheme_text) ||
+      (!is_unix && scheme_text != "redis" && scheme_text != "rediss")) {
+    const bool looks_like_scheme = colon != std::string_view::npos &&
+                                   valid_scheme_name(scheme_text) &&
+                                   text.substr(colon + 1).starts_with("//");
+    return fail(why, std::string(looks_like_scheme
+                                     ? "scheme not supported (accepted, in lowercase: "
+                                     : "no scheme (write redis://host:port; accepted: ") +
+                         std::string(kSchemes) + ")");
+  }
+  const auto rest = text.substr(colon + 1);
+  if (rest.starts_with("//") && at_after_host(rest.substr(2), is_unix)) {
+    return fail(why, kAtAfterHost);
+  }
+
+  // Boost.URL 1.81 also accepts text right after the authority (`redis://host:port` is host
+  // "host", an empty port and the path "port"): that is a syntax error too.
   auto parsed = boost::urls::parse_absolute_uri(text);
-  if (!parsed) return bad;
+  if (!parsed) {
+    return fail(why, explain_syntax(rest, is_unix,
+                                    "malformed URL: a character in it must be percent-encoded"));
+  }
+  if (parsed->has_authority() && !parsed->encoded_path().empty() &&
+      !parsed->encoded_path().starts_with('/')) {
+    return fail(why, explain_syntax(rest, is_unix,
+                                    "host: unexpected text after it (a port is written "
+                                    "host:6379, a database host/2)"));
+  }
   const boost::urls::url_view url = *parsed;
-  if (url.has_fragment()) return bad;
+  if (url.has_fragment()) return fail(why, kFragment);
 
   ConnectionConfig cfg;
   cfg.topology = topology;
-  const std::string scheme = url.scheme();
-  if (scheme == "unix" || scheme == "redis+unix") {
+  if (is_unix) {
     // unix:///path.sock: the authority is empty and the path is the socket.
-    if (!url.has_authority() || !url.encoded_host().empty() || url.has_port()) return bad;
+    if (!url.has_authority() || !url.encoded_host().empty() || url.has_port()) {
+      return fail(why, kUnixForm);
+    }
     if (url.has_userinfo()) {
       cfg.username = url.user();
       if (url.has_password()) cfg.password = url.password();
     }
     cfg.unix_socket = url.path();
-    if (cfg.unix_socket.empty() || cfg.unix_socket == "/") return bad;
+    if (cfg.unix_socket.empty() || cfg.unix_socket == "/") {
+      return fail(why, "unix socket path is missing (write unix:///path/to/redis.sock)");
+    }
     cfg.host.clear();
-  } else if (scheme == "redis" || scheme == "rediss") {
-    cfg.tls = scheme == "rediss";
-    if (!url.has_authority()) return bad;
+  } else {
+    cfg.tls = scheme_text == "rediss";
+    if (!url.has_authority()) return fail(why, kNoSlashes);
     switch (url.host_type()) {
       case boost::urls::host_type::ipv6:
       case boost::urls::host_type::ipv4:
@@ -101,26 +338,41 @@ boost::system::result<ConnectionConfig> parse_single(std::string_view text, Topo
       case boost::urls::host_type::name:
         cfg.host = url.host();
         break;
+      case boost::urls::host_type::ipvfuture:
+        return fail(why, "host: IPvFuture addresses ([v1.x]) are not supported");
       default:
-        return bad;  // ipvfuture or none
+        return fail(why, kHostMissing);
     }
-    if (cfg.host.empty()) return bad;
+    if (cfg.host.empty()) return fail(why, kHostMissing);
     if (url.has_port()) {
-      if (!parse_int<std::uint16_t>(url.port(), cfg.port, 1, 65535)) return bad;
+      if (url.port().empty()) {
+        return fail(why, "port is empty (write host:6379, or leave out the ':')");
+      }
+      if (parse_int<std::uint16_t>(url.port(), cfg.port, 1, 65535) != Number::ok) {
+        return fail(why, "port is out of range 1..65535");
+      }
     }
     if (url.has_userinfo()) {
       cfg.username = url.user();
       if (url.has_password()) cfg.password = url.password();
-      if (cfg.username.empty() && cfg.password.empty()) return bad;
+      if (cfg.username.empty() && cfg.password.empty()) {
+        return fail(why,
+                    "user info: '@' with neither a user name nor a password (write "
+                    "redis://host, or redis://:password@host for a password alone)");
+      }
     }
     const std::string path = url.path();
     if (!path.empty() && path != "/") {
-      if (!parse_int(std::string_view(path).substr(1), cfg.database, 0, 1 << 20)) return bad;
+      switch (parse_int(std::string_view(path).substr(1), cfg.database, 0, kMaxDatabase)) {
+        case Number::ok: break;
+        case Number::not_a_number:
+          return fail(why, "database index (the path /N after the host) is not a number");
+        case Number::out_of_range:
+          return fail(why, "database index is out of range " + std::string(kDatabaseRange));
+      }
     }
-  } else {
-    return bad;
   }
-  if (!apply_query(url, cfg)) return bad;
+  if (!apply_query(url, cfg, why)) return boost::system::error_code(error::invalid_argument);
   return cfg;
 }
 
@@ -134,35 +386,47 @@ bool valid_master_name(std::string_view name) {
 // redis+sentinel://[userinfo@]s1:p1,s2:p2/master[/db][?query]. Boost.URL reads one host per
 // authority, so the host list is split here; each host, and the URL rebuilt around the
 // first one, go through the single-host parser (user info decoding, database, query).
-boost::system::result<ConnectionConfig> parse_multi(std::string_view text, Topology topology,
-                                                    bool tls) {
-  const boost::system::error_code bad = error::invalid_argument;
+Result parse_multi(std::string_view text, Topology topology, bool tls, std::string& why) {
   const auto rest = text.substr(text.find("://") + 3);
+  if (at_after_host(rest, topology == Topology::sentinel)) return fail(why, kAtAfterHost);
   const auto authority_end = std::min(rest.find_first_of("/?#"), rest.size());
   const auto authority = rest.substr(0, authority_end);
   auto tail = std::string(rest.substr(authority_end));
   const auto at = authority.rfind('@');
-  const auto userinfo = at == std::string_view::npos ? std::string_view{} : authority.substr(0, at + 1);
+  const auto userinfo =
+      at == std::string_view::npos ? std::string_view{} : authority.substr(0, at + 1);
   auto hosts = at == std::string_view::npos ? authority : authority.substr(at + 1);
 
   std::string master;
   if (topology == Topology::sentinel) {
     // The path starts with the master's name; what follows is the usual /db.
-    if (tail.size() < 2 || tail[0] != '/') return bad;
     const auto name_end = std::min(tail.find_first_of("/?#", 1), tail.size());
+    if (tail.size() < 2 || tail[0] != '/' || name_end == 1) {
+      return fail(why,
+                  "Sentinel master name is missing (write redis+sentinel://host:26379/master-name)");
+    }
     master = tail.substr(1, name_end - 1);
-    if (!valid_master_name(master)) return bad;
+    if (!valid_master_name(master)) {
+      return fail(why, "Sentinel master name: printable characters only, without spaces, '/', '?', "
+                       "'#' or '%'");
+    }
     tail.erase(0, name_end);
   }
   const std::string scheme = tls ? "rediss://" : "redis://";
   const std::string first_host(hosts.substr(0, hosts.find(',')));
   std::vector<Endpoint> nodes;
-  while (true) {
+  for (int position = 1;; ++position) {
     const auto comma = hosts.find(',');
     const auto one = hosts.substr(0, comma);
-    if (one.empty()) return bad;
-    auto node = parse_single(scheme + std::string(one), Topology::standalone);
-    if (!node) return bad;
+    if (one.empty()) {
+      if (position == 1 && comma == std::string_view::npos) {
+        return fail(why, "host is missing (write redis+cluster://host:port,host:port)");
+      }
+      return fail(why, "host " + std::to_string(position) + " of the list is empty (a stray ',')");
+    }
+    std::string node_why;
+    auto node = parse_single(scheme + std::string(one), Topology::standalone, node_why);
+    if (!node) return fail(why, "host " + std::to_string(position) + " of the list: " + node_why);
     // Sentinels listen on 26379 unless told otherwise.
     const auto bracket = one.rfind(']');
     const bool has_port = one.find(':', bracket == std::string_view::npos ? 0 : bracket) !=
@@ -172,9 +436,11 @@ boost::system::result<ConnectionConfig> parse_multi(std::string_view text, Topol
     if (comma == std::string_view::npos) break;
     hosts.remove_prefix(comma + 1);
   }
-  auto cfg = parse_single(scheme + std::string(userinfo) + first_host + tail, topology);
-  if (!cfg) return bad;
-  if (topology == Topology::cluster && cfg->database != 0) return bad;  // Cluster has db 0 only
+  auto cfg = parse_single(scheme + std::string(userinfo) + first_host + tail, topology, why);
+  if (!cfg) return cfg;
+  if (topology == Topology::cluster && cfg->database != 0) {
+    return fail(why, "database index: a Redis Cluster has database 0 only");
+  }
   cfg->nodes = std::move(nodes);
   cfg->sentinel_master = std::move(master);
   return cfg;
@@ -183,20 +449,31 @@ boost::system::result<ConnectionConfig> parse_multi(std::string_view text, Topol
 }  // namespace
 
 boost::system::result<ConnectionConfig> ConnectionConfig::from_url(std::string_view text) {
+  std::string why;
+  return from_url(text, why);
+}
+
+boost::system::result<ConnectionConfig> ConnectionConfig::from_url(std::string_view text,
+                                                                   std::string& why) {
+  why.clear();
   const auto colon = text.find("://");
   const auto scheme = colon == std::string_view::npos ? std::string_view{} : text.substr(0, colon);
+  const bool tls = scheme.starts_with("rediss");
   if (scheme == "redis+cluster" || scheme == "rediss+cluster") {
-    return parse_multi(text, Topology::cluster, scheme.starts_with("rediss"));
+    return parse_multi(text, Topology::cluster, tls, why);
   }
   if (scheme == "redis+sentinel" || scheme == "rediss+sentinel") {
-    return parse_multi(text, Topology::sentinel, scheme.starts_with("rediss"));
+    return parse_multi(text, Topology::sentinel, tls, why);
   }
   if (scheme == "redis+redlock" || scheme == "rediss+redlock") {
-    auto cfg = parse_multi(text, Topology::redlock, scheme.starts_with("rediss"));
-    if (cfg && cfg->nodes.size() < 3) return boost::system::error_code(error::invalid_argument);
+    auto cfg = parse_multi(text, Topology::redlock, tls, why);
+    if (cfg && cfg->nodes.size() < 3) {
+      return fail(why, "Redlock needs at least 3 masters; the URL names " +
+                           std::to_string(cfg->nodes.size()));
+    }
     return cfg;
   }
-  return parse_single(text, Topology::standalone);
+  return parse_single(text, Topology::standalone, why);
 }
 
 }  // namespace redis_lock

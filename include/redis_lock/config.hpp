@@ -77,6 +77,15 @@ struct ConnectionConfig {
   /// `rediss+sentinel://` with TLS; `redis+redlock://h1:p1,h2:p2,h3:p3[/db]` (and
   /// `rediss+redlock://`) for Redlock. Anything else fails with `error::invalid_argument`.
   REDIS_LOCK_EXPORT static boost::system::result<ConnectionConfig> from_url(std::string_view url);
+
+  /// from_url, and on failure a one-line reason in `why` naming the part of the URL that is
+  /// wrong (the scheme, the user name or password's percent-escapes, the host, the port, the
+  /// database index, a query parameter, the unix socket path, the host list, the Sentinel
+  /// master name) and what is accepted there, e.g. `port is out of range 1..65535`. The
+  /// reason never quotes the URL (which may hold a password): it may be printed or logged.
+  /// `why` is cleared on success.
+  REDIS_LOCK_EXPORT static boost::system::result<ConnectionConfig> from_url(std::string_view url,
+                                                                            std::string& why);
 };
 
 /// How one lock is taken.

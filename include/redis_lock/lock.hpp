@@ -23,6 +23,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 
 namespace redis_lock {
@@ -329,6 +330,26 @@ class REDIS_LOCK_EXPORT LockManager {
                        detail::AcquireHandler(std::move(handler)));
         },
         token, service_, std::string(resource), options, executor_, context_alive_);
+  }
+
+  /// `async_acquire(resource, {}, token)`: takes the lock with the default LockOptions
+  /// (a 10 s lease, one attempt, no renewal). Completion, errors and the rest as above.
+  ///
+  /// \code
+  /// LockGuard g = co_await locks.async_acquire("report:daily", asio::use_awaitable);
+  /// \endcode
+  template <class CompletionToken>
+    requires(!std::is_convertible_v<CompletionToken, LockOptions> &&
+             boost::asio::completion_token_for<CompletionToken,
+                                               void(boost::system::error_code, LockGuard)>)
+  auto async_acquire(std::string_view resource, CompletionToken&& token) {
+    return async_acquire(resource, LockOptions{}, std::forward<CompletionToken>(token));
+  }
+
+  /// `async_acquire(resource, {})`: the default LockOptions and the default completion
+  /// token, `deferred`: the returned operation does nothing until it is awaited or invoked.
+  auto async_acquire(std::string_view resource) {
+    return async_acquire(resource, LockOptions{}, boost::asio::deferred);
   }
 
   /// The full text of the most recent error reply from the server (thread-safe copy).

@@ -17,6 +17,7 @@
 #include <boost/system/system_error.hpp>
 
 #include <chrono>
+#include <concepts>
 #include <exception>
 #include <string>
 #include <utility>
@@ -90,6 +91,15 @@ boost::asio::awaitable<boost::system::error_code> with_lock(LockManager& locks,
   co_return boost::system::error_code{};
 }
 
+/// `with_lock(locks, resource, {}, work)`: the default LockOptions (a 10 s lease, one
+/// attempt), renewed while the work runs. Results as above.
+template <class Work>
+  requires std::invocable<Work&, const LockGuard&>
+boost::asio::awaitable<boost::system::error_code> with_lock(LockManager& locks,
+                                                            std::string resource, Work work) {
+  return with_lock(locks, std::move(resource), LockOptions{}, std::move(work));
+}
+
 /// with_lock for any completion token. Completion signature:
 /// `void(std::exception_ptr, boost::system::error_code)`: the work's exception (after the
 /// release), and with_lock's result. Runs on `locks.get_executor()`; cancellation, exception
@@ -100,6 +110,15 @@ auto async_with_lock(LockManager& locks, std::string resource, LockOptions optio
   return boost::asio::co_spawn(locks.get_executor(),
                                with_lock(locks, std::move(resource), options, std::move(work)),
                                std::forward<CompletionToken>(token));
+}
+
+/// `async_with_lock(locks, resource, {}, work, token)`: the default LockOptions. As above.
+template <class Work, class CompletionToken = boost::asio::deferred_t>
+  requires std::invocable<Work&, const LockGuard&>
+auto async_with_lock(LockManager& locks, std::string resource, Work work,
+                     CompletionToken&& token = {}) {
+  return async_with_lock(locks, std::move(resource), LockOptions{}, std::move(work),
+                         std::forward<CompletionToken>(token));
 }
 
 }  // namespace redis_lock

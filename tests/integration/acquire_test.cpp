@@ -138,6 +138,52 @@ TEST_F(Acquire, WorksWithEveryCompletionToken) {
   EXPECT_TRUE(spawned_done);
 }
 
+// The options may be left out: `async_acquire(resource, token)` and `async_acquire(resource)`
+// (deferred) take the lock with the default LockOptions, a 10 s lease.
+TEST_F(Acquire, WithoutOptionsTakesTheDefaults) {
+  LockManager locks(io.get_executor(), cfg);
+  const auto default_lease = [&] {
+    const auto pttl = std::stoll(redis_command(cfg.port, {"PTTL", lease_key(resource)}));
+    EXPECT_GT(pttl, 9000);
+    EXPECT_LE(pttl, LockOptions{}.ttl.count());
+  };
+  run_co(io, [&]() -> asio::awaitable<void> {
+    LockGuard g = co_await locks.async_acquire(resource, asio::use_awaitable);
+    CO_ASSERT_TRUE(g);
+    EXPECT_EQ(redis_command(cfg.port, {"GET", lease_key(resource)}), g.token());
+    default_lease();
+    EXPECT_TRUE(co_await g.async_release(asio::use_awaitable));
+
+    auto op = locks.async_acquire(resource);  // deferred: nothing is sent yet
+    EXPECT_EQ(redis_command(cfg.port, {"EXISTS", lease_key(resource)}), "0");
+    LockGuard d = co_await std::move(op)(asio::use_awaitable);
+    CO_ASSERT_TRUE(d);
+    default_lease();
+    EXPECT_TRUE(co_await d.async_release(asio::use_awaitable));
+
+    // {} and designated initialisers still mean the options.
+    LockGuard e = co_await locks.async_acquire(resource, {}, asio::use_awaitable);
+    CO_ASSERT_TRUE(e);
+    default_lease();
+    EXPECT_TRUE(co_await e.async_release(asio::use_awaitable));
+    LockGuard f = co_await locks.async_acquire(resource, {.ttl = 3s})(asio::use_awaitable);
+    CO_ASSERT_TRUE(f);
+    EXPECT_LE(std::stoll(redis_command(cfg.port, {"PTTL", lease_key(resource)})), 3000);
+    EXPECT_TRUE(co_await f.async_release(asio::use_awaitable));
+  }());
+
+  std::optional<error_code> called_back;
+  locks.async_acquire(resource, [&](error_code ec, LockGuard g) {
+    EXPECT_TRUE(g);
+    default_lease();
+    called_back = ec;
+  });
+  io.restart();
+  io.run_for(5s);
+  ASSERT_TRUE(called_back);
+  EXPECT_FALSE(*called_back) << called_back->message();
+}
+
 TEST_F(Acquire, WaitTakesTheLockWhenTheHolderReleases) {
   LockManager a(io.get_executor(), cfg);
   LockManager b(io.get_executor(), cfg);

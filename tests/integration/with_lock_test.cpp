@@ -89,6 +89,37 @@ TEST(WithLock, HeldElsewhereDoesNotRunTheWork) {
   EXPECT_FALSE(ran);
 }
 
+// The options may be left out before the work: the defaults (a 10 s lease), renewed.
+TEST(WithLock, WithoutOptionsTakesTheDefaults) {
+  asio::io_context io;
+  auto cfg = shared_server_config();
+  LockManager locks(io.get_executor(), cfg);
+  const auto resource = unique_resource();
+  int ran = 0;
+  const auto work = [&](const LockGuard& g) -> asio::awaitable<void> {
+    EXPECT_EQ(redis_command(cfg.port, {"GET", lease_key(resource)}), g.token());
+    EXPECT_GT(std::stoll(redis_command(cfg.port, {"PTTL", lease_key(resource)})), 9000);
+    ++ran;
+    co_return;
+  };
+  std::optional<error_code> result;
+  run_co(io, [&]() -> asio::awaitable<void> { result = co_await with_lock(locks, resource, work); }());
+  ASSERT_TRUE(result);
+  EXPECT_FALSE(*result) << result->message();
+
+  result.reset();
+  async_with_lock(locks, resource, work, [&](std::exception_ptr e, error_code ec) {
+    EXPECT_FALSE(e);
+    result = ec;
+  });
+  io.restart();
+  io.run_for(10s);
+  ASSERT_TRUE(result);
+  EXPECT_FALSE(*result) << result->message();
+  EXPECT_EQ(ran, 2);
+  EXPECT_EQ(redis_command(cfg.port, {"EXISTS", lease_key(resource)}), "0");
+}
+
 TEST(WithLock, TheWorksExceptionPropagatesAfterTheRelease) {
   asio::io_context io;
   auto cfg = shared_server_config();

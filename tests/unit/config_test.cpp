@@ -203,3 +203,190 @@ TEST(FromUrl, RedlockMasters) {
   EXPECT_EQ(cfg->password, "pw");
   EXPECT_EQ(cfg->database, 4);
 }
+
+// from_url(url, why): a one-line reason naming the part of the URL that is wrong.
+TEST(FromUrlWhy, NamesThePartThatIsWrong) {
+  const std::string schemes =
+      "redis://, rediss:// (TLS), unix://, redis+cluster://, redis+sentinel://, "
+      "redis+redlock:// (rediss+... with TLS))";
+  const std::string unknown_parameter =
+      ": unknown name (accepted: db, connect_timeout, command_timeout; with TLS tls_ca_file, "
+      "tls_cert_file, tls_key_file, tls_server_name, tls_verify; with Sentinel "
+      "sentinel_username, sentinel_password)";
+  const std::string escape = ": '%' must start a percent-escape such as %40 (write '%' itself as %25)";
+  const std::string encode = ": a character that must be percent-encoded (a space is %20, '\"' is %22)";
+  const std::string at_after_host =
+      "'@' after the host: a '/', '?' or '#' in a user name or password must be "
+      "percent-encoded (%2F, %3F, %23)";
+  const std::string unix_form =
+      "unix socket URL: no host or port; write unix:///path/to/redis.sock (three slashes)";
+  const std::pair<const char*, std::string> cases[] = {
+      {"", "the URL is empty"},
+      // scheme
+      {"localhost:6379", "no scheme (write redis://host:port; accepted: " + schemes},
+      {"http://host", "scheme not supported (accepted, in lowercase: " + schemes},
+      {"REDIS://host", "scheme not supported (accepted, in lowercase: " + schemes},
+      {"redis:host", "missing '//' after the scheme (write redis://host:port)"},
+      // host
+      {"redis://", "host is missing (write redis://host:port)"},
+      {"redis://:6379", "host is missing (write redis://host:port)"},
+      {"redis://ho st",
+       "host: a character that is not allowed in a host name (letters, digits, '-' and '.'; an "
+       "IPv6 address in brackets)"},
+      {"redis://[::1", "host: '[' without its ']' (an IPv6 address is written [::1])"},
+      {"redis://[::zz]:1", "host: not a valid IPv6 address"},
+      {"redis://[::1]x", "host: unexpected text after ']' (write [::1]:6379)"},
+      {"redis://::1:6379", "host: an IPv6 address is written in brackets ([::1]:6379)"},
+      {"redis://[v1.x]", "host: IPvFuture addresses ([v1.x]) are not supported"},
+      {"redis://10.0.0.1;6379",
+       "host: unexpected text after it (a port is written host:6379, a database host/2)"},
+      // port
+      {"redis://host:port", "port is not a number"},
+      {"redis://host:6r5", "port is not a number"},  // Boost.URL alone reads port 6, path "r5"
+      {"redis://host:", "port is empty (write host:6379, or leave out the ':')"},
+      {"redis://host:0", "port is out of range 1..65535"},
+      {"redis://host:65536", "port is out of range 1..65535"},
+      {"redis://host:99999999999", "port is out of range 1..65535"},
+      // database index
+      {"redis://host/abc", "database index (the path /N after the host) is not a number"},
+      {"redis://host/1/2", "database index (the path /N after the host) is not a number"},
+      {"redis://host/-1", "database index is out of range 0..1048576"},
+      {"redis://host/1048577", "database index is out of range 0..1048576"},
+      {"redis+cluster://h1:7000/3", "database index: a Redis Cluster has database 0 only"},
+      // user name and password
+      {"redis://u%zz:pw@host", "user name" + escape},
+      {"redis://user:pa%zz@host", "password" + escape},
+      {"redis://user:pa%4@host", "password" + escape},
+      {"redis://user:p@ss@host", "password: '@' must be written %40"},
+      {"redis://us er:pw@host", "user name" + encode},
+      {"redis://user:pa ss@host", "password" + encode},
+      {"redis://user:pa/ss@host", at_after_host},
+      {"redis://user:pa?ss@host", at_after_host},
+      {"redis://user:pa#ss@host", at_after_host},
+      {"redis://:@host",
+       "user info: '@' with neither a user name nor a password (write redis://host, or "
+       "redis://:password@host for a password alone)"},
+      // unix socket
+      {"unix://", "unix socket path is missing (write unix:///path/to/redis.sock)"},
+      {"unix:///", "unix socket path is missing (write unix:///path/to/redis.sock)"},
+      {"unix://host/path.sock", unix_form},
+      {"unix:/tmp/x.sock", unix_form},
+      {"unix:///tmp/a b.sock", "unix socket path" + encode},
+      // query parameters
+      {"redis://host?unknown=1", "query parameter 1" + unknown_parameter},
+      {"redis://host?db=1&bogus=1", "query parameter 2" + unknown_parameter},
+      {"redis://host?", "query parameter 1 is empty (a stray '?' or '&')"},
+      {"redis://host?db", "query parameter db has no value (write name=value)"},
+      {"redis://host?db=x", "query parameter db is not a number"},
+      {"unix:///tmp/x.sock?db=-3", "query parameter db is out of range 0..1048576"},
+      {"redis://host?connect_timeout=abc",
+       "query parameter connect_timeout is not a number of milliseconds"},
+      {"redis://host?command_timeout=0",
+       "query parameter command_timeout is out of range 1..86400000 (milliseconds)"},
+      {"redis://h?tls_ca_file=/ca.pem",
+       "query parameter tls_ca_file needs TLS: only with rediss:// (or rediss+cluster://, ...)"},
+      {"rediss://h?tls_verify=no", "query parameter tls_verify must be true or false"},
+      {"redis://h?sentinel_password=x",
+       "query parameter sentinel_password is only for redis+sentinel:// URLs"},
+      {"redis://host?db=1&x y=2", "query" + encode},
+      {"redis://host?db=1%zz", "query" + escape},
+      {"redis://host#frag",
+       "a fragment ('#...') is not allowed (a '#' in a password is written %23)"},
+      // several servers
+      {"redis+cluster://", "host is missing (write redis+cluster://host:port,host:port)"},
+      {"redis+cluster://h1:7000,,h2:7001", "host 2 of the list is empty (a stray ',')"},
+      {"redis+cluster://h1:1,h2:port", "host 2 of the list: port is not a number"},
+      {"redis+cluster://h1:0", "host 1 of the list: port is out of range 1..65535"},
+      {"redis+sentinel://s1:26379/",
+       "Sentinel master name is missing (write redis+sentinel://host:26379/master-name)"},
+      {"redis+sentinel://s1:26379/m%20x",
+       "Sentinel master name: printable characters only, without spaces, '/', '?', '#' or '%'"},
+      {"redis+sentinel://s1:26379/m/x",
+       "database index (the path /N after the host) is not a number"},
+      {"redis+redlock://h1:1,h2:2", "Redlock needs at least 3 masters; the URL names 2"},
+  };
+  for (const auto& [url, expected] : cases) {
+    std::string why = "stale";
+    auto cfg = ConnectionConfig::from_url(url, why);
+    ASSERT_FALSE(cfg) << url;
+    EXPECT_EQ(cfg.error(), redis_lock::error::invalid_argument) << url;
+    EXPECT_EQ(why, expected) << url;
+    EXPECT_EQ(why.find('\n'), std::string::npos) << url;
+    EXPECT_FALSE(ConnectionConfig::from_url(url)) << url;  // the one-argument form agrees
+  }
+}
+
+TEST(FromUrlWhy, EmptyOnSuccessAndTheSameResultAsWithoutIt) {
+  for (const char* url : {"redis://example.com", "rediss://u:p@[2001:db8::7]/3",
+                          "unix:///tmp/r.sock?db=4", "redis+cluster://h1:7000,h2:7001",
+                          "redis+sentinel://:pw@s1,s2/mymaster/2?sentinel_password=sp",
+                          "redis+redlock://a:1,b:2,c:3"}) {
+    std::string why = "stale";
+    auto with_why = ConnectionConfig::from_url(url, why);
+    auto without = ConnectionConfig::from_url(url);
+    ASSERT_TRUE(with_why) << url << ": " << why;
+    ASSERT_TRUE(without) << url;
+    EXPECT_EQ(why, "") << url;
+    EXPECT_EQ(with_why->host, without->host);
+    EXPECT_EQ(with_why->port, without->port);
+    EXPECT_EQ(with_why->password, without->password);
+    EXPECT_EQ(with_why->nodes, without->nodes);
+  }
+}
+
+// The reason may be printed or logged: it never quotes the URL, so never its password,
+// wherever a malformed URL puts it. Stronger than looking for the password in it: two
+// passwords of the same shape (letters, digits, '-' in the same places) give the same reason.
+TEST(FromUrlWhy, NeverContainsThePassword) {
+  const std::string passwords[] = {"Pw-s3cret", "Kq-x7zbmo", "0123456789", "hunter2", "xyz"};
+  const char* shapes[] = {
+      "redis://user:PW@host:port",            // bad port
+      "redis://user:PW@host:0",               // port out of range
+      "redis://user:PW@host/db",              // bad database
+      "redis://user:PW@host?unknown=1",       // unknown parameter
+      "redis://user:PW@host?db=x",
+      "redis://user:PW@host#frag",            // fragment
+      "redis://user:PW%zz@host",              // bad escape in the password
+      "redis://user:PW@x@host",               // '@' in the password
+      "redis://user:PW/x@host",               // '/' in the password
+      "redis://user:PW?x@host",               // '?' in the password
+      "redis://user:PW#x@host",               // '#' in the password
+      "redis://user:PW x@host",               // space in the password
+      "redis://:PW",                          // no '@': the password reads as a port
+      "redis://user:PW",                      // the same, with a user name
+      "redis://PW:6379/x",                    // a password where the host goes
+      "redis://host/PW",                      // ... where the database goes
+      "redis://host?PW",                      // ... as a query parameter
+      "redis://host?PW=1",
+      "PW://host",                            // ... as a scheme
+      "PW",
+      "redis://user:PW@[::1",                 // bad host
+      "unix://user:PW@host/s.sock",           // unix socket with a host
+      "redis+cluster://user:PW@h1:1,h2:port",
+      "redis+cluster://user:PW@h1:1,,h2",
+      "redis+cluster://user:PW@h1:1/2",
+      "redis+sentinel://:PW@s1/m?sentinel_password=PW&bogus=1",
+      "redis+sentinel://s1/m?sentinel_password=PW&db=x",
+      "redis+sentinel://s1/PW%",
+      "redis+redlock://user:PW@h1,h2",
+      "rediss://user:PW@h?tls_verify=PW",
+  };
+  for (const char* shape : shapes) {
+    std::string first_why;  // for the first password; the second has the same shape
+    for (const auto& password : passwords) {
+      std::string url = shape;
+      for (auto at = url.find("PW"); at != std::string::npos; at = url.find("PW", at)) {
+        url.replace(at, 2, password);
+        at += password.size();
+      }
+      std::string why;
+      ASSERT_FALSE(ConnectionConfig::from_url(url, why)) << url;
+      ASSERT_FALSE(why.empty()) << url;
+      EXPECT_EQ(why.find(password), std::string::npos) << url << " -> " << why;
+      if (&password == &passwords[0]) first_why = why;
+      if (&password == &passwords[1]) {
+        EXPECT_EQ(why, first_why) << "the reason depends on the password: " << shape;
+      }
+    }
+  }
+}
