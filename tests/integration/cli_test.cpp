@@ -162,6 +162,10 @@ TEST(Cli, ExitCodes) {
   EXPECT_EQ(ChildProcess(cli({resource, "--", "/no/such/command"})).wait(), 127);
   EXPECT_EQ(ChildProcess({REDIS_LOCK_CLI_PATH, resource}).wait(), 2);  // no command
   EXPECT_EQ(ChildProcess({REDIS_LOCK_CLI_PATH, "--ttl", "soon", resource, "--", "true"}).wait(), 2);
+  ChildProcess bad_url({REDIS_LOCK_CLI_PATH, "--url", "redis://:s3cret@host:6r5", resource, "--", "true"},
+                       {.stderr_too = true});
+  EXPECT_EQ(bad_url.read_line(), "redis-lock: bad URL: port is not a number");
+  EXPECT_EQ(bad_url.wait(), 2);
   EXPECT_EQ(ChildProcess({REDIS_LOCK_CLI_PATH, "--url", "redis://:s3cret@host:99999", resource,
                           "--", "true"})
                 .wait(),
@@ -612,6 +616,14 @@ TEST(Cli, BadValuesExitTwoBeforeAnythingIsSent) {
     EXPECT_EQ(run.wait(), 2) << bad.front() << ": " << output;
     EXPECT_EQ(output.rfind("redis-lock: ", 0), 0u) << output;
   }
+}
+
+TEST(Cli, ADatabaseTheServerDoesNotHaveIsAUsageError) {
+  ChildProcess run({REDIS_LOCK_CLI_PATH, "--url", url() + "/99", unique_resource(), "--", "true"},
+                   {.stderr_too = true});
+  const auto output = run.read_all();
+  EXPECT_EQ(run.wait(), 2);
+  EXPECT_NE(output.find("database 99 does not exist on 127.0.0.1:"), std::string::npos) << output;
 }
 
 TEST(Cli, ConnectionErrorsNameTheServerAndTheReason) {

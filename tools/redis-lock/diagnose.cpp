@@ -112,9 +112,10 @@ std::string describe_failure(const ConnectionConfig& config, boost::system::erro
                           ec == error::tls_handshake_failed || ec == error::connection_lost ||
                           (config.tls && ec == error::timeout);  // a handshake left unanswered
   if (!connecting) {
-    if (is_bad_database(server_error)) {
+    if (is_bad_database(server_error) ||
+        (ec == error::invalid_argument && config.database != 0)) {  // SELECT refused
       return "database " + std::to_string(config.database) + " does not exist on " +
-             describe_target(config) + " (" + std::string(server_error) + ")";
+             describe_target(config) + " (the server refused SELECT)";
     }
     if (ec == error::server_error && !server_error.empty()) text += ": " + std::string(server_error);
     return text;

@@ -540,8 +540,8 @@ int main(int argc, char** argv) {
     return exit_usage;
   }
   const Options& o = parsed.options;
-  std::string why = "not a valid redis://, rediss:// or unix:// URL";  // TODO from_url(url, why)
-  auto config = redis_lock::ConnectionConfig::from_url(o.url);
+  std::string why;
+  auto config = redis_lock::ConnectionConfig::from_url(o.url, why);
   if (!config) {
     // The URL itself is not echoed: it may carry a password (`why` never does).
     std::fprintf(stderr, "redis-lock: bad URL%s: %s\n", o.url_from_flag ? "" : " in $REDIS_LOCK_URL",
