@@ -37,7 +37,6 @@ class RedisLockConan(ConanFile):
         # Asio and URL come with Boost; hiredis is the protocol; OpenSSL for rediss://.
         self.requires("boost/[>=1.81 <2]")
         self.requires("hiredis/[>=1.0 <2]")
-        self.requires("fmt/[>=8 <12]")
         self.requires("openssl/[>=1.1.1 <4]")
 
     def validate(self):

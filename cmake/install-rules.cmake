@@ -20,7 +20,7 @@ install(EXPORT redis_lockTargets
   NAMESPACE redis_lock::
   DESTINATION ${REDIS_LOCK_CMAKE_DIR})
 
-# A static redis_lock carries its private dependencies (hiredis, fmt) to the consumer's link.
+# A static redis_lock carries its private dependencies (hiredis, OpenSSL) to the consumer's link.
 get_target_property(_rl_type redis_lock TYPE)
 if(_rl_type STREQUAL "SHARED_LIBRARY")
   set(REDIS_LOCK_SHARED ON)
@@ -44,7 +44,7 @@ install(FILES
 # pkg-config, relocatable (prefix found from the .pc file's own place). A static library's
 # dependencies belong on every consumer's link line, so that the plain
 # `pkg-config --cflags --libs redis_lock` links; a shared one links them itself.
-set(_rl_pc_requires " hiredis fmt libssl libcrypto")
+set(_rl_pc_requires " hiredis libssl libcrypto")
 set(_rl_pc_libs " -lboost_url -pthread")
 if(REDIS_LOCK_SHARED)
   set(REDIS_LOCK_PC_REQUIRES "")

@@ -11,6 +11,10 @@ REDIS_LOCK_PACKAGES=(
   clang libclang-rt-dev
 )
 
+# Tests run as many at a time as the machine has cores (the presets hard-code no count;
+# the heavy topologies take turns through a ctest resource lock whatever the count).
+export CTEST_PARALLEL_LEVEL="${CTEST_PARALLEL_LEVEL:-$(nproc)}"
+
 log() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
 
 # Installs missing packages with apt-get when root; otherwise prints the exact command.

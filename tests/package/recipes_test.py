@@ -15,9 +15,16 @@ manifest = json.loads((source / "ports/redis-lock/vcpkg.json").read_text())
 if manifest.get("version-semver") != version:
     failures.append(f"vcpkg.json version {manifest.get('version-semver')} != {version}")
 deps = {d if isinstance(d, str) else d["name"] for d in manifest["dependencies"]}
-for needed in ("boost-asio", "boost-system", "boost-url", "fmt", "hiredis", "openssl"):
+for needed in ("boost-asio", "boost-system", "boost-url", "hiredis", "openssl"):
     if needed not in deps:
         failures.append(f"vcpkg.json lacks {needed}")
+# What the library does not use, the package does not require (fmt is for an example only).
+if "fmt" in deps:
+    failures.append("vcpkg.json requires fmt, which the library does not use")
+cli_deps = {d if isinstance(d, str) else d["name"]
+            for d in manifest.get("features", {}).get("cli", {}).get("dependencies", [])}
+if "boost-program-options" not in cli_deps:
+    failures.append("vcpkg.json's cli feature lacks boost-program-options")
 
 portfile = (source / "ports/redis-lock/portfile.cmake").read_text()
 for needed in ("PACKAGE_NAME redis_lock", "CONFIG_PATH lib/cmake/redis_lock", "REDIS_LOCK_BUILD_CLI"):
@@ -33,9 +40,11 @@ pattern = re.search(r're\.search\(r"(.+?)", text\)', recipe).group(1)
 found = re.search(pattern, (source / "CMakeLists.txt").read_text())
 if not found or found.group(1) != version:
     failures.append(f"conanfile.py reads version {found and found.group(1)} != {version}")
-for needed in ("boost/", "hiredis/", "fmt/", "openssl/", '"redis_lock::redis_lock"'):
+for needed in ("boost/", "hiredis/", "openssl/", '"redis_lock::redis_lock"'):
     if needed not in recipe:
         failures.append(f"conanfile.py lacks {needed}")
+if "fmt/" in recipe:
+    failures.append("conanfile.py requires fmt, which the library does not use")
 for pattern in re.search(r"exports_sources = (.+)", recipe).group(1).split(", "):
     if not list(source.glob(pattern.strip('"'))):
         failures.append(f"conanfile.py exports {pattern}, which matches nothing")
