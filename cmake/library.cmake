@@ -21,6 +21,7 @@ add_library(redis_lock
   src/keys.cpp
   src/lock.cpp
   src/lock_service.cpp
+  src/quorum.cpp
   src/router.cpp
   src/resp.cpp
   src/tls.cpp
@@ -37,7 +38,7 @@ target_include_directories(redis_lock
     "${PROJECT_BINARY_DIR}/generated")
 target_link_libraries(redis_lock
   PUBLIC Boost::system Threads::Threads
-  PRIVATE Boost::url hiredis::hiredis fmt::fmt OpenSSL::SSL OpenSSL::Crypto)
+  PRIVATE Boost::url hiredis::hiredis OpenSSL::SSL OpenSSL::Crypto)
 redis_lock_warnings(redis_lock)
 set_target_properties(redis_lock PROPERTIES
   VERSION ${PROJECT_VERSION}

@@ -575,10 +575,10 @@ bool LockService::redirected(std::shared_ptr<ScriptOp>& op, const Reply& reply) 
 /// single-server code expects, so acquire, release, extend and renewal work unchanged:
 /// acquire -> {1, fencing token} / {0, pttl} / error; release, extend -> 1 / 0 / error.
 /// The merge decides as soon as the outcome is certain, never later than a command timeout.
+/// The decisions themselves are quorum.hpp's (sans-io, unit-tested); this does the I/O.
 struct QuorumCall : std::enable_shared_from_this<QuorumCall> {
   std::shared_ptr<ScriptOp> op;
-  std::size_t quorum = 0;
-  std::size_t granted = 0, refused = 0, failed = 0;
+  quorum::Tally tally;
   std::vector<long long> fences;  // acquire: each granting master's fencing counter, else -1
   long long pttl = -1;            // acquire: the shortest remaining lease among refusals
   error_code first_error;
@@ -587,9 +587,9 @@ struct QuorumCall : std::enable_shared_from_this<QuorumCall> {
   bool completed = false;  // the op has its reply (decided, and the write-back is done)
   std::string lease_token;  // acquire: the token of the attempt this call carries
   bool succeeded = false;
-  // Fencing write-back (acquire only): masters confirmed at or above `token`.
-  long long token = 0;
-  std::size_t at_token = 0, raising = 0;
+  // Fencing write-back (acquire only): masters confirmed at or above the minted token.
+  quorum::Mint minted;
+  std::size_t raising = 0;
   std::string token_text;
   std::unique_ptr<asio::steady_timer> deadline;  // acquires whose ttl is below the timeout
 
@@ -753,7 +753,7 @@ void LockService::give_back_on(std::size_t node, std::shared_ptr<const OwnedComm
 void LockService::send_to_all(std::shared_ptr<ScriptOp> op) {
   const auto n = config_.nodes.size();
   auto call = std::make_shared<QuorumCall>();
-  call->quorum = n / 2 + 1;
+  call->tally.masters = n;
   call->fences.assign(n, -1);
   op->node_results.assign(n, NodeResult{});
   for (std::size_t i = 0; i < n; ++i) op->node_results[i].node = i;
@@ -800,57 +800,44 @@ void QuorumCall::on_node_reply(std::size_t node, error_code ec, const Reply& rep
   }
   auto& result = op->node_results[node];
   result.latency = Clock::now() - started;
-  if (!ec && reply.is_error()) ec = error_from_reply(reply.str);
-  if (!ec && op->is_acquire) {
-    const bool well_formed = reply.type == Reply::Type::array && reply.elements.size() == 2 &&
-                             reply.elements[0].type == Reply::Type::integer &&
-                             reply.elements[1].type == Reply::Type::integer;
-    if (!well_formed) {
-      ec = error::unexpected_reply;
-    } else if (reply.elements[0].integer == 1) {
-      fences[node] = reply.elements[1].integer;
-    } else {
-      const auto left = reply.elements[1].integer;
-      if (left > 0 && (pttl < 0 || left < pttl)) pttl = left;
-    }
-  } else if (!ec && reply.type != Reply::Type::integer) {
-    ec = error::unexpected_reply;
+  const auto answer = op->is_acquire ? quorum::read_acquire(ec, reply) : quorum::read_compare(ec, reply);
+  switch (answer.kind) {
+    case quorum::Answer::Kind::failed:
+      result.outcome = NodeOutcome::failed;
+      result.error = answer.error;
+      if (!first_error) first_error = answer.error;
+      break;
+    case quorum::Answer::Kind::granted:
+      result.outcome = NodeOutcome::granted;
+      if (op->is_acquire) fences[node] = answer.fence;
+      break;
+    case quorum::Answer::Kind::refused:
+      result.outcome = NodeOutcome::refused;
+      if (answer.pttl > 0 && (pttl < 0 || answer.pttl < pttl)) pttl = answer.pttl;
+      break;
   }
-  if (ec) {
-    result.outcome = NodeOutcome::failed;
-    result.error = ec;
-    if (!first_error) first_error = ec;
-    ++failed;
-  } else if ((op->is_acquire && fences[node] >= 0) || (!op->is_acquire && reply.integer == 1)) {
-    result.outcome = NodeOutcome::granted;
-    ++granted;
-  } else {
-    result.outcome = NodeOutcome::refused;
-    ++refused;
-  }
+  tally.count(answer);
   decide();
 }
 
 void QuorumCall::decide() {
-  const auto n = size();
-  if (granted >= quorum) {
-    if (op->is_acquire) return mint();
-    succeeded = true;
-    return complete({}, integer_reply(1));
+  switch (quorum::decide(tally)) {
+    case quorum::Verdict::undecided:
+      return;
+    case quorum::Verdict::majority:
+      if (op->is_acquire) return mint();
+      succeeded = true;
+      return complete({}, integer_reply(1));
+    case quorum::Verdict::contention:
+      if (op->is_acquire) {
+        give_back();
+        return complete({}, acquire_reply(0, pttl));
+      }
+      return complete({}, integer_reply(0));
+    case quorum::Verdict::no_quorum:
+      if (op->is_acquire) give_back();
+      return complete(error::no_quorum, Reply{});
   }
-  const auto answered = granted + refused + failed;
-  if (granted + (n - answered) >= quorum) return;  // a majority is still possible
-  // No majority. If failures alone could not have prevented one, the masters that answered
-  // disagree: the lease is held elsewhere (or two clients split the vote and both back
-  // off), or it is no longer ours. Otherwise too many masters are unreachable to tell.
-  const bool contention = failed <= n - quorum;
-  if (op->is_acquire) {
-    give_back();
-    if (contention) return complete({}, acquire_reply(0, pttl));
-    return complete(error::no_quorum, Reply{});
-  }
-  if (contention) return complete({}, integer_reply(0));
-  complete(error::no_quorum, Reply{});
 }
 
 // Fencing across masters as a max-register: the token is the largest counter among the
@@ -861,14 +848,11 @@ void QuorumCall::decide() {
 // acquisitions (it was down) or lost its counter is raised in a second round trip.
 void QuorumCall::mint() {
   decided = true;  // later grants only add masters to the lease
-  for (auto f : fences) token = std::max(token, f);
-  at_token = 0;
-  for (auto f : fences) at_token += f == token;
-  if (at_token >= quorum) return finish_mint();
-  token_text = to_decimal(token);
+  minted = quorum::mint(fences);
+  if (minted.durable(size())) return finish_mint();
+  token_text = to_decimal(minted.token);
   auto& acquire = static_cast<AcquireOp&>(*op);
-  for (std::size_t i = 0; i < size(); ++i) {
-    if (fences[i] < 0 || fences[i] == token) continue;
+  for (const std::size_t i : minted.to_raise) {
     ++raising;
     const std::string_view argv[] = {evalsha, raise_fence_script.sha1, "1", acquire.keys.fence,
                                      token_text};
@@ -882,7 +866,7 @@ void QuorumCall::mint() {
 
 void QuorumCall::raised(error_code ec, const Reply& reply) {
   if (completed) return;
-  if (!ec && reply.type == Reply::Type::integer && reply.integer >= token) ++at_token;
+  if (quorum::raised_to(ec, reply, minted.token)) ++minted.at_token;
   if (!ec && reply.is_error()) ec = error_from_reply(reply.str);
   if (ec && !first_error) first_error = ec;
   finish_mint();
@@ -890,16 +874,15 @@ void QuorumCall::raised(error_code ec, const Reply& reply) {
 
 void QuorumCall::finish_mint() {
   auto& acquire = static_cast<AcquireOp&>(*op);
-  if (at_token >= quorum) {
+  if (minted.durable(size())) {
     // Validity: the lock is worth something only if it still has time left once the
     // majority is in (ttl - elapsed - drift, the guard's valid_until()).
-    const auto ttl = acquire.options.ttl;
-    if (Clock::now() >= acquire.attempt_started + ttl - drift_margin(ttl)) {
+    if (!quorum::still_valid(acquire.attempt_started, acquire.options.ttl, Clock::now())) {
       give_back();
       return complete({}, acquire_reply(0, -2));
     }
     succeeded = true;
-    return complete({}, acquire_reply(1, token));
+    return complete({}, acquire_reply(1, minted.token));
   }
   if (raising == 0) {
     give_back();  // the token could not be made durable on a majority

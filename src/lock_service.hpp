@@ -3,6 +3,7 @@
 #pragma once
 
 #include "connection.hpp"
+#include "quorum.hpp"
 #include "router.hpp"
 
 #include <boost/asio/cancellation_signal.hpp>
@@ -28,11 +29,6 @@ struct ScriptOp;
 struct Script;
 struct OwnedCommand;
 struct CompareOp;
-
-/// What a lease loses to clock drift between us and the server(s): Redlock's ttl/100 + 2 ms.
-inline std::chrono::milliseconds drift_margin(std::chrono::milliseconds ttl) noexcept {
-  return ttl / 100 + std::chrono::milliseconds(2);
-}
 
 /// What a guard and the manager's renewal watchdog share about one held lease.
 /// Atomics may be read from the guard's thread; everything else lives on the strand.
