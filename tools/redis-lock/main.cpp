@@ -214,6 +214,7 @@ struct Supervision {
   /// Nothing of ours stays pending: the io_context can run out of work.
   void shutdown() {
     finished = true;
+    group.may_continue = nullptr;  // it holds a reference to us: no cycle left behind
     signals.cancel();
     for (auto* t : {&lease_timer, &kill_timer, &max_hold_timer, &poll_timer, &done}) t->cancel();
     guard = nullptr;
