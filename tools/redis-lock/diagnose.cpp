@@ -112,8 +112,8 @@ std::string describe_failure(const ConnectionConfig& config, boost::system::erro
                           ec == error::tls_handshake_failed || ec == error::connection_lost ||
                           (config.tls && ec == error::timeout);  // a handshake left unanswered
   if (!connecting) {
-    if (is_bad_database(server_error) ||
-        (ec == error::invalid_argument && config.database != 0)) {  // SELECT refused
+    // The library reports a refused SELECT as invalid_argument (without the server's text).
+    if (ec == error::invalid_argument && config.database != 0) {
       return "database " + std::to_string(config.database) + " does not exist on " +
              describe_target(config) + " (the server refused SELECT)";
     }
@@ -133,10 +133,6 @@ std::string describe_failure(const ConnectionConfig& config, boost::system::erro
     why = text;
   }
   return "could not connect to " + describe_target(config) + ": " + why;
-}
-
-bool is_bad_database(std::string_view server_error) {
-  return server_error.find("DB index is out of range") != std::string_view::npos;
 }
 
 }  // namespace redis_lock::cli

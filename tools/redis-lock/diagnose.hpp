@@ -18,7 +18,5 @@ std::string describe_target(const ConnectionConfig& config);
 /// found by probing the server once more (refused, unresolvable, plain text on a TLS URL).
 std::string describe_failure(const ConnectionConfig& config, boost::system::error_code ec,
                              std::string_view server_error);
-/// The server refused SELECT: the URL's database does not exist there.
-bool is_bad_database(std::string_view server_error);
 
 }  // namespace redis_lock::cli

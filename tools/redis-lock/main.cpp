@@ -87,7 +87,7 @@ struct Report {
   int exit_code = exit_redis_error;
   std::string error;
   std::uint64_t fencing_token = 0;
-  long long waited_ms = -1, held_ms = -1;
+  std::optional<long long> waited_ms, held_ms;
   std::optional<int> command_status, command_signal;
   std::optional<bool> released;
 };
@@ -115,8 +115,7 @@ void print_json(const Options& o, const Report& r) {
                      ",\"outcome\":" + json_string(r.outcome) +
                      ",\"exit_code\":" + std::to_string(r.exit_code) +
                      ",\"fencing_token\":" + std::to_string(r.fencing_token) +
-                     ",\"waited_ms\":" + (r.waited_ms < 0 ? "null" : std::to_string(r.waited_ms)) +
-                     ",\"held_ms\":" + (r.held_ms < 0 ? "null" : std::to_string(r.held_ms)) +
+                     ",\"waited_ms\":" + number(r.waited_ms) + ",\"held_ms\":" + number(r.held_ms) +
                      ",\"command_status\":" + number(r.command_status) +
                      ",\"command_signal\":" + number(r.command_signal) +
                      ",\"released\":" +
@@ -309,13 +308,18 @@ asio::awaitable<Released> release_bounded(redis_lock::LockGuard& guard) {
   co_return state->result;
 }
 
-/// Says on stderr that a release failed or got no reply; whether it did.
-bool report_failed_release(const Options& o, const Released& release) {
-  if (release.replied && !release.ec) return false;
-  const std::string why = release.replied ? release.ec.message() : "no reply within 2s";
-  say("could not release %s (%s); its lease ends by itself within %llds", o.resource.c_str(),
-      why.c_str(), static_cast<long long>((o.ttl.count() + 999) / 1000));
-  return true;
+/// Releases `guard` (bounded), records the outcome in `report`, and says on stderr if the
+/// release failed or got no reply.
+asio::awaitable<Released> release_and_report(redis_lock::LockGuard& guard, const Options& o,
+                                             Report& report) {
+  const auto release = co_await release_bounded(guard);
+  report.released = release.replied && !release.ec && release.released;
+  if (!release.replied || release.ec) {
+    const std::string why = release.replied ? release.ec.message() : "no reply within 2s";
+    say("could not release %s (%s); its lease ends by itself within %llds", o.resource.c_str(),
+        why.c_str(), static_cast<long long>((o.ttl.count() + 999) / 1000));
+  }
+  co_return release;
 }
 
 asio::awaitable<Report> run(const Options& o, redis_lock::ConnectionConfig config) {
@@ -356,18 +360,13 @@ asio::awaitable<Report> run(const Options& o, redis_lock::ConnectionConfig confi
   if (sv->early_signal != 0) {
     report.outcome = "interrupted";
     report.exit_code = 128 + sv->early_signal;
-    if (guard) {  // it came with the signal
-      const auto release = co_await release_bounded(guard);
-      report.released = release.replied && !release.ec && release.released;
-      report_failed_release(o, release);
-    }
+    if (guard) co_await release_and_report(guard, o, report);  // it came with the signal
     co_return report;
   }
   if (ec) {
     report.error = describe_failure(config, ec, locks.last_server_error());
-    report.exit_code = ec == redis_lock::error::invalid_argument || is_bad_database(locks.last_server_error())
-                           ? exit_usage
-                           : exit_redis_error;
+    // (A database the server does not have comes back as invalid_argument too.)
+    report.exit_code = ec == redis_lock::error::invalid_argument ? exit_usage : exit_redis_error;
     say("%s: %s", o.resource.c_str(), report.error.c_str());
     co_return report;
   }
@@ -389,11 +388,11 @@ asio::awaitable<Report> run(const Options& o, redis_lock::ConnectionConfig confi
   // The grace ends, and SIGKILL comes, before the lease can expire: at most a third of
   // the ttl for the grace (renewals come every third), a small margin for SIGKILL to land.
   sv->guard = &guard;
-  sv->grace = std::min(o.kill_after, o.ttl / 3);
-  if (o.kill_after_given && sv->grace < o.kill_after) {
+  sv->grace = std::min(o.kill_after.value_or(default_kill_after), o.ttl / 3);
+  if (o.kill_after && sv->grace < *o.kill_after) {
     say("--kill-after %lldms is more than a third of --ttl: the grace is %lldms, so that it "
         "ends before the lease can expire",
-        static_cast<long long>(o.kill_after.count()), static_cast<long long>(sv->grace.count()));
+        static_cast<long long>(o.kill_after->count()), static_cast<long long>(sv->grace.count()));
   }
   sv->margin = std::clamp(o.ttl / 20, milliseconds(100), milliseconds(1000));
   const auto held_from = Clock::now();
@@ -403,9 +402,7 @@ asio::awaitable<Report> run(const Options& o, redis_lock::ConnectionConfig confi
     report.exit_code = code;
     report.error = std::string(what) + ": " + std::strerror(err);
     say("%s", report.error.c_str());
-    const auto release = co_await release_bounded(guard);
-    report.released = release.replied && !release.ec && release.released;
-    report_failed_release(o, release);
+    co_await release_and_report(guard, o, report);
     co_return report;
   };
   if (const int err = sv->guardian.start(own_path(), sv->grace, sv->margin); err != 0) {
@@ -432,9 +429,7 @@ asio::awaitable<Report> run(const Options& o, redis_lock::ConnectionConfig confi
     report.outcome = "renewal_unconfirmed";
     report.exit_code = exit_lock_lost;
     say("the lease on %s ran short before the command could start; not started", o.resource.c_str());
-    const auto release = co_await release_bounded(guard);
-    report.released = release.replied && !release.ec && release.released;
-    report_failed_release(o, release);
+    co_await release_and_report(guard, o, report);
     co_return report;
   }
   if (const int err = sv->group.run(); err != 0) {
@@ -482,9 +477,8 @@ asio::awaitable<Report> run(const Options& o, redis_lock::ConnectionConfig confi
   if (sv->stop == Stop::max_hold) report.exit_code = exit_max_hold;
   else if (sv->stop != Stop::none) report.exit_code = exit_lock_lost;
 
-  const auto release = co_await release_bounded(guard);
-  report.released = release.replied && !release.ec && release.released;
-  if (report_failed_release(o, release)) {
+  const auto release = co_await release_and_report(guard, o, report);
+  if (!release.replied || release.ec) {
     // said; the status stays the command's
   } else if (!release.released && sv->stop == Stop::none && !was_lost) {
     // Not ours any more, though nothing said so in time: the command may have run

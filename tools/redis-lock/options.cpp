@@ -191,34 +191,19 @@ Parsed parse_command_line(int argc, const char* const* argv,
     o.password = env;
   }
 
-  struct DurationFlag {
-    const char* name;
-    bool set;
-    milliseconds value;
-  };
-  const auto duration = [&](const char* name) -> std::optional<DurationFlag> {
-    auto t = text(name);
-    if (!t) return DurationFlag{name, false, {}};
-    auto d = parse_duration(*t);
-    if (!d) return std::nullopt;
-    return DurationFlag{name, true, *d};
-  };
-  for (const char* name : {"ttl", "wait", "kill-after", "max-hold"}) {
-    auto d = duration(name);
-    if (!d) {
-      return fail(std::string("bad duration for --") + name + ": '" + *text(name) +
+  std::optional<milliseconds> ttl;
+  const std::pair<const char*, std::optional<milliseconds>*> durations[] = {
+      {"ttl", &ttl}, {"wait", &o.wait}, {"kill-after", &o.kill_after}, {"max-hold", &o.max_hold}};
+  for (const auto& [name, target] : durations) {
+    const auto t = text(name);
+    if (!t) continue;
+    *target = parse_duration(*t);
+    if (!*target) {
+      return fail(std::string("bad duration for --") + name + ": '" + *t +
                   "' (a number with ms, s, m or h, at most 10 years)");
     }
-    if (!d->set) continue;
-    const std::string n = name;
-    if (n == "ttl") o.ttl = d->value;
-    else if (n == "wait") o.wait = d->value;
-    else if (n == "kill-after") {
-      o.kill_after = d->value;
-      o.kill_after_given = true;
-    }
-    else o.max_hold = d->value;
   }
+  if (ttl) o.ttl = *ttl;
   if (o.ttl < min_ttl) {
     return fail("--ttl must be at least 1s: the renewal, the SIGTERM grace and the SIGKILL "
                 "margin must fit in the lease");

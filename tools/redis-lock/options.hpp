@@ -26,6 +26,8 @@ inline constexpr int exit_not_found = 127;   // the command was not found
 /// The shortest --ttl: below it the renewal, the SIGTERM grace and the SIGKILL margin do
 /// not fit in a lease.
 inline constexpr milliseconds min_ttl{1000};
+/// --kill-after when not given.
+inline constexpr milliseconds default_kill_after{5000};
 /// The longest duration anywhere (the library's ttl limit).
 inline constexpr milliseconds max_duration{315'360'000'000};  // 10 years
 
@@ -37,8 +39,7 @@ struct Options {
   std::optional<milliseconds> wait;  ///< none: indefinitely
   bool nonblock = false;
   bool renew = true;
-  milliseconds kill_after{5000};
-  bool kill_after_given = false;  ///< --kill-after was on the command line
+  std::optional<milliseconds> kill_after;  ///< none: default_kill_after
   std::optional<milliseconds> max_hold;
   int conflict_exit_code = exit_not_acquired;
   bool print_token = false;
