@@ -15,17 +15,27 @@ endforeach()
 configure_file(src/scripts.hpp.in "${PROJECT_BINARY_DIR}/generated/redis_lock_scripts.hpp" @ONLY)
 
 add_library(redis_lock
+  src/acquire_op.cpp
   src/config.cpp
   src/connection.cpp
   src/error.cpp
   src/keys.cpp
+  src/lease_ops.cpp
   src/lock.cpp
   src/lock_service.cpp
   src/quorum.cpp
-  src/router.cpp
+  src/quorum_call.cpp
+  src/redirect.cpp
+  src/renewal.cpp
+  src/replies.cpp
   src/resp.cpp
+  src/router.cpp
+  src/sentinel_locator.cpp
+  src/shutdown_watch.cpp
   src/tls.cpp
-  src/token.cpp)
+  src/token.cpp
+  src/validate.cpp
+  src/waiters.cpp)
 add_library(redis_lock::redis_lock ALIAS redis_lock)
 
 target_compile_features(redis_lock PUBLIC cxx_std_20)

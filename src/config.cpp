@@ -8,7 +8,7 @@
 #include <redis_lock/config.hpp>
 #include <redis_lock/error.hpp>
 
-#include "tls.hpp"
+#include "validate.hpp"
 
 #include <boost/url/parse.hpp>
 #include <boost/url/rfc/ipv6_address_rule.hpp>
@@ -377,7 +377,7 @@ Result parse_single(std::string_view text, Topology topology, std::string& why) 
 }
 
 bool valid_master_name(std::string_view name) {
-  // What validate() asks of any master name, and nothing that would read as URL syntax.
+  // What check(config) asks of any master name, and nothing that would read as URL syntax.
   return !name.empty() && detail::is_printable_word(name) &&
          name.find_first_of("/?#%") == std::string_view::npos;
 }

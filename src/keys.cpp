@@ -76,7 +76,6 @@ ResourceKeys make_keys(std::string_view prefix, std::string_view resource) {
   keys.fence.append(prefix).append("fence:{").append(tag).append("}");
   keys.queue.append(prefix).append("q:{").append(tag).append("}").append(resource);
   keys.queue_expiry.append(prefix).append("qx:{").append(tag).append("}").append(resource);
-  keys.channel.append(prefix).append("released:{").append(resource).append("}");
   return keys;
 }
 

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// Key layout: lease keys, per-slot fencing counters and release channels, with Cluster slots.
+// Key layout: lease keys, per-slot fencing counters and wait queues, with Cluster slots.
 #pragma once
 
 #include <cstdint>
@@ -19,13 +19,12 @@ std::uint16_t key_slot(std::string_view key) noexcept;
 /// A short string whose slot is `slot`; from a table computed once (thread-safe).
 std::string_view slot_tag(std::uint16_t slot) noexcept;
 
-/// The keys and channel of one resource under one prefix.
+/// The keys of one resource under one prefix.
 struct ResourceKeys {
   std::string lease;         // <prefix>{<resource>}
   std::string fence;         // <prefix>fence:{<tag>}, same slot as lease
   std::string queue;         // <prefix>q:{<tag>}<resource>   waiters in arrival order (zset)
   std::string queue_expiry;  // <prefix>qx:{<tag>}<resource>  when each place lapses (zset)
-  std::string channel;       // <prefix>released:{<resource>}
 };
 
 ResourceKeys make_keys(std::string_view prefix, std::string_view resource);

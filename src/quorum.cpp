@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 #include "quorum.hpp"
 
+#include "replies.hpp"
+
 #include <redis_lock/error.hpp>
 
 namespace redis_lock::detail::quorum {
@@ -8,22 +10,30 @@ namespace redis_lock::detail::quorum {
 Answer read_acquire(boost::system::error_code ec, const Reply& reply) {
   if (!ec && reply.is_error()) ec = error_from_reply(reply.str);
   if (ec) return {Answer::Kind::failed, ec, -1, -1};
-  const bool well_formed = reply.type == Reply::Type::array && reply.elements.size() == 2 &&
-                           reply.elements[0].type == Reply::Type::integer &&
-                           reply.elements[1].type == Reply::Type::integer;
-  if (!well_formed) return {Answer::Kind::failed, error::unexpected_reply, -1, -1};
-  const long long value = reply.elements[1].integer;
-  if (reply.elements[0].integer == 1) return {Answer::Kind::granted, {}, value, -1};
-  return {Answer::Kind::refused, {}, -1, value > 0 ? value : -1};
+  const auto read = replies::read_acquire(reply);
+  switch (read.kind) {
+    case replies::Acquire::Kind::granted:
+      return {Answer::Kind::granted, {}, read.value, -1};
+    case replies::Acquire::Kind::held:
+      return {Answer::Kind::refused, {}, -1, read.value > 0 ? read.value : -1};
+    case replies::Acquire::Kind::malformed:
+      break;
+  }
+  return {Answer::Kind::failed, error::unexpected_reply, -1, -1};
 }
 
 Answer read_compare(boost::system::error_code ec, const Reply& reply) {
   if (!ec && reply.is_error()) ec = error_from_reply(reply.str);
   if (ec) return {Answer::Kind::failed, ec, -1, -1};
-  if (reply.type != Reply::Type::integer) {
-    return {Answer::Kind::failed, error::unexpected_reply, -1, -1};
+  switch (replies::read_compare(reply)) {
+    case replies::Compare::done:
+      return {Answer::Kind::granted, {}, -1, -1};
+    case replies::Compare::not_ours:
+      return {Answer::Kind::refused, {}, -1, -1};
+    case replies::Compare::malformed:
+      break;
   }
-  return {reply.integer == 1 ? Answer::Kind::granted : Answer::Kind::refused, {}, -1, -1};
+  return {Answer::Kind::failed, error::unexpected_reply, -1, -1};
 }
 
 Verdict decide(const Tally& t) noexcept {

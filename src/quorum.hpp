@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 // Redlock's decisions, without I/O: what one master's answer means, whether the answers so
 // far decide the vote, the fencing token a majority mints, and whether a lease taken that
-// way is still worth having. The fan-out (lock_service.cpp's QuorumCall) feeds these with
+// way is still worth having. The fan-out (quorum_call.cpp) feeds these with
 // replies and the clock; tests/unit/quorum_test.cpp drives them with tables of cases.
 #pragma once
 

@@ -2,12 +2,12 @@
 #include "router.hpp"
 
 #include "keys.hpp"
+#include "redirect.hpp"
 
 #include <redis_lock/error.hpp>
 
 #include <boost/asio/steady_timer.hpp>
 
-#include <charconv>
 
 namespace redis_lock::detail {
 
@@ -21,82 +21,7 @@ std::string address_of(const Endpoint& e) {
   return e.host + ":" + std::to_string(e.port);
 }
 
-// "host:port" (the host may be an IPv6 address, so the port follows the last colon).
-bool parse_address(std::string_view text, Endpoint& out) {
-  const auto colon = text.rfind(':');
-  if (colon == std::string_view::npos) return false;
-  const auto port = text.substr(colon + 1);
-  unsigned value = 0;
-  auto [end, ec] = std::from_chars(port.data(), port.data() + port.size(), value);
-  if (ec != std::errc{} || end != port.data() + port.size() || value == 0 || value > 65535) {
-    return false;
-  }
-  out.host = std::string(text.substr(0, colon));
-  out.port = static_cast<std::uint16_t>(value);
-  return true;
-}
-
 }  // namespace
-
-SentinelLocator::SentinelLocator(Connection::Strand strand, const ConnectionConfig& config,
-                                 const std::string& client_name,
-                                 std::shared_ptr<asio::ssl::context> tls)
-    : master_(config.sentinel_master) {
-  auto nodes = config.nodes;
-  if (nodes.empty()) nodes.push_back({config.host, config.port});
-  for (const auto& sentinel : nodes) {
-    ConnectionConfig c = config;
-    c.topology = Topology::standalone;
-    c.nodes.clear();
-    c.host = sentinel.host;
-    c.port = sentinel.port;
-    c.username = config.sentinel_username;
-    c.password = config.sentinel_password;
-    c.sentinel_master.clear();
-    c.sentinel_username.clear();
-    c.sentinel_password.clear();
-    c.database = 0;
-    sentinels_.push_back(std::make_shared<Connection>(
-        strand, std::move(c), client_name.empty() ? client_name : client_name + ":sentinel", tls));
-  }
-}
-
-void SentinelLocator::locate(Connection::LocateDone done) {
-  ask(0, error::master_not_found, std::move(done));
-}
-
-void SentinelLocator::ask(std::size_t tried, error_code refused, Connection::LocateDone done) {
-  if (sentinels_.empty()) return;  // shut down: dropped, as Asio drops pending handlers
-  if (tried >= sentinels_.size()) return done(refused, Endpoint{});
-  const auto index = (preferred_ + tried) % sentinels_.size();
-  const std::string_view command[] = {"SENTINEL", "GET-MASTER-ADDR-BY-NAME", master_};
-  sentinels_[index]->execute(
-      command, Connection::Callback([weak = weak_from_this(), tried, index, refused,
-                                     done = std::move(done)](error_code ec, Reply reply) mutable {
-        const auto self = weak.lock();
-        if (!self) return;
-        // A sentinel refusing our credentials is worth reporting if nobody answers.
-        if (ec == error::auth_failed || ec == error::not_authenticated ||
-            ec == error::no_permission) {
-          refused = ec;
-        }
-        Endpoint at;
-        if (!ec && reply.type == Reply::Type::array && reply.elements.size() == 2 &&
-            reply.elements[0].type == Reply::Type::string &&
-            reply.elements[1].type == Reply::Type::string &&
-            parse_address(reply.elements[0].str + ":" + reply.elements[1].str, at) &&
-            !at.host.empty()) {
-          self->preferred_ = index;
-          return done({}, std::move(at));
-        }
-        self->ask(tried + 1, refused, std::move(done));
-      }));
-}
-
-void SentinelLocator::shutdown() noexcept {
-  for (auto& c : sentinels_) c->shutdown();
-  sentinels_.clear();
-}
 
 Router::Router(Connection::Strand strand, ConnectionConfig config, std::string client_name,
                std::shared_ptr<asio::ssl::context> tls)
@@ -107,7 +32,7 @@ Router::Router(Connection::Strand strand, ConnectionConfig config, std::string c
   if (many_nodes()) {
     if (cluster()) slots_.assign(slot_count, -1);
     if (config_.nodes.empty()) config_.nodes.push_back({config_.host, config_.port});
-    // (Redlock masters are distinct: validate() refuses duplicates.)
+    // (Redlock masters are distinct: check(config) refuses duplicates.)
     for (const auto& node : config_.nodes) add_node(node);
   } else {
     // One server: standalone (host:port or a Unix socket) or the master Sentinel names.
@@ -139,7 +64,7 @@ std::size_t Router::node_for(std::uint16_t slot) {
 
 std::size_t Router::node_at(std::string_view address, std::size_t from) {
   Endpoint endpoint;
-  if (!parse_address(address, endpoint)) return from;
+  if (!redirect::parse_address(address, endpoint)) return from;
   if (endpoint.host.empty() && from < nodes_.size()) endpoint.host = nodes_[from].endpoint.host;
   return add_node(std::move(endpoint));
 }
@@ -170,6 +95,105 @@ Connection& Router::connection(std::size_t node, Pool pool) {
     if (pool == Pool::subscriber && setup_) setup_(*slot, node);
   }
   return *slot;
+}
+
+namespace {
+
+/// A command pinned to one node, with its own bytes.
+// The handler is only ever move-constructed: in Boost 1.81, move-assigning an
+// any_completion_handler recurses until the stack overflows.
+struct Pinned final : Routed {
+  explicit Pinned(Connection::Callback d) : done(std::move(d)) {}
+  std::shared_ptr<const OwnedCommand> owned;
+  Connection::Callback done;
+  std::shared_ptr<LateReplies> late;
+  void on_reply(error_code ec, Reply reply) override { std::move(done)(ec, std::move(reply)); }
+  std::shared_ptr<LateReplies> late_replies() override { return late; }
+};
+
+}  // namespace
+
+void Router::send(std::shared_ptr<Routed> op, std::size_t ask_node) {
+  if (shut_down_) return;  // dropped, as Asio drops pending handlers
+  const bool asking = ask_node != no_node;
+  op->node = asking ? ask_node : op->pinned != no_node ? op->pinned : node_for(op->slot);
+  Connection& target = connection(op->node, op->durable ? Pool::durable : Pool::commands);
+  if (asking) {
+    // ASK: the slot is being moved and this key is already at the target, which serves it
+    // only to a client that says ASKING first, on the same connection, for one command.
+    static constexpr std::string_view asking_command[] = {"ASKING"};
+    target.execute(asking_command, Connection::Callback([](error_code, Reply) {}));
+  }
+  auto late = op->late_replies();
+  const auto command = op->command();
+  target.execute(command,
+                 Connection::Callback([weak = weak_from_this(), op = std::move(op)](
+                                          error_code ec, Reply reply) mutable {
+                   const auto self = weak.lock();
+                   if (!self || self->shut_down_) return;
+                   if (!ec && reply.is_error()) {
+                     if (self->resent(op, reply)) return;
+                   } else if (ec && self->cluster()) {
+                     // The node may have failed over: look at the map again (the op itself
+                     // fails; whoever retries it finds the new master).
+                     self->refresh();
+                   }
+                   op->on_reply(ec, std::move(reply));
+                 }),
+                 std::move(late));
+}
+
+bool Router::resent(std::shared_ptr<Routed>& op, const Reply& reply) {
+  using Kind = redirect::Step::Kind;
+  const auto action = redirect::read(reply.str);
+  const auto step = redirect::decide(action, cluster(), op->sent_body, !op->script_body.empty(),
+                                     op->tries, Clock::now(), config_.command_timeout,
+                                     op->patience);
+  switch (step.kind) {
+    case Kind::final:
+      return false;
+    case Kind::with_body:
+      // The script cache was flushed (or this is a new server): send the body, once.
+      op->sent_body = true;
+      op->argv[0] = "EVAL";
+      op->argv[1] = op->script_body;
+      send(std::move(op));
+      return true;
+    case Kind::ask: {
+      const auto node = node_at(action.address, op->node);
+      send(std::move(op), node);
+      return true;
+    }
+    case Kind::moved:
+      moved(op->slot, node_at(action.address, op->node));
+      send(std::move(op));
+      return true;
+    case Kind::later: {
+      // TRYAGAIN: a multi-key command in a slot being moved whose keys are split between the
+      // two nodes for a moment. CLUSTERDOWN: the slot has no master yet (failover under
+      // way). Both pass: retried for a command timeout (or the op's patience), backing off.
+      if (action.kind == redirect::Action::Kind::cluster_down) refresh();
+      auto timer = std::make_shared<asio::steady_timer>(strand_, step.delay);
+      timer->async_wait([timer, weak = weak_from_this(), op = std::move(op)](error_code) mutable {
+        if (auto self = weak.lock()) self->send(std::move(op));
+      });
+      return true;
+    }
+  }
+  return false;
+}
+
+void Router::send_to(std::size_t node, std::shared_ptr<const OwnedCommand> command,
+                     std::string_view script_body, Connection::Callback done,
+                     std::shared_ptr<LateReplies> late) {
+  auto op = std::make_shared<Pinned>(std::move(done));
+  op->argc = std::min(command->args.size(), op->argv.size());
+  for (std::size_t i = 0; i < op->argc; ++i) op->argv[i] = command->args[i];
+  op->script_body = script_body;
+  op->pinned = node;
+  op->owned = std::move(command);
+  op->late = std::move(late);
+  send(std::move(op));
 }
 
 void Router::verify_master() {

@@ -5,11 +5,16 @@
 #pragma once
 
 #include "connection.hpp"
+#include "redirect.hpp"
+#include "sentinel_locator.hpp"
+
+#include <redis_lock/observer.hpp>
 
 #include <array>
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <span>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -17,24 +22,43 @@
 
 namespace redis_lock::detail {
 
-/// Sentinel: asks the sentinels, in turn, where the master named `sentinel_master` is.
-/// Each sentinel has one connection (its own AUTH: sentinel_username/sentinel_password),
-/// idle between questions. All member functions must be called on the strand.
-class SentinelLocator : public std::enable_shared_from_this<SentinelLocator> {
- public:
-  SentinelLocator(Connection::Strand strand, const ConnectionConfig& config,
-                  const std::string& client_name, std::shared_ptr<boost::asio::ssl::context> tls);
-  /// Calls back exactly once: the master's address, or master_not_found (no sentinel
-  /// named one), or the sentinels' AUTH error if they refused us.
-  void locate(Connection::LocateDone done);
-  void shutdown() noexcept;
+inline constexpr std::size_t no_node = static_cast<std::size_t>(-1);
 
- private:
-  void ask(std::size_t tried, boost::system::error_code refused, Connection::LocateDone done);
+/// A command the router delivers: to the node serving `slot` (or to `pinned`), following
+/// MOVED and ASK, retrying TRYAGAIN and CLUSTERDOWN while the slot moves, and sending a
+/// script once more with its body after NOSCRIPT. The views in `argv` must stay valid while
+/// it is in flight (an engine op points them into its own strings).
+struct Routed {
+  virtual ~Routed() = default;
+  /// The final reply or error. (Dropped, as Asio drops handlers, once the router shut down.)
+  virtual void on_reply(boost::system::error_code ec, Reply reply) = 0;
+  /// Where a reply that comes after the command timed out goes (none by default).
+  virtual std::shared_ptr<LateReplies> late_replies() { return nullptr; }
 
-  std::string master_;
-  std::vector<std::shared_ptr<Connection>> sentinels_;
-  std::size_t preferred_ = 0;  // the sentinel that answered last is asked first
+  std::span<const std::string_view> command() const noexcept { return {argv.data(), argc}; }
+  /// Before the same command is sent again from the start (a retry by its owner).
+  void rearm() noexcept { tries = {}; }
+
+  std::array<std::string_view, 16> argv{};
+  std::size_t argc = 0;
+  std::string_view script_body;  ///< NOSCRIPT: sent once more as EVAL with this body
+  std::uint16_t slot = 0;        ///< routes the command (Cluster)
+  std::size_t pinned = no_node;  ///< or: always to this node (a Redlock master)
+  bool durable = false;          ///< on the connection that may block on WAIT
+  bool sent_body = false;        ///< the NOSCRIPT resend happened
+  std::size_t node = no_node;    ///< where it was sent last
+  redirect::Tries tries;
+  /// TRYAGAIN/CLUSTERDOWN are retried at least until then (a waiting acquire's deadline).
+  std::chrono::steady_clock::time_point patience{};
+  /// Redlock: each master's answer (filled by the quorum fan-out).
+  std::vector<NodeResult> node_results;
+};
+
+/// A command that owns its bytes: a Redlock call's, which may be resent after NOSCRIPT when
+/// the op it came from has moved on to another attempt (and another token).
+struct OwnedCommand {
+  explicit OwnedCommand(std::span<const std::string_view> argv) : args(argv.begin(), argv.end()) {}
+  std::vector<std::string> args;
 };
 
 /// All member functions must be called on the strand its connections share.
@@ -46,7 +70,7 @@ class Router : public std::enable_shared_from_this<Router> {
   /// never fail or hold up lock commands: a link dropped with protocol_error fails every
   /// command written on it.
   enum class Pool : std::size_t { commands = 0, durable = 1, subscriber = 2, topology = 3 };
-  static constexpr std::size_t no_node = static_cast<std::size_t>(-1);
+  static constexpr std::size_t no_node = detail::no_node;
   /// Prepares a new subscriber connection of node `node` (push and link-down handlers).
   using SubscriberSetup = std::function<void(Connection&, std::size_t node)>;
 
@@ -73,6 +97,13 @@ class Router : public std::enable_shared_from_this<Router> {
   /// host means the host of node `from`, which sent the redirection.
   std::size_t node_at(std::string_view address, std::size_t from);
   Connection& connection(std::size_t node, Pool pool);
+  /// Sends `op` to its node (`ask_node`: once there, after ASKING), and again as redirections,
+  /// transient Cluster refusals and a script-cache miss ask; then `op->on_reply`.
+  void send(std::shared_ptr<Routed> op, std::size_t ask_node = no_node);
+  /// Runs `command` (an EVALSHA) on `node` alone; once more with `script_body` after NOSCRIPT.
+  void send_to(std::size_t node, std::shared_ptr<const OwnedCommand> command,
+               std::string_view script_body, Connection::Callback done,
+               std::shared_ptr<LateReplies> late = nullptr);
   /// MOVED: `node` serves `slot` now. The rest of the map is likely stale too: reload it.
   void moved(std::uint16_t slot, std::size_t node);
   /// A node failed (connection lost, timeout) or the map may be stale: reload it soon.
@@ -95,6 +126,9 @@ class Router : public std::enable_shared_from_this<Router> {
     std::array<std::shared_ptr<Connection>, 4> pools;
   };
   std::size_t add_node(Endpoint endpoint);
+  /// A redirection, a transient Cluster refusal or NOSCRIPT: resends `op` and returns true;
+  /// false when the error is final (or out of redirections and time).
+  bool resent(std::shared_ptr<Routed>& op, const Reply& reply);
   void verify_master();
   void query_slots(std::size_t tried);
   bool apply_slots(const Reply& reply, std::size_t from);

@@ -47,6 +47,10 @@ struct AcquireEvent {
   std::uint64_t fencing_token;                  ///< with `acquired`, else 0
   /// Redlock: each master's answer to the last attempt (empty for other topologies).
   std::span<const NodeResult> nodes = {};
+  /// With `failed`: what was wrong, as a user reads it: the rule an argument or the
+  /// configuration broke ("LockOptions::ttl must be > 0"), or the server's error reply.
+  /// Empty when the error says it all (I/O).
+  std::string_view detail = {};
 };
 
 /// What a compare-and-act command on a held lease did.
@@ -67,6 +71,8 @@ struct LeaseEvent {
   std::chrono::steady_clock::duration latency;  ///< from sending to the reply
   /// Redlock: each master's answer (empty for other topologies).
   std::span<const NodeResult> nodes = {};
+  /// With an error: the server's error reply (single-server topologies), else empty.
+  std::string_view detail = {};
 };
 
 /// Receives what one or more LockManagers do. Install it with `ManagerOptions::observer`;

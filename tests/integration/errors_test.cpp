@@ -2,6 +2,11 @@
 // Server errors become distinct codes, and the server's own text is kept.
 #include "live.hpp"
 
+#include <algorithm>
+#include <mutex>
+#include <utility>
+#include <vector>
+
 using namespace redis_lock;
 using namespace redis_lock::test;
 using boost::system::error_code;
@@ -64,4 +69,53 @@ TEST(ServerErrors, ReadOnlyReplica) {
   auto r = acquire_once(locks, io, "r");
   EXPECT_EQ(r.ec, error::read_only) << r.ec.message() << " / " << locks.last_server_error();
   EXPECT_FALSE(r.owned);
+}
+
+namespace {
+
+/// Keeps each failed acquire's detail, as a log line would.
+struct DetailRecorder final : Observer {
+  void on_acquire(const AcquireEvent& e) noexcept override {
+    std::lock_guard lock(mutex);
+    if (e.outcome == AcquireOutcome::failed) details.emplace_back(e.detail);
+  }
+  std::vector<std::string> take() {
+    std::lock_guard lock(mutex);
+    return std::exchange(details, {});
+  }
+  std::mutex mutex;
+  std::vector<std::string> details;
+};
+
+}  // namespace
+
+TEST(ServerErrors, EachFailedOperationCarriesItsOwnDetail) {
+  // Two concurrent server refusals and a broken rule: each event carries its own text
+  // (last_server_error() holds only the latest reply).
+  asio::io_context io;
+  auto cfg = shared_server_config();
+  auto recorder = std::make_shared<DetailRecorder>();
+  LockManager locks(io.get_executor(), cfg, {.observer = recorder});
+  const auto listed = unique_resource(), hashed = unique_resource();
+  ASSERT_EQ(redis_command(cfg.port, {"RPUSH", lease_key(listed), "x"}), "1");
+  ASSERT_EQ(redis_command(cfg.port, {"HSET", lease_key(hashed), "f", "v"}), "1");
+  int completed = 0;
+  for (const auto& r : {listed, hashed}) {
+    locks.async_acquire(r, {.ttl = 5s}, [&](error_code ec, LockGuard) {
+      EXPECT_EQ(ec, error::wrong_type);
+      ++completed;
+    });
+  }
+  locks.async_acquire(unique_resource(), {.ttl = 0s}, [&](error_code ec, LockGuard) {
+    EXPECT_EQ(ec, error::invalid_argument);
+    ++completed;
+  });
+  io.run_for(10s);
+  ASSERT_EQ(completed, 3);
+  auto details = recorder->take();
+  ASSERT_EQ(details.size(), 3u);
+  std::sort(details.begin(), details.end());
+  EXPECT_EQ(details[0], "LockOptions::ttl must be > 0");
+  EXPECT_EQ(details[1].rfind("WRONGTYPE", 0), 0u) << details[1];
+  EXPECT_EQ(details[2].rfind("WRONGTYPE", 0), 0u) << details[2];
 }

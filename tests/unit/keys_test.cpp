@@ -60,6 +60,6 @@ TEST(Keys, LeaseAndFenceShareASlot) {
 TEST(Keys, PrefixIsApplied) {
   const auto keys = make_keys("app1:", "r");
   EXPECT_EQ(keys.lease, "app1:{r}");
-  EXPECT_EQ(keys.channel, "app1:released:{r}");
+  EXPECT_EQ(keys.queue, "app1:q:{" + std::string(slot_tag(key_slot("app1:{r}"))) + "}r");
   EXPECT_EQ(keys.fence.rfind("app1:fence:{", 0), 0u);
 }

@@ -2,6 +2,7 @@
 // Redlock's decisions without a server: replies read, votes decided, tokens minted, leases
 // judged still valid. Each table is the cases of one decision.
 #include "quorum.hpp"
+#include "reply_builders.hpp"
 
 #include <redis_lock/error.hpp>
 
@@ -15,34 +16,7 @@ using namespace redis_lock::detail::quorum;
 using namespace std::chrono_literals;
 using Kind = Answer::Kind;
 
-namespace {
-
-Reply integer(long long v) {
-  Reply r;
-  r.type = Reply::Type::integer;
-  r.integer = v;
-  return r;
-}
-Reply pair(long long a, long long b) {
-  Reply r;
-  r.type = Reply::Type::array;
-  r.elements = {integer(a), integer(b)};
-  return r;
-}
-Reply error_reply(std::string text) {
-  Reply r;
-  r.type = Reply::Type::error;
-  r.str = std::move(text);
-  return r;
-}
-Reply text(std::string s) {
-  Reply r;
-  r.type = Reply::Type::string;
-  r.str = std::move(s);
-  return r;
-}
-
-}  // namespace
+using namespace redis_lock::test;
 
 TEST(Quorum, MajorityOfN) {
   const std::pair<std::size_t, std::size_t> cases[] = {{1, 1}, {2, 2}, {3, 2}, {4, 3}, {5, 3}, {6, 4}, {7, 4}};

@@ -1,0 +1,62 @@
+// SPDX-License-Identifier: MIT
+// Layer 4 (engine): what a guard and the renewal watchdog share about one held lease.
+#pragma once
+
+#include "quorum.hpp"
+
+#include <boost/asio/any_completion_handler.hpp>
+#include <boost/asio/cancellation_signal.hpp>
+#include <boost/system/error_code.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+
+namespace redis_lock::detail {
+
+struct ScriptOp;
+using ErrorHandler = boost::asio::any_completion_handler<void(boost::system::error_code)>;
+
+/// One held lease. Atomics may be read from the guard's thread; everything else lives on
+/// the manager's strand.
+struct LeaseState {
+  using Clock = std::chrono::steady_clock;
+  using Schedule = std::multimap<Clock::time_point, std::shared_ptr<LeaseState>>;
+
+  std::string resource;
+  std::string token;
+  std::chrono::milliseconds ttl{};
+  std::chrono::milliseconds renew_every{};
+  Clock::time_point hold_until = Clock::time_point::max();
+  bool auto_renew = false;
+  // min_replicas of the acquire: renewals and extensions count only once WAIT confirms them.
+  int min_replicas = 0;
+  std::chrono::milliseconds replication_timeout{};
+
+  std::atomic<Clock::rep> valid_until_ticks{0};
+  std::atomic<bool> lost{false};
+  std::atomic<bool> released{false};
+  std::atomic<bool> has_waiter{false};
+
+  // Strand only.
+  std::shared_ptr<ScriptOp> renewal;  // built once, reused for every renewal
+  bool renewing = false;
+  bool scheduled = false;
+  Schedule::iterator schedule_entry;
+  boost::asio::cancellation_signal signal;
+  std::optional<ErrorHandler> lost_waiter;  // emplaced, never assigned (Boost 1.81)
+
+  Clock::time_point valid_until() const noexcept {
+    return Clock::time_point(Clock::duration(valid_until_ticks.load()));
+  }
+  /// `started` is when the command that set the ttl was issued; less the drift margin.
+  void confirm(Clock::time_point started, std::chrono::milliseconds lease_ttl) noexcept {
+    valid_until_ticks.store(
+        (started + lease_ttl - drift_margin(lease_ttl)).time_since_epoch().count());
+  }
+};
+
+}  // namespace redis_lock::detail

@@ -1,0 +1,120 @@
+// SPDX-License-Identifier: MIT
+#include "lease_ops.hpp"
+
+#include "completion.hpp"
+#include "lock_service.hpp"
+#include "replies.hpp"
+#include "waiters.hpp"
+
+#include <redis_lock/error.hpp>
+
+namespace redis_lock::detail {
+
+using boost::system::error_code;
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+void CompareOp::on_reply(error_code ec, Reply reply) {
+  if (ec && !handler && give_back_until != Clock::time_point{}) {
+    // The link failed: the release may not have run. Again once a link works.
+    auto self = std::static_pointer_cast<CompareOp>(shared_from_this());
+    if (service->retry_later(give_back_until, std::exchange(backoff, doubled(backoff)), [self] {
+          self->rearm();
+          self->service->send(self);
+        })) {
+      return;
+    }
+  }
+  if (!ec && lease && lease->min_replicas > 0 && command == LeaseCommand::extend &&
+      replies::read_compare(reply) == replies::Compare::done) {
+    return confirm_replicated();
+  }
+  finish(ec, std::move(reply));
+}
+
+void CompareOp::confirm_replicated() {
+  service->wait_replicas(
+      node, lease->min_replicas, lease->replication_timeout,
+      Connection::Callback([self = std::static_pointer_cast<CompareOp>(shared_from_this())](
+                               error_code ec, Reply reply) {
+        // Not confirmed: an error, and the lease's validity stays where it was.
+        if (!ec && reply.is_error()) return self->finish({}, std::move(reply));
+        if (!ec) ec = replies::replication_outcome(reply, self->lease->min_replicas);
+        if (ec) return self->finish(ec, Reply{});
+        self->finish({}, replies::integer_reply(1));
+      }));
+}
+
+void CompareOp::finish(error_code ec, Reply reply) {
+  bool done = false;
+  std::string_view detail;
+  if (!ec && reply.is_error()) {
+    detail = reply.str;
+    ec = service->server_error(reply);
+  } else if (!ec) {
+    switch (replies::read_compare(reply)) {
+      case replies::Compare::malformed:
+        ec = error::unexpected_reply;
+        break;
+      case replies::Compare::done:
+        done = true;
+        if (lease) lease->confirm(sent, new_ttl);
+        break;
+      case replies::Compare::not_ours:
+        if (lease) service->watchdog().mark_lost(lease);
+        break;
+    }
+  }
+  if (auto* observer = service->observer(); observer && !resource.empty()) {
+    observer->on_lease({resource, command, done, ec, Clock::now() - sent, node_results, detail});
+  }
+  if (!handler) return;  // a detached release: the ttl covers any failure
+  deliver(service->executor(), Defer::no, std::move(handler), ec, done);
+}
+
+void prepare_release(LockService& service, CompareOp& op, std::string resource,
+                     std::string token) {
+  op.service = service.shared_from_this();
+  op.keys = service.keys_of(resource);
+  op.slot = service.slot_of(op.keys.lease);
+  op.token = std::move(token);
+  op.member = op.token + service.waiters().manager_id();
+  // The channel of the next waiter's manager is this prefix + its manager id.
+  op.arg = service.waiters().channel_prefix(op.slot);
+  op.set_args(release_script, {op.keys.lease, op.keys.queue, op.keys.queue_expiry},
+              {op.token, op.arg, claim_window_ms, op.member,
+               service.cluster() ? std::string_view("SPUBLISH") : std::string_view("PUBLISH")});
+}
+
+namespace {
+
+void give_back_on(const std::shared_ptr<LockService>& service, std::size_t node,
+                  std::shared_ptr<const OwnedCommand> release, Clock::time_point until,
+                  milliseconds backoff) {
+  if (!service->running()) return;
+  auto again = release;
+  service->router().send_to(
+      node, std::move(release), release_script.body,
+      Connection::Callback([service, node, again = std::move(again), until,
+                            backoff](error_code ec, Reply) {
+        if (!ec) return;  // it ran (or the server refused it: it never will)
+        service->retry_later(until, backoff, [service, node, again, until, next = doubled(backoff)] {
+          give_back_on(service, node, again, until, next);
+        });
+      }));
+}
+
+}  // namespace
+
+void give_back_on(LockService& service, std::size_t node, std::string_view resource,
+                  std::string_view token, Clock::time_point until) {
+  if (!service.running()) return;
+  // The same release command as any other, with its own copy of the bytes.
+  CompareOp release{BoolHandler{}};
+  prepare_release(service, release, std::string(resource), std::string(token));
+  give_back_on(service.shared_from_this(), node,
+               std::make_shared<const OwnedCommand>(release.Routed::command()), until,
+               give_back_first_retry);
+}
+
+}  // namespace redis_lock::detail

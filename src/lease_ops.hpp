@@ -1,0 +1,69 @@
+// SPDX-License-Identifier: MIT
+// Layer 4 (engine): compare-and-act commands on one lease: release (compare-and-delete,
+// hand-off to the next waiter, queue exit) and extend (compare-and-PEXPIRE), and the
+// give-back that releases what a failed acquire may hold, resent through link failures.
+#pragma once
+
+#include "lease.hpp"
+#include "script_op.hpp"
+
+#include <redis_lock/observer.hpp>
+
+#include <boost/asio/any_completion_handler.hpp>
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+
+namespace redis_lock::detail {
+
+using BoolHandler = boost::asio::any_completion_handler<void(boost::system::error_code, bool)>;
+
+// A give-back that met a link failure is sent again after this, doubling up to the max; a
+// give-back is not retried past the horizon (a server gone for good must not keep the
+// manager busy for a long ttl).
+inline constexpr std::chrono::milliseconds give_back_first_retry{25};
+inline constexpr std::chrono::milliseconds give_back_max_retry{500};
+inline constexpr std::chrono::milliseconds give_back_horizon{60'000};
+
+/// The next wait of a give-back's retries: doubling, up to give_back_max_retry.
+inline std::chrono::milliseconds doubled(std::chrono::milliseconds backoff) noexcept {
+  return std::min(backoff * 2, give_back_max_retry);
+}
+
+/// A compare-and-act script on one lease: release (arg = channel) or extend (arg = ttl).
+// Handlers are only ever move-constructed: in Boost 1.81, move-assigning an
+// any_completion_handler recurses until the stack overflows.
+struct CompareOp final : ScriptOp {
+  explicit CompareOp(BoolHandler h) : handler(std::move(h)) {}
+  std::string member;                 // our queue member, removed by a release
+  std::shared_ptr<LeaseState> lease;  // an extension moves its validity (or finds it lost)
+  std::string resource;               // set when the observer hears of this op
+  LeaseCommand command = LeaseCommand::release;
+  std::chrono::milliseconds new_ttl{};
+  std::chrono::steady_clock::time_point sent = std::chrono::steady_clock::now();
+  /// A give-back: resent through link failures until then.
+  std::chrono::steady_clock::time_point give_back_until{};
+  std::chrono::milliseconds backoff{give_back_first_retry};
+  BoolHandler handler;
+
+  void on_reply(boost::system::error_code ec, Reply reply) override;
+
+ private:
+  /// min_replicas: an extension counts once WAIT says enough replicas have it.
+  void confirm_replicated();
+  void finish(boost::system::error_code ec, Reply reply);
+};
+
+/// Fills in a release of `token`'s lease: compare-and-delete, hand the lease to the next
+/// waiter (published on its manager's channel), leave the queue.
+void prepare_release(LockService& service, CompareOp& op, std::string resource,
+                     std::string token);
+
+/// Redlock: gives back on master `node` what `token` may hold there, resent through link
+/// failures until `until`.
+void give_back_on(LockService& service, std::size_t node, std::string_view resource,
+                  std::string_view token, std::chrono::steady_clock::time_point until);
+
+}  // namespace redis_lock::detail

@@ -1,0 +1,255 @@
+// SPDX-License-Identifier: MIT
+#include "renewal.hpp"
+
+#include "completion.hpp"
+#include "lock_service.hpp"
+#include "replies.hpp"
+#include "script_op.hpp"
+
+#include <redis_lock/error.hpp>
+
+#include <charconv>
+
+namespace redis_lock::detail {
+
+namespace asio = boost::asio;
+using boost::system::error_code;
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+// ---------------------------------------------------------------------------------------
+// RenewalSchedule
+
+milliseconds RenewalSchedule::interval(milliseconds ttl, milliseconds renew_every) noexcept {
+  return renew_every.count() > 0 ? std::min(renew_every, ttl) : std::max(ttl / 3, milliseconds(1));
+}
+
+Clock::time_point RenewalSchedule::grid(Clock::time_point due) noexcept {
+  constexpr auto step = std::chrono::duration_cast<Clock::duration>(milliseconds(25));
+  const auto since = due.time_since_epoch();
+  return Clock::time_point(since - since % step);
+}
+
+RenewalSchedule::Due RenewalSchedule::due(const LeaseState& lease, Clock::time_point now) noexcept {
+  if (lease.released.load() || lease.lost.load()) return Due::skip;
+  if (now >= lease.valid_until()) return Due::lost;
+  // Past max_hold we stop renewing; the lease runs out and is reported lost at valid_until().
+  return now < lease.hold_until && !lease.renewing ? Due::renew : Due::check;
+}
+
+std::optional<Clock::time_point> RenewalSchedule::after(const LeaseState& lease, Answer answer,
+                                                        Clock::time_point sent,
+                                                        Clock::time_point now) noexcept {
+  switch (answer) {
+    case Answer::confirmed:
+      return grid(sent + lease.renew_every);
+    case Answer::refused:
+      return std::nullopt;  // expired, or someone else's now
+    case Answer::unknown:
+      break;
+  }
+  const auto retry = std::max(lease.renew_every / 4, milliseconds(10));
+  return std::min(now + retry, lease.valid_until());
+}
+
+bool RenewalSchedule::put(const std::shared_ptr<LeaseState>& lease, Clock::time_point at) {
+  remove(*lease);
+  lease->schedule_entry = entries_.emplace(at, lease);
+  lease->scheduled = true;
+  return entries_.begin()->second == lease;
+}
+
+bool RenewalSchedule::remove(LeaseState& lease) {
+  if (!lease.scheduled) return false;
+  entries_.erase(lease.schedule_entry);
+  lease.scheduled = false;
+  return entries_.empty();
+}
+
+std::shared_ptr<LeaseState> RenewalSchedule::take(Clock::time_point now) {
+  if (entries_.empty() || entries_.begin()->first > now) return nullptr;
+  auto lease = entries_.begin()->second;
+  entries_.erase(entries_.begin());
+  lease->scheduled = false;
+  return lease;
+}
+
+void RenewalSchedule::clear() noexcept {
+  for (auto& [at, lease] : entries_) lease->scheduled = false;
+  entries_.clear();
+}
+
+std::optional<Clock::time_point> RenewalSchedule::next() const {
+  if (entries_.empty()) return std::nullopt;
+  return entries_.begin()->first;
+}
+
+// ---------------------------------------------------------------------------------------
+// Watchdog
+
+/// One lease's renewal command, built once and sent again each time.
+struct RenewOp final : ScriptOp {
+  std::weak_ptr<LeaseState> lease;  // weakly: the lease holds this op
+  std::string ttl_ms;
+  Clock::time_point sent;
+  void on_reply(error_code ec, Reply reply) override {
+    auto held = lease.lock();
+    if (!held) return;
+    if (!ec && held->min_replicas > 0 && replies::read_compare(reply) == replies::Compare::done) {
+      // min_replicas: the renewal counts once WAIT says enough replicas have it; until
+      // then the lease is not extended (retried, and lost at valid_until()).
+      return service->wait_replicas(
+          node, held->min_replicas, held->replication_timeout,
+          Connection::Callback([self = std::static_pointer_cast<RenewOp>(shared_from_this()),
+                                reply](error_code wait_ec, Reply count) {
+            auto again = self->lease.lock();
+            if (!again) return;
+            // (An error reply, or any other refusal, is reported as not_replicated.)
+            if (!wait_ec &&
+                (count.is_error() || replies::replication_outcome(count, again->min_replicas))) {
+              wait_ec = error::not_replicated;
+            }
+            self->service->watchdog().renewed(again, self->sent, wait_ec,
+                                              wait_ec ? Reply{} : reply, self->node_results);
+          }));
+    }
+    service->watchdog().renewed(held, sent, ec, reply, node_results);
+  }
+};
+
+void Watchdog::watch(const std::shared_ptr<LeaseState>& lease) {
+  put(lease, RenewalSchedule::grid(Clock::now() + lease->renew_every));
+}
+
+void Watchdog::put(const std::shared_ptr<LeaseState>& lease, Clock::time_point at) {
+  unwatch(*lease);  // (the only lease: the timer is cancelled, then armed at `at`)
+  // Not the earliest: the timer is armed at or before the earliest already.
+  if (schedule_.put(lease, at) || !armed_) arm(at);
+}
+
+void Watchdog::arm(Clock::time_point at) {
+  if (armed_ && timer_at_ <= at) return;
+  if (!timer_) timer_ = std::make_unique<asio::steady_timer>(service_.strand());
+  armed_ = true;
+  timer_at_ = at;
+  timer_->expires_at(at);
+  timer_->async_wait([weak = service_.weak_from_this()](error_code ec) {
+    if (ec == asio::error::operation_aborted) return;
+    if (auto service = weak.lock()) {
+      service->watchdog().armed_ = false;
+      service->watchdog().on_timer();
+    }
+  });
+}
+
+void Watchdog::unwatch(LeaseState& lease) {
+  if (schedule_.remove(lease) && armed_) {
+    armed_ = false;  // idle means idle: no timer for nothing
+    timer_->cancel();
+  }
+}
+
+void Watchdog::on_timer() {
+  // At most this many leases per turn: with 100k leases due at once, one turn would build a
+  // 10 MB write; in slices, each slice's write goes out while the next is prepared.
+  constexpr int slice = 1024;
+  const auto now = Clock::now();
+  for (int handled = 0; handled < slice; ++handled) {
+    auto lease = schedule_.take(now);
+    if (!lease) break;
+    switch (RenewalSchedule::due(*lease, now)) {
+      case RenewalSchedule::Due::skip:
+        break;
+      case RenewalSchedule::Due::lost:
+        mark_lost(lease);
+        break;
+      case RenewalSchedule::Due::renew:
+        renew(lease);
+        [[fallthrough]];
+      case RenewalSchedule::Due::check:
+        // The renewal's reply reschedules the lease. Until then it is checked at its
+        // validity: a renewal that is resent (NOSCRIPT, MOVED, ASK, TRYAGAIN, CLUSTERDOWN,
+        // WAIT for replicas) restarts its command deadline, which may then fall after it.
+        put(lease, lease->valid_until());
+        break;
+    }
+  }
+  if (const auto next = schedule_.next()) arm(std::max(*next, now));
+}
+
+void Watchdog::renew(const std::shared_ptr<LeaseState>& lease) {
+  if (!lease->renewal) {
+    // Keys and arguments are the same every time: build them once per lease. The op holds
+    // the lease weakly, or the two would keep each other alive.
+    auto op = std::make_shared<RenewOp>();
+    op->service = service_.shared_from_this();
+    op->lease = lease;
+    op->token = lease->token;
+    op->keys = service_.keys_of(lease->resource);
+    op->slot = service_.slot_of(op->keys.lease);
+    char buf[24];
+    auto [end, ec] = std::to_chars(buf, buf + sizeof buf, lease->ttl.count());
+    op->ttl_ms.assign(buf, end);
+    op->durable = lease->min_replicas > 0;
+    lease->renewal = op;
+  }
+  auto& op = static_cast<RenewOp&>(*lease->renewal);
+  op.sent = Clock::now();
+  op.sent_body = false;
+  op.set_args(extend_script, {op.keys.lease}, {op.token, op.ttl_ms});
+  lease->renewing = true;
+  service_.send(lease->renewal);
+}
+
+void Watchdog::renewed(const std::shared_ptr<LeaseState>& lease, Clock::time_point sent,
+                       error_code ec, const Reply& reply, std::span<const NodeResult> nodes) {
+  lease->renewing = false;
+  const auto now = Clock::now();
+  if (auto* observer = service_.observer()) {
+    // The error as the event reports it; it must not change what happens next (nor
+    // last_server_error()), observed or not.
+    const error_code event_ec = ec || !reply.is_error() ? ec : error_from_reply(reply.str);
+    const bool ok = !event_ec && replies::read_compare(reply) == replies::Compare::done;
+    const std::string_view detail = reply.is_error() ? std::string_view(reply.str) : std::string_view();
+    observer->on_lease(
+        {lease->resource, LeaseCommand::renewal, ok, event_ec, now - sent, nodes, detail});
+  }
+  if (lease->released.load() || lease->lost.load()) return;
+  auto answer = RenewalSchedule::Answer::unknown;
+  if (!ec && !reply.is_error()) {
+    switch (replies::read_compare(reply)) {
+      case replies::Compare::done:
+        answer = RenewalSchedule::Answer::confirmed;
+        lease->confirm(sent, lease->ttl);
+        break;
+      case replies::Compare::not_ours:
+        answer = RenewalSchedule::Answer::refused;
+        break;
+      case replies::Compare::malformed:
+        break;
+    }
+  }
+  const auto next = RenewalSchedule::after(*lease, answer, sent, now);
+  if (!next) return mark_lost(lease);
+  put(lease, *next);
+}
+
+void Watchdog::mark_lost(const std::shared_ptr<LeaseState>& lease) {
+  if (lease->lost.exchange(true)) return;
+  unwatch(*lease);
+  if (auto* observer = service_.observer()) observer->on_lost(lease->resource);
+  lease->signal.emit(asio::cancellation_type::terminal);
+  if (lease->lost_waiter) {
+    auto handler = std::move(*lease->lost_waiter);
+    lease->lost_waiter.reset();
+    deliver(service_.executor(), Defer::no, std::move(handler), error_code(error::lock_lost));
+  }
+}
+
+void Watchdog::shutdown() noexcept {
+  schedule_.clear();
+  timer_.reset();
+  armed_ = false;
+}
+
+}  // namespace redis_lock::detail

@@ -1,0 +1,57 @@
+// SPDX-License-Identifier: MIT
+#include "replies.hpp"
+
+#include <redis_lock/error.hpp>
+
+namespace redis_lock::detail::replies {
+
+using boost::system::error_code;
+
+Acquire read_acquire(const Reply& reply) noexcept {
+  const bool well_formed = reply.type == Reply::Type::array && reply.elements.size() == 2 &&
+                           reply.elements[0].type == Reply::Type::integer &&
+                           reply.elements[1].type == Reply::Type::integer;
+  if (!well_formed) return {};
+  const auto value = reply.elements[1].integer;
+  return {reply.elements[0].integer == 1 ? Acquire::Kind::granted : Acquire::Kind::held, value};
+}
+
+bool may_have_granted(const Reply& reply) noexcept {
+  return reply.type == Reply::Type::array && !reply.elements.empty() &&
+         reply.elements[0].type == Reply::Type::integer && reply.elements[0].integer == 1;
+}
+
+Compare read_compare(const Reply& reply) noexcept {
+  if (reply.type != Reply::Type::integer) return Compare::malformed;
+  return reply.integer == 1 ? Compare::done : Compare::not_ours;
+}
+
+error_code replication_outcome(const Reply& reply, int wanted) noexcept {
+  if (reply.type != Reply::Type::integer) return error::unexpected_reply;
+  return reply.integer < wanted ? error_code(error::not_replicated) : error_code{};
+}
+
+bool may_have_run(error_code ec) noexcept {
+  return ec == error::connection_lost || ec == error::protocol_error || ec == error::read_only;
+}
+
+bool is_outage(error_code ec) noexcept {
+  return ec == error::connect_failed || ec == error::connect_timeout ||
+         ec == error::connection_lost || ec == error::read_only;
+}
+
+Reply integer_reply(long long value) {
+  Reply r;
+  r.type = Reply::Type::integer;
+  r.integer = value;
+  return r;
+}
+
+Reply acquire_reply(long long taken, long long value) {
+  Reply r;
+  r.type = Reply::Type::array;
+  r.elements = {integer_reply(taken), integer_reply(value)};
+  return r;
+}
+
+}  // namespace redis_lock::detail::replies

@@ -1,0 +1,55 @@
+// SPDX-License-Identifier: MIT
+#include "shutdown_watch.hpp"
+
+#include "lock_service.hpp"
+
+#include <boost/asio/execution_context.hpp>
+#include <boost/asio/query.hpp>
+
+#include <mutex>
+#include <vector>
+
+namespace redis_lock::detail {
+
+namespace asio = boost::asio;
+
+namespace {
+
+/// An execution_context service: the context calls shutdown() on it when it shuts down.
+class ShutdownWatch final : public asio::execution_context::service {
+ public:
+  static asio::execution_context::id id;
+  explicit ShutdownWatch(asio::execution_context& ctx) : asio::execution_context::service(ctx) {}
+
+  void add(std::weak_ptr<LockService> entry) {
+    std::lock_guard lock(mutex_);
+    std::erase_if(services_, [](const auto& w) { return w.expired(); });
+    services_.push_back(std::move(entry));
+  }
+
+ private:
+  void shutdown() override {
+    std::vector<std::weak_ptr<LockService>> services;
+    {
+      std::lock_guard lock(mutex_);
+      services.swap(services_);
+    }
+    for (auto& weak : services) {
+      if (auto alive = weak.lock()) alive->on_context_shutdown();
+    }
+  }
+
+  std::mutex mutex_;
+  std::vector<std::weak_ptr<LockService>> services_;
+};
+
+asio::execution_context::id ShutdownWatch::id;
+
+}  // namespace
+
+void watch_shutdown(const asio::any_io_executor& executor, std::weak_ptr<LockService> service) {
+  auto& ctx = asio::query(executor, asio::execution::context);
+  asio::use_service<ShutdownWatch>(ctx).add(std::move(service));
+}
+
+}  // namespace redis_lock::detail

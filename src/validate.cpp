@@ -1,0 +1,118 @@
+// SPDX-License-Identifier: MIT
+#include "validate.hpp"
+
+#include <redis_lock/error.hpp>
+
+namespace redis_lock::detail {
+
+namespace {
+
+Violation broken(std::string_view rule) noexcept {
+  return {make_error_code(error::invalid_argument), rule};
+}
+
+Violation check_topology(const ConnectionConfig& config) {
+  const bool sentinel = config.topology == Topology::sentinel;
+  if (!sentinel && (!config.sentinel_master.empty() || !config.sentinel_username.empty() ||
+                    !config.sentinel_password.empty())) {
+    return broken("sentinel_master, sentinel_username and sentinel_password need Topology::sentinel");
+  }
+  switch (config.topology) {
+    case Topology::standalone:
+      if (!config.nodes.empty()) return broken("nodes need Topology::cluster, sentinel or redlock");
+      return {};
+    case Topology::cluster:
+      if (config.database != 0) return broken("a Cluster has database 0 only");
+      break;
+    case Topology::sentinel:
+      if (config.sentinel_master.empty() || !is_printable_word(config.sentinel_master)) {
+        return broken("Topology::sentinel needs a sentinel_master name of printable characters");
+      }
+      break;
+    case Topology::redlock:
+      if (config.nodes.size() < 3) return broken("Topology::redlock needs at least 3 nodes");
+      // The same master twice would count twice towards the majority.
+      for (std::size_t i = 0; i < config.nodes.size(); ++i) {
+        for (std::size_t j = i + 1; j < config.nodes.size(); ++j) {
+          if (config.nodes[i] == config.nodes[j]) return broken("Redlock nodes must be distinct");
+        }
+      }
+      break;
+    default:
+      return broken("unknown topology");
+  }
+  if (!config.unix_socket.empty()) return broken("a Cluster, Sentinel or Redlock is reached over TCP, not unix_socket");
+  for (const auto& node : config.nodes) {
+    if (node.host.empty() || node.port == 0) return broken("every node needs a host and a port");
+  }
+  return {};
+}
+
+}  // namespace
+
+bool is_printable_word(std::string_view text) noexcept {
+  for (unsigned char c : text) {
+    if (c <= ' ' || c > '~') return false;
+  }
+  return true;
+}
+
+Violation check(const ConnectionConfig& config) {
+  const bool has_tls_settings = !config.tls_ca_file.empty() || !config.tls_cert_file.empty() ||
+                                !config.tls_key_file.empty() || !config.tls_server_name.empty() ||
+                                !config.tls_verify;
+  if (!config.tls && has_tls_settings) return broken("TLS settings need tls = true (rediss://)");
+  if (config.tls && !config.unix_socket.empty()) return broken("TLS is not offered over unix_socket");
+  if (config.tls_cert_file.empty() != config.tls_key_file.empty()) {
+    return broken("tls_cert_file and tls_key_file go together");
+  }
+  if (config.connect_timeout.count() <= 0) return broken("connect_timeout must be > 0");
+  if (config.command_timeout.count() <= 0) return broken("command_timeout must be > 0");
+  if (config.unix_socket.empty() && (config.host.empty() || config.port == 0)) {
+    return broken("a host and a port (or a unix_socket) are needed");
+  }
+  if (config.database < 0) return broken("database must be >= 0");
+  return check_topology(config);
+}
+
+Violation check(const ManagerOptions& options) {
+  // A brace in the prefix would become the keys' hash tag: the lease and its fencing
+  // counter could land in different Cluster slots.
+  if (options.key_prefix.find_first_of("{}") != std::string::npos) {
+    return broken("key_prefix must not contain braces");
+  }
+  // Redis refuses client names with spaces, newlines or other unprintable bytes.
+  if (!is_printable_word(options.client_name)) {
+    return broken("client_name must be printable characters without spaces");
+  }
+  return {};
+}
+
+Violation check(std::string_view resource, const LockOptions& options, Topology topology) {
+  if (resource.empty()) return broken("the resource name must not be empty");
+  if (options.ttl.count() <= 0) return broken("LockOptions::ttl must be > 0");
+  if (options.ttl > max_ttl) return broken("LockOptions::ttl must be at most 10 years");
+  if (options.wait.count() < 0) return broken("LockOptions::wait must be >= 0");
+  if (options.renew_every.count() < 0) return broken("LockOptions::renew_every must be >= 0");
+  if (options.max_hold.count() < 0) return broken("LockOptions::max_hold must be >= 0");
+  if (options.min_replicas < 0) return broken("LockOptions::min_replicas must be >= 0");
+  if (options.min_replicas > 0 && topology == Topology::redlock) {
+    return broken("LockOptions::min_replicas is not offered on Redlock");
+  }
+  if (options.replication_timeout.count() < 0) {
+    return broken("LockOptions::replication_timeout must be >= 0");
+  }
+  // WAIT with a zero timeout blocks until the replicas answer, however long.
+  if (options.min_replicas > 0 && options.replication_timeout.count() == 0) {
+    return broken("LockOptions::replication_timeout must be > 0 with min_replicas");
+  }
+  return {};
+}
+
+Violation check_extension(std::chrono::milliseconds ttl) {
+  if (ttl.count() <= 0) return broken("the extension's ttl must be > 0");
+  if (ttl > max_ttl) return broken("the extension's ttl must be at most 10 years");
+  return {};
+}
+
+}  // namespace redis_lock::detail

@@ -1,0 +1,41 @@
+// SPDX-License-Identifier: MIT
+// Every rule on a configuration and on an operation's arguments, checked before anything is
+// sent, in one place. A broken rule is `error::invalid_argument` with the rule's text, which
+// the observer's events carry (tests/unit/validation_test.cpp, validate_test.cpp).
+#pragma once
+
+#include <redis_lock/config.hpp>
+
+#include <boost/system/error_code.hpp>
+
+#include <chrono>
+#include <string_view>
+
+namespace redis_lock::detail {
+
+/// A broken rule: the error to report and what the rule asks, as a user reads it.
+struct Violation {
+  boost::system::error_code error{};
+  std::string_view rule{};
+  explicit operator bool() const noexcept { return static_cast<bool>(error); }
+};
+
+/// Leases longer than this are refused as a likely unit mistake (and to keep PX in range).
+inline constexpr std::chrono::milliseconds max_ttl{315'360'000'000};  // 10 years
+
+/// Printable ASCII without spaces (Redis refuses other bytes in client and master names).
+bool is_printable_word(std::string_view text) noexcept;
+
+/// What can be checked without I/O: TLS settings only with `tls`, a certificate only with
+/// its key, no TLS over a Unix socket, timeouts > 0, a host and a port (or a socket), a
+/// database >= 0, and what each topology needs.
+Violation check(const ConnectionConfig& config);
+/// A key prefix without braces (they would become the keys' hash tag), a printable client
+/// name.
+Violation check(const ManagerOptions& options);
+/// An acquire of `resource` with `options` on `topology`.
+Violation check(std::string_view resource, const LockOptions& options, Topology topology);
+/// An extension's new ttl.
+Violation check_extension(std::chrono::milliseconds ttl);
+
+}  // namespace redis_lock::detail

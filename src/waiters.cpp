@@ -1,0 +1,167 @@
+// SPDX-License-Identifier: MIT
+#include "waiters.hpp"
+
+#include "keys.hpp"
+#include "redirect.hpp"
+
+namespace redis_lock::detail {
+
+using boost::system::error_code;
+
+// ---------------------------------------------------------------------------------------
+// HandOffBook
+
+bool HandOffBook::add(const std::string& token, std::weak_ptr<Waiter> waiter,
+                      std::uint16_t slot) {
+  waiters_.emplace(token, Entry{std::move(waiter), slot});
+  return subscriptions_[slot].state == Subscription::State::none;
+}
+
+bool HandOffBook::remove(const std::string& token) {
+  return waiters_.erase(token) != 0 && waiters_.empty();
+}
+
+void HandOffBook::subscribing(std::uint16_t slot, std::size_t node) {
+  auto& sub = subscriptions_[slot];
+  sub.state = Subscription::State::pending;
+  sub.node = node;
+}
+
+bool HandOffBook::awaits(std::uint16_t slot, std::size_t node) const {
+  const auto it = subscriptions_.find(slot);
+  return it != subscriptions_.end() && it->second.state == Subscription::State::pending &&
+         it->second.node == node;
+}
+
+void HandOffBook::failed(std::uint16_t slot) {
+  subscriptions_[slot].state = Subscription::State::none;
+}
+
+std::vector<std::shared_ptr<Waiter>> HandOffBook::confirmed(std::uint16_t slot) {
+  subscriptions_[slot].state = Subscription::State::confirmed;
+  std::vector<std::shared_ptr<Waiter>> waiting;
+  for (auto& [token, entry] : waiters_) {
+    if (entry.slot != slot) continue;
+    if (auto waiter = entry.waiter.lock()) waiting.push_back(std::move(waiter));
+  }
+  return waiting;
+}
+
+void HandOffBook::link_down(std::size_t node) {
+  for (auto& [slot, sub] : subscriptions_) {
+    if (sub.node == node) sub.state = Subscription::State::none;
+  }
+}
+
+void HandOffBook::moved_away(std::uint16_t slot) {
+  const auto it = subscriptions_.find(slot);
+  if (it != subscriptions_.end()) it->second.state = Subscription::State::none;
+}
+
+std::shared_ptr<Waiter> HandOffBook::handed_to(const std::string& token) const {
+  const auto it = waiters_.find(token);
+  if (it == waiters_.end()) return nullptr;  // a waiter that finished meanwhile
+  return it->second.waiter.lock();
+}
+
+bool HandOffBook::listening(std::uint16_t slot) const noexcept {
+  const auto it = subscriptions_.find(slot);
+  return it != subscriptions_.end() && it->second.state == Subscription::State::confirmed;
+}
+
+std::size_t HandOffBook::node_of(std::uint16_t slot) const noexcept {
+  const auto it = subscriptions_.find(slot);
+  return it == subscriptions_.end() ? no_node : it->second.node;
+}
+
+void HandOffBook::clear() noexcept {
+  subscriptions_.clear();
+  waiters_.clear();
+}
+
+// ---------------------------------------------------------------------------------------
+// Waiters
+
+Waiters::Waiters(std::shared_ptr<Router> router, std::string key_prefix, std::string manager_id,
+                 bool cluster)
+    : router_(std::move(router)),
+      notify_prefix_(std::move(key_prefix) + "notify:"),
+      manager_id_(std::move(manager_id)),
+      cluster_(cluster) {}
+
+void Waiters::attach() {
+  // (Not in the constructor: the handlers hold us weakly.)
+  router_->set_subscriber_setup([weak = weak_from_this()](Connection& c, std::size_t node) {
+    c.set_subscriber(
+        [weak](const Reply& push) {
+          if (auto self = weak.lock()) self->on_notify(push);
+        },
+        [weak, node] {
+          if (auto self = weak.lock()) self->book_.link_down(node);
+        });
+  });
+}
+
+std::string Waiters::channel_prefix(std::uint16_t slot) const {
+  if (!cluster_) return notify_prefix_;
+  std::string prefix = notify_prefix_;
+  prefix.append("{").append(slot_tag(slot)).append("}");
+  return prefix;
+}
+
+void Waiters::add(const std::string& token, std::weak_ptr<Waiter> waiter, std::uint16_t slot) {
+  if (!router_) return;
+  if (book_.add(token, std::move(waiter), slot)) subscribe(slot);
+  if (const auto node = book_.node_of(slot); node != no_node) {
+    router_->connection(node, Router::Pool::subscriber).keep_reading(true);
+  }
+}
+
+void Waiters::remove(const std::string& token) {
+  // Stay subscribed (no SUBSCRIBE per acquisition), but stop reading: an idle manager
+  // holds no work, and no message is published to us while none of our tokens is queued.
+  if (book_.remove(token) && router_) {
+    router_->for_each_subscriber([](std::size_t, Connection& c) { c.keep_reading(false); });
+  }
+}
+
+void Waiters::subscribe(std::uint16_t slot, int redirects) {
+  const auto node = router_->node_for(slot);
+  book_.subscribing(slot, node);
+  const std::string channel = channel_prefix(slot) + manager_id_;
+  // On a Cluster, a shard channel lives on the node serving its slot.
+  const std::string_view command[] = {cluster_ ? "SSUBSCRIBE" : "SUBSCRIBE", channel};
+  Connection& subscriber = router_->connection(node, Router::Pool::subscriber);
+  subscriber.keep_reading(true);
+  subscriber.execute(
+      command, Connection::Callback([weak = weak_from_this(), slot, node, redirects](
+                                        error_code ec, Reply reply) {
+        auto self = weak.lock();
+        if (!self || !self->router_ || !self->book_.awaits(slot, node)) return;
+        if (!ec && reply.is_error() && redirects < redirect::max_redirects) {
+          const auto action = redirect::read(reply.str);
+          if (action.kind == redirect::Action::Kind::moved) {
+            self->router_->moved(slot, self->router_->node_at(action.address, node));
+            return self->subscribe(slot, redirects + 1);
+          }
+        }
+        if (ec || reply.is_error()) return self->book_.failed(slot);
+        for (auto& waiter : self->book_.confirmed(slot)) waiter->nudge();
+      }));
+}
+
+void Waiters::on_notify(const Reply& push) {
+  if (push.elements[0].str == "sunsubscribe") {
+    book_.moved_away(key_slot(push.elements[1].str));
+    if (router_) router_->refresh();
+    return;
+  }
+  if (auto waiter = book_.handed_to(push.elements[2].str)) waiter->nudge();
+}
+
+void Waiters::shutdown() noexcept {
+  router_.reset();
+  book_.clear();
+}
+
+}  // namespace redis_lock::detail

@@ -1,0 +1,116 @@
+// SPDX-License-Identifier: MIT
+// Layer 4 (engine): waiting for a lease to be handed over. A waiting acquire sleeps in a
+// queue on the server; a release hands the lease to the queue's head and publishes that on
+// the head's manager's channel; the manager hears it on its subscriber connection and nudges
+// that waiter to claim the lease at once. HandOffBook is the bookkeeping without I/O
+// (tests/unit/waiters_test.cpp); Waiters adds the subscriptions.
+#pragma once
+
+#include "router.hpp"
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace redis_lock::detail {
+
+// A queued waiter keeps its place while it retries within `waiter_ttl` (refreshing every
+// `refresh_interval`); a lease handed to a waiter that does not claim it (it died) lapses
+// after the claim window. A waiter that died therefore holds back a free lock for at most
+// waiter_ttl (its place, since its last refresh) + claim window (a lease handed to it) =
+// 1.8 s, whatever the ttl. Shorter would trade fairness, not safety: a live waiter that
+// misses a refresh by more than waiter_ttl - refresh_interval, or a claim by the claim
+// window, goes to the back.
+inline constexpr std::chrono::milliseconds waiter_ttl{1200};
+inline constexpr std::string_view waiter_ttl_ms = "1200";
+inline constexpr std::chrono::milliseconds refresh_interval{400};  // a third of waiter_ttl
+inline constexpr std::string_view claim_window_ms = "600";
+
+/// A sleeping acquire, as the hand-off sees it.
+class Waiter {
+ public:
+  /// A release handed us the lease (or may have): try now instead of at the timer.
+  virtual void nudge() = 0;
+
+ protected:
+  ~Waiter() = default;
+};
+
+/// Who waits for which slot, and whether we listen there. No I/O.
+class HandOffBook {
+ public:
+  struct Subscription {
+    enum class State { none, pending, confirmed } state = State::none;
+    std::size_t node = no_node;
+  };
+
+  /// Waiter `token` sleeps on `slot` (again: idempotent). True when the slot needs a
+  /// SUBSCRIBE now (it had none, or lost it with its link).
+  bool add(const std::string& token, std::weak_ptr<Waiter> waiter, std::uint16_t slot);
+  /// True when that was the last waiter: nothing is published to us any more, stop reading.
+  bool remove(const std::string& token);
+  /// A SUBSCRIBE for `slot` goes to `node` now.
+  void subscribing(std::uint16_t slot, std::size_t node);
+  /// Whether a SUBSCRIBE's answer still matters: the slot is pending at `node`.
+  bool awaits(std::uint16_t slot, std::size_t node) const;
+  /// The SUBSCRIBE failed: waiters keep polling; the next sleeper subscribes again.
+  void failed(std::uint16_t slot);
+  /// The SUBSCRIBE was confirmed. A release may have handed a lease to one of our waiters
+  /// before we listened: every waiter of the slot looks once more (returned).
+  std::vector<std::shared_ptr<Waiter>> confirmed(std::uint16_t slot);
+  /// Subscriptions die with their link.
+  void link_down(std::size_t node);
+  /// A Cluster node gave `slot` away (sunsubscribe): subscribe again where it went.
+  void moved_away(std::uint16_t slot);
+  /// A hand-off message for `token`: the waiter to nudge, if it still waits.
+  std::shared_ptr<Waiter> handed_to(const std::string& token) const;
+
+  bool listening(std::uint16_t slot) const noexcept;
+  std::size_t node_of(std::uint16_t slot) const noexcept;
+  bool empty() const noexcept { return waiters_.empty(); }
+  void clear() noexcept;
+
+ private:
+  struct Entry {
+    std::weak_ptr<Waiter> waiter;
+    std::uint16_t slot = 0;
+  };
+  std::unordered_map<std::uint16_t, Subscription> subscriptions_;  // by slot (0: standalone)
+  std::unordered_map<std::string, Entry> waiters_;                 // by token
+};
+
+/// The hand-off's subscriptions: one channel per manager (per slot on a Cluster,
+/// <prefix>notify:{<slot tag>}<manager id>, published with SPUBLISH from inside the slot).
+/// All member functions on the strand, but for channel_prefix() and manager_id().
+class Waiters : public std::enable_shared_from_this<Waiters> {
+ public:
+  Waiters(std::shared_ptr<Router> router, std::string key_prefix, std::string manager_id,
+          bool cluster);
+  /// Installs the push and link-down handlers on subscriber connections (once).
+  void attach();
+  void add(const std::string& token, std::weak_ptr<Waiter> waiter, std::uint16_t slot);
+  void remove(const std::string& token);
+  /// Whether a release of a lease in `slot` would reach us at once.
+  bool listening(std::uint16_t slot) const noexcept { return book_.listening(slot); }
+  /// A release publishes to the next waiter's manager on this + its manager id. (This and
+  /// manager_id() read only what the constructor set: callable from any thread.)
+  std::string channel_prefix(std::uint16_t slot) const;
+  const std::string& manager_id() const noexcept { return manager_id_; }
+  void shutdown() noexcept;
+
+ private:
+  void subscribe(std::uint16_t slot, int redirects = 0);
+  void on_notify(const Reply& push);
+
+  std::shared_ptr<Router> router_;  // null once shut down
+  const std::string notify_prefix_;  // <prefix>notify:
+  const std::string manager_id_;     // 16 hex digits; queue members are token + manager id
+  const bool cluster_ = false;
+  HandOffBook book_;
+};
+
+}  // namespace redis_lock::detail

@@ -1,0 +1,62 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+# The library's layers (docs/architecture.md): every file of src/ belongs to one, and
+# includes files of its own layer or of lower ones only. A new file must be given a layer
+# here; an include that points up fails with the file, the line and the two layers.
+import re
+import sys
+from pathlib import Path
+
+LAYERS = {
+    1: ["resp", "keys", "token", "error", "completion", "redis_lock_scripts"],
+    2: ["connection", "tls"],
+    3: ["router", "redirect", "sentinel_locator", "quorum", "quorum_call", "replies"],
+    4: ["lock_service", "acquire_op", "lease_ops", "renewal", "waiters", "script_op", "lease",
+        "validate", "shutdown_watch"],
+    5: ["lock", "config"],
+}
+NAMES = {1: "protocol", 2: "connection", 3: "topology", 4: "engine", 5: "public API"}
+LAYER_OF = {stem: layer for layer, stems in LAYERS.items() for stem in stems}
+# Public headers: the types every layer may use, LockGuard's header that the engine builds
+# guards with, and the API on top of it.
+PUBLIC = {"config": 1, "error": 1, "observer": 1, "export": 1, "version": 1, "lock": 4,
+          "with_lock": 5, "redis_lock": 5}
+
+
+def layer_of_include(name: str):
+    if name.startswith("redis_lock/detail/"):
+        return 4  # the public headers' own plumbing, part of LockGuard/LockManager
+    if name.startswith("redis_lock/"):
+        return PUBLIC.get(Path(name).stem)
+    return LAYER_OF.get(Path(name).stem)
+
+
+def main() -> int:
+    src = Path(sys.argv[1])
+    failures = []
+    files = sorted(p for p in src.iterdir() if p.suffix in (".hpp", ".cpp"))
+    for path in files:
+        stem = path.stem
+        if stem not in LAYER_OF:
+            failures.append(f"{path}: not in any layer (add it to tests/layers/check_layers.py)")
+            continue
+        mine = LAYER_OF[stem]
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            m = re.match(r'\s*#\s*include\s+(?:"([^"]+)"|<(redis_lock/[^>]+)>)', line)
+            if not m:
+                continue
+            name = m.group(1) or m.group(2)
+            target = layer_of_include(name)
+            if target is None:
+                failures.append(f"{path}:{number}: includes {name}, which is in no layer")
+            elif target > mine:
+                failures.append(
+                    f"{path}:{number}: {NAMES[mine]} ({stem}) includes {NAMES[target]} ({name})")
+    for f in failures:
+        print(f)
+    print(f"{len(files)} files checked, {len(failures)} problems")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
