@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-# The redis_lock library target.
+# The library: its objects (redis_lock_internal) and the public redis_lock made of them.
 include(${CMAKE_CURRENT_LIST_DIR}/warnings.cmake)
 
 # Lua scripts are embedded with their SHA1 computed here, so EVALSHA needs no hashing code.
@@ -14,7 +14,14 @@ foreach(name acquire release extend raise_fence)
 endforeach()
 configure_file(src/scripts.hpp.in "${PROJECT_BINARY_DIR}/generated/redis_lock_scripts.hpp" @ONLY)
 
-add_library(redis_lock
+# Every source of the library, in this one list, compiled once into redis_lock_internal. The
+# public redis_lock (static, or shared with -DBUILD_SHARED_LIBS=ON: hidden visibility, only
+# what export.hpp marks is exported) is made of these objects. Whatever reaches into src/
+# (unit tests, fuzzers, lock_bench) links redis_lock_internal instead, and so builds and runs
+# the same in a shared build, where the internals are hidden. It links the objects themselves:
+# such a program must not link redis_lock as well (one copy of each static, e.g. Asio's
+# service ids).
+add_library(redis_lock_internal OBJECT
   src/acquire_op.cpp
   src/config.cpp
   src/connection.cpp
@@ -36,35 +43,50 @@ add_library(redis_lock
   src/token.cpp
   src/validate.cpp
   src/waiters.cpp)
-add_library(redis_lock::redis_lock ALIAS redis_lock)
-
-target_compile_features(redis_lock PUBLIC cxx_std_20)
-target_include_directories(redis_lock
-  PUBLIC
-    "$<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include>"
-    "$<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>"
-  PRIVATE
-    "${PROJECT_SOURCE_DIR}/src"
-    "${PROJECT_BINARY_DIR}/generated")
-target_link_libraries(redis_lock
-  PUBLIC Boost::system Threads::Threads
-  PRIVATE Boost::url hiredis::hiredis OpenSSL::SSL OpenSSL::Crypto)
-redis_lock_warnings(redis_lock)
-set_target_properties(redis_lock PROPERTIES
-  VERSION ${PROJECT_VERSION}
-  SOVERSION ${PROJECT_VERSION_MAJOR}.${PROJECT_VERSION_MINOR}
-  EXPORT_NAME redis_lock
+target_compile_features(redis_lock_internal PUBLIC cxx_std_20)
+target_include_directories(redis_lock_internal PUBLIC
+  "${PROJECT_SOURCE_DIR}/include"
+  "${PROJECT_BINARY_DIR}/include"
+  "${PROJECT_SOURCE_DIR}/src"
+  "${PROJECT_BINARY_DIR}/generated")
+target_link_libraries(redis_lock_internal PUBLIC
+  Boost::system Boost::url Threads::Threads hiredis::hiredis OpenSSL::SSL OpenSSL::Crypto)
+redis_lock_warnings(redis_lock_internal)
+set_target_properties(redis_lock_internal PROPERTIES
   CXX_VISIBILITY_PRESET hidden
   VISIBILITY_INLINES_HIDDEN ON
   CXX_EXTENSIONS OFF)
 
-include(GNUInstallDirs)
+add_library(redis_lock $<TARGET_OBJECTS:redis_lock_internal>)
+add_library(redis_lock::redis_lock ALIAS redis_lock)
+
+target_compile_features(redis_lock PUBLIC cxx_std_20)
+# (Installed, the include directory comes from install(TARGETS ... INCLUDES DESTINATION).)
+target_include_directories(redis_lock PUBLIC
+  "$<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include>"
+  "$<BUILD_INTERFACE:${PROJECT_BINARY_DIR}/include>")
+target_link_libraries(redis_lock
+  PUBLIC Boost::system Threads::Threads
+  PRIVATE Boost::url hiredis::hiredis OpenSSL::SSL OpenSSL::Crypto)
+set_target_properties(redis_lock PROPERTIES
+  VERSION ${PROJECT_VERSION}
+  SOVERSION ${PROJECT_VERSION_MAJOR}.${PROJECT_VERSION_MINOR}
+  EXPORT_NAME redis_lock
+  LINKER_LANGUAGE CXX)
+
 include(GenerateExportHeader)
 generate_export_header(redis_lock
   BASE_NAME REDIS_LOCK
   EXPORT_FILE_NAME "${PROJECT_BINARY_DIR}/include/redis_lock/export.hpp")
 configure_file(cmake/version.hpp.in "${PROJECT_BINARY_DIR}/include/redis_lock/version.hpp" @ONLY)
-target_include_directories(redis_lock PUBLIC "$<BUILD_INTERFACE:${PROJECT_BINARY_DIR}/include>")
-if(NOT BUILD_SHARED_LIBS)
+# The objects are compiled for the kind of library they go into: position-independent and
+# defining redis_lock_EXPORTS (what CMake does for a shared library's own sources) for a shared
+# one; with REDIS_LOCK_STATIC_DEFINE (no export attributes) for a static one.
+get_target_property(_rl_type redis_lock TYPE)
+if(_rl_type STREQUAL "SHARED_LIBRARY")
+  set_target_properties(redis_lock_internal PROPERTIES POSITION_INDEPENDENT_CODE ON)
+  target_compile_definitions(redis_lock_internal PRIVATE redis_lock_EXPORTS)
+else()
+  target_compile_definitions(redis_lock_internal PUBLIC REDIS_LOCK_STATIC_DEFINE)
   target_compile_definitions(redis_lock PUBLIC REDIS_LOCK_STATIC_DEFINE)
 endif()

@@ -1,11 +1,60 @@
 # SPDX-License-Identifier: MIT
 # Shared by the README's commands: find or install what the build needs.
 
-# Debian/Ubuntu packages the build, the tests and the examples need.
+# Boost >= 1.81 (the build needs System and URL; the CLI Program_options, the tests Context,
+# the checkout example JSON), as the distribution packages it.
+REDIS_LOCK_BOOST_MIN=1.81
+REDIS_LOCK_BOOST_COMPONENTS=(url json context program-options)
+
+# version_ge A B: A >= B as dotted versions.
+version_ge() { [ "$(printf '%s\n%s\n' "$1" "$2" | sort -V | head -n1)" = "$2" ]; }
+
+# Prints the Boost packages to ask for, one per line: the Boost >= 1.81 already installed if
+# there is one (libboostX.Y-dev: its components must be the same version); else the
+# distribution's default packages (libboost-dev, libboost-url-dev, ...) when that default is
+# new enough and has every component (Ubuntu 24.04: 1.83); else the newest versioned Boost
+# >= 1.81 it has (Debian 12: libboost1.81-dev beside a default of 1.74). Nothing (and a
+# warning) when it has none: then install Boost where CMake finds it.
+boost_packages() {
+  local version="" v c
+  # 1. Installed.
+  for v in $(dpkg-query -W -f='${Package} ${Status}\n' 'libboost[0-9]*-dev' 2>/dev/null |
+             sed -n 's/^libboost\([0-9][0-9.]*\)-dev .* installed$/\1/p' | sort -V); do
+    version_ge "$v" "$REDIS_LOCK_BOOST_MIN" && version=$v
+  done
+  if [ -z "$version" ] && command -v apt-cache >/dev/null; then
+    # 2. The distribution's default (the candidate of libboost-dev, e.g. 1.83.0.1ubuntu2).
+    v=$(apt-cache policy libboost-dev 2>/dev/null | sed -n 's/^ *Candidate: \([0-9]*\.[0-9]*\).*/\1/p')
+    if [ -n "$v" ] && version_ge "$v" "$REDIS_LOCK_BOOST_MIN"; then
+      local all=yes
+      for c in "${REDIS_LOCK_BOOST_COMPONENTS[@]}"; do
+        apt-cache show "libboost-$c-dev" >/dev/null 2>&1 || all=no
+      done
+      if [ $all = yes ]; then
+        echo libboost-dev
+        for c in "${REDIS_LOCK_BOOST_COMPONENTS[@]}"; do echo "libboost-$c-dev"; done
+        return 0
+      fi
+      version=$v
+    else
+      # 3. The newest versioned Boost the distribution has.
+      for v in $(apt-cache pkgnames libboost 2>/dev/null |
+                 sed -n 's/^libboost\([0-9][0-9.]*\)-dev$/\1/p' | sort -V); do
+        version_ge "$v" "$REDIS_LOCK_BOOST_MIN" && version=$v
+      done
+    fi
+  fi
+  if [ -z "$version" ]; then
+    log "no Boost >= $REDIS_LOCK_BOOST_MIN packaged here: install it where CMake finds it"
+    return 0
+  fi
+  echo "libboost$version-dev"
+  for c in "${REDIS_LOCK_BOOST_COMPONENTS[@]}"; do echo "libboost-$c$version-dev"; done
+}
+
+# Debian/Ubuntu packages the build, the tests and the examples need (and Boost, above).
 REDIS_LOCK_PACKAGES=(
   g++ cmake ninja-build ccache pkg-config
-  libboost1.81-dev libboost-url1.81-dev libboost-json1.81-dev libboost-context1.81-dev
-  libboost-program-options1.81-dev
   libhiredis-dev libfmt-dev libssl-dev openssl doxygen valgrind libgtest-dev libbenchmark-dev
   redis-server redis-tools python3
   clang libclang-rt-dev
@@ -20,11 +69,17 @@ log() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
 # Installs missing packages with apt-get when root; otherwise prints the exact command.
 ensure_packages() {
   if ! command -v dpkg-query >/dev/null; then
-    log "not a Debian-based system: install the equivalents of ${REDIS_LOCK_PACKAGES[*]}"
+    log "not a Debian-based system: install the equivalents of ${REDIS_LOCK_PACKAGES[*]}" \
+        "and Boost >= $REDIS_LOCK_BOOST_MIN (${REDIS_LOCK_BOOST_COMPONENTS[*]})"
     return 0
   fi
-  local missing=() pkg
-  for pkg in "${REDIS_LOCK_PACKAGES[@]}"; do
+  local missing=() pkg boost
+  boost=$(boost_packages 2>/dev/null)
+  if [ -z "$boost" ] && [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then
+    apt-get update -qq >/dev/null  # a fresh container's package lists are empty
+  fi
+  [ -n "$boost" ] || boost=$(boost_packages)
+  for pkg in "${REDIS_LOCK_PACKAGES[@]}" $boost; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" ||
       missing+=("$pkg")
   done
