@@ -4,6 +4,7 @@
 
 #include "acquire_op.hpp"
 #include "completion.hpp"
+#include "decimal.hpp"
 #include "lease_ops.hpp"
 #include "quorum_call.hpp"
 #include "redis_lock_scripts.hpp"
@@ -17,7 +18,6 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 
-#include <charconv>
 #include <vector>
 
 namespace redis_lock::detail {
@@ -28,12 +28,6 @@ using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
 namespace {
-
-std::string to_decimal(long long value) {
-  char buf[24];
-  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, value);
-  return std::string(buf, end);
-}
 
 /// Checks the configuration (nothing has been sent) and reads the TLS files, once.
 Violation prepare(const ConnectionConfig& config, const ManagerOptions& options,

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 #include "quorum_call.hpp"
 
+#include "decimal.hpp"
 #include "quorum.hpp"
 #include "redis_lock_scripts.hpp"
 #include "replies.hpp"
@@ -9,7 +10,6 @@
 
 #include <boost/asio/steady_timer.hpp>
 
-#include <charconv>
 
 namespace redis_lock::detail {
 
@@ -99,12 +99,6 @@ struct LateAcquire final : LateReplies {
     call->late_answer(node, ec, reply, /*timed_out=*/true);
   }
 };
-
-std::string to_decimal(long long value) {
-  char buf[24];
-  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, value);
-  return std::string(buf, end);
-}
 
 void QuorumCall::on_node_reply(std::size_t node, error_code ec, const Reply& reply) {
   if (decided) {

@@ -2,13 +2,13 @@
 #include "renewal.hpp"
 
 #include "completion.hpp"
+#include "decimal.hpp"
 #include "lock_service.hpp"
 #include "replies.hpp"
 #include "script_op.hpp"
 
 #include <redis_lock/error.hpp>
 
-#include <charconv>
 
 namespace redis_lock::detail {
 
@@ -187,9 +187,7 @@ void Watchdog::renew(const std::shared_ptr<LeaseState>& lease) {
     op->token = lease->token;
     op->keys = service_.keys_of(lease->resource);
     op->slot = service_.slot_of(op->keys.lease);
-    char buf[24];
-    auto [end, ec] = std::to_chars(buf, buf + sizeof buf, lease->ttl.count());
-    op->ttl_ms.assign(buf, end);
+    op->ttl_ms = to_decimal(lease->ttl.count());
     op->durable = lease->min_replicas > 0;
     lease->renewal = op;
   }

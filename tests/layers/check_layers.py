@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 LAYERS = {
-    1: ["resp", "keys", "token", "error", "completion", "redis_lock_scripts"],
+    1: ["resp", "keys", "token", "error", "completion", "redis_lock_scripts", "decimal"],
     2: ["connection", "tls"],
     3: ["router", "redirect", "sentinel_locator", "quorum", "quorum_call", "replies"],
     4: ["lock_service", "acquire_op", "lease_ops", "renewal", "waiters", "script_op", "lease",
