@@ -1,23 +1,20 @@
 // SPDX-License-Identifier: MIT
 // LockManager takes locks on Redis; LockGuard holds one and gives it back.
+// The asynchronous operations' plumbing (their named initiation objects, the type-erased
+// handlers handed to the compiled library) is in <redis_lock/detail/>, not part of the API.
 #pragma once
 
 #include <redis_lock/config.hpp>
+#include <redis_lock/detail/initiations.hpp>
 #include <redis_lock/error.hpp>
 #include <redis_lock/export.hpp>
 
-#include <boost/asio/any_completion_handler.hpp>
 #include <boost/asio/any_io_executor.hpp>
-#include <boost/asio/associated_executor.hpp>
-#include <boost/asio/bind_executor.hpp>
 #include <boost/asio/async_result.hpp>
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/deferred.hpp>
-#include <boost/asio/error.hpp>
-#include <boost/asio/post.hpp>
 #include <boost/system/error_code.hpp>
 
-#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -28,49 +25,6 @@
 
 namespace redis_lock {
 
-class LockGuard;
-namespace detail {
-class LockService;
-struct LeaseState;
-struct GuardAccess;
-using AcquireHandler =
-    boost::asio::any_completion_handler<void(boost::system::error_code, LockGuard)>;
-using BoolHandler = boost::asio::any_completion_handler<void(boost::system::error_code, bool)>;
-using ErrorHandler = boost::asio::any_completion_handler<void(boost::system::error_code)>;
-
-/// Completes an operation on an empty guard (or a moved-from manager) without touching
-/// Redis and never inside the initiating call: on the handler's associated executor,
-/// defaulting to `io`, the executor of the manager that made the guard (Asio's I/O-executor
-/// rule). Only a default-constructed guard has no `io`: its completions then run on the
-/// handler's own associated executor (Asio's system executor for a plain callback).
-/// Done here, where the handler's type is known, so that no type-erased executor is involved.
-/// Cleared when the manager's execution context shuts down: an empty guard then drops its
-/// handler instead of posting onto a dead context (Asio drops pending handlers too).
-using ContextAlive = std::shared_ptr<const std::atomic<bool>>;
-
-/// `handler(args...)` as a nullary function object.
-template <class Handler, class... Args>
-auto with_args(Handler&& handler, Args... args) {
-  return [h = std::forward<Handler>(handler), ... a = std::move(args)]() mutable {
-    std::move(h)(std::move(a)...);
-  };
-}
-
-template <class Handler, class... Args>
-void complete_without_lock(const boost::asio::any_io_executor& io, const ContextAlive& alive,
-                           Handler&& handler, Args... args) {
-  if (io && alive && !alive->load()) return;
-  if (!io) {
-    auto ex = boost::asio::get_associated_executor(handler);  // the system executor by default
-    return boost::asio::post(ex, with_args(std::forward<Handler>(handler), std::move(args)...));
-  }
-  auto ex = boost::asio::get_associated_executor(handler, io);
-  boost::asio::post(io, boost::asio::bind_executor(
-                            std::move(ex),
-                            with_args(std::forward<Handler>(handler), std::move(args)...)));
-}
-}  // namespace detail
-
 /// Ownership of one lock, like `std::unique_lock` for a Redis lease.
 ///
 /// Completions run on the handler's associated executor, defaulting to the executor of the
@@ -78,6 +32,9 @@ void complete_without_lock(const boost::asio::any_io_executor& io, const Context
 /// its lease moved out by async_release): a plain callback runs inside your
 /// io_context::run(). A default-constructed guard has no manager: its completions run on the
 /// handler's own associated executor (for a plain callback, Asio's system executor).
+/// The operations' initiations report that executor too (`get_executor()`, for completion
+/// tokens that need one, such as `asio::cancel_after` where Boost has it): the manager's, or
+/// Asio's system executor for a default-constructed guard.
 ///
 /// Move-only. A guard that still holds its lock when destroyed (or move-assigned over) posts
 /// a compare-and-delete release onto its manager's executor and returns at once: it never
@@ -153,18 +110,7 @@ class REDIS_LOCK_EXPORT LockGuard {
   template <class CompletionToken = boost::asio::deferred_t>
   auto async_wait_lost(CompletionToken&& token = {}) {
     return boost::asio::async_initiate<CompletionToken, void(boost::system::error_code)>(
-        [](auto handler, std::shared_ptr<detail::LockService> service,
-           std::shared_ptr<detail::LeaseState> lease, boost::asio::any_io_executor io,
-           detail::ContextAlive alive) {
-          if (!service || !lease) {
-            return detail::complete_without_lock(
-                io, alive, std::move(handler),
-                boost::system::error_code(boost::asio::error::operation_aborted));
-          }
-          wait_lost_impl(std::move(service), std::move(lease),
-                         detail::ErrorHandler(std::move(handler)));
-        },
-        token, service_, lease_, executor_, context_alive_);
+        detail::initiate_wait_lost(executor_, context_alive_), token, service_, lease_);
   }
 
   /// Releases the lock now: a compare-and-delete that removes the lease only if it still
@@ -188,15 +134,7 @@ class REDIS_LOCK_EXPORT LockGuard {
   template <class CompletionToken = boost::asio::deferred_t>
   auto async_release(CompletionToken&& token = {}) {
     return boost::asio::async_initiate<CompletionToken, void(boost::system::error_code, bool)>(
-        [](auto handler, LockGuard guard) {
-          if (!guard.owns_lock()) {
-            return detail::complete_without_lock(guard.executor_, guard.context_alive_,
-                                                 std::move(handler), boost::system::error_code{},
-                                                 false);
-          }
-          release_impl(std::move(guard), detail::BoolHandler(std::move(handler)));
-        },
-        token, std::move(*this));
+        detail::initiate_release(executor_, context_alive_), token, std::move(*this));
   }
 
   /// Sets the remaining lease to `ttl`, if this guard still owns it (compare-and-PEXPIRE).
@@ -214,22 +152,15 @@ class REDIS_LOCK_EXPORT LockGuard {
   template <class CompletionToken = boost::asio::deferred_t>
   auto async_extend(std::chrono::milliseconds ttl, CompletionToken&& token = {}) {
     return boost::asio::async_initiate<CompletionToken, void(boost::system::error_code, bool)>(
-        [](auto handler, std::shared_ptr<detail::LockService> service, std::string resource,
-           std::string owner, std::shared_ptr<detail::LeaseState> lease,
-           std::chrono::milliseconds new_ttl, boost::asio::any_io_executor io,
-           detail::ContextAlive alive) {
-          if (!service) {
-            return detail::complete_without_lock(io, alive, std::move(handler),
-                                                 boost::system::error_code{}, false);
-          }
-          extend_impl(std::move(service), std::move(resource), std::move(owner), std::move(lease),
-                      new_ttl, detail::BoolHandler(std::move(handler)));
-        },
-        token, service_, resource_, token_, lease_, ttl, executor_, context_alive_);
+        detail::initiate_extend(executor_, context_alive_), token, service_, resource_, token_,
+        lease_, ttl);
   }
 
  private:
   friend struct detail::GuardAccess;
+  friend struct detail::initiate_release;
+  friend struct detail::initiate_extend;
+  friend struct detail::initiate_wait_lost;
   LockGuard(std::shared_ptr<detail::LockService> service, boost::asio::any_io_executor executor,
             detail::ContextAlive context_alive, std::string resource, std::string token,
             std::uint64_t fencing_token, std::shared_ptr<detail::LeaseState> lease) noexcept;
@@ -319,17 +250,8 @@ class REDIS_LOCK_EXPORT LockManager {
                      CompletionToken&& token = {}) {
     return boost::asio::async_initiate<CompletionToken,
                                        void(boost::system::error_code, LockGuard)>(
-        [](auto handler, std::shared_ptr<detail::LockService> service, std::string name,
-           LockOptions opts, executor_type io, detail::ContextAlive alive) {
-          if (!service) {  // a moved-from manager
-            return detail::complete_without_lock(
-                io, alive, std::move(handler), boost::system::error_code(error::invalid_argument),
-                LockGuard{});
-          }
-          acquire_impl(std::move(service), std::move(name), opts,
-                       detail::AcquireHandler(std::move(handler)));
-        },
-        token, service_, std::string(resource), options, executor_, context_alive_);
+        detail::initiate_acquire(executor_, context_alive_), token, service_,
+        std::string(resource), options);
   }
 
   /// `async_acquire(resource, {}, token)`: takes the lock with the default LockOptions
@@ -356,6 +278,7 @@ class REDIS_LOCK_EXPORT LockManager {
   std::string last_server_error() const;
 
  private:
+  friend struct detail::initiate_acquire;
   static void acquire_impl(std::shared_ptr<detail::LockService> service, std::string resource,
                            LockOptions options, detail::AcquireHandler handler);
 
@@ -365,3 +288,6 @@ class REDIS_LOCK_EXPORT LockManager {
 };
 
 }  // namespace redis_lock
+
+// The initiations' call operators, which need the complete classes above.
+#include <redis_lock/detail/initiations_impl.hpp>

@@ -2,6 +2,7 @@
 // Guard and manager lifetimes: destructor release, move-assignment, outliving the manager and
 // the io_context, idle means idle, and several threads on one io_context.
 #include "live.hpp"
+#include "record_initiation.hpp"
 
 #include <boost/asio/use_future.hpp>
 
@@ -125,6 +126,41 @@ TEST_F(Lifetime, UnlaunchedDeferredReleaseStillReleases) {
   }
   io.restart();
   io.run_for(5s);
+  EXPECT_FALSE(exists(resource));
+}
+
+// Each operation's initiation reports the executor its completions default to (what
+// asio::cancel_after and friends read): the manager's, while the guard holds its lock, after
+// it was moved from, and once it is empty again.
+TEST_F(Lifetime, InitiationsReportTheManagersExecutor) {
+  asio::io_context io;
+  LockManager locks(io.get_executor(), cfg);
+  const asio::any_io_executor expected = io.get_executor();
+  const auto all_report_the_manager = [&](LockGuard& guard) {
+    RecordedInitiation release, extend, wait_lost;
+    guard.async_release(record_initiation{&release});
+    guard.async_extend(1s, record_initiation{&extend});
+    guard.async_wait_lost(record_initiation{&wait_lost});
+    for (const RecordedInitiation* seen : {&release, &extend, &wait_lost}) {
+      if (!seen->executor || !(*seen->executor == expected)) return false;
+    }
+    return true;
+  };
+
+  LockGuard held = acquire_now(io, locks, resource);
+  ASSERT_TRUE(held);
+  EXPECT_TRUE(all_report_the_manager(held)) << "holding";
+  EXPECT_TRUE(held) << "record_initiation starts nothing: the guard keeps its lock";
+
+  LockGuard moved_to(std::move(held));
+  EXPECT_TRUE(all_report_the_manager(held)) << "moved from";
+
+  bool released = false;
+  moved_to.async_release([&](error_code ec, bool ok) { released = !ec && ok; });
+  io.restart();
+  io.run_for(5s);
+  EXPECT_TRUE(released);
+  EXPECT_TRUE(all_report_the_manager(moved_to)) << "released";
   EXPECT_FALSE(exists(resource));
 }
 

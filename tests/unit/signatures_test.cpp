@@ -1,20 +1,26 @@
 // SPDX-License-Identifier: MIT
 // The call forms the docs show compile and resolve to one overload: options may be left out
 // before a completion token (or a with_lock work), and `{}` / `{.ttl = ...}` in the options
-// place stay unambiguous. Most checks here are compile-time: this file failing to compile is
-// the failure. The runtime checks need no server (empty resources are refused before
-// anything is sent).
+// place stay unambiguous. Each operation hands Asio a named initiation that reports its
+// executor (the manager's), as tokens such as asio::cancel_after need. Most checks here are
+// compile-time: this file failing to compile is the failure. The runtime checks need no
+// server (empty resources are refused before anything is sent; record_initiation starts
+// nothing).
+#include "record_initiation.hpp"
+
 #include <redis_lock/redis_lock.hpp>
 #include <redis_lock/with_lock.hpp>
 
 #include <boost/asio/deferred.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/system_executor.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/use_future.hpp>
 #include <gtest/gtest.h>
 
 #include <future>
 #include <type_traits>
+#include <typeindex>
 #include <utility>
 
 namespace asio = boost::asio;
@@ -23,6 +29,8 @@ using redis_lock::LockGuard;
 using redis_lock::LockManager;
 using redis_lock::LockOptions;
 using boost::system::error_code;
+using redis_lock::test::record_initiation;
+using redis_lock::test::RecordedInitiation;
 
 namespace {
 
@@ -126,4 +134,74 @@ TEST(Signatures, AcquireWithoutOptionsGoesThroughTheSameChecks) {
   ASSERT_TRUE(deferred);
   EXPECT_EQ(*with_token, redis_lock::error::invalid_argument);
   EXPECT_EQ(*deferred, redis_lock::error::invalid_argument);
+}
+
+// The initiations: named types (not lambdas), each with `executor_type` and a noexcept
+// `get_executor()` (record_initiation checks both at compile time).
+namespace init {
+using redis_lock::detail::initiate_acquire;
+using redis_lock::detail::initiate_extend;
+using redis_lock::detail::initiate_release;
+using redis_lock::detail::initiate_wait_lost;
+static_assert(std::is_same_v<initiate_acquire::executor_type, asio::any_io_executor>);
+static_assert(std::is_same_v<initiate_release::executor_type, asio::any_io_executor>);
+static_assert(std::is_same_v<initiate_extend::executor_type, asio::any_io_executor>);
+static_assert(std::is_same_v<initiate_wait_lost::executor_type, asio::any_io_executor>);
+static_assert(noexcept(std::declval<const initiate_acquire&>().get_executor()));
+static_assert(noexcept(std::declval<const initiate_release&>().get_executor()));
+static_assert(noexcept(std::declval<const initiate_extend&>().get_executor()));
+static_assert(noexcept(std::declval<const initiate_wait_lost&>().get_executor()));
+// The recording token is a completion token like any other: every call form takes it.
+static_assert(acquire_accepts<const char*, record_initiation>);
+static_assert(acquire_accepts<const char*, LockOptions, record_initiation>);
+}  // namespace init
+
+// async_acquire's initiation reports the manager's executor, in every call form, and a
+// moved-from manager's still does (it keeps the executor it was made with).
+TEST(Signatures, AcquireInitiationReportsTheManagersExecutor) {
+  asio::io_context io;
+  asio::io_context other;
+  redis_lock::ConnectionConfig cfg;
+  cfg.port = 1;  // never reached: record_initiation starts nothing
+  LockManager locks(io.get_executor(), cfg);
+  const asio::any_io_executor expected = io.get_executor();
+
+  RecordedInitiation with_options, without_options, braced;
+  locks.async_acquire("r", LockOptions{}, record_initiation{&with_options});
+  locks.async_acquire("r", record_initiation{&without_options});
+  locks.async_acquire("r", {.ttl = 5s}, record_initiation{&braced});
+  for (const RecordedInitiation* seen : {&with_options, &without_options, &braced}) {
+    ASSERT_TRUE(seen->type && seen->executor);
+    EXPECT_EQ(*seen->type, std::type_index(typeid(init::initiate_acquire)));
+    EXPECT_TRUE(*seen->executor == expected);
+    EXPECT_FALSE(*seen->executor == asio::any_io_executor(other.get_executor()));
+  }
+
+  LockManager moved_to(std::move(locks));
+  RecordedInitiation moved_from;
+  locks.async_acquire("r", record_initiation{&moved_from});
+  ASSERT_TRUE(moved_from.executor);
+  EXPECT_TRUE(*moved_from.executor == expected);
+  EXPECT_EQ(io.poll(), 0U) << "record_initiation must not have started anything";
+}
+
+// A default-constructed guard has no manager: its completions run on the handler's own
+// associated executor, Asio's system executor for a plain callback, which is what its
+// initiations report.
+TEST(Signatures, DefaultGuardInitiationsReportTheSystemExecutor) {
+  LockGuard guard;
+  RecordedInitiation release, extend, wait_lost;
+  guard.async_release(record_initiation{&release});
+  guard.async_extend(1s, record_initiation{&extend});
+  guard.async_wait_lost(record_initiation{&wait_lost});
+  ASSERT_TRUE(release.type && extend.type && wait_lost.type);
+  EXPECT_EQ(*release.type, std::type_index(typeid(init::initiate_release)));
+  EXPECT_EQ(*extend.type, std::type_index(typeid(init::initiate_extend)));
+  EXPECT_EQ(*wait_lost.type, std::type_index(typeid(init::initiate_wait_lost)));
+  const asio::any_io_executor system{asio::system_executor()};
+  for (const RecordedInitiation* seen : {&release, &extend, &wait_lost}) {
+    ASSERT_TRUE(seen->executor);
+    EXPECT_TRUE(*seen->executor);
+    EXPECT_TRUE(*seen->executor == system);
+  }
 }

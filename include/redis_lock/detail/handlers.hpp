@@ -1,0 +1,64 @@
+// SPDX-License-Identifier: MIT
+// Implementation detail of <redis_lock/lock.hpp>, not API: the type-erased handlers that the
+// initiations hand to the compiled library, and the completion of an operation that has no
+// lock to work on.
+#pragma once
+
+#include <boost/asio/any_completion_handler.hpp>
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/associated_executor.hpp>
+#include <boost/asio/bind_executor.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/system/error_code.hpp>
+
+#include <atomic>
+#include <memory>
+#include <utility>
+
+namespace redis_lock {
+
+class LockGuard;
+
+namespace detail {
+
+using AcquireHandler =
+    boost::asio::any_completion_handler<void(boost::system::error_code, LockGuard)>;
+using BoolHandler = boost::asio::any_completion_handler<void(boost::system::error_code, bool)>;
+using ErrorHandler = boost::asio::any_completion_handler<void(boost::system::error_code)>;
+
+/// Whether the manager's execution context still runs: cleared when it shuts down. Kept by
+/// guards and moved-from managers, like the executor.
+using ContextAlive = std::shared_ptr<const std::atomic<bool>>;
+
+/// `handler(args...)` as a nullary function object.
+template <class Handler, class... Args>
+auto with_args(Handler&& handler, Args... args) {
+  return [h = std::forward<Handler>(handler), ... a = std::move(args)]() mutable {
+    std::move(h)(std::move(a)...);
+  };
+}
+
+/// Completes an operation on an empty guard (or a moved-from manager) without touching
+/// Redis and never inside the initiating call: on the handler's associated executor,
+/// defaulting to `io`, the executor of the manager that made the guard (Asio's I/O-executor
+/// rule). Only a default-constructed guard has no `io`: its completions then run on the
+/// handler's own associated executor (Asio's system executor for a plain callback).
+/// Done here, where the handler's type is known, so that no type-erased executor is involved.
+/// When `alive` says the manager's execution context has shut down, the handler is dropped
+/// instead of posted onto a dead context (Asio drops pending handlers too).
+template <class Handler, class... Args>
+void complete_without_lock(const boost::asio::any_io_executor& io, const ContextAlive& alive,
+                           Handler&& handler, Args... args) {
+  if (io && alive && !alive->load()) return;
+  if (!io) {
+    auto ex = boost::asio::get_associated_executor(handler);  // the system executor by default
+    return boost::asio::post(ex, with_args(std::forward<Handler>(handler), std::move(args)...));
+  }
+  auto ex = boost::asio::get_associated_executor(handler, io);
+  boost::asio::post(io, boost::asio::bind_executor(
+                            std::move(ex),
+                            with_args(std::forward<Handler>(handler), std::move(args)...)));
+}
+
+}  // namespace detail
+}  // namespace redis_lock
