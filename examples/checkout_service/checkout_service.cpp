@@ -413,6 +413,10 @@ class Worker {
   /// Steps 3-5, under the order's lock: for a client request and for the reconciler alike.
   asio::awaitable<Settled> settle(const redis_lock::LockGuard& guard, const std::string& order_id,
                                   std::int64_t amount, const std::string& currency) {
+    // (the fault scenarios read which token each holder of an order got from here)
+    std::printf("checkout worker %d (pid %d) holds %s with fencing token %llu\n", index_, ::getpid(),
+                order_id.c_str(), static_cast<unsigned long long>(guard.fencing_token()));
+    std::fflush(stdout);
     checkout::Ledger::BeginResult begun;
     try {
       begun = co_await on_pool([&] {

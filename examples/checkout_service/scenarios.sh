@@ -110,6 +110,9 @@ caller_of() {
   grep -m1 "calling the provider for $1\$" "$dir/service.log" | sed -n 's/.*(pid \([0-9]*\)).*/\1/p'
 }
 calls_at_least() { [ "$(grep -c "calling the provider for $1\$" "$dir/service.log")" -ge "$2" ]; }
+# tokens_of ORDER: the fencing token of each holder of ORDER's lock, in the order they took it
+tokens_of() { sed -n "s/^checkout worker .* holds $1 with fencing token \([0-9]*\)\$/\1/p" "$dir/service.log"; }
+holders_at_least() { [ "$(tokens_of "$1" | wc -l)" -ge "$2" ]; }
 
 # storm RUN_ID ORDERS REQUESTS: the load generator's storm and checks (its exit status)
 storm() {
@@ -251,21 +254,32 @@ EOF
     orders=${CHECKOUT_ORDERS:-50} requests=${CHECKOUT_REQUESTS:-400}
     [ "$scenario" = demo ] || { orders=8 requests=24; }
     echo "== the duplicate storm: $requests concurrent requests for $orders orders, $workers workers"
-    first="r$RANDOM$RANDOM"
-    storm "$first" "$orders" "$requests" || fail "the storm"
-    before=$(redis-cli -s "$dir/ledger.sock" hget "checkout:order:$(order "$first" 0)" fence)
+    storm "r$RANDOM$RANDOM" "$orders" "$requests" || fail "the storm"
     echo "== the fault round: a worker killed mid-charge, the lock server restarted empty, a"
     echo "   provider response dropped; every unfinished order retried as a client would"
-    run="f$RANDOM$RANDOM"
+    run="f$RANDOM$RANDOM"; x=$(order "$run" 0)
     arm "$(order "$run" 1)" drop_response
     strike_mid_charge "$run" "$orders" "$requests" KILL
+    # The killed holder's token, from its pending attempt, while the lock server still has it
+    # (the killed worker's lease keeps everyone else off the order until the restart).
+    before=$(redis-cli -s "$dir/ledger.sock" hget "checkout:order:$x" fence)
+    [ "$before" = "$(tokens_of "$x" | head -n 1)" ] ||
+      fail "the pending attempt's token ($before) is not the one worker $victim took: $(tokens_of "$x")"
     echo "   killed worker $victim (kill -9) while it was calling the provider"
     restart_lock_server
     echo "   restarted the lock server (kill -9, no persistence)"
+    # The next holder takes the order's lock from the restarted, empty server: its token must
+    # be above the killed holder's (checked here, before the ledger, which refuses a lower
+    # token, could turn a token gone back into a stuck order).
+    wait_for "a holder of $x after the restart" holders_at_least "$x" 2
+    after=$(tokens_of "$x" | sed -n 2p)
+    [ "$after" -gt "$before" ] ||
+      fail "fencing token went back across the restart: $before (killed holder), then $after"
     storm_result "the fault round"
-    after=$(redis-cli -s "$dir/ledger.sock" hget "checkout:order:$(order "$run" 0)" fence)
-    [ "$after" -gt "$before" ] || fail "fencing token went back after the restart: $before then $after"
-    echo "fencing tokens kept rising across the lock server's restart: $before, then $after"
+    for t in $(tokens_of "$x" | tail -n +2); do
+      [ "$t" -gt "$before" ] || fail "a later holder of $x got token $t, not above $before"
+    done
+    echo "fencing tokens kept rising across the lock server's restart: $before (killed holder), then $after"
     ;;
 
   *) echo "unknown scenario $scenario" >&2; exit 2 ;;
