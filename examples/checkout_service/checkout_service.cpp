@@ -32,7 +32,7 @@
 //   checkout_service --ledger-url URL --provider HOST:PORT [--url redis://127.0.0.1:6379]
 //                    [--listen 127.0.0.1] [--port 8080] [--workers N] [--lock-ttl-ms 5000]
 //                    [--no-renew] [--provider-timeout-ms 2000] [--retention-s 86400]
-//                    [--reconcile-ms 1000] [--prefix checkout:]
+//                    [--reconcile-ms 1000] [--shutdown-grace-ms MS] [--prefix checkout:]
 //
 // --url is the lock's Redis; --ledger-url a Redis of its own with appendfsync always (the
 // ledger must not share the lock server's fate: see README). --workers N forks N processes
@@ -99,6 +99,9 @@ struct Options {
   std::chrono::seconds retention{86400};
   std::chrono::milliseconds reconcile_every{1000};
   std::string prefix = "checkout:";
+  // How long SIGTERM waits for requests in progress before leaving as a crash would; by
+  // default longer than any charge can take (the provider deadline), plus the ledger's steps.
+  std::optional<std::chrono::milliseconds> shutdown_grace;
 };
 
 using Request = http::request<http::string_body>;
@@ -230,12 +233,14 @@ class Worker {
     reconcile_timer_.cancel();
     for (auto* idle : reading_) idle->cancel();
     if (busy_ == 0) return;
-    // A last resort, should a step hang after all: leave as a crash would (the ledger's
-    // pending attempts are finished by the other workers' reconcilers).
-    grace_.expires_after(opt_.provider_timeout + 10s);
+    // A last resort, should a step hang after all (or a charge outlast a --shutdown-grace-ms
+    // set shorter than it): leave as a crash would (the ledger's pending attempts are
+    // finished by a retry or the other workers' reconcilers).
+    grace_.expires_after(opt_.shutdown_grace.value_or(opt_.provider_timeout + 10s));
     grace_.async_wait([this](error_code ec) {
       if (ec) return;
-      std::fprintf(stderr, "checkout worker %d: shutdown grace ran out; exiting\n", index_);
+      std::fprintf(stderr, "checkout worker %d (pid %d): shutdown grace ran out; exiting\n", index_,
+                   ::getpid());
       print_summary();
       std::_Exit(1);
     });
@@ -454,6 +459,9 @@ class Worker {
     const auto answer = co_await checkout::http_call(provider_, http::verb::post, "/v1/charges",
                                                      std::move(request), deadline,
                                                      std::move(headers));
+    std::printf("checkout worker %d (pid %d) provider answered %d for %s\n", index_, ::getpid(),
+                answer.status, order_id.c_str());  // 0: no answer
+    std::fflush(stdout);
     const auto result = decided(answer, order);
     if (!result) co_return Settled{Settled::unknown, {}};
 
@@ -471,6 +479,9 @@ class Worker {
       });
       if (stored.state == "final") final_order = std::move(stored);
     } catch (const checkout::LedgerError&) {
+      std::printf("checkout worker %d (pid %d) could not record the answer for %s: ledger "
+                  "unavailable (the reconciler will)\n", index_, ::getpid(), order_id.c_str());
+      std::fflush(stdout);
     }
     co_return Settled{Settled::decided, std::move(final_order)};
   }
@@ -593,10 +604,11 @@ int run_worker(const Options& opt, const Configs& configs, int index) {
       "usage: checkout_service --ledger-url URL --provider HOST:PORT [--url URL]\n"
       "                        [--listen ADDR] [--port P] [--workers N] [--lock-ttl-ms MS]\n"
       "                        [--no-renew] [--provider-timeout-ms MS] [--retention-s S]\n"
-      "                        [--reconcile-ms MS] [--prefix PREFIX]\n"
+      "                        [--reconcile-ms MS] [--shutdown-grace-ms MS] [--prefix PREFIX]\n"
       "  --url (the lock's Redis) defaults to $REDIS_LOCK_URL or redis://127.0.0.1:6379;\n"
       "  --ledger-url is a Redis of its own (appendfsync always); the provider deadline must\n"
-      "  be shorter than the lock's ttl\n",
+      "  be shorter than the lock's ttl; --shutdown-grace-ms defaults to the provider deadline\n"
+      "  plus 10 s\n",
       code == 0 ? stdout : stderr);
   std::exit(code);
 }
@@ -625,6 +637,7 @@ Options parse(int argc, char** argv) {
       else if (arg == "--provider-timeout-ms") opt.provider_timeout = ms(value);
       else if (arg == "--retention-s") opt.retention = std::chrono::seconds(std::stol(value));
       else if (arg == "--reconcile-ms") opt.reconcile_every = ms(value);
+      else if (arg == "--shutdown-grace-ms") opt.shutdown_grace = ms(value);
       else if (arg == "--prefix") opt.prefix = value;
       else usage(2);
     } catch (const std::exception&) {
@@ -633,7 +646,8 @@ Options parse(int argc, char** argv) {
   }
   if (opt.workers < 1 || opt.workers > 64 || opt.lock_ttl.count() <= 0 ||
       opt.provider_timeout.count() <= 0 || opt.provider_timeout >= opt.lock_ttl ||
-      opt.retention.count() <= 0 || opt.reconcile_every.count() <= 0 || opt.ledger_url.empty() ||
+      opt.retention.count() <= 0 || opt.reconcile_every.count() <= 0 ||
+      (opt.shutdown_grace && opt.shutdown_grace->count() <= 0) || opt.ledger_url.empty() ||
       opt.provider.empty()) {
     usage(2);
   }

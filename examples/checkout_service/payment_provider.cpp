@@ -16,11 +16,16 @@
 //     402 {"id": "ch_...", "status": "declined", "decline_code": "card_declined", ...}
 //     409 idempotency_key_in_use, 422 idempotency_key_reused, 400 bad request
 //   GET  /v1/charges     every result, for checkers: {"results": [{..., "idempotency_key"}]}
-//   POST /v1/faults      {"reference": R, "action": "decline" | "delay" | "drop_response",
-//                         "delay_ms": N}   the next charge for R misbehaves once, on demand:
+//   POST /v1/faults      {"reference": R, "action": "decline" | "delay" | "delay_response" |
+//                         "drop_response", "delay_ms": N}   the next charge for R misbehaves
+//                        once, on demand:
 //                        delay: the charge happens after N ms (a slow or timed-out call);
+//                        delay_response: the charge happens at once, its answer leaves N ms
+//                        later (the caller can die knowing nothing of a charge that is made);
 //                        drop_response: the charge happens, then the connection is closed
 //                        without an answer.
+//                        A faulted charge is logged on stdout once it is recorded:
+//                        "payment_provider: charged R (STATUS, fault ACTION)".
 //   GET  /healthz
 //
 //   payment_provider --journal FILE [--listen 127.0.0.1] [--port 0] [--latency-ms 2]
@@ -165,7 +170,8 @@ class Provider {
     const json::value* ref = body["reference"];
     const json::value* action = body["action"];
     const json::value* delay = body["delay_ms"];
-    static const std::set<std::string_view> actions = {"decline", "delay", "drop_response"};
+    static const std::set<std::string_view> actions = {"decline", "delay", "delay_response",
+                                                       "drop_response"};
     if (!ref || !ref->is_string() || !action || !action->is_string() ||
         !actions.count(action->get_string()) || (delay && !delay->is_int64())) {
       return answer(req, 400, error_body("bad_fault"));
@@ -211,7 +217,8 @@ class Provider {
       faults_.erase(it);
     }
     // The work of a charge (a card network round trip), then any injected slowness.
-    asio::steady_timer work(io_, latency_ + fault.delay);
+    const bool answer_late = fault.action == "delay_response";
+    asio::steady_timer work(io_, latency_ + (answer_late ? 0ms : fault.delay));
     co_await work.async_wait(asio::as_tuple(asio::use_awaitable));
 
     Result r;
@@ -223,8 +230,17 @@ class Provider {
     r.body["status"] = declined ? "declined" : "succeeded";
     if (declined) r.body["decline_code"] = "card_declined";
     record(key, r);
-    results_.emplace(key, r);
+    results_.emplace(key, r);  // from here a repeated key is answered with this result
+    if (!fault.action.empty()) {
+      std::printf("payment_provider: charged %s (%d, fault %s)\n",
+                  std::string(reference->get_string()).c_str(), r.status, fault.action.c_str());
+      std::fflush(stdout);
+    }
     if (fault.action == "drop_response") co_return std::nullopt;
+    if (answer_late) {
+      work.expires_after(fault.delay);
+      co_await work.async_wait(asio::as_tuple(asio::use_awaitable));
+    }
     co_return answer(req, r.status, r.body);
   }
 

@@ -18,6 +18,11 @@
 #   dropped_response      the provider charges and drops the connection without an answer
 #   sigstop               a worker paused (SIGSTOP) past its lease, renewal on
 #   ledger_restart        the ledger's Redis killed and restarted from its append-only file
+#   kill9_after_charge    kill -9 of a worker after the provider charged, before the worker
+#                         could record the result in the ledger
+#   ledger_fails_at_record  the ledger's Redis killed while a worker calls the provider: the
+#                         result cannot be recorded; the ledger restarts from its file
+#   sigterm_grace_runs_out  SIGTERM to a worker whose charge outlasts its shutdown grace
 #   lock_server_restart   the lock's Redis killed and restarted empty mid-charge: fencing
 #                         tokens keep rising across it
 #   demo                  the storm, then a fault round (a worker killed mid-charge, the lock
@@ -120,11 +125,11 @@ storm() {
     --ledger-url "unix://$dir/ledger.sock" --run-id "$1" --orders "$2" --requests "$3"
 }
 order() { echo "run$1-order-$2"; }
-# strike_mid_charge RUN ORDERS REQUESTS SIGNAL: the storm in the background, and SIGNAL for
-# the worker that calls the provider for the run's order 0 (a 1.5 s charge), which must still
-# be pending then. Sets $victim.
+# strike_mid_charge RUN ORDERS REQUESTS SIGNAL [CHARGE_MS]: the storm in the background, and
+# SIGNAL for the worker that calls the provider for the run's order 0 (a charge of CHARGE_MS,
+# 1500 by default), which must still be pending then. Sets $victim.
 strike_mid_charge() {
-  arm "$(order "$1" 0)" delay 1500
+  arm "$(order "$1" 0)" delay "${5:-1500}"
   storm_in_background "$1" "$2" "$3"
   victim=$(caller_of "$(order "$1" 0)")
   kill -"$4" "$victim"
@@ -138,6 +143,9 @@ still_pending() {
     fail "$1 was no longer pending when the fault struck (the fault came too late to test anything)"
 }
 storm_result() { wait "$storm_pid" || { cat "$dir/storm.out"; fail "$1"; }; cat "$dir/storm.out"; }
+# heard_provider PID ORDER: worker PID logged the provider's answer (or its absence) for ORDER
+heard_provider() { grep -q "(pid $1) provider answered [0-9]* for $2\$" "$dir/service.log"; }
+gone() { ! kill -0 "$1" 2>/dev/null; }
 
 start_lock_server
 start_ledger
@@ -246,6 +254,68 @@ EOF
     cat "$dir/storm.out"
     grep -qE '^ +201 Created +\(replayed: charged before\) +24$' "$dir/storm.out" ||
       fail "the orders were not all replayed from the restarted ledger"
+    ;;
+
+  kill9_after_charge)
+    # The provider charges at once and holds its answer for 1.5 s, past the caller's deadline;
+    # the caller dies (kill -9) once the charge is in the provider's journal: money moved, and
+    # the ledger still says pending. A retry or the other worker's reconciler calls with the
+    # same key and gets that charge back (a replay), not a second one.
+    start_service 2 --lock-ttl-ms 1500 --provider-timeout-ms 1200
+    run="a$RANDOM$RANDOM"; x=$(order "$run" 0)
+    arm "$x" delay_response 1500
+    storm_in_background "$run" 4 12
+    victim=$(caller_of "$x")
+    wait_for "the provider to charge $x" grep -q "^payment_provider: charged $x (201" "$dir/provider.log"
+    kill -KILL "$victim"
+    wait_for "worker $victim to die" gone "$victim"
+    still_pending "$x"
+    ! heard_provider "$victim" "$x" ||
+      fail "worker $victim had its call's outcome before it was killed (the kill came too late)"
+    echo "killed worker $victim (kill -9) after the provider charged $x, before it was recorded"
+    storm_result "after kill -9 between the charge and its record"
+    ;;
+
+  ledger_fails_at_record)
+    # The ledger's redis-server dies (kill -9) while a worker calls the provider (a 1 s
+    # charge): the worker gets the charge, cannot record it, and tells its client the outcome
+    # all the same (the provider's answer is the order's one outcome). The ledger comes back
+    # from its append-only file with the attempt still pending; a retry or the reconciler
+    # calls again with the same key and records the very response the client was given.
+    start_service 2 --lock-ttl-ms 2000 --provider-timeout-ms 1500
+    run="e$RANDOM$RANDOM"; x=$(order "$run" 0)
+    arm "$x" delay 1000
+    storm_in_background "$run" 4 12
+    victim=$(caller_of "$x")
+    still_pending "$x"
+    kill -9 "$ledger_pid"; wait "$ledger_pid" 2>/dev/null || true
+    wait_for "worker $victim to fail at recording $x" \
+      grep -q "(pid $victim) could not record the answer for $x:" "$dir/service.log"
+    grep -q "(pid $victim) provider answered 201 for $x\$" "$dir/service.log" ||
+      fail "worker $victim failed at the ledger without a charge to record"
+    echo "the ledger died (kill -9) while worker $victim recorded $x's charge"
+    start_ledger
+    still_pending "$x"
+    echo "restarted the ledger from its append-only file: $x still pending"
+    storm_result "after the ledger failed at the record"
+    ;;
+
+  sigterm_grace_runs_out)
+    # SIGTERM to the worker calling the provider, with a shutdown grace (200 ms) shorter than
+    # its charge (3 s) and its provider deadline (2.5 s): the grace runs out and the worker
+    # leaves as a crash would, the attempt still pending; a retry or the other worker's
+    # reconciler finishes it with the same key once the dead worker's lease (3 s) lapses.
+    start_service 2 --lock-ttl-ms 3000 --provider-timeout-ms 2500 --shutdown-grace-ms 200
+    run="g$RANDOM$RANDOM"; x=$(order "$run" 0)
+    strike_mid_charge "$run" 4 12 TERM 3000
+    wait_for "worker $victim to exit" gone "$victim"
+    grep -q "(pid $victim): shutdown grace ran out; exiting\$" "$dir/service.log" ||
+      fail "worker $victim did not leave by its grace running out"
+    ! heard_provider "$victim" "$x" ||
+      fail "worker $victim had its call's outcome before its grace ran out"
+    still_pending "$x"
+    echo "worker $victim: SIGTERM during a 3 s charge, its 200 ms grace ran out, $x still pending"
+    storm_result "after the shutdown grace ran out"
     ;;
 
   lock_server_restart|demo)
