@@ -6,6 +6,9 @@
 //   POST /checkout {"order_id": "A-17", "amount": 1299, "currency": "EUR"}
 //     201 Created    {"status": "charged", "charge_id": ...}   charged (now or, on a replay, before)
 //     402 Payment Required {"status": "declined", ...}         the provider declined the card
+//     402 Payment Required {"status": "failed", ...}   the provider refused the charge for good
+//                                                       (a 4xx other than 402/409/429): nothing
+//                                                       was charged; a new order is needed
 //     202 Accepted   {"status": "pending"} + Retry-After      the outcome is not known yet: retry
 //                                                               with the same order_id
 //     409 Conflict   {"error": "order_in_progress"} + Retry-After   another request has it now
@@ -173,10 +176,29 @@ asio::ip::tcp::endpoint parse_endpoint(const std::string& host_port) {
 struct Decided {
   int status = 0;  // 201 or 402
   std::string body;
-  std::string charge_id;
+  std::string charge_id;  // empty when the provider refused the request
 };
 
+/// The provider's answer as the order's final outcome, or nullopt while it is not known:
+///   201 charged, 402 declined (both carry the provider's charge id);
+///   any other 4xx but 409 (the key's first call is still running) and 429 (slow down): the
+///     provider refused the request and charged nothing, and would refuse it again (it keeps
+///     a key's answer): a final failure, so that neither the client nor the reconciler
+///     retries it forever;
+///   no answer, 409, 429, 5xx: not known (a 5xx may come after a charge): the attempt stays
+///     pending and is retried with the same key.
 std::optional<Decided> decided(const checkout::HttpAnswer& a, const checkout::Record& order) {
+  if (a.status >= 400 && a.status < 500 && a.status != 402 && a.status != 409 &&
+      a.status != 429) {
+    const json::object body{{"status", "failed"},
+                            {"order_id", order.order_id},
+                            {"amount", order.amount},
+                            {"currency", order.currency},
+                            {"failure_code", "payment_refused"},
+                            {"message", "the payment provider refused this payment; nothing was "
+                                        "charged"}};
+    return Decided{402, json::serialize(body) + "\n", ""};
+  }
   if (a.status != 201 && a.status != 402) return std::nullopt;
   error_code ec;
   const json::value v = json::parse(a.body, ec);
@@ -247,9 +269,9 @@ class Worker {
   }
 
   void print_summary() const {
-    std::printf("checkout worker %d (pid %d): %d charged, %d declined, %d replayed, %d conflicts, "
-                "%d pending, %d unavailable, %d reconciled\n",
-                index_, ::getpid(), charged_, declined_, replayed_, conflicts_, pending_,
+    std::printf("checkout worker %d (pid %d): %d charged, %d declined, %d failed, %d replayed, "
+                "%d conflicts, %d pending, %d unavailable, %d reconciled\n",
+                index_, ::getpid(), charged_, declined_, failed_, replayed_, conflicts_, pending_,
                 unavailable_, reconciled_);
     std::fflush(stdout);
   }
@@ -377,7 +399,7 @@ class Worker {
     co_await guard.async_release(asio::as_tuple(asio::use_awaitable));
     switch (s.outcome) {
       case Settled::decided:
-        (s.order.status == 201 ? charged_ : declined_)++;
+        (s.order.status == 201 ? charged_ : s.order.charge_id.empty() ? failed_ : declined_)++;
         co_return reply(req, static_cast<http::status>(s.order.status), s.order.body);
       case Settled::already_final:
         co_return replay(req, s.order);
@@ -573,8 +595,8 @@ class Worker {
   asio::steady_timer reconcile_timer_{io_};
   int busy_ = 0;
   bool stopping_ = false;
-  int charged_ = 0, declined_ = 0, replayed_ = 0, conflicts_ = 0, pending_ = 0, unavailable_ = 0,
-      reconciled_ = 0;
+  int charged_ = 0, declined_ = 0, failed_ = 0, replayed_ = 0, conflicts_ = 0, pending_ = 0,
+      unavailable_ = 0, reconciled_ = 0;
 };
 
 struct Configs {

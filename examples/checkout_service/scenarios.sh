@@ -23,6 +23,8 @@
 #   ledger_fails_at_record  the ledger's Redis killed while a worker calls the provider: the
 #                         result cannot be recorded; the ledger restarts from its file
 #   sigterm_grace_runs_out  SIGTERM to a worker whose charge outlasts its shutdown grace
+#   provider_errors       the provider refuses a charge for good (400) and fails another for
+#                         a while (503)
 #   lock_server_restart   the lock's Redis killed and restarted empty mid-charge: fencing
 #                         tokens keep rising across it
 #   demo                  the storm, then a fault round (a worker killed mid-charge, the lock
@@ -85,9 +87,9 @@ start_provider() {
   wait_for "the provider" grep -q 'listening on' "$dir/provider.log"
   provider_port=$(sed -n 's/.*listening on 127.0.0.1:\([0-9]*\).*/\1/p' "$dir/provider.log")
 }
-# arm ORDER ACTION [DELAY_MS]: the provider's next charge for ORDER misbehaves once
+# arm ORDER ACTION [DELAY_MS] [STATUS]: the provider's next charge for ORDER misbehaves once
 arm() {
-  local body="{\"reference\": \"$1\", \"action\": \"$2\", \"delay_ms\": ${3:-0}}"
+  local body="{\"reference\": \"$1\", \"action\": \"$2\", \"delay_ms\": ${3:-0}, \"status\": ${4:-0}}"
   python3 - "$provider_port" "$body" <<'EOF' || fail "could not arm a provider fault"
 import sys, urllib.request
 req = urllib.request.Request(f"http://127.0.0.1:{sys.argv[1]}/v1/faults", data=sys.argv[2].encode(),
@@ -146,6 +148,14 @@ storm_result() { wait "$storm_pid" || { cat "$dir/storm.out"; fail "$1"; }; cat 
 # heard_provider PID ORDER: worker PID logged the provider's answer (or its absence) for ORDER
 heard_provider() { grep -q "(pid $1) provider answered [0-9]* for $2\$" "$dir/service.log"; }
 gone() { ! kill -0 "$1" 2>/dev/null; }
+# provider_results REFERENCE STATUS: how many of the provider's results for REFERENCE have STATUS
+provider_results() {
+  python3 - "$provider_port" "$1" "$2" <<'EOF'
+import json, sys, urllib.request
+results = json.load(urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/v1/charges", timeout=5))["results"]
+print(sum(1 for r in results if r["reference"] == sys.argv[2] and r["status"] == sys.argv[3]))
+EOF
+}
 
 start_lock_server
 start_ledger
@@ -192,13 +202,36 @@ case "$scenario" in
     [ "$(cut -d' ' -f3- "$dir/b.out")" = "$(cut -d' ' -f2- "$dir/a.out")" ] &&
       grep -q '^402 replayed ' "$dir/b.out" || fail "the decline was not replayed byte for byte"
     grep -q '^422 .*"order_mismatch"' "$dir/c.out" || fail "another amount was not refused with 422"
-    charged=$(python3 - "$provider_port" "$x" <<'EOF'
-import json, sys, urllib.request
-results = json.load(urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/v1/charges", timeout=5))["results"]
-print(sum(1 for r in results if r["reference"] == sys.argv[2] and r["status"] == "succeeded"))
-EOF
-)
-    [ "$charged" = 0 ] || fail "the provider charged a declined order"
+    [ "$(provider_results "$x" succeeded)" = 0 ] || fail "the provider charged a declined order"
+    ;;
+
+  provider_errors)
+    # Answers that are neither a charge, a decline nor silence. A 400 is the provider refusing
+    # the request for good (it keeps that answer for the key): the order is decided as failed,
+    # 402 {"status": "failed"}, replayed, nothing charged, the provider not called again. A
+    # 503 is not known (it could follow a charge): the client hears 202, the attempt stays
+    # pending, and the retry with the same key is charged, once.
+    start_service 1
+    x="refused-$RANDOM$RANDOM"
+    arm "$x" error 0 400
+    "$load" --port "$service_port" --one "$x" --amount 1200 >"$dir/a.out"
+    "$load" --port "$service_port" --one "$x" --amount 1200 >"$dir/b.out"
+    cat "$dir/a.out" "$dir/b.out"
+    grep -q '^402 {"status":"failed",.*"failure_code":"payment_refused"' "$dir/a.out" ||
+      fail "a refused charge was not a final 402 'failed'"
+    [ "$(cut -d' ' -f3- "$dir/b.out")" = "$(cut -d' ' -f2- "$dir/a.out")" ] &&
+      grep -q '^402 replayed ' "$dir/b.out" || fail "the refusal was not replayed byte for byte"
+    [ "$(redis-cli -s "$dir/ledger.sock" hget "checkout:order:$x" state)" = final ] ||
+      fail "the refused order is not final in the ledger"
+    [ "$(provider_results "$x" succeeded)" = 0 ] || fail "the provider charged a refused order"
+    [ "$(grep -c "calling the provider for $x\$" "$dir/service.log")" = 1 ] ||
+      fail "the provider was called more than once for a refused order"
+    run="u$RANDOM$RANDOM"; y=$(order "$run" 0)
+    arm "$y" error 0 503
+    storm "$run" 1 3 >"$dir/storm.out" || { cat "$dir/storm.out"; fail "after a 503"; }
+    cat "$dir/storm.out"
+    grep -q "^payment_provider: refused $y (503" "$dir/provider.log" || fail "no 503 for $y"
+    grep -qE '^ +202 Accepted .* 1$' "$dir/storm.out" || fail "the 503 was not told as 202 (pending)"
     ;;
 
   kill9)
