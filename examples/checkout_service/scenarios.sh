@@ -290,16 +290,16 @@ case "$scenario" in
     ;;
 
   kill9_after_charge)
-    # The provider charges at once and holds its answer for 1.5 s, past the caller's deadline;
-    # the caller dies (kill -9) once the charge is in the provider's journal: money moved, and
-    # the ledger still says pending. A retry or the other worker's reconciler calls with the
-    # same key and gets that charge back (a replay), not a second one.
-    start_service 2 --lock-ttl-ms 1500 --provider-timeout-ms 1200
+    # The provider charges at once and holds its answer for 3 s, past the caller's deadline
+    # (2.5 s); the caller dies (kill -9) once the charge is in the provider's journal: money
+    # moved, and the ledger still says pending. A retry or the other worker's reconciler calls
+    # with the same key and gets that charge back (a replay), not a second one.
+    start_service 2 --lock-ttl-ms 3000 --provider-timeout-ms 2500
     run="a$RANDOM$RANDOM"; x=$(order "$run" 0)
-    arm "$x" delay_response 1500
+    arm "$x" delay_response 3000
     storm_in_background "$run" 4 12
-    victim=$(caller_of "$x")
     wait_for "the provider to charge $x" grep -q "^payment_provider: charged $x (201" "$dir/provider.log"
+    victim=$(caller_of "$x")  # logged before it called
     kill -KILL "$victim"
     wait_for "worker $victim to die" gone "$victim"
     still_pending "$x"
@@ -310,26 +310,25 @@ case "$scenario" in
     ;;
 
   ledger_fails_at_record)
-    # The ledger's redis-server dies (kill -9) while a worker calls the provider (a 1 s
+    # The ledger's redis-server dies (kill -9) while a worker calls the provider (a 2 s
     # charge): the worker gets the charge, cannot record it, and tells its client the outcome
     # all the same (the provider's answer is the order's one outcome). The ledger comes back
     # from its append-only file with the attempt still pending; a retry or the reconciler
     # calls again with the same key and records the very response the client was given.
-    start_service 2 --lock-ttl-ms 2000 --provider-timeout-ms 1500
+    start_service 2 --lock-ttl-ms 3000 --provider-timeout-ms 2500
     run="e$RANDOM$RANDOM"; x=$(order "$run" 0)
-    arm "$x" delay 1000
+    arm "$x" delay 2000
     storm_in_background "$run" 4 12
     victim=$(caller_of "$x")
-    still_pending "$x"
     kill -9 "$ledger_pid"; wait "$ledger_pid" 2>/dev/null || true
-    wait_for "worker $victim to fail at recording $x" \
+    wait_for "worker $victim to fail at recording $x (did the ledger die too late?)" \
       grep -q "(pid $victim) could not record the answer for $x:" "$dir/service.log"
     grep -q "(pid $victim) provider answered 201 for $x\$" "$dir/service.log" ||
       fail "worker $victim failed at the ledger without a charge to record"
     echo "the ledger died (kill -9) while worker $victim recorded $x's charge"
+    # (not checked for "pending" now: a retry may already be finishing it)
     start_ledger
-    still_pending "$x"
-    echo "restarted the ledger from its append-only file: $x still pending"
+    echo "restarted the ledger from its append-only file"
     storm_result "after the ledger failed at the record"
     ;;
 
