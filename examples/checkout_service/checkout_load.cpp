@@ -320,7 +320,7 @@ int main(int argc, char** argv) {
                                             {-201, "201 Created      (replayed: charged before)"},
                                             {202, "202 Accepted     (outcome pending: retry)"},
                                             {409, "409 Conflict     (order in progress: retry)"},
-                                            {503, "503 Unavailable  (nothing charged: retry)"},
+                                            {503, "503 Unavailable  (not known yet: retry)"},
                                             {0, "no answer"}};
   std::printf("  first answers:\n");
   for (const auto& [status, n] : by_status) {

@@ -6,6 +6,9 @@
 //   POST /checkout {"order_id": "A-17", "amount": 1299, "currency": "EUR"}
 //     201 Created    {"status": "charged", "charge_id": ...}   charged (now or, on a replay, before)
 //     402 Payment Required {"status": "declined", ...}         the provider declined the card
+//     402 Payment Required {"status": "failed", ...}   the provider refused the charge for good
+//                                                       (a 4xx other than 402/409/429): nothing
+//                                                       was charged; a new order is needed
 //     202 Accepted   {"status": "pending"} + Retry-After      the outcome is not known yet: retry
 //                                                               with the same order_id
 //     409 Conflict   {"error": "order_in_progress"} + Retry-After   another request has it now
@@ -32,7 +35,7 @@
 //   checkout_service --ledger-url URL --provider HOST:PORT [--url redis://127.0.0.1:6379]
 //                    [--listen 127.0.0.1] [--port 8080] [--workers N] [--lock-ttl-ms 5000]
 //                    [--no-renew] [--provider-timeout-ms 2000] [--retention-s 86400]
-//                    [--reconcile-ms 1000] [--prefix checkout:]
+//                    [--reconcile-ms 1000] [--shutdown-grace-ms MS] [--prefix checkout:]
 //
 // --url is the lock's Redis; --ledger-url a Redis of its own with appendfsync always (the
 // ledger must not share the lock server's fate: see README). --workers N forks N processes
@@ -99,6 +102,9 @@ struct Options {
   std::chrono::seconds retention{86400};
   std::chrono::milliseconds reconcile_every{1000};
   std::string prefix = "checkout:";
+  // How long SIGTERM waits for requests in progress before leaving as a crash would; by
+  // default longer than any charge can take (the provider deadline), plus the ledger's steps.
+  std::optional<std::chrono::milliseconds> shutdown_grace;
 };
 
 using Request = http::request<http::string_body>;
@@ -170,10 +176,29 @@ asio::ip::tcp::endpoint parse_endpoint(const std::string& host_port) {
 struct Decided {
   int status = 0;  // 201 or 402
   std::string body;
-  std::string charge_id;
+  std::string charge_id;  // empty when the provider refused the request
 };
 
+/// The provider's answer as the order's final outcome, or nullopt while it is not known:
+///   201 charged, 402 declined (both carry the provider's charge id);
+///   any other 4xx but 409 (the key's first call is still running) and 429 (slow down): the
+///     provider refused the request and charged nothing, and would refuse it again (it keeps
+///     a key's answer): a final failure, so that neither the client nor the reconciler
+///     retries it forever;
+///   no answer, 409, 429, 5xx: not known (a 5xx may come after a charge): the attempt stays
+///     pending and is retried with the same key.
 std::optional<Decided> decided(const checkout::HttpAnswer& a, const checkout::Record& order) {
+  if (a.status >= 400 && a.status < 500 && a.status != 402 && a.status != 409 &&
+      a.status != 429) {
+    const json::object body{{"status", "failed"},
+                            {"order_id", order.order_id},
+                            {"amount", order.amount},
+                            {"currency", order.currency},
+                            {"failure_code", "payment_refused"},
+                            {"message", "the payment provider refused this payment; nothing was "
+                                        "charged"}};
+    return Decided{402, json::serialize(body) + "\n", ""};
+  }
   if (a.status != 201 && a.status != 402) return std::nullopt;
   error_code ec;
   const json::value v = json::parse(a.body, ec);
@@ -230,21 +255,23 @@ class Worker {
     reconcile_timer_.cancel();
     for (auto* idle : reading_) idle->cancel();
     if (busy_ == 0) return;
-    // A last resort, should a step hang after all: leave as a crash would (the ledger's
-    // pending attempts are finished by the other workers' reconcilers).
-    grace_.expires_after(opt_.provider_timeout + 10s);
+    // A last resort, should a step hang after all (or a charge outlast a --shutdown-grace-ms
+    // set shorter than it): leave as a crash would (the ledger's pending attempts are
+    // finished by a retry or the other workers' reconcilers).
+    grace_.expires_after(opt_.shutdown_grace.value_or(opt_.provider_timeout + 10s));
     grace_.async_wait([this](error_code ec) {
       if (ec) return;
-      std::fprintf(stderr, "checkout worker %d: shutdown grace ran out; exiting\n", index_);
+      std::fprintf(stderr, "checkout worker %d (pid %d): shutdown grace ran out; exiting\n", index_,
+                   ::getpid());
       print_summary();
       std::_Exit(1);
     });
   }
 
   void print_summary() const {
-    std::printf("checkout worker %d (pid %d): %d charged, %d declined, %d replayed, %d conflicts, "
-                "%d pending, %d unavailable, %d reconciled\n",
-                index_, ::getpid(), charged_, declined_, replayed_, conflicts_, pending_,
+    std::printf("checkout worker %d (pid %d): %d charged, %d declined, %d failed, %d replayed, "
+                "%d conflicts, %d pending, %d unavailable, %d reconciled\n",
+                index_, ::getpid(), charged_, declined_, failed_, replayed_, conflicts_, pending_,
                 unavailable_, reconciled_);
     std::fflush(stdout);
   }
@@ -372,7 +399,7 @@ class Worker {
     co_await guard.async_release(asio::as_tuple(asio::use_awaitable));
     switch (s.outcome) {
       case Settled::decided:
-        (s.order.status == 201 ? charged_ : declined_)++;
+        (s.order.status == 201 ? charged_ : s.order.charge_id.empty() ? failed_ : declined_)++;
         co_return reply(req, static_cast<http::status>(s.order.status), s.order.body);
       case Settled::already_final:
         co_return replay(req, s.order);
@@ -413,6 +440,10 @@ class Worker {
   /// Steps 3-5, under the order's lock: for a client request and for the reconciler alike.
   asio::awaitable<Settled> settle(const redis_lock::LockGuard& guard, const std::string& order_id,
                                   std::int64_t amount, const std::string& currency) {
+    // (the fault scenarios read which token each holder of an order got from here)
+    std::printf("checkout worker %d (pid %d) holds %s with fencing token %llu\n", index_, ::getpid(),
+                order_id.c_str(), static_cast<unsigned long long>(guard.fencing_token()));
+    std::fflush(stdout);
     checkout::Ledger::BeginResult begun;
     try {
       begun = co_await on_pool([&] {
@@ -450,6 +481,9 @@ class Worker {
     const auto answer = co_await checkout::http_call(provider_, http::verb::post, "/v1/charges",
                                                      std::move(request), deadline,
                                                      std::move(headers));
+    std::printf("checkout worker %d (pid %d) provider answered %d for %s\n", index_, ::getpid(),
+                answer.status, order_id.c_str());  // 0: no answer
+    std::fflush(stdout);
     const auto result = decided(answer, order);
     if (!result) co_return Settled{Settled::unknown, {}};
 
@@ -467,6 +501,9 @@ class Worker {
       });
       if (stored.state == "final") final_order = std::move(stored);
     } catch (const checkout::LedgerError&) {
+      std::printf("checkout worker %d (pid %d) could not record the answer for %s: ledger "
+                  "unavailable (the reconciler will)\n", index_, ::getpid(), order_id.c_str());
+      std::fflush(stdout);
     }
     co_return Settled{Settled::decided, std::move(final_order)};
   }
@@ -558,8 +595,8 @@ class Worker {
   asio::steady_timer reconcile_timer_{io_};
   int busy_ = 0;
   bool stopping_ = false;
-  int charged_ = 0, declined_ = 0, replayed_ = 0, conflicts_ = 0, pending_ = 0, unavailable_ = 0,
-      reconciled_ = 0;
+  int charged_ = 0, declined_ = 0, failed_ = 0, replayed_ = 0, conflicts_ = 0, pending_ = 0,
+      unavailable_ = 0, reconciled_ = 0;
 };
 
 struct Configs {
@@ -589,10 +626,11 @@ int run_worker(const Options& opt, const Configs& configs, int index) {
       "usage: checkout_service --ledger-url URL --provider HOST:PORT [--url URL]\n"
       "                        [--listen ADDR] [--port P] [--workers N] [--lock-ttl-ms MS]\n"
       "                        [--no-renew] [--provider-timeout-ms MS] [--retention-s S]\n"
-      "                        [--reconcile-ms MS] [--prefix PREFIX]\n"
+      "                        [--reconcile-ms MS] [--shutdown-grace-ms MS] [--prefix PREFIX]\n"
       "  --url (the lock's Redis) defaults to $REDIS_LOCK_URL or redis://127.0.0.1:6379;\n"
       "  --ledger-url is a Redis of its own (appendfsync always); the provider deadline must\n"
-      "  be shorter than the lock's ttl\n",
+      "  be shorter than the lock's ttl; --shutdown-grace-ms defaults to the provider deadline\n"
+      "  plus 10 s\n",
       code == 0 ? stdout : stderr);
   std::exit(code);
 }
@@ -621,6 +659,7 @@ Options parse(int argc, char** argv) {
       else if (arg == "--provider-timeout-ms") opt.provider_timeout = ms(value);
       else if (arg == "--retention-s") opt.retention = std::chrono::seconds(std::stol(value));
       else if (arg == "--reconcile-ms") opt.reconcile_every = ms(value);
+      else if (arg == "--shutdown-grace-ms") opt.shutdown_grace = ms(value);
       else if (arg == "--prefix") opt.prefix = value;
       else usage(2);
     } catch (const std::exception&) {
@@ -629,7 +668,8 @@ Options parse(int argc, char** argv) {
   }
   if (opt.workers < 1 || opt.workers > 64 || opt.lock_ttl.count() <= 0 ||
       opt.provider_timeout.count() <= 0 || opt.provider_timeout >= opt.lock_ttl ||
-      opt.retention.count() <= 0 || opt.reconcile_every.count() <= 0 || opt.ledger_url.empty() ||
+      opt.retention.count() <= 0 || opt.reconcile_every.count() <= 0 ||
+      (opt.shutdown_grace && opt.shutdown_grace->count() <= 0) || opt.ledger_url.empty() ||
       opt.provider.empty()) {
     usage(2);
   }

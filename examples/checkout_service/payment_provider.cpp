@@ -16,11 +16,21 @@
 //     402 {"id": "ch_...", "status": "declined", "decline_code": "card_declined", ...}
 //     409 idempotency_key_in_use, 422 idempotency_key_reused, 400 bad request
 //   GET  /v1/charges     every result, for checkers: {"results": [{..., "idempotency_key"}]}
-//   POST /v1/faults      {"reference": R, "action": "decline" | "delay" | "drop_response",
-//                         "delay_ms": N}   the next charge for R misbehaves once, on demand:
+//   POST /v1/faults      {"reference": R, "action": "decline" | "delay" | "delay_response" |
+//                         "drop_response" | "error", "delay_ms": N, "status": S}   the next
+//                        charge for R misbehaves once, on demand:
 //                        delay: the charge happens after N ms (a slow or timed-out call);
+//                        delay_response: the charge happens at once, its answer leaves N ms
+//                        later (the caller can die knowing nothing of a charge that is made);
 //                        drop_response: the charge happens, then the connection is closed
-//                        without an answer.
+//                        without an answer;
+//                        error: nothing is charged and the answer is S (400-599, not 402 or
+//                        409) with {"error": ...}. A 4xx is kept as the key's result (a
+//                        repeated key gets it again), as providers keep a refused request's; a
+//                        5xx is not (the key is free: a retry is processed anew).
+//                        A faulted charge is logged on stdout once it is recorded, or
+//                        refused: "payment_provider: charged R (STATUS, fault ACTION)",
+//                        "payment_provider: refused R (STATUS, fault error; nothing charged)".
 //   GET  /healthz
 //
 //   payment_provider --journal FILE [--listen 127.0.0.1] [--port 0] [--latency-ms 2]
@@ -75,6 +85,7 @@ struct Result {
 struct Fault {
   std::string action;
   std::chrono::milliseconds delay{0};
+  int status = 0;  // error: the status to answer with
 };
 
 Response answer(const Request& req, int status, const json::object& body) {
@@ -165,14 +176,22 @@ class Provider {
     const json::value* ref = body["reference"];
     const json::value* action = body["action"];
     const json::value* delay = body["delay_ms"];
-    static const std::set<std::string_view> actions = {"decline", "delay", "drop_response"};
+    const json::value* status = body["status"];
+    static const std::set<std::string_view> actions = {"decline", "delay", "delay_response",
+                                                       "drop_response", "error"};
     if (!ref || !ref->is_string() || !action || !action->is_string() ||
-        !actions.count(action->get_string()) || (delay && !delay->is_int64())) {
+        !actions.count(action->get_string()) || (delay && !delay->is_int64()) ||
+        (status && !status->is_int64())) {
+      return answer(req, 400, error_body("bad_fault"));
+    }
+    const int error_status = status ? static_cast<int>(status->as_int64()) : 0;
+    if (action->get_string() == "error" &&
+        (error_status < 400 || error_status > 599 || error_status == 402 || error_status == 409)) {
       return answer(req, 400, error_body("bad_fault"));
     }
     faults_[std::string(ref->get_string())] =
         Fault{std::string(action->get_string()),
-              std::chrono::milliseconds(delay ? delay->as_int64() : 0)};
+              std::chrono::milliseconds(delay ? delay->as_int64() : 0), error_status};
     return answer(req, 200, {{"armed", true}});
   }
 
@@ -211,11 +230,31 @@ class Provider {
       faults_.erase(it);
     }
     // The work of a charge (a card network round trip), then any injected slowness.
-    asio::steady_timer work(io_, latency_ + fault.delay);
+    const bool answer_late = fault.action == "delay_response";
+    asio::steady_timer work(io_, latency_ + (answer_late ? 0ms : fault.delay));
     co_await work.async_wait(asio::as_tuple(asio::use_awaitable));
 
+    const std::string ref(reference->get_string());
+    if (fault.action == "error" && fault.status >= 500) {
+      std::printf("payment_provider: refused %s (%d, fault error; nothing charged)\n", ref.c_str(),
+                  fault.status);
+      std::fflush(stdout);
+      co_return answer(req, fault.status, error_body("provider_unavailable"));
+    }
     Result r;
     r.params = params;
+    if (fault.action == "error") {  // a 4xx: refused for good, kept for the key
+      r.status = fault.status;
+      r.body = params;
+      r.body["status"] = "failed";
+      r.body["error"] = "request_refused";
+      record(key, r);
+      results_.emplace(key, r);
+      std::printf("payment_provider: refused %s (%d, fault error; nothing charged)\n", ref.c_str(),
+                  r.status);
+      std::fflush(stdout);
+      co_return answer(req, r.status, r.body);
+    }
     const bool declined = fault.action == "decline";
     r.status = declined ? 402 : 201;
     r.body = params;
@@ -223,8 +262,17 @@ class Provider {
     r.body["status"] = declined ? "declined" : "succeeded";
     if (declined) r.body["decline_code"] = "card_declined";
     record(key, r);
-    results_.emplace(key, r);
+    results_.emplace(key, r);  // from here a repeated key is answered with this result
+    if (!fault.action.empty()) {
+      std::printf("payment_provider: charged %s (%d, fault %s)\n", ref.c_str(), r.status,
+                  fault.action.c_str());
+      std::fflush(stdout);
+    }
     if (fault.action == "drop_response") co_return std::nullopt;
+    if (answer_late) {
+      work.expires_after(fault.delay);
+      co_await work.async_wait(asio::as_tuple(asio::use_awaitable));
+    }
     co_return answer(req, r.status, r.body);
   }
 

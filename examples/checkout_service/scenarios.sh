@@ -18,6 +18,13 @@
 #   dropped_response      the provider charges and drops the connection without an answer
 #   sigstop               a worker paused (SIGSTOP) past its lease, renewal on
 #   ledger_restart        the ledger's Redis killed and restarted from its append-only file
+#   kill9_after_charge    kill -9 of a worker after the provider charged, before the worker
+#                         could record the result in the ledger
+#   ledger_fails_at_record  the ledger's Redis killed while a worker calls the provider: the
+#                         result cannot be recorded; the ledger restarts from its file
+#   sigterm_grace_runs_out  SIGTERM to a worker whose charge outlasts its shutdown grace
+#   provider_errors       the provider refuses a charge for good (400) and fails another for
+#                         a while (503)
 #   lock_server_restart   the lock's Redis killed and restarted empty mid-charge: fencing
 #                         tokens keep rising across it
 #   demo                  the storm, then a fault round (a worker killed mid-charge, the lock
@@ -80,9 +87,9 @@ start_provider() {
   wait_for "the provider" grep -q 'listening on' "$dir/provider.log"
   provider_port=$(sed -n 's/.*listening on 127.0.0.1:\([0-9]*\).*/\1/p' "$dir/provider.log")
 }
-# arm ORDER ACTION [DELAY_MS]: the provider's next charge for ORDER misbehaves once
+# arm ORDER ACTION [DELAY_MS] [STATUS]: the provider's next charge for ORDER misbehaves once
 arm() {
-  local body="{\"reference\": \"$1\", \"action\": \"$2\", \"delay_ms\": ${3:-0}}"
+  local body="{\"reference\": \"$1\", \"action\": \"$2\", \"delay_ms\": ${3:-0}, \"status\": ${4:-0}}"
   python3 - "$provider_port" "$body" <<'EOF' || fail "could not arm a provider fault"
 import sys, urllib.request
 req = urllib.request.Request(f"http://127.0.0.1:{sys.argv[1]}/v1/faults", data=sys.argv[2].encode(),
@@ -110,6 +117,9 @@ caller_of() {
   grep -m1 "calling the provider for $1\$" "$dir/service.log" | sed -n 's/.*(pid \([0-9]*\)).*/\1/p'
 }
 calls_at_least() { [ "$(grep -c "calling the provider for $1\$" "$dir/service.log")" -ge "$2" ]; }
+# tokens_of ORDER: the fencing token of each holder of ORDER's lock, in the order they took it
+tokens_of() { sed -n "s/^checkout worker .* holds $1 with fencing token \([0-9]*\)\$/\1/p" "$dir/service.log"; }
+holders_at_least() { [ "$(tokens_of "$1" | wc -l)" -ge "$2" ]; }
 
 # storm RUN_ID ORDERS REQUESTS: the load generator's storm and checks (its exit status)
 storm() {
@@ -117,11 +127,11 @@ storm() {
     --ledger-url "unix://$dir/ledger.sock" --run-id "$1" --orders "$2" --requests "$3"
 }
 order() { echo "run$1-order-$2"; }
-# strike_mid_charge RUN ORDERS REQUESTS SIGNAL: the storm in the background, and SIGNAL for
-# the worker that calls the provider for the run's order 0 (a 1.5 s charge), which must still
-# be pending then. Sets $victim.
+# strike_mid_charge RUN ORDERS REQUESTS SIGNAL [CHARGE_MS]: the storm in the background, and
+# SIGNAL for the worker that calls the provider for the run's order 0 (a charge of CHARGE_MS,
+# 1500 by default), which must still be pending then. Sets $victim.
 strike_mid_charge() {
-  arm "$(order "$1" 0)" delay 1500
+  arm "$(order "$1" 0)" delay "${5:-1500}"
   storm_in_background "$1" "$2" "$3"
   victim=$(caller_of "$(order "$1" 0)")
   kill -"$4" "$victim"
@@ -135,6 +145,17 @@ still_pending() {
     fail "$1 was no longer pending when the fault struck (the fault came too late to test anything)"
 }
 storm_result() { wait "$storm_pid" || { cat "$dir/storm.out"; fail "$1"; }; cat "$dir/storm.out"; }
+# heard_provider PID ORDER: worker PID logged the provider's answer (or its absence) for ORDER
+heard_provider() { grep -q "(pid $1) provider answered [0-9]* for $2\$" "$dir/service.log"; }
+gone() { ! kill -0 "$1" 2>/dev/null; }
+# provider_results REFERENCE STATUS: how many of the provider's results for REFERENCE have STATUS
+provider_results() {
+  python3 - "$provider_port" "$1" "$2" <<'EOF'
+import json, sys, urllib.request
+results = json.load(urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/v1/charges", timeout=5))["results"]
+print(sum(1 for r in results if r["reference"] == sys.argv[2] and r["status"] == sys.argv[3]))
+EOF
+}
 
 start_lock_server
 start_ledger
@@ -181,13 +202,36 @@ case "$scenario" in
     [ "$(cut -d' ' -f3- "$dir/b.out")" = "$(cut -d' ' -f2- "$dir/a.out")" ] &&
       grep -q '^402 replayed ' "$dir/b.out" || fail "the decline was not replayed byte for byte"
     grep -q '^422 .*"order_mismatch"' "$dir/c.out" || fail "another amount was not refused with 422"
-    charged=$(python3 - "$provider_port" "$x" <<'EOF'
-import json, sys, urllib.request
-results = json.load(urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/v1/charges", timeout=5))["results"]
-print(sum(1 for r in results if r["reference"] == sys.argv[2] and r["status"] == "succeeded"))
-EOF
-)
-    [ "$charged" = 0 ] || fail "the provider charged a declined order"
+    [ "$(provider_results "$x" succeeded)" = 0 ] || fail "the provider charged a declined order"
+    ;;
+
+  provider_errors)
+    # Answers that are neither a charge, a decline nor silence. A 400 is the provider refusing
+    # the request for good (it keeps that answer for the key): the order is decided as failed,
+    # 402 {"status": "failed"}, replayed, nothing charged, the provider not called again. A
+    # 503 is not known (it could follow a charge): the client hears 202, the attempt stays
+    # pending, and the retry with the same key is charged, once.
+    start_service 1
+    x="refused-$RANDOM$RANDOM"
+    arm "$x" error 0 400
+    "$load" --port "$service_port" --one "$x" --amount 1200 >"$dir/a.out"
+    "$load" --port "$service_port" --one "$x" --amount 1200 >"$dir/b.out"
+    cat "$dir/a.out" "$dir/b.out"
+    grep -q '^402 {"status":"failed",.*"failure_code":"payment_refused"' "$dir/a.out" ||
+      fail "a refused charge was not a final 402 'failed'"
+    [ "$(cut -d' ' -f3- "$dir/b.out")" = "$(cut -d' ' -f2- "$dir/a.out")" ] &&
+      grep -q '^402 replayed ' "$dir/b.out" || fail "the refusal was not replayed byte for byte"
+    [ "$(redis-cli -s "$dir/ledger.sock" hget "checkout:order:$x" state)" = final ] ||
+      fail "the refused order is not final in the ledger"
+    [ "$(provider_results "$x" succeeded)" = 0 ] || fail "the provider charged a refused order"
+    [ "$(grep -c "calling the provider for $x\$" "$dir/service.log")" = 1 ] ||
+      fail "the provider was called more than once for a refused order"
+    run="u$RANDOM$RANDOM"; y=$(order "$run" 0)
+    arm "$y" error 0 503
+    storm "$run" 1 3 >"$dir/storm.out" || { cat "$dir/storm.out"; fail "after a 503"; }
+    cat "$dir/storm.out"
+    grep -q "^payment_provider: refused $y (503" "$dir/provider.log" || fail "no 503 for $y"
+    grep -qE '^ +202 Accepted .* 1$' "$dir/storm.out" || fail "the 503 was not told as 202 (pending)"
     ;;
 
   kill9)
@@ -245,27 +289,99 @@ EOF
       fail "the orders were not all replayed from the restarted ledger"
     ;;
 
+  kill9_after_charge)
+    # The provider charges at once and holds its answer for 3 s, past the caller's deadline
+    # (2.5 s); the caller dies (kill -9) once the charge is in the provider's journal: money
+    # moved, and the ledger still says pending. A retry or the other worker's reconciler calls
+    # with the same key and gets that charge back (a replay), not a second one.
+    start_service 2 --lock-ttl-ms 3000 --provider-timeout-ms 2500
+    run="a$RANDOM$RANDOM"; x=$(order "$run" 0)
+    arm "$x" delay_response 3000
+    storm_in_background "$run" 4 12
+    wait_for "the provider to charge $x" grep -q "^payment_provider: charged $x (201" "$dir/provider.log"
+    victim=$(caller_of "$x")  # logged before it called
+    kill -KILL "$victim"
+    wait_for "worker $victim to die" gone "$victim"
+    still_pending "$x"
+    ! heard_provider "$victim" "$x" ||
+      fail "worker $victim had its call's outcome before it was killed (the kill came too late)"
+    echo "killed worker $victim (kill -9) after the provider charged $x, before it was recorded"
+    storm_result "after kill -9 between the charge and its record"
+    ;;
+
+  ledger_fails_at_record)
+    # The ledger's redis-server dies (kill -9) while a worker calls the provider (a 2 s
+    # charge): the worker gets the charge, cannot record it, and tells its client the outcome
+    # all the same (the provider's answer is the order's one outcome). The ledger comes back
+    # from its append-only file with the attempt still pending; a retry or the reconciler
+    # calls again with the same key and records the very response the client was given.
+    start_service 2 --lock-ttl-ms 3000 --provider-timeout-ms 2500
+    run="e$RANDOM$RANDOM"; x=$(order "$run" 0)
+    arm "$x" delay 2000
+    storm_in_background "$run" 4 12
+    victim=$(caller_of "$x")
+    kill -9 "$ledger_pid"; wait "$ledger_pid" 2>/dev/null || true
+    wait_for "worker $victim to fail at recording $x (did the ledger die too late?)" \
+      grep -q "(pid $victim) could not record the answer for $x:" "$dir/service.log"
+    grep -q "(pid $victim) provider answered 201 for $x\$" "$dir/service.log" ||
+      fail "worker $victim failed at the ledger without a charge to record"
+    echo "the ledger died (kill -9) while worker $victim recorded $x's charge"
+    # (not checked for "pending" now: a retry may already be finishing it)
+    start_ledger
+    echo "restarted the ledger from its append-only file"
+    storm_result "after the ledger failed at the record"
+    ;;
+
+  sigterm_grace_runs_out)
+    # SIGTERM to the worker calling the provider, with a shutdown grace (200 ms) shorter than
+    # its charge (3 s) and its provider deadline (2.5 s): the grace runs out and the worker
+    # leaves as a crash would, the attempt still pending; a retry or the other worker's
+    # reconciler finishes it with the same key once the dead worker's lease (3 s) lapses.
+    start_service 2 --lock-ttl-ms 3000 --provider-timeout-ms 2500 --shutdown-grace-ms 200
+    run="g$RANDOM$RANDOM"; x=$(order "$run" 0)
+    strike_mid_charge "$run" 4 12 TERM 3000
+    wait_for "worker $victim to exit" gone "$victim"
+    grep -q "(pid $victim): shutdown grace ran out; exiting\$" "$dir/service.log" ||
+      fail "worker $victim did not leave by its grace running out"
+    ! heard_provider "$victim" "$x" ||
+      fail "worker $victim had its call's outcome before its grace ran out"
+    still_pending "$x"
+    echo "worker $victim: SIGTERM during a 3 s charge, its 200 ms grace ran out, $x still pending"
+    storm_result "after the shutdown grace ran out"
+    ;;
+
   lock_server_restart|demo)
     workers=${CHECKOUT_WORKERS:-4}
     start_service "$workers" --lock-ttl-ms 2000 --provider-timeout-ms 1500
     orders=${CHECKOUT_ORDERS:-50} requests=${CHECKOUT_REQUESTS:-400}
     [ "$scenario" = demo ] || { orders=8 requests=24; }
     echo "== the duplicate storm: $requests concurrent requests for $orders orders, $workers workers"
-    first="r$RANDOM$RANDOM"
-    storm "$first" "$orders" "$requests" || fail "the storm"
-    before=$(redis-cli -s "$dir/ledger.sock" hget "checkout:order:$(order "$first" 0)" fence)
+    storm "r$RANDOM$RANDOM" "$orders" "$requests" || fail "the storm"
     echo "== the fault round: a worker killed mid-charge, the lock server restarted empty, a"
     echo "   provider response dropped; every unfinished order retried as a client would"
-    run="f$RANDOM$RANDOM"
+    run="f$RANDOM$RANDOM"; x=$(order "$run" 0)
     arm "$(order "$run" 1)" drop_response
     strike_mid_charge "$run" "$orders" "$requests" KILL
+    # The killed holder's token, from its pending attempt, while the lock server still has it
+    # (the killed worker's lease keeps everyone else off the order until the restart).
+    before=$(redis-cli -s "$dir/ledger.sock" hget "checkout:order:$x" fence)
+    [ "$before" = "$(tokens_of "$x" | head -n 1)" ] ||
+      fail "the pending attempt's token ($before) is not the one worker $victim took: $(tokens_of "$x")"
     echo "   killed worker $victim (kill -9) while it was calling the provider"
     restart_lock_server
     echo "   restarted the lock server (kill -9, no persistence)"
+    # The next holder takes the order's lock from the restarted, empty server: its token must
+    # be above the killed holder's (checked here, before the ledger, which refuses a lower
+    # token, could turn a token gone back into a stuck order).
+    wait_for "a holder of $x after the restart" holders_at_least "$x" 2
+    after=$(tokens_of "$x" | sed -n 2p)
+    [ "$after" -gt "$before" ] ||
+      fail "fencing token went back across the restart: $before (killed holder), then $after"
     storm_result "the fault round"
-    after=$(redis-cli -s "$dir/ledger.sock" hget "checkout:order:$(order "$run" 0)" fence)
-    [ "$after" -gt "$before" ] || fail "fencing token went back after the restart: $before then $after"
-    echo "fencing tokens kept rising across the lock server's restart: $before, then $after"
+    for t in $(tokens_of "$x" | tail -n +2); do
+      [ "$t" -gt "$before" ] || fail "a later holder of $x got token $t, not above $before"
+    done
+    echo "fencing tokens kept rising across the lock server's restart: $before (killed holder), then $after"
     ;;
 
   *) echo "unknown scenario $scenario" >&2; exit 2 ;;
