@@ -64,12 +64,15 @@ TEST(Connection, PasswordAndAclUsers) {
     EXPECT_FALSE(r.ec) << r.ec.message();
     EXPECT_TRUE(r.owned);
   }
-  // ACL users: one with what a lock user needs, one that may not run scripts.
+  // ACL users: one with what an uncontended acquire and release need, one that may not run
+  // scripts.
   const auto run_admin = [&](std::vector<std::string> args) {
     args.insert(args.begin(), {"ACL", "SETUSER"});
     return redis_command(server.port(), args, "s3cret");
   };
-  // Exactly what a lock user needs (docs/security.md will list it).
+  // Enough to take and release a lock that nobody else holds; not the full least-privilege
+  // list (waiting also needs +subscribe): that one is in docs/security.md and exercised by
+  // Connection.LeastPrivilegeUserCanWaitRenewAndWaitForReplicas.
   ASSERT_EQ(run_admin({"locker", "on", ">pw1", "~lock:*", "&lock:*", "+evalsha", "+eval",
                        "+set", "+incr", "+del", "+get", "+pttl", "+pexpire", "+publish",
                        "+exists", "+time", "+zadd", "+zrem", "+zrange", "+zrangebyscore",

@@ -13,6 +13,7 @@
 
 #include <memory>
 #include <mutex>
+#include <set>
 #include <thread>
 
 using namespace redis_lock;
@@ -523,6 +524,66 @@ TEST(Redlock, AMajoritySlowerThanTheTtlTakesNoLock) {
   EXPECT_LT(took, 1s) << "waited for the command timeout";
   // The slow grants arrive, and are given back.
   EXPECT_TRUE(freed_while_running(io, masters, resource, 1500ms))
+      << masters.holding(resource) << " masters still hold it";
+}
+
+TEST(Redlock, AMajorityWhoseFencingWriteBackTakesTheRestOfTheTtlTakesNoLock) {
+  // docs/safety.md#redlock: a majority whose validity has run out by the time it is complete
+  // (the fencing write-back took the rest) is not acquired. Three masters, each 500 ms away
+  // (a proxy, 250 ms each way), their fencing counters far apart: the vote (one round trip,
+  // >= 500 ms) is complete well inside the 900 ms ttl (less the 11 ms drift: 889 ms), but
+  // the two granting counters disagree, so the lower one is raised to the token first, a
+  // second round trip: no earlier than 1000 ms after the send, past the validity whatever
+  // the machine's load. No lock, no error, every grant given back.
+  // (The vote alone running out after a complete majority cannot be staged: when ttl - drift
+  // is below the command timeout the acquire stops waiting at that point, and otherwise any
+  // answer in time leaves validity. Only a majority completing in the instant between the
+  // two checks would reach it.)
+  Masters masters(3);
+  auto base = masters.config();
+  base.command_timeout = 2s;  // neither round trip times out
+  SlowPath path(masters, {0, 1, 2}, base);
+  asio::io_context io;
+  auto log = std::make_shared<AcquireLog>();
+  LockManager locks(io.get_executor(), path.config, {.observer = log});
+  connect_everywhere(locks, io);
+  const auto resource = unique_resource();
+  const auto fence_key = detail::make_keys("lock:", resource).fence;
+  // Far above the masters' clocks (so no clock floor applies), and 1000 apart: whichever two
+  // grant first, their counters disagree.
+  const auto now_us = std::chrono::duration_cast<std::chrono::microseconds>(
+                          std::chrono::system_clock::now().time_since_epoch())
+                          .count();
+  for (std::size_t i = 0; i < 3; ++i) {
+    const auto counter = std::to_string(now_us + 1'000'000'000'000LL + 1000LL * static_cast<long long>(i));
+    ASSERT_EQ(masters.nodes[i]->command({"SET", fence_key, counter}), "OK");
+  }
+  path.set_delay(250ms);
+  std::optional<Outcome> got;
+  const auto started = Clock::now();
+  Clock::duration took{};
+  locks.async_acquire(resource, {.ttl = 900ms}, [&](boost::system::error_code ec, LockGuard g) {
+    took = Clock::now() - started;
+    got = Outcome{ec, g.owns_lock(), g.fencing_token()};
+  });
+  io.restart();
+  while (!got && Clock::now() - started < 5s) io.run_one_for(20ms);
+  ASSERT_TRUE(got) << "the acquire did not complete";
+  EXPECT_FALSE(got->owned) << "granted a lease whose validity the write-back used up";
+  EXPECT_FALSE(got->ec) << got->ec.message() << " (no_quorum: the vote itself came after "
+                        << "889 ms, on a machine too slow for this test)";
+  ASSERT_EQ(log->events.size(), 2u);  // connect_everywhere's, then this one
+  EXPECT_EQ(log->events[1].outcome, AcquireOutcome::not_acquired);
+  EXPECT_GE(log->outcomes(1, NodeOutcome::granted), 2) << "the majority was not complete";
+  // Two round trips: the vote's, then the write-back's.
+  EXPECT_GE(took, 1000ms);
+  // The write-back ran: two masters' counters now agree (each grant added one to counters
+  // 1000 apart; only the raise makes two equal).
+  std::set<std::string> counters;
+  for (const auto& node : masters.nodes) counters.insert(node->command({"GET", fence_key}));
+  EXPECT_LE(counters.size(), 2u) << "no counter was raised to the token";
+  // Every grant (the late third one too) is given back.
+  EXPECT_TRUE(freed_while_running(io, masters, resource, 3s))
       << masters.holding(resource) << " masters still hold it";
 }
 

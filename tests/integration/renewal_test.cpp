@@ -111,8 +111,13 @@ TEST(Renewal, PausedServerIsNoticedBeforeAnyoneElseCanHoldTheLock) {
     lost_at = Clock::now();
     EXPECT_EQ(ec, error::lock_lost);
     // Reported before the server could give the lock to anyone else, and on time.
-    EXPECT_LT(lost_at, server_expiry);
-    EXPECT_LE(lost_at, g.valid_until() + 50ms);
+    const auto ms = [](Clock::duration d) {
+      return std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
+    };
+    EXPECT_LT(lost_at, server_expiry)
+        << "reported " << ms(lost_at - server_expiry) << " ms after the server expired the lease";
+    EXPECT_LE(lost_at, g.valid_until() + 50ms)
+        << "reported " << ms(lost_at - g.valid_until()) << " ms after valid_until()";
     co_await sleep_for(1500ms);  // paused for longer than the ttl
     server.resume();
   }(), 20s);

@@ -8,6 +8,7 @@
 #include <boost/asio/steady_timer.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <initializer_list>
 
 using namespace redis_lock;
@@ -31,6 +32,14 @@ void expect_refused(const TlsRedisServer& tls, const ConnectionConfig& cfg,
   EXPECT_LT(Clock::now() - start, cfg.connect_timeout + 500ms);
   EXPECT_EQ(tls.server->command({"EXISTS", lease_key(resource)}), "0");
 }
+
+/// Counts the renewals a majority confirmed.
+struct RenewalCount final : Observer {
+  std::atomic<int> confirmed{0};
+  void on_lease(const LeaseEvent& e) noexcept override {
+    if (e.command == LeaseCommand::renewal && e.succeeded) ++confirmed;
+  }
+};
 
 }  // namespace
 
@@ -179,14 +188,26 @@ TEST(Tls, RedlockOverTlsFromARedissRedlockUrl) {
   EXPECT_EQ(cfg->database, 3);
   ASSERT_EQ(cfg->nodes.size(), 3u);
   asio::io_context io;
-  LockManager locks(io.get_executor(), *cfg);
+  auto renewals = std::make_shared<RenewalCount>();
+  LockManager locks(io.get_executor(), *cfg, {.observer = renewals});
   const auto resource = unique_resource();
   run_co(io, [&]() -> asio::awaitable<void> {
-    auto held = co_await locks.async_acquire(resource, {.ttl = 300ms, .auto_renew = true},
-                                             asio::use_awaitable);
+    // Renewed every 100 ms: a renewal may run up to ~500 ms late on a loaded machine.
+    auto held = co_await locks.async_acquire(
+        resource, {.ttl = 600ms, .auto_renew = true, .renew_every = 100ms}, asio::use_awaitable);
     CO_ASSERT_TRUE(held);
-    co_await sleep_for(700ms);  // renewed over TLS by every master
+    const auto first_valid_until = held.valid_until();
+    // Renewed over TLS: wait (bounded) for eight confirmed renewals. Each is sent at least
+    // 75 ms after the one before (renew_every less the watchdog's 25 ms grid) and the first
+    // as long after the acquire, so the eighth left after the acquire's 600 ms lease had
+    // expired on every master: a master that still holds the lease below was renewed.
+    for (const auto until = Clock::now() + 10s;
+         renewals->confirmed.load() < 8 && !held.lost() && Clock::now() < until;) {
+      co_await sleep_for(10ms);
+    }
+    EXPECT_GE(renewals->confirmed.load(), 8) << "renewals over TLS were not confirmed";
     EXPECT_FALSE(held.lost());
+    EXPECT_GT(held.valid_until(), first_valid_until);
     int holding = 0;
     for (auto& m : masters) {
       // (On the harness's plain port, in database 3.)

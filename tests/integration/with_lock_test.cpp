@@ -5,9 +5,15 @@
 
 #include <redis_lock/with_lock.hpp>
 
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_future.hpp>
+#include <boost/version.hpp>
+#if BOOST_VERSION >= 108600
+#include <boost/asio/cancel_after.hpp>
+#endif
 
 using namespace redis_lock;
 using namespace redis_lock::test;
@@ -209,3 +215,121 @@ TEST(WithLock, CancelledByOrWhileWaitingOrWorking) {
     EXPECT_EQ(redis_command(cfg.port, {"EXISTS", lease_key(resource)}), "0") << "not released";
   }());
 }
+
+namespace {
+
+/// What an async_with_lock completion said.
+struct Completion {
+  std::exception_ptr exception;
+  error_code ec;
+  /// The code the operation ended with: an exception's (the work's, or a co_await's in
+  /// with_lock), else the returned error.
+  error_code code() const {
+    if (!exception) return ec;
+    try {
+      std::rethrow_exception(exception);
+    } catch (const boost::system::system_error& e) {
+      return e.code();
+    } catch (...) {
+      ADD_FAILURE() << "with_lock completed with an exception that is not a system_error";
+      return {};
+    }
+  }
+};
+
+/// After a cancelled async_with_lock: the lock is free for another manager, without waiting
+/// out the ttl (30 s): the release was sent, not left to the expiry.
+void expect_free_at_once(LockManager& other, asio::io_context& io, const std::string& resource) {
+  const auto started = std::chrono::steady_clock::now();
+  std::optional<Outcome> got;
+  // A wait, as the release may still be on its way (with_lock cannot await it once the
+  // coroutine is cancelled: the guard's destructor posts it) and races this acquire.
+  other.async_acquire(resource, {.ttl = 5s, .wait = 5s}, [&](error_code ec, LockGuard g) {
+    got = Outcome{ec, g.owns_lock(), g.fencing_token()};
+  });
+  while (!got && std::chrono::steady_clock::now() - started < 10s) io.run_one_for(20ms);
+  ASSERT_TRUE(got) << "the other manager's acquire did not complete";
+  EXPECT_FALSE(got->ec) << got->ec.message();
+  EXPECT_TRUE(got->owned) << "still held after the cancelled with_lock";
+  EXPECT_LT(std::chrono::steady_clock::now() - started, 2s) << "freed by the ttl, not released";
+}
+
+}  // namespace
+
+// docs/guide.md: Asio's per-operation cancellation (`bind_cancellation_slot`, `cancel_after`
+// from Boost 1.86 on) cancels with_lock. Here the slot's signal is emitted by a timer on the
+// same executor, armed by the work itself (so the work is surely running, not the acquire):
+// the work is cancelled, async_with_lock completes with operation_aborted, and the lock is
+// released, not left to its 30 s ttl.
+TEST(WithLock, CancelledThroughABoundCancellationSlot) {
+  asio::io_context io;
+  auto cfg = shared_server_config();
+  LockManager locks(io.get_executor(), cfg), other(io.get_executor(), cfg);
+  const auto resource = unique_resource();
+  asio::cancellation_signal cancel;
+  asio::steady_timer emitter(io);
+  bool work_started = false, work_aborted = false;
+  std::optional<std::chrono::steady_clock::time_point> emitted;
+  std::optional<Completion> done;
+  async_with_lock(
+      locks, resource, {.ttl = 30s},
+      [&](const LockGuard& g) -> asio::awaitable<void> {
+        work_started = true;
+        EXPECT_EQ(redis_command(cfg.port, {"GET", lease_key(resource)}), g.token());
+        emitter.expires_after(100ms);
+        emitter.async_wait([&](error_code ec) {
+          if (ec) return;
+          emitted = std::chrono::steady_clock::now();
+          cancel.emit(asio::cancellation_type::terminal);
+        });
+        asio::steady_timer t(co_await asio::this_coro::executor, 20s);
+        try {
+          co_await t.async_wait(asio::use_awaitable);
+        } catch (const boost::system::system_error& e) {
+          work_aborted = e.code() == asio::error::operation_aborted;
+          throw;
+        }
+      },
+      asio::bind_cancellation_slot(cancel.slot(), [&](std::exception_ptr e, error_code ec) {
+        done = Completion{e, ec};
+      }));
+  const auto started = std::chrono::steady_clock::now();
+  while (!done && std::chrono::steady_clock::now() - started < 15s) io.run_one_for(20ms);
+  ASSERT_TRUE(done) << "async_with_lock did not complete";
+  EXPECT_TRUE(work_started);
+  EXPECT_TRUE(work_aborted) << "the work was not cancelled";
+  ASSERT_TRUE(emitted);
+  EXPECT_LT(std::chrono::steady_clock::now() - *emitted, 2s) << "completed long after the cancel";
+  EXPECT_EQ(done->code(), asio::error::operation_aborted) << done->code().message();
+  expect_free_at_once(other, io, resource);
+}
+
+#if BOOST_VERSION >= 108600
+// The same with asio::cancel_after, which starts its timer when async_with_lock is called:
+// on a slow machine the acquire may still be running when it fires, so either phase may be
+// the one cancelled; both end in operation_aborted with nothing left held.
+TEST(WithLock, CancelledByCancelAfter) {
+  asio::io_context io;
+  auto cfg = shared_server_config();
+  LockManager locks(io.get_executor(), cfg), other(io.get_executor(), cfg);
+  const auto resource = unique_resource();
+  bool work_finished = false;
+  std::optional<Completion> done;
+  async_with_lock(locks, resource, {.ttl = 30s},
+                  [&](const LockGuard&) -> asio::awaitable<void> {
+                    asio::steady_timer t(co_await asio::this_coro::executor, 20s);
+                    co_await t.async_wait(asio::use_awaitable);
+                    work_finished = true;
+                  },
+                  asio::cancel_after(300ms, [&](std::exception_ptr e, error_code ec) {
+                    done = Completion{e, ec};
+                  }));
+  const auto started = std::chrono::steady_clock::now();
+  while (!done && std::chrono::steady_clock::now() - started < 15s) io.run_one_for(20ms);
+  ASSERT_TRUE(done) << "async_with_lock did not complete";
+  EXPECT_FALSE(work_finished);
+  EXPECT_LT(std::chrono::steady_clock::now() - started, 3s) << "not cancelled after 300 ms";
+  EXPECT_EQ(done->code(), asio::error::operation_aborted) << done->code().message();
+  expect_free_at_once(other, io, resource);
+}
+#endif

@@ -2,6 +2,7 @@
 #include "redis_cluster.hpp"
 
 #include <algorithm>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
@@ -65,7 +66,11 @@ RedisCluster::RedisCluster(int masters, int replicas_per_master, Slots layout)
     : masters_(static_cast<std::size_t>(masters)) {
   const std::vector<std::string> args = {
       "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-      "--cluster-node-timeout", "1000",
+      // 3 s: a node starved of CPU for 1 s on a loaded machine (the old value) was marked
+      // failed and its replica promoted, a failover nobody asked for in the middle of a test
+      // that asserts zero errors. A killed master is replaced after this long plus the
+      // election (~4-5 s; wait_healthy allows 20 s).
+      "--cluster-node-timeout", "3000",
       // Any replica may take over, however long its link was down (tests kill masters).
       "--cluster-replica-validity-factor", "0",
       "--cluster-allow-replica-migration", "no",
@@ -167,22 +172,38 @@ void RedisCluster::failover(std::size_t replica) {
 }
 
 void RedisCluster::wait_healthy(std::chrono::milliseconds limit) const {
+  // Every live node must see every live node in the same role: masters with the same slots,
+  // replicas of the same master. (Comparing only the masters that serve slots passed while
+  // some nodes still took a fresh replica for an empty master, as gossip spreads a role
+  // change only within about half the node timeout: those masters then refused it their
+  // vote, "it is a master node", and a CLUSTER FAILOVER FORCE sent then never happened.)
+  struct Seen {
+    std::uint16_t port;
+    std::string role;  // "master", or the id of the master it replicates
+    std::vector<std::pair<int, int>> slots;
+    bool operator==(const Seen&) const = default;
+    bool operator<(const Seen& o) const { return port < o.port; }
+  };
+  std::set<std::uint16_t> live;
+  for (const auto& n : nodes_) {
+    if (n->running()) live.insert(n->port());
+  }
   wait_until(
       [&] {
-        std::vector<std::pair<std::uint16_t, std::vector<std::pair<int, int>>>> first_view;
+        std::vector<Seen> first_view;
         bool first = true;
         for (const auto& n : nodes_) {
           if (!n->running()) continue;
           const auto info = redis_command(n->port(), {"CLUSTER", "INFO"});
           if (info.find("cluster_state:ok") == std::string::npos) return false;
-          // Every live node sees the same live masters with the same slots.
-          std::vector<std::pair<std::uint16_t, std::vector<std::pair<int, int>>>> view;
+          std::vector<Seen> view;
           for (const auto& l : cluster_nodes(n->port())) {
-            if (l.master() && !l.slots.empty()) {
-              if (l.failed()) return false;
-              view.emplace_back(l.port, l.slots);
-            }
+            if (l.master() && !l.slots.empty() && l.failed()) return false;
+            if (!live.count(l.port)) continue;
+            if (l.failed()) return false;
+            view.push_back({l.port, l.master() ? "master" : l.master_id, l.slots});
           }
+          if (view.size() != live.size()) return false;
           std::sort(view.begin(), view.end());
           if (first) {
             first_view = view;

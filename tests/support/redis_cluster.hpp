@@ -36,7 +36,9 @@ class RedisCluster {
   std::size_t replica_of(std::size_t master) const;
   /// Runs CLUSTER FAILOVER on `replica` and waits until it is master of its slots everywhere.
   void failover(std::size_t replica);
-  /// Waits until every live node agrees that every slot has a live master.
+  /// Waits until every live node reports cluster_state:ok, every replica is in sync, and all
+  /// live nodes see the same roles: the same masters with the same slots, the same replicas
+  /// of the same masters, none of them flagged failed.
   void wait_healthy(std::chrono::milliseconds limit = std::chrono::seconds(20)) const;
   /// Moves `slot` from its master to `target` the way redis-cli --cluster reshard does
   /// (IMPORTING, MIGRATING, MIGRATE keys, SETSLOT NODE), calling `between` after the slot
