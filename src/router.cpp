@@ -269,8 +269,7 @@ void Router::query_slots(std::size_t tried) {
         if (ec || !self->apply_slots(reply, node)) return self->query_slots(tried + 1);
         self->fallback_ = node;
         self->refresh_done();
-      }),
-               nullptr, slot_map_extra_time);
+      }));
 }
 
 void Router::refresh_done() {

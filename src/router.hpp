@@ -114,11 +114,6 @@ class Router : public std::enable_shared_from_this<Router> {
   void shutdown() noexcept;
 
   static constexpr std::chrono::milliseconds min_refresh_interval{100};
-  /// CLUSTER SLOTS gets this long on top of the command timeout: after slot-by-slot
-  /// resharding its reply lists up to 16384 ranges (~1.6 MB), which a loaded machine may
-  /// not read within a timeout sized for lock commands. Lock traffic does not wait for it
-  /// (MOVED redirects it meanwhile), so a slow seed costs only a later map.
-  static constexpr std::chrono::milliseconds slot_map_extra_time{4000};
   /// Sentinel: while commands flow, the sentinels are asked this often whether the master
   /// is still where our connections go (a master demoted by a failover may keep accepting
   /// writes until the sentinels reconfigure it, up to ~10 s later).
