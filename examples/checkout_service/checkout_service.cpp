@@ -35,7 +35,8 @@
 //   checkout_service --ledger-url URL --provider HOST:PORT [--url redis://127.0.0.1:6379]
 //                    [--listen 127.0.0.1] [--port 8080] [--workers N] [--lock-ttl-ms 5000]
 //                    [--no-renew] [--provider-timeout-ms 2000] [--retention-s 86400]
-//                    [--reconcile-ms 1000] [--shutdown-grace-ms MS] [--prefix checkout:]
+//                    [--reconcile-ms 1000] [--reconcile-max-backoff-ms 300000]
+//                    [--shutdown-grace-ms MS] [--prefix checkout:]
 //
 // --url is the lock's Redis; --ledger-url a Redis of its own with appendfsync always (the
 // ledger must not share the lock server's fate: see README). --workers N forks N processes
@@ -101,6 +102,8 @@ struct Options {
   std::chrono::milliseconds provider_timeout{2000};
   std::chrono::seconds retention{86400};
   std::chrono::milliseconds reconcile_every{1000};
+  // The longest a pending order waits between two reconcile retries (beyond the lock ttl).
+  std::chrono::milliseconds reconcile_max_backoff{300000};
   std::string prefix = "checkout:";
   // How long SIGTERM waits for requests in progress before leaving as a crash would; by
   // default longer than any charge can take (the provider deadline), plus the ledger's steps.
@@ -539,10 +542,22 @@ class Worker {
         if (s.outcome == Settled::decided) {
           ++reconciled_;
         } else {
-          // Still undecided: to the back of the line, so that a few stuck orders cannot keep
-          // the reconciler from newer ones.
+          // Still undecided (the provider failing, say): back in the line, later each time,
+          // so that a few stuck orders cannot keep the reconciler from newer ones and a
+          // struggling provider is not asked every round. Each retry is logged: an order
+          // that stays pending for hours needs a person (the provider keeps an idempotency
+          // key for a limited time, 24 h at the common ones).
           try {
-            co_await on_pool([&] { return ledger_.postpone(order_id); });
+            const auto later = co_await on_pool([&] {
+              return ledger_.postpone(order_id, opt_.lock_ttl, opt_.reconcile_max_backoff);
+            });
+            if (later) {
+              std::fprintf(stderr,
+                           "checkout worker %d (pid %d): %s still pending after reconcile retry "
+                           "%d; next in about %lld ms\n",
+                           index_, ::getpid(), order_id.c_str(), later->retries,
+                           static_cast<long long>((later->delay + opt_.lock_ttl).count()));
+            }
           } catch (const checkout::LedgerError&) {
           }
         }
@@ -626,11 +641,14 @@ int run_worker(const Options& opt, const Configs& configs, int index) {
       "usage: checkout_service --ledger-url URL --provider HOST:PORT [--url URL]\n"
       "                        [--listen ADDR] [--port P] [--workers N] [--lock-ttl-ms MS]\n"
       "                        [--no-renew] [--provider-timeout-ms MS] [--retention-s S]\n"
-      "                        [--reconcile-ms MS] [--shutdown-grace-ms MS] [--prefix PREFIX]\n"
+      "                        [--reconcile-ms MS] [--reconcile-max-backoff-ms MS]\n"
+      "                        [--shutdown-grace-ms MS] [--prefix PREFIX]\n"
       "  --url (the lock's Redis) defaults to $REDIS_LOCK_URL or redis://127.0.0.1:6379;\n"
       "  --ledger-url is a Redis of its own (appendfsync always); the provider deadline must\n"
       "  be shorter than the lock's ttl; --shutdown-grace-ms defaults to the provider deadline\n"
-      "  plus 10 s\n",
+      "  plus 10 s; a pending order the reconciler could not finish is retried later each time\n"
+      "  (the lock ttl times 1, 2, 4, ... beyond the first wait), at most\n"
+      "  --reconcile-max-backoff-ms apart (5 minutes by default)\n",
       code == 0 ? stdout : stderr);
   std::exit(code);
 }
@@ -659,6 +677,7 @@ Options parse(int argc, char** argv) {
       else if (arg == "--provider-timeout-ms") opt.provider_timeout = ms(value);
       else if (arg == "--retention-s") opt.retention = std::chrono::seconds(std::stol(value));
       else if (arg == "--reconcile-ms") opt.reconcile_every = ms(value);
+      else if (arg == "--reconcile-max-backoff-ms") opt.reconcile_max_backoff = ms(value);
       else if (arg == "--shutdown-grace-ms") opt.shutdown_grace = ms(value);
       else if (arg == "--prefix") opt.prefix = value;
       else usage(2);
@@ -669,6 +688,7 @@ Options parse(int argc, char** argv) {
   if (opt.workers < 1 || opt.workers > 64 || opt.lock_ttl.count() <= 0 ||
       opt.provider_timeout.count() <= 0 || opt.provider_timeout >= opt.lock_ttl ||
       opt.retention.count() <= 0 || opt.reconcile_every.count() <= 0 ||
+      opt.reconcile_max_backoff.count() < 0 ||
       (opt.shutdown_grace && opt.shutdown_grace->count() <= 0) || opt.ledger_url.empty() ||
       opt.provider.empty()) {
     usage(2);

@@ -85,8 +85,15 @@ class Ledger {
   /// Orders whose pending attempt is older than `min_age` (by the ledger server's clock),
   /// oldest (or least recently postponed) first.
   std::vector<std::string> overdue(std::chrono::milliseconds min_age, std::size_t limit);
-  /// Moves a still-pending order to the back of overdue()'s line (true if it moved).
-  bool postpone(const std::string& order_id);
+  /// Moves a still-pending order back in overdue()'s line, backing off: its n-th
+  /// postponement delays it by min(base * (2^(n-1) - 1), cap) beyond overdue()'s minimum age.
+  /// Empty when the order is no longer pending.
+  struct Postponed {
+    int retries = 0;  // n
+    std::chrono::milliseconds delay{0};
+  };
+  std::optional<Postponed> postpone(const std::string& order_id, std::chrono::milliseconds base,
+                                    std::chrono::milliseconds cap);
 
   /// Every (order id, charge id, status) in the journal, oldest first (for checkers).
   struct Entry {

@@ -17,8 +17,8 @@
 //     409 idempotency_key_in_use, 422 idempotency_key_reused, 400 bad request
 //   GET  /v1/charges     every result, for checkers: {"results": [{..., "idempotency_key"}]}
 //   POST /v1/faults      {"reference": R, "action": "decline" | "delay" | "delay_response" |
-//                         "drop_response" | "error", "delay_ms": N, "status": S}   the next
-//                        charge for R misbehaves once, on demand:
+//                         "drop_response" | "error", "delay_ms": N, "status": S, "times": T}
+//                        the next T charges for R (1 if not given) misbehave, on demand:
 //                        delay: the charge happens after N ms (a slow or timed-out call);
 //                        delay_response: the charge happens at once, its answer leaves N ms
 //                        later (the caller can die knowing nothing of a charge that is made);
@@ -86,6 +86,7 @@ struct Fault {
   std::string action;
   std::chrono::milliseconds delay{0};
   int status = 0;  // error: the status to answer with
+  std::int64_t times = 1;  // how many charges it still applies to
 };
 
 Response answer(const Request& req, int status, const json::object& body) {
@@ -177,11 +178,12 @@ class Provider {
     const json::value* action = body["action"];
     const json::value* delay = body["delay_ms"];
     const json::value* status = body["status"];
+    const json::value* times = body["times"];
     static const std::set<std::string_view> actions = {"decline", "delay", "delay_response",
                                                        "drop_response", "error"};
     if (!ref || !ref->is_string() || !action || !action->is_string() ||
         !actions.count(action->get_string()) || (delay && !delay->is_int64()) ||
-        (status && !status->is_int64())) {
+        (status && !status->is_int64()) || (times && (!times->is_int64() || times->as_int64() < 1))) {
       return answer(req, 400, error_body("bad_fault"));
     }
     const int error_status = status ? static_cast<int>(status->as_int64()) : 0;
@@ -191,7 +193,8 @@ class Provider {
     }
     faults_[std::string(ref->get_string())] =
         Fault{std::string(action->get_string()),
-              std::chrono::milliseconds(delay ? delay->as_int64() : 0), error_status};
+              std::chrono::milliseconds(delay ? delay->as_int64() : 0), error_status,
+              times ? times->as_int64() : 1};
     return answer(req, 200, {{"armed", true}});
   }
 
@@ -227,7 +230,7 @@ class Provider {
     Fault fault;
     if (const auto it = faults_.find(std::string(reference->get_string())); it != faults_.end()) {
       fault = it->second;
-      faults_.erase(it);
+      if (--it->second.times == 0) faults_.erase(it);
     }
     // The work of a charge (a card network round trip), then any injected slowness.
     const bool answer_late = fault.action == "delay_response";

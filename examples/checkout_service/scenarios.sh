@@ -25,6 +25,8 @@
 #   sigterm_grace_runs_out  SIGTERM to a worker whose charge outlasts its shutdown grace
 #   provider_errors       the provider refuses a charge for good (400) and fails another for
 #                         a while (503)
+#   provider_outage       the provider fails (503) four times in a row: the reconciler backs
+#                         off, then the order is charged once
 #   lock_server_restart   the lock's Redis killed and restarted empty mid-charge: fencing
 #                         tokens keep rising across it
 #   demo                  the storm, then a fault round (a worker killed mid-charge, the lock
@@ -87,9 +89,10 @@ start_provider() {
   wait_for "the provider" grep -q 'listening on' "$dir/provider.log"
   provider_port=$(sed -n 's/.*listening on 127.0.0.1:\([0-9]*\).*/\1/p' "$dir/provider.log")
 }
-# arm ORDER ACTION [DELAY_MS] [STATUS]: the provider's next charge for ORDER misbehaves once
+# arm ORDER ACTION [DELAY_MS] [STATUS] [TIMES]: the provider's next TIMES (1) charges for
+# ORDER misbehave
 arm() {
-  local body="{\"reference\": \"$1\", \"action\": \"$2\", \"delay_ms\": ${3:-0}, \"status\": ${4:-0}}"
+  local body="{\"reference\": \"$1\", \"action\": \"$2\", \"delay_ms\": ${3:-0}, \"status\": ${4:-0}, \"times\": ${5:-1}}"
   python3 - "$provider_port" "$body" <<'EOF' || fail "could not arm a provider fault"
 import sys, urllib.request
 req = urllib.request.Request(f"http://127.0.0.1:{sys.argv[1]}/v1/faults", data=sys.argv[2].encode(),
@@ -232,6 +235,35 @@ case "$scenario" in
     cat "$dir/storm.out"
     grep -q "^payment_provider: refused $y (503" "$dir/provider.log" || fail "no 503 for $y"
     grep -qE '^ +202 Accepted .* 1$' "$dir/storm.out" || fail "the 503 was not told as 202 (pending)"
+    ;;
+
+  provider_outage)
+    # The provider answers 503 four times in a row. The client hears 202; the reconciler
+    # keeps the pending order and asks again later each time (lock ttl 500 ms, backoff capped
+    # at 1 s: about 0.5, 0.5, 1 and 1.5 s apart), then the order is charged once and the
+    # client's retry gets the stored 201. The delays come from the ledger's retry count, so
+    # the log shows them exactly; without the backoff every retry would be 0.5 s apart.
+    start_service 1 --lock-ttl-ms 500 --provider-timeout-ms 400 --reconcile-ms 100 \
+      --reconcile-max-backoff-ms 1000
+    y="outage-$RANDOM$RANDOM"
+    arm "$y" error 0 503 4
+    "$load" --port "$service_port" --one "$y" --amount 700 >"$dir/a.out"
+    cat "$dir/a.out"
+    grep -q '^202 ' "$dir/a.out" || fail "a 503 from the provider was not told as 202"
+    for _ in $(seq 500); do [ "$(provider_results "$y" succeeded)" = 1 ] && break; sleep 0.02; done
+    [ "$(provider_results "$y" succeeded)" = 1 ] || fail "not charged exactly once after the outage"
+    [ "$(grep -c "calling the provider for $y\$" "$dir/service.log")" = 5 ] ||
+      fail "the provider was not called exactly 5 times (4 refused, 1 charged)"
+    for n in 1 2 3; do
+      expected=$((500 + $(( (1 << (n - 1)) - 1 )) * 500)); [ "$expected" -gt 1500 ] && expected=1500
+      grep -q "$y still pending after reconcile retry $n; next in about $expected ms\$" \
+        "$dir/service.log" || fail "retry $n was not scheduled $expected ms later"
+    done
+    wait_for "the order final in the ledger" \
+      test "$(redis-cli -s "$dir/ledger.sock" hget "checkout:order:$y" state)" = final
+    "$load" --port "$service_port" --one "$y" --amount 700 >"$dir/b.out"
+    cat "$dir/b.out"
+    grep -q '^201 replayed ' "$dir/b.out" || fail "the client's retry did not get the stored 201"
     ;;
 
   kill9)
