@@ -483,7 +483,11 @@ TEST(Cluster, LockTrafficContinuesThroughClusterFailover) {
   RedisCluster cluster;
   std::set<std::uint16_t> slots0;
   const auto resources = spread_resources(cluster, slots0);
-  LockLoad load(cluster.config(), resources, 8);
+  // The old master holds its clients' writes until the replica has caught up and taken
+  // over: 20-70 ms on a quiet machine, 320 ms seen in CI with both cores busy (CI saw 8 and 9
+  // commands time out with the load's 300 ms timeout). The library's default timeout (1 s)
+  // covers the pause; a shorter one turns it into timeouts (docs/safety.md).
+  LockLoad load(cluster.config(), resources, 8, load_options, ConnectionConfig{}.command_timeout);
   std::this_thread::sleep_for(500ms);
   cluster.failover(cluster.replica_of(0));
   const auto healthy = Clock::now();
