@@ -537,29 +537,35 @@ class Worker {
         auto [lec, guard] = co_await locks_.async_acquire(
             "order:" + order_id, lock_options(), asio::as_tuple(asio::use_awaitable));
         if (lec || !guard) continue;  // someone is on it, or the lock server is away
+        // Under the lock, claim the retry: another worker that listed the order too may have
+        // retried it meanwhile, and then it is not due. The claim also moves the order back
+        // in the line, later each time, so that a few stuck orders cannot keep the reconciler
+        // from newer ones and a struggling provider is not asked every round.
+        std::optional<checkout::Ledger::Retry> retry;
+        try {
+          retry = co_await on_pool([&] {
+            return ledger_.claim_retry(order_id, opt_.lock_ttl, opt_.lock_ttl,
+                                       opt_.reconcile_max_backoff);
+          });
+        } catch (const checkout::LedgerError&) {
+        }
+        if (!retry) {
+          co_await guard.async_release(asio::as_tuple(asio::use_awaitable));
+          continue;
+        }
         const Settled s = co_await settle(guard, order_id, order->amount, order->currency);
         co_await guard.async_release(asio::as_tuple(asio::use_awaitable));
         if (s.outcome == Settled::decided) {
           ++reconciled_;
         } else {
-          // Still undecided (the provider failing, say): back in the line, later each time,
-          // so that a few stuck orders cannot keep the reconciler from newer ones and a
-          // struggling provider is not asked every round. Each retry is logged: an order
-          // that stays pending for hours needs a person (the provider keeps an idempotency
-          // key for a limited time, 24 h at the common ones).
-          try {
-            const auto later = co_await on_pool([&] {
-              return ledger_.postpone(order_id, opt_.lock_ttl, opt_.reconcile_max_backoff);
-            });
-            if (later) {
-              std::fprintf(stderr,
-                           "checkout worker %d (pid %d): %s still pending after reconcile retry "
-                           "%d; next in about %lld ms\n",
-                           index_, ::getpid(), order_id.c_str(), later->retries,
-                           static_cast<long long>((later->delay + opt_.lock_ttl).count()));
-            }
-          } catch (const checkout::LedgerError&) {
-          }
+          // Each undecided retry is logged: an order that stays pending for hours needs a
+          // person (the provider keeps an idempotency key for a limited time, 24 h at the
+          // common ones).
+          std::fprintf(stderr,
+                       "checkout worker %d (pid %d): %s still pending after reconcile retry %d; "
+                       "next in about %lld ms\n",
+                       index_, ::getpid(), order_id.c_str(), retry->n,
+                       static_cast<long long>((retry->delay + opt_.lock_ttl).count()));
         }
       }
     }
@@ -647,8 +653,9 @@ int run_worker(const Options& opt, const Configs& configs, int index) {
       "  --ledger-url is a Redis of its own (appendfsync always); the provider deadline must\n"
       "  be shorter than the lock's ttl; --shutdown-grace-ms defaults to the provider deadline\n"
       "  plus 10 s; a pending order the reconciler could not finish is retried later each time\n"
-      "  (the lock ttl times 1, 2, 4, ... beyond the first wait), at most\n"
-      "  --reconcile-max-backoff-ms apart (5 minutes by default)\n",
+      "  (the waits between its retries are 1, 2, 4, 8, ... times the lock ttl), waiting at\n"
+      "  most the lock ttl plus --reconcile-max-backoff-ms (5 minutes by default, at most 24 h;\n"
+      "  0: no backoff)\n",
       code == 0 ? stdout : stderr);
   std::exit(code);
 }
@@ -688,7 +695,7 @@ Options parse(int argc, char** argv) {
   if (opt.workers < 1 || opt.workers > 64 || opt.lock_ttl.count() <= 0 ||
       opt.provider_timeout.count() <= 0 || opt.provider_timeout >= opt.lock_ttl ||
       opt.retention.count() <= 0 || opt.reconcile_every.count() <= 0 ||
-      opt.reconcile_max_backoff.count() < 0 ||
+      opt.reconcile_max_backoff.count() < 0 || opt.reconcile_max_backoff > std::chrono::hours(24) ||
       (opt.shutdown_grace && opt.shutdown_grace->count() <= 0) || opt.ledger_url.empty() ||
       opt.provider.empty()) {
     usage(2);

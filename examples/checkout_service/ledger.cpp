@@ -48,17 +48,20 @@ local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
 return redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ms - tonumber(ARGV[1]), 'LIMIT', 0, ARGV[2])
 )lua";
 
-// Puts a still-pending order back in overdue()'s line, further back each time: the n-th
-// postponement delays it by min(base * (2^(n-1) - 1), cap) beyond overdue()'s minimum age, so
-// a provider that keeps failing is asked at growing intervals, not every reconcile round.
-// (n = 1 adds nothing: the first retry of a retry comes as soon as any other overdue one.)
-// Returns {n, delay ms}, or {} when the order is no longer pending.
-constexpr const char* postpone_script = R"lua(
-if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then return {} end
-local n = redis.call('HINCRBY', KEYS[2], 'retries', 1)
-local delay = math.min(tonumber(ARGV[2]) * (2 ^ math.min(n - 1, 40) - 1), tonumber(ARGV[3]))
+// Claims a reconcile retry of an overdue order: one worker at a time, even when several
+// listed it as overdue. Moves the order back in overdue()'s line, further back each time: the
+// n-th retry delays the next by min(base * (2^(n-1) - 1), cap) beyond overdue()'s minimum age,
+// so a provider that keeps failing is asked at growing intervals, not every reconcile round
+// (n = 1 adds nothing). Returns {n, delay ms}, or {} when the order is no longer pending or
+// was retried within the minimum age (by another worker).
+constexpr const char* claim_retry_script = R"lua(
+local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if not score then return {} end
 local now = redis.call('TIME')
 local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+if tonumber(score) > ms - tonumber(ARGV[2]) then return {} end
+local n = redis.call('HINCRBY', KEYS[2], 'retries', 1)
+local delay = math.min(tonumber(ARGV[3]) * (2 ^ math.min(n - 1, 40) - 1), tonumber(ARGV[4]))
 redis.call('ZADD', KEYS[1], 'XX', string.format('%.0f', ms + delay), ARGV[1])
 return {n, delay}
 )lua";
@@ -224,14 +227,16 @@ std::vector<std::string> Ledger::overdue(std::chrono::milliseconds min_age, std:
               std::to_string(limit)});
 }
 
-std::optional<Ledger::Postponed> Ledger::postpone(const std::string& order_id,
-                                                  std::chrono::milliseconds base,
-                                                  std::chrono::milliseconds cap) {
-  const auto reply = run({"EVAL", postpone_script, "2", prefix_ + "pending",
-                          prefix_ + "order:" + order_id, order_id, std::to_string(base.count()),
+std::optional<Ledger::Retry> Ledger::claim_retry(const std::string& order_id,
+                                                 std::chrono::milliseconds min_age,
+                                                 std::chrono::milliseconds base,
+                                                 std::chrono::milliseconds cap) {
+  const auto reply = run({"EVAL", claim_retry_script, "2", prefix_ + "pending",
+                          prefix_ + "order:" + order_id, order_id,
+                          std::to_string(min_age.count()), std::to_string(base.count()),
                           std::to_string(cap.count())});
   if (reply.size() != 2) return std::nullopt;
-  return Postponed{to_int<int>(reply[0]), std::chrono::milliseconds(to_int<std::int64_t>(reply[1]))};
+  return Retry{to_int<int>(reply[0]), std::chrono::milliseconds(to_int<std::int64_t>(reply[1]))};
 }
 
 std::vector<Ledger::Entry> Ledger::journal() {

@@ -85,15 +85,16 @@ class Ledger {
   /// Orders whose pending attempt is older than `min_age` (by the ledger server's clock),
   /// oldest (or least recently postponed) first.
   std::vector<std::string> overdue(std::chrono::milliseconds min_age, std::size_t limit);
-  /// Moves a still-pending order back in overdue()'s line, backing off: its n-th
-  /// postponement delays it by min(base * (2^(n-1) - 1), cap) beyond overdue()'s minimum age.
-  /// Empty when the order is no longer pending.
-  struct Postponed {
-    int retries = 0;  // n
+  /// Claims a reconcile retry of `order_id` if it is still pending and overdue (no other
+  /// worker retried it within `min_age`), and moves it back in overdue()'s line: its n-th
+  /// retry delays the next by min(base * (2^(n-1) - 1), cap) beyond `min_age`. Empty when
+  /// there is nothing to retry.
+  struct Retry {
+    int n = 0;
     std::chrono::milliseconds delay{0};
   };
-  std::optional<Postponed> postpone(const std::string& order_id, std::chrono::milliseconds base,
-                                    std::chrono::milliseconds cap);
+  std::optional<Retry> claim_retry(const std::string& order_id, std::chrono::milliseconds min_age,
+                                   std::chrono::milliseconds base, std::chrono::milliseconds cap);
 
   /// Every (order id, charge id, status) in the journal, oldest first (for checkers).
   struct Entry {

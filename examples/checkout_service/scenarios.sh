@@ -240,18 +240,24 @@ case "$scenario" in
   provider_outage)
     # The provider answers 503 four times in a row. The client hears 202; the reconciler
     # keeps the pending order and asks again later each time (lock ttl 500 ms, backoff capped
-    # at 1 s: about 0.5, 0.5, 1 and 1.5 s apart), then the order is charged once and the
-    # client's retry gets the stored 201. The delays come from the ledger's retry count, so
-    # the log shows them exactly; without the backoff every retry would be 0.5 s apart.
+    # at 1 s: the retries come 0.5, 0.5, 1 and 1.5 s apart), then the order is charged once
+    # and the client's retry gets the stored 201. The delays come from the ledger's retry
+    # count, so the log shows them exactly; without the backoff every retry would be 0.5 s
+    # apart, and the charge would come after about 2 s instead of 3.5 s.
     start_service 1 --lock-ttl-ms 500 --provider-timeout-ms 400 --reconcile-ms 100 \
       --reconcile-max-backoff-ms 1000
     y="outage-$RANDOM$RANDOM"
     arm "$y" error 0 503 4
+    began=$(date +%s%N)
     "$load" --port "$service_port" --one "$y" --amount 700 >"$dir/a.out"
     cat "$dir/a.out"
     grep -q '^202 ' "$dir/a.out" || fail "a 503 from the provider was not told as 202"
     for _ in $(seq 500); do [ "$(provider_results "$y" succeeded)" = 1 ] && break; sleep 0.02; done
     [ "$(provider_results "$y" succeeded)" = 1 ] || fail "not charged exactly once after the outage"
+    # The four calls after the first came 0.5, 0.5, 1 and 1.5 s apart by the ledger's clock
+    # (3.5 s; 2 s without the backoff). Scheduling can only add to that.
+    took=$(( ($(date +%s%N) - began) / 1000000 ))
+    [ "$took" -ge 3000 ] || fail "charged $took ms after the first call: the retries did not back off"
     [ "$(grep -c "calling the provider for $y\$" "$dir/service.log")" = 5 ] ||
       fail "the provider was not called exactly 5 times (4 refused, 1 charged)"
     for n in 1 2 3; do
