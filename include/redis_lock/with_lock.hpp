@@ -94,7 +94,7 @@ boost::asio::awaitable<boost::system::error_code> with_lock(LockManager& locks,
 /// `with_lock(locks, resource, {}, work)`: the default LockOptions (a 10 s lease, one
 /// attempt), renewed while the work runs. Results as above.
 template <class Work>
-  requires std::invocable<Work&, const LockGuard&>
+  requires(std::invocable<Work&, const LockGuard&>)
 boost::asio::awaitable<boost::system::error_code> with_lock(LockManager& locks,
                                                             std::string resource, Work work) {
   return with_lock(locks, std::move(resource), LockOptions{}, std::move(work));
@@ -114,7 +114,7 @@ auto async_with_lock(LockManager& locks, std::string resource, LockOptions optio
 
 /// `async_with_lock(locks, resource, {}, work, token)`: the default LockOptions. As above.
 template <class Work, class CompletionToken = boost::asio::deferred_t>
-  requires std::invocable<Work&, const LockGuard&>
+  requires(std::invocable<Work&, const LockGuard&>)
 auto async_with_lock(LockManager& locks, std::string resource, Work work,
                      CompletionToken&& token = {}) {
   return async_with_lock(locks, std::move(resource), LockOptions{}, std::move(work),

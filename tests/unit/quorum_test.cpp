@@ -32,6 +32,7 @@ TEST(Quorum, ReadAcquireReply) {
     long long fence, pttl;
     boost::system::error_code error;
   };
+  // clang-format off (a table: one case per line)
   const Case cases[] = {
       {"granted", {}, pair(1, 1'700'000'000'000'000), Kind::granted, 1'700'000'000'000'000, -1, {}},
       {"refused, holder's pttl", {}, pair(0, 4200), Kind::refused, -1, 4200, {}},
@@ -49,6 +50,7 @@ TEST(Quorum, ReadAcquireReply) {
       {"string element", {}, [] { auto r = pair(1, 2); r.elements[1] = text("2"); return r; }(), Kind::failed, -1,
        -1, error::unexpected_reply},
   };
+  // clang-format on
   for (const auto& c : cases) {
     const auto a = read_acquire(c.ec, c.reply);
     EXPECT_EQ(a.kind, c.kind) << c.name;

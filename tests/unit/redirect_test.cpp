@@ -133,6 +133,7 @@ TEST(Redirect, DecidesWhatTheRouterDoes) {
     bool cluster, body_sent, has_body;
     S want;
   };
+  // clang-format off (a table: one case per line)
   const Case cases[] = {
       {"final error", {Kind::none, {}}, true, false, true, S::final},
       {"NOSCRIPT: with the body", {Kind::no_script, {}}, false, false, true, S::with_body},
@@ -148,6 +149,7 @@ TEST(Redirect, DecidesWhatTheRouterDoes) {
       {"TRYAGAIN elsewhere: final", {Kind::try_again, {}}, false, false, true, S::final},
       {"CLUSTERDOWN elsewhere: final", {Kind::cluster_down, {}}, false, false, true, S::final},
   };
+  // clang-format on
   for (const auto& c : cases) {
     Tries tries;
     const auto step = decide(c.action, c.cluster, c.body_sent, c.has_body, tries, t0, 1s, {});

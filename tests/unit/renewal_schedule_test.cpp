@@ -42,6 +42,7 @@ TEST(RenewalSchedule, IntervalIsAThirdOfTheTtlUnlessSet) {
 
 TEST(RenewalSchedule, DueTimesFallOnA25msGridRoundedDown) {
   const auto base = Clock::time_point{} + 1000ms;
+  // clang-format off (a table: one case per line)
   const std::pair<std::chrono::microseconds, std::chrono::milliseconds> cases[] = {
       {0us, 0ms}, {1us, 0ms}, {24'999us, 0ms}, {25'000us, 25ms}, {49'999us, 25ms}, {50'000us, 50ms}};
   for (auto [offset, want] : cases) {
@@ -58,6 +59,7 @@ TEST(RenewalSchedule, WhatADueLeaseGets) {
     std::chrono::milliseconds hold;  // max_hold since t0; 0: none
     Due want;
   };
+  // clang-format on
   const Case cases[] = {
       {"renew", 300ms, false, false, false, 0ms, Due::renew},
       {"renewal in flight: check", 300ms, false, false, true, 0ms, Due::check},

@@ -28,6 +28,7 @@ TEST(Replies, ReadsAnAcquireReply) {
     Kind kind;
     long long value;
   };
+  // clang-format off (a table: one case per line)
   const Case cases[] = {
       {"granted", pair(1, 1'800'000'000'000'000), Kind::granted, 1'800'000'000'000'000},
       {"granted, token 0 (read as granted; the op refuses it)", pair(1, 0), Kind::granted, 0},
@@ -43,6 +44,7 @@ TEST(Replies, ReadsAnAcquireReply) {
       {"nil", Reply{}, Kind::malformed, 0},
       {"error", error_reply("ERR x"), Kind::malformed, 0},
   };
+  // clang-format on
   for (const auto& c : cases) {
     const auto got = read_acquire(c.reply);
     EXPECT_EQ(got.kind, c.kind) << c.name;

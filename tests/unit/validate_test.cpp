@@ -27,6 +27,7 @@ TEST(Validate, EachBrokenConfigRuleIsNamed) {
     ConnectionConfig config;
     const char* rule;
   };
+  // clang-format off (a table: one case per line)
   const Case cases[] = {
       {with([](auto& c) { c.tls_ca_file = "ca.pem"; }), "TLS settings need tls = true (rediss://)"},
       {with([](auto& c) { c.tls_verify = false; }), "TLS settings need tls = true (rediss://)"},
@@ -48,6 +49,7 @@ TEST(Validate, EachBrokenConfigRuleIsNamed) {
       {with([](auto& c) { c.topology = Topology::cluster; c.nodes = {{"", 1}}; }), "every node needs a host and a port"},
       {with([](auto& c) { c.topology = static_cast<Topology>(42); }), "unknown topology"},
   };
+  // clang-format on
   for (const auto& c : cases) {
     const auto broken = check(c.config);
     EXPECT_EQ(broken.error, error::invalid_argument) << c.rule;
@@ -62,6 +64,7 @@ TEST(Validate, EachBrokenOptionRuleIsNamed) {
     Topology topology;
     const char* rule;
   };
+  // clang-format off (a table: one case per line)
   const Case cases[] = {
       {{.ttl = 0ms}, Topology::standalone, "LockOptions::ttl must be > 0"},
       {{.ttl = max_ttl + 1ms}, Topology::standalone, "LockOptions::ttl must be at most 10 years"},
@@ -73,6 +76,7 @@ TEST(Validate, EachBrokenOptionRuleIsNamed) {
       {{.replication_timeout = -1ms}, Topology::standalone, "LockOptions::replication_timeout must be >= 0"},
       {{.min_replicas = 1, .replication_timeout = 0ms}, Topology::standalone, "LockOptions::replication_timeout must be > 0 with min_replicas"},
   };
+  // clang-format on
   for (const auto& c : cases) {
     const auto broken = check("r", c.options, c.topology);
     EXPECT_EQ(broken.error, error::invalid_argument) << c.rule;
