@@ -38,9 +38,9 @@
 #include "stats.hpp"
 #include "token.hpp"
 
+#include <hiredis/hiredis.h>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
-#include <hiredis/hiredis.h>
 
 #include <malloc.h>
 #include <sys/resource.h>
@@ -73,7 +73,7 @@ namespace {
 struct Args {
   std::uint16_t port = 6379;
   bool quick = false;
-  bool probe = false;  // only the raw baseline, for runs of other programs to be scaled by
+  bool probe = false;         // only the raw baseline, for runs of other programs to be scaled by
   bool ceiling_only = false;  // only (f), the server ceiling by command shape
   int hold_ms = 1;
   std::string json;
@@ -120,10 +120,14 @@ enum class Expect {
 
 const char* describe(Expect e) {
   switch (e) {
-    case Expect::granted: return "{1, fencing token > 0}";
-    case Expect::one: return "integer 1";
-    case Expect::positive: return "integer > 0";
-    case Expect::ok: return "OK";
+    case Expect::granted:
+      return "{1, fencing token > 0}";
+    case Expect::one:
+      return "integer 1";
+    case Expect::positive:
+      return "integer > 0";
+    case Expect::ok:
+      return "OK";
   }
   return "?";
 }
@@ -131,17 +135,23 @@ const char* describe(Expect e) {
 std::string describe(const redisReply* r) {
   if (r == nullptr) return "no reply (connection error)";
   switch (r->type) {
-    case REDIS_REPLY_INTEGER: return "integer " + std::to_string(r->integer);
-    case REDIS_REPLY_NIL: return "nil";
-    case REDIS_REPLY_STATUS: return "status " + std::string(r->str, r->len);
-    case REDIS_REPLY_ERROR: return "error " + std::string(r->str, r->len);
-    case REDIS_REPLY_STRING: return "string \"" + std::string(r->str, r->len) + "\"";
+    case REDIS_REPLY_INTEGER:
+      return "integer " + std::to_string(r->integer);
+    case REDIS_REPLY_NIL:
+      return "nil";
+    case REDIS_REPLY_STATUS:
+      return "status " + std::string(r->str, r->len);
+    case REDIS_REPLY_ERROR:
+      return "error " + std::string(r->str, r->len);
+    case REDIS_REPLY_STRING:
+      return "string \"" + std::string(r->str, r->len) + "\"";
     case REDIS_REPLY_ARRAY: {
       std::string s = "{";
       for (std::size_t i = 0; i < r->elements; ++i) s += (i ? ", " : "") + describe(r->element[i]);
       return s + "}";
     }
-    default: return "reply type " + std::to_string(r->type);
+    default:
+      return "reply type " + std::to_string(r->type);
   }
 }
 
@@ -154,8 +164,10 @@ bool matches(const redisReply* r, Expect e) {
     case Expect::granted:
       return r->type == REDIS_REPLY_ARRAY && r->elements == 2 && integer_is(r->element[0], 1) &&
              r->element[1]->type == REDIS_REPLY_INTEGER && r->element[1]->integer > 0;
-    case Expect::one: return integer_is(r, 1);
-    case Expect::positive: return r->type == REDIS_REPLY_INTEGER && r->integer > 0;
+    case Expect::one:
+      return integer_is(r, 1);
+    case Expect::positive:
+      return r->type == REDIS_REPLY_INTEGER && r->integer > 0;
     case Expect::ok:
       return r->type == REDIS_REPLY_STATUS && std::string_view(r->str, r->len) == "OK";
   }
@@ -793,8 +805,8 @@ Held held_locks(const Args& a, int n) {
 /// One workload measured round by round: redis_lock and its two baselines back to back in
 /// each round (the order alternates), ratios taken within the round.
 struct Compared {
-  std::vector<double> raw, fenced, lib;            // per round
-  std::vector<double> vs_raw, vs_fenced;           // lib / baseline, per round
+  std::vector<double> raw, fenced, lib;   // per round
+  std::vector<double> vs_raw, vs_fenced;  // lib / baseline, per round
   void add(double r, double f, double l) {
     raw.push_back(r), fenced.push_back(f), lib.push_back(l);
     vs_raw.push_back(l / r), vs_fenced.push_back(l / f);
@@ -928,9 +940,10 @@ int main(int argc, char** argv) {
   std::vector<Held> held_runs;
   for (int n : {1'000, 10'000, 100'000}) held_runs.push_back(held_locks(a, n));
 
-  std::printf("redis_lock %s vs raw hiredis baselines (same server, same run; %d rounds; ratios\n"
-              "are medians of per-round ratios, (range); values are medians across rounds)\n\n",
-              REDIS_LOCK_VERSION_STRING, rounds);
+  std::printf(
+      "redis_lock %s vs raw hiredis baselines (same server, same run; %d rounds; ratios\n"
+      "are medians of per-round ratios, (range); values are medians across rounds)\n\n",
+      REDIS_LOCK_VERSION_STRING, rounds);
   std::printf("%-40s %10s %10s %10s  %-20s %-20s\n", "workload", "raw", "min.fenced", "redis_lock",
               "vs raw", "vs min.fenced");
   const auto row = [](const char* label, const Compared& c, const char* fmt) {
@@ -988,8 +1001,9 @@ int main(int argc, char** argv) {
   if (!a.json.empty()) {
     FILE* f = std::fopen(a.json.c_str(), "w");
     if (f == nullptr) return 1;
-    std::fprintf(f, "{\"library\":\"redis_lock\",\"version\":\"%s\",\"runtime\":\"C++ (Asio)\","
-                    "\"rounds\":%d,\"hold_ms\":%d,",
+    std::fprintf(f,
+                 "{\"library\":\"redis_lock\",\"version\":\"%s\",\"runtime\":\"C++ (Asio)\","
+                 "\"rounds\":%d,\"hold_ms\":%d,",
                  REDIS_LOCK_VERSION_STRING, rounds, a.hold_ms);
     std::fprintf(f,
                  "\"latency\":{\"pairs\":%d,\"p50_us\":%.3f,\"p99_us\":%.3f,"
@@ -1003,10 +1017,11 @@ int main(int argc, char** argv) {
     std::fprintf(f, "\"throughput\":[");
     for (std::size_t i = 0; i < tps.size(); ++i) {
       const auto& c = tps[i].c;
-      std::fprintf(f, "%s{\"in_flight\":%d,\"pairs_per_s\":%.1f,\"raw_pairs_per_s\":%.1f,"
-                      "\"fenced_pairs_per_s\":%.1f,\"vs_raw\":%s,\"vs_fenced\":%s,"
-                      "\"client_cpu_us\":%.3f,\"raw_client_cpu_us\":%.3f,"
-                      "\"fenced_client_cpu_us\":%.3f,\"client_cpu_vs_raw\":%s}",
+      std::fprintf(f,
+                   "%s{\"in_flight\":%d,\"pairs_per_s\":%.1f,\"raw_pairs_per_s\":%.1f,"
+                   "\"fenced_pairs_per_s\":%.1f,\"vs_raw\":%s,\"vs_fenced\":%s,"
+                   "\"client_cpu_us\":%.3f,\"raw_client_cpu_us\":%.3f,"
+                   "\"fenced_client_cpu_us\":%.3f,\"client_cpu_vs_raw\":%s}",
                    i ? "," : "", tps[i].in_flight, median(c.lib), median(c.raw), median(c.fenced),
                    json_spread(spread(c.vs_raw)).c_str(), json_spread(spread(c.vs_fenced)).c_str(),
                    median(tps[i].cpu.lib), median(tps[i].cpu.raw), median(tps[i].cpu.fenced),
@@ -1015,18 +1030,20 @@ int main(int argc, char** argv) {
     std::fprintf(f, "],\"server_ceiling\":[");
     for (std::size_t i = 0; i < ceiling.size(); ++i) {
       const auto& c = ceiling[i];
-      std::fprintf(f, "%s{\"shape\":\"%s\",\"sends\":\"%s\",\"in_flight\":256,"
-                      "\"pairs_per_s\":%.1f,\"server_us_per_pair\":%.3f,\"cpu_vs_redis_lock\":%s}",
+      std::fprintf(f,
+                   "%s{\"shape\":\"%s\",\"sends\":\"%s\",\"in_flight\":256,"
+                   "\"pairs_per_s\":%.1f,\"server_us_per_pair\":%.3f,\"cpu_vs_redis_lock\":%s}",
                    i ? "," : "", c.name.c_str(), c.sends.c_str(), c.pairs_per_s,
                    c.server_us_per_pair, json_spread(c.cpu_vs_lib).c_str());
     }
     std::fprintf(f, "],\"handoff\":[");
     for (std::size_t i = 0; i < handoff_runs.size(); ++i) {
       const auto& h = handoff_runs[i];
-      std::fprintf(f, "%s{\"waiters\":%d,\"handoffs\":%d,\"gap_p50_us\":%.3f,\"gap_p99_us\":%.3f,"
-                      "\"commands_per_acquisition\":%.3f,\"blpop_before_p50_us\":%.3f,"
-                      "\"blpop_after_p50_us\":%.3f,\"blpop_before_p99_us\":%.3f,"
-                      "\"blpop_after_p99_us\":%.3f,\"vs_blpop\":%s}",
+      std::fprintf(f,
+                   "%s{\"waiters\":%d,\"handoffs\":%d,\"gap_p50_us\":%.3f,\"gap_p99_us\":%.3f,"
+                   "\"commands_per_acquisition\":%.3f,\"blpop_before_p50_us\":%.3f,"
+                   "\"blpop_after_p50_us\":%.3f,\"blpop_before_p99_us\":%.3f,"
+                   "\"blpop_after_p99_us\":%.3f,\"vs_blpop\":%s}",
                    i ? "," : "", h.lib.waiters, h.lib.acquisitions, h.lib.gap.p50, h.lib.gap.p99,
                    h.lib.commands_per_acquisition, h.before.gap.p50, h.after.gap.p50,
                    h.before.gap.p99, h.after.gap.p99, json_spread(h.vs_raw()).c_str());
@@ -1034,10 +1051,11 @@ int main(int argc, char** argv) {
     std::fprintf(f, "],\"held\":[");
     for (std::size_t i = 0; i < held_runs.size(); ++i) {
       const auto& h = held_runs[i];
-      std::fprintf(f, "%s{\"locks\":%d,\"cpu_share\":%.5f,\"cpu_us_per_renewal\":%.3f,"
-                      "\"raw_cpu_us_per_renewal\":%.3f,\"commands_per_s\":%.1f,"
-                      "\"heap_bytes_per_lock\":%.1f,\"rss_bytes_per_lock\":%.1f,"
-                      "\"latency_p50_us\":%.3f,\"latency_p50_none_us\":%.3f,\"lost\":%ld}",
+      std::fprintf(f,
+                   "%s{\"locks\":%d,\"cpu_share\":%.5f,\"cpu_us_per_renewal\":%.3f,"
+                   "\"raw_cpu_us_per_renewal\":%.3f,\"commands_per_s\":%.1f,"
+                   "\"heap_bytes_per_lock\":%.1f,\"rss_bytes_per_lock\":%.1f,"
+                   "\"latency_p50_us\":%.3f,\"latency_p50_none_us\":%.3f,\"lost\":%ld}",
                    i ? "," : "", h.locks, h.cpu_share, h.cpu_us_per_renewal,
                    h.raw_cpu_us_per_renewal, h.commands_per_s, h.heap_bytes_per_lock,
                    h.rss_bytes_per_lock, h.latency_p50_us, h.latency_p50_none_us, h.lost);

@@ -92,8 +92,8 @@ Round measure(const ConnectionConfig& cfg, int n, std::chrono::milliseconds wind
         [&, loop]() -> asio::awaitable<void> {
           const std::string name = base + "t" + std::to_string(loop) + ":";
           for (long long i = 0; Clock::now() < until; ++i) {
-            auto [ec, g] = co_await locks.async_acquire(name + std::to_string(i % 256), {.ttl = 10s},
-                                                        asio::as_tuple(asio::use_awaitable));
+            auto [ec, g] = co_await locks.async_acquire(
+                name + std::to_string(i % 256), {.ttl = 10s}, asio::as_tuple(asio::use_awaitable));
             if (ec || !g) throw std::runtime_error("acquire failed: " + ec.message());
             auto [rec, released] = co_await g.async_release(asio::as_tuple(asio::use_awaitable));
             if (rec || !released) throw std::runtime_error("release failed");
@@ -107,7 +107,8 @@ Round measure(const ConnectionConfig& cfg, int n, std::chrono::milliseconds wind
   const auto t0 = Clock::now();
   io.restart();
   io.run();
-  out.pairs_per_s = static_cast<double>(pairs) / std::chrono::duration<double>(Clock::now() - t0).count();
+  out.pairs_per_s =
+      static_cast<double>(pairs) / std::chrono::duration<double>(Clock::now() - t0).count();
   return out;
 }
 
@@ -172,8 +173,8 @@ int main(int argc, char** argv) {
     std::snprintf(buf, sizeof buf, "%.2fx (%.2f-%.2f)", x.median, x.min, x.max);
     return std::string(buf);
   };
-  std::printf("%-22s %9s %9s %-19s %9s %-19s %11s %-19s\n", "topology", "p50 us", "p99 us",
-              "p50 x", "cpu us", "cpu x", "pairs/s @64", "tput x");
+  std::printf("%-22s %9s %9s %-19s %9s %-19s %11s %-19s\n", "topology", "p50 us", "p99 us", "p50 x",
+              "cpu us", "cpu x", "pairs/s @64", "tput x");
   std::string out = "{\"rounds\":" + std::to_string(rounds) + ",\"topologies\":[";
   for (std::size_t i = 0; i < setups.size(); ++i) {
     const auto& s = setups[i];

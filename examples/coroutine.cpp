@@ -26,7 +26,9 @@ asio::awaitable<int> handle_checkout(redis_lock::LockManager& locks, std::string
 
 int main(int argc, char** argv) {
   const char* env = std::getenv("REDIS_LOCK_URL");
-  auto config = redis_lock::ConnectionConfig::from_url(argc > 1 ? argv[1] : env ? env : "redis://127.0.0.1:6379");
+  auto config = redis_lock::ConnectionConfig::from_url(argc > 1 ? argv[1]
+                                                       : env    ? env
+                                                                : "redis://127.0.0.1:6379");
   if (!config) return 2;
   asio::io_context io;
   redis_lock::LockManager locks(io.get_executor(), *config);

@@ -6,13 +6,13 @@
 //   metrics [redis://127.0.0.1:6379]     (or set REDIS_LOCK_URL)
 #include <redis_lock/redis_lock.hpp>
 
+#include <fmt/core.h>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
-#include <fmt/core.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -55,23 +55,24 @@ class Metrics final : public redis_lock::Observer {
     std::lock_guard lock(mutex_);
     using O = redis_lock::AcquireOutcome;
     using C = redis_lock::LeaseCommand;
-    fmt::print("acquires: {} acquired ({} after waiting), {} not acquired, {} failed, "
-               "{} cancelled; {} attempts in all\n",
-               acquires_[O::acquired], waited_, acquires_[O::not_acquired], acquires_[O::failed],
-               acquires_[O::cancelled], attempts_);
+    fmt::print(
+        "acquires: {} acquired ({} after waiting), {} not acquired, {} failed, "
+        "{} cancelled; {} attempts in all\n",
+        acquires_[O::acquired], waited_, acquires_[O::not_acquired], acquires_[O::failed],
+        acquires_[O::cancelled], attempts_);
     std::sort(latencies_us_.begin(), latencies_us_.end());
     if (!latencies_us_.empty()) {
       const auto at = [&](double q) {
         return latencies_us_[static_cast<std::size_t>(q * (latencies_us_.size() - 1))];
       };
-      fmt::print("acquire latency: p50 {} us, p90 {} us, max {} us (waiting included)\n",
-                 at(0.5), at(0.9), latencies_us_.back());
+      fmt::print("acquire latency: p50 {} us, p90 {} us, max {} us (waiting included)\n", at(0.5),
+                 at(0.9), latencies_us_.back());
     }
-    fmt::print("releases: {} ok, {} already expired; extensions {}; renewals {} ok, {} failed; "
-               "lost {}\n",
-               leases_[{C::release, true}], leases_[{C::release, false}],
-               leases_[{C::extend, true}], leases_[{C::renewal, true}],
-               leases_[{C::renewal, false}], lost_);
+    fmt::print(
+        "releases: {} ok, {} already expired; extensions {}; renewals {} ok, {} failed; "
+        "lost {}\n",
+        leases_[{C::release, true}], leases_[{C::release, false}], leases_[{C::extend, true}],
+        leases_[{C::renewal, true}], leases_[{C::renewal, false}], lost_);
     for (const auto& [what, n] : errors_) fmt::print("error '{}': {}\n", what, n);
   }
 

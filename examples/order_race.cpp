@@ -32,8 +32,7 @@ asio::awaitable<void> worker(const char* name, redis_lock::LockManager& locks,
                              const std::string& order, Ledger& ledger, int charges) {
   auto ex = co_await asio::this_coro::executor;
   while (charges > 0) {
-    redis_lock::LockGuard g =
-        co_await locks.async_acquire(order, {.ttl = 5s}, asio::use_awaitable);
+    redis_lock::LockGuard g = co_await locks.async_acquire(order, {.ttl = 5s}, asio::use_awaitable);
     if (!g) {
       ++ledger.conflicts;
       std::printf("  [%s] %s is held elsewhere -> would answer 409 Conflict\n", name,
@@ -93,8 +92,9 @@ int main(int argc, char** argv) {
   asio::co_spawn(io, worker("worker-B", worker_b, order, ledger, 2), on_done);
   io.run();
   if (failed) return 1;
-  std::printf("Summary: %d charges, each under its own lock; %d times a worker was told the "
-              "order was busy; last fencing token %llu.\n",
-              ledger.charges, ledger.conflicts, static_cast<unsigned long long>(ledger.last_fence));
+  std::printf(
+      "Summary: %d charges, each under its own lock; %d times a worker was told the "
+      "order was busy; last fencing token %llu.\n",
+      ledger.charges, ledger.conflicts, static_cast<unsigned long long>(ledger.last_fence));
   return ledger.charges == 4 && ledger.conflicts > 0 ? 0 : 1;
 }

@@ -19,7 +19,9 @@ using namespace std::chrono_literals;
 
 int main(int argc, char** argv) {
   const char* env = std::getenv("REDIS_LOCK_URL");
-  auto config = redis_lock::ConnectionConfig::from_url(argc > 1 ? argv[1] : env ? env : "redis://127.0.0.1:6379");
+  auto config = redis_lock::ConnectionConfig::from_url(argc > 1 ? argv[1]
+                                                       : env    ? env
+                                                                : "redis://127.0.0.1:6379");
   if (!config) return 2;
   asio::io_context io;
   redis_lock::LockManager locks(io.get_executor(), *config);
@@ -34,21 +36,21 @@ int main(int argc, char** argv) {
     co_await step.async_wait(asio::use_awaitable);
   };
   int status = 1;
-  redis_lock::async_with_lock(
-      locks, "cron:cleanup", {.ttl = 200ms}, cleanup_job,
-      [&](std::exception_ptr failure, boost::system::error_code ec) {
-        if (failure) {
-          std::puts("the job threw");
-        } else if (ec == redis_lock::error::not_acquired) {
-          std::puts("another node runs the job");
-          status = 0;
-        } else if (ec) {
-          std::printf("not done under the lock: %s\n", ec.message().c_str());
-        } else {
-          std::puts("job done while the lock was held all along");
-          status = 0;
-        }
-      });
+  redis_lock::async_with_lock(locks, "cron:cleanup", {.ttl = 200ms}, cleanup_job,
+                              [&](std::exception_ptr failure, boost::system::error_code ec) {
+                                if (failure) {
+                                  std::puts("the job threw");
+                                } else if (ec == redis_lock::error::not_acquired) {
+                                  std::puts("another node runs the job");
+                                  status = 0;
+                                } else if (ec) {
+                                  std::printf("not done under the lock: %s\n",
+                                              ec.message().c_str());
+                                } else {
+                                  std::puts("job done while the lock was held all along");
+                                  status = 0;
+                                }
+                              });
   io.run();
   return status;
 }

@@ -31,7 +31,8 @@ milliseconds jittered(milliseconds cap) {
 
 milliseconds AcquireOp::sleep_when_held(bool listening, long long pttl,
                                         milliseconds backoff_draw) noexcept {
-  if (listening && pttl > 0) return std::min(milliseconds(pttl) + milliseconds(1), refresh_interval);
+  if (listening && pttl > 0)
+    return std::min(milliseconds(pttl) + milliseconds(1), refresh_interval);
   return pttl > 0 ? std::min(backoff_draw, milliseconds(pttl)) : backoff_draw;
 }
 
@@ -66,10 +67,8 @@ std::optional<QuorumAcquire> AcquireOp::quorum_acquire() {
   q.fence_key = keys.fence;
   q.ttl = options.ttl;
   q.attempt_started = attempt_started;
-  q.give_back = [service = service, resource = resource, token = token,
-                 until = give_back_until()](std::size_t master) {
-    give_back_on(*service, master, resource, token, until);
-  };
+  q.give_back = [service = service, resource = resource, token = token, until = give_back_until()](
+                    std::size_t master) { give_back_on(*service, master, resource, token, until); };
   return q;
 }
 
@@ -209,8 +208,8 @@ void AcquireOp::confirm_replicated(LockGuard guard) {
   phase = Phase::replicating;
   service->wait_replicas(
       node, options.min_replicas, options.replication_timeout,
-      Connection::Callback([op = std::static_pointer_cast<AcquireOp>(shared_from_this()),
-                            shared](error_code ec, Reply reply) {
+      Connection::Callback([op = std::static_pointer_cast<AcquireOp>(shared_from_this()), shared](
+                               error_code ec, Reply reply) {
         op->phase = Phase::asleep;
         if (!ec && reply.is_error()) {
           op->error_detail = reply.str;
@@ -262,8 +261,8 @@ void AcquireOp::sleep_until_retry(long long pttl) {
   service->add_waiter(token, std::static_pointer_cast<AcquireOp>(shared_from_this()), slot);
   if (nudged) return attempt();
   const bool listening = service->waiters().listening(slot);
-  attempt_after(sleep_when_held(listening, pttl,
-                                listening && pttl > 0 ? milliseconds(0) : next_backoff()));
+  attempt_after(
+      sleep_when_held(listening, pttl, listening && pttl > 0 ? milliseconds(0) : next_backoff()));
 }
 
 void AcquireOp::finish(error_code ec, LockGuard guard) {
@@ -275,8 +274,8 @@ void AcquireOp::finish(error_code ec, LockGuard guard) {
 }
 
 void AcquireOp::report(Observer& observer, error_code ec, const LockGuard& guard) const noexcept {
-  AcquireEvent e{resource, AcquireOutcome::acquired, ec, Clock::now() - called, attempts,
-                 waited, guard.fencing_token(), node_results, error_detail};
+  AcquireEvent e{resource, AcquireOutcome::acquired, ec,           Clock::now() - called, attempts,
+                 waited,   guard.fencing_token(),    node_results, error_detail};
   if (ec == asio::error::operation_aborted) {
     e.outcome = AcquireOutcome::cancelled;
   } else if (ec) {

@@ -88,7 +88,8 @@ struct AcquireOp final : ScriptOp, Waiter {
   void attempt_after(std::chrono::milliseconds sleep);
   void confirm_replicated(LockGuard guard);
   void finish(boost::system::error_code ec, LockGuard guard);
-  void report(Observer& observer, boost::system::error_code ec, const LockGuard& guard) const noexcept;
+  void report(Observer& observer, boost::system::error_code ec,
+              const LockGuard& guard) const noexcept;
 
   Phase phase = Phase::starting;
   bool cancelled = false;  // cancellation asked for; acted on at the next step

@@ -20,8 +20,7 @@ namespace redis_lock::detail {
 enum class Defer { no, yes };
 
 template <class Handler, class... Args>
-void deliver(const boost::asio::any_io_executor& io, Defer defer, Handler handler,
-             Args&&... args) {
+void deliver(const boost::asio::any_io_executor& io, Defer defer, Handler handler, Args&&... args) {
   auto ex = boost::asio::get_associated_executor(handler, io);
   if (defer == Defer::no) {
     // Fast path, same semantics as dispatch: the handler's executor is a plain io_context

@@ -65,8 +65,8 @@ Number parse_int(std::string_view text, Int& out, long long min, long long max) 
 
 // The RFC 3986 character classes the syntax diagnosis needs.
 bool is_unreserved(char c) {
-  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-         c == '-' || c == '.' || c == '_' || c == '~';
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+         c == '.' || c == '_' || c == '~';
 }
 bool is_sub_delim(char c) {
   return std::string_view("!$&'()*+,;=").find(c) != std::string_view::npos;
@@ -86,8 +86,7 @@ std::string bad_characters(std::string_view part, std::string_view extra, std::s
                ": '%' must start a percent-escape such as %40 (write '%' itself as %25)";
       }
       i += 2;
-    } else if (!is_unreserved(c) && !is_sub_delim(c) &&
-               extra.find(c) == std::string_view::npos) {
+    } else if (!is_unreserved(c) && !is_sub_delim(c) && extra.find(c) == std::string_view::npos) {
       if (c == '@') return std::string(name) + ": '@' must be written %40";
       return std::string(name) +
              ": a character that must be percent-encoded (a space is %20, '\"' is %22)";
@@ -236,16 +235,22 @@ bool apply_query(const boost::urls::url_view& url, ConnectionConfig& cfg, std::s
       (key == "sentinel_username" ? cfg.sentinel_username : cfg.sentinel_password) = param.value;
     } else if (key == "db") {
       switch (parse_int(std::string_view(param.value), cfg.database, 0, kMaxDatabase)) {
-        case Number::ok: break;
-        case Number::not_a_number: return reject(" is not a number");
-        case Number::out_of_range: return reject(" is out of range " + std::string(kDatabaseRange));
+        case Number::ok:
+          break;
+        case Number::not_a_number:
+          return reject(" is not a number");
+        case Number::out_of_range:
+          return reject(" is out of range " + std::string(kDatabaseRange));
       }
     } else if (key == "connect_timeout" || key == "command_timeout") {
       long long ms = 0;
       switch (parse_int(std::string_view(param.value), ms, 1, kMaxMillis)) {
-        case Number::ok: break;
-        case Number::not_a_number: return reject(" is not a number of milliseconds");
-        case Number::out_of_range: return reject(" is out of range 1..86400000 (milliseconds)");
+        case Number::ok:
+          break;
+        case Number::not_a_number:
+          return reject(" is not a number of milliseconds");
+        case Number::out_of_range:
+          return reject(" is out of range 1..86400000 (milliseconds)");
       }
       (key == "connect_timeout" ? cfg.connect_timeout : cfg.command_timeout) =
           std::chrono::milliseconds(ms);
@@ -285,10 +290,10 @@ Result parse_single(std::string_view text, Topology topology, std::string& why) 
     const bool looks_like_scheme = colon != std::string_view::npos &&
                                    valid_scheme_name(scheme_text) &&
                                    text.substr(colon + 1).starts_with("//");
-    return fail(why, std::string(looks_like_scheme
-                                     ? "scheme not supported (accepted, in lowercase: "
-                                     : "no scheme (write redis://host:port; accepted: ") +
-                         std::string(kSchemes) + ")");
+    return fail(why,
+                std::string(looks_like_scheme ? "scheme not supported (accepted, in lowercase: "
+                                              : "no scheme (write redis://host:port; accepted: ") +
+                    std::string(kSchemes) + ")");
   }
   const auto rest = text.substr(colon + 1);
   if (rest.starts_with("//") && at_after_host(rest.substr(2), is_unix)) {
@@ -364,7 +369,8 @@ Result parse_single(std::string_view text, Topology topology, std::string& why) 
     const std::string path = url.path();
     if (!path.empty() && path != "/") {
       switch (parse_int(std::string_view(path).substr(1), cfg.database, 0, kMaxDatabase)) {
-        case Number::ok: break;
+        case Number::ok:
+          break;
         case Number::not_a_number:
           return fail(why, "database index (the path /N after the host) is not a number");
         case Number::out_of_range:
@@ -402,13 +408,14 @@ Result parse_multi(std::string_view text, Topology topology, bool tls, std::stri
     // The path starts with the master's name; what follows is the usual /db.
     const auto name_end = std::min(tail.find_first_of("/?#", 1), tail.size());
     if (tail.size() < 2 || tail[0] != '/' || name_end == 1) {
-      return fail(why,
-                  "Sentinel master name is missing (write redis+sentinel://host:26379/master-name)");
+      return fail(
+          why, "Sentinel master name is missing (write redis+sentinel://host:26379/master-name)");
     }
     master = tail.substr(1, name_end - 1);
     if (!valid_master_name(master)) {
-      return fail(why, "Sentinel master name: printable characters only, without spaces, '/', '?', "
-                       "'#' or '%'");
+      return fail(why,
+                  "Sentinel master name: printable characters only, without spaces, '/', '?', "
+                  "'#' or '%'");
     }
     tail.erase(0, name_end);
   }
@@ -429,8 +436,8 @@ Result parse_multi(std::string_view text, Topology topology, bool tls, std::stri
     if (!node) return fail(why, "host " + std::to_string(position) + " of the list: " + node_why);
     // Sentinels listen on 26379 unless told otherwise.
     const auto bracket = one.rfind(']');
-    const bool has_port = one.find(':', bracket == std::string_view::npos ? 0 : bracket) !=
-                          std::string_view::npos;
+    const bool has_port =
+        one.find(':', bracket == std::string_view::npos ? 0 : bracket) != std::string_view::npos;
     if (topology == Topology::sentinel && !has_port) node->port = 26379;
     nodes.push_back({node->host, node->port});
     if (comma == std::string_view::npos) break;

@@ -172,8 +172,7 @@ bool Connection::is_current_or_draining(const std::shared_ptr<Link>& link) const
 }
 
 void Connection::execute(std::span<const std::string_view> command, Callback callback,
-                         std::shared_ptr<LateReplies> late,
-                         std::chrono::milliseconds extra_time) {
+                         std::shared_ptr<LateReplies> late, std::chrono::milliseconds extra_time) {
   if (shut_down_) return;  // the handler is destroyed, as Asio does with pending work
   const auto before = queued_bytes_.size();
   append_command(queued_bytes_, command);
@@ -182,9 +181,14 @@ void Connection::execute(std::span<const std::string_view> command, Callback cal
                             queued_bytes_.size() - before});
   arm_timer();
   switch (state_) {
-    case State::closed: start_connect(); break;
-    case State::ready: flush(); break;
-    default: break;  // the handshake or the backoff flushes when it ends
+    case State::closed:
+      start_connect();
+      break;
+    case State::ready:
+      flush();
+      break;
+    default:
+      break;  // the handshake or the backoff flushes when it ends
   }
 }
 
@@ -303,7 +307,8 @@ void Connection::try_endpoint(const std::shared_ptr<Link>& link, std::size_t ind
 void Connection::start_tls(const std::shared_ptr<Link>& link) {
   // The connect deadline covers the TLS handshake too.
   link->tls = std::make_unique<asio::ssl::stream<Link::Socket&>>(link->socket, *tls_);
-  const std::string& name = config_.tls_server_name.empty() ? config_.host : config_.tls_server_name;
+  const std::string& name =
+      config_.tls_server_name.empty() ? config_.host : config_.tls_server_name;
   error_code not_an_ip;
   asio::ip::make_address(name, not_an_ip);
   // SNI carries host names only (RFC 6066); the name is verified either way.
@@ -317,13 +322,12 @@ void Connection::start_tls(const std::shared_ptr<Link>& link) {
     link->tls->set_verify_callback(asio::ssl::host_name_verification(name), ec);
     if (ec) return connect_failed(error::tls_handshake_failed);
   }
-  link->tls->async_handshake(
-      asio::ssl::stream_base::client,
-      on_strand([self = shared_from_this(), link](error_code ec) {
-        if (self->link_ != link) return;
-        if (ec) return self->connect_failed(error::tls_handshake_failed);
-        self->start_handshake(link);
-      }));
+  link->tls->async_handshake(asio::ssl::stream_base::client,
+                             on_strand([self = shared_from_this(), link](error_code ec) {
+                               if (self->link_ != link) return;
+                               if (ec) return self->connect_failed(error::tls_handshake_failed);
+                               self->start_handshake(link);
+                             }));
 }
 
 void Connection::start_handshake(const std::shared_ptr<Link>& link) {
@@ -370,14 +374,14 @@ void Connection::start_handshake(const std::shared_ptr<Link>& link) {
     // These callbacks live in the link's own queue, which the connection owns: they hold
     // both weakly, or a link stuck in its handshake when the io_context is destroyed would
     // keep itself and the connection alive forever (seen by LSan, FaultMatrix.Partition...).
-    link->in_flight.push_back(Pending{
-        Callback([weak_self = weak_from_this(), weak_link = std::weak_ptr<Link>(link),
-                  step](error_code ec, Reply reply) {
-          const auto self = weak_self.lock();
-          const auto alive_link = weak_link.lock();
-          if (self && alive_link) self->on_handshake_reply(alive_link, step, ec, reply);
-        }),
-        nullptr, never, 0});
+    link->in_flight.push_back(
+        Pending{Callback([weak_self = weak_from_this(), weak_link = std::weak_ptr<Link>(link),
+                          step](error_code ec, Reply reply) {
+                  const auto self = weak_self.lock();
+                  const auto alive_link = weak_link.lock();
+                  if (self && alive_link) self->on_handshake_reply(alive_link, step, ec, reply);
+                }),
+                nullptr, never, 0});
   }
   link->write_buf = std::move(resp);
   write_link(link);
@@ -385,9 +389,8 @@ void Connection::start_handshake(const std::shared_ptr<Link>& link) {
 
 void Connection::write_link(const std::shared_ptr<Link>& link) {
   link->writing = true;
-  link->write(on_strand([self = shared_from_this(), link](error_code ec, std::size_t) {
-    self->on_write(link, ec);
-  }));
+  link->write(on_strand(
+      [self = shared_from_this(), link](error_code ec, std::size_t) { self->on_write(link, ec); }));
   start_read(link);
 }
 
@@ -495,8 +498,8 @@ error_code Connection::link_error(const Link& link, error_code ec) const {
 }
 
 void Connection::start_read(const std::shared_ptr<Link>& link) {
-  const bool wanted = !link->in_flight.empty() ||
-                      (keep_reading_ && link == link_ && state_ == State::ready);
+  const bool wanted =
+      !link->in_flight.empty() || (keep_reading_ && link == link_ && state_ == State::ready);
   if (link->reading || !wanted) return;
   link->reading = true;
   link->read_some(on_strand([self = shared_from_this(), link](error_code ec, std::size_t n) {

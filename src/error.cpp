@@ -18,26 +18,42 @@ class Category final : public boost::system::error_category {
  private:
   static const char* describe(int ev) noexcept {
     switch (static_cast<error>(ev)) {
-      case error::invalid_argument: return "invalid argument";
-      case error::timeout: return "command timed out";
-      case error::connect_timeout: return "connecting to the server timed out";
-      case error::connect_failed: return "could not connect to the server";
-      case error::connection_lost: return "connection to the server lost";
-      case error::protocol_error: return "the server sent an invalid RESP reply";
-      case error::server_error: return "the server returned an error";
+      case error::invalid_argument:
+        return "invalid argument";
+      case error::timeout:
+        return "command timed out";
+      case error::connect_timeout:
+        return "connecting to the server timed out";
+      case error::connect_failed:
+        return "could not connect to the server";
+      case error::connection_lost:
+        return "connection to the server lost";
+      case error::protocol_error:
+        return "the server sent an invalid RESP reply";
+      case error::server_error:
+        return "the server returned an error";
       case error::wrong_type:
         return "WRONGTYPE Operation against a key holding the wrong kind of value";
-      case error::not_authenticated: return "NOAUTH Authentication required";
-      case error::auth_failed: return "WRONGPASS invalid username-password pair or user is disabled";
-      case error::no_permission: return "NOPERM this user has no permissions to run a lock command";
-      case error::out_of_memory: return "OOM command not allowed when used memory > 'maxmemory'";
-      case error::read_only: return "READONLY You can't write against a read only replica";
-      case error::lock_lost: return "the lock was lost";
-      case error::shutdown: return "the execution context is shutting down";
-      case error::unexpected_reply: return "the server sent a reply of an unexpected shape";
+      case error::not_authenticated:
+        return "NOAUTH Authentication required";
+      case error::auth_failed:
+        return "WRONGPASS invalid username-password pair or user is disabled";
+      case error::no_permission:
+        return "NOPERM this user has no permissions to run a lock command";
+      case error::out_of_memory:
+        return "OOM command not allowed when used memory > 'maxmemory'";
+      case error::read_only:
+        return "READONLY You can't write against a read only replica";
+      case error::lock_lost:
+        return "the lock was lost";
+      case error::shutdown:
+        return "the execution context is shutting down";
+      case error::unexpected_reply:
+        return "the server sent a reply of an unexpected shape";
       case error::not_replicated:
         return "too few replicas confirmed the lock in time; it was released";
-      case error::not_acquired: return "the lock was held elsewhere; the work did not run";
+      case error::not_acquired:
+        return "the lock was held elsewhere; the work did not run";
       case error::tls_config_invalid:
         return "a TLS CA, certificate or key file cannot be read or used";
       case error::tls_handshake_failed:

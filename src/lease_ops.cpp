@@ -72,8 +72,7 @@ void CompareOp::finish(error_code ec, Reply reply) {
   deliver(service->executor(), Defer::no, std::move(handler), ec, done);
 }
 
-void prepare_release(LockService& service, CompareOp& op, std::string resource,
-                     std::string token) {
+void prepare_release(LockService& service, CompareOp& op, std::string resource, std::string token) {
   op.service = service.shared_from_this();
   op.keys = service.keys_of(resource);
   op.slot = service.slot_of(op.keys.lease);
@@ -95,13 +94,14 @@ void give_back_on(const std::shared_ptr<LockService>& service, std::size_t node,
   auto again = release;
   service->router().send_to(
       node, std::move(release), release_script.body,
-      Connection::Callback([service, node, again = std::move(again), until,
-                            backoff](error_code ec, Reply) {
-        if (!ec) return;  // it ran (or the server refused it: it never will)
-        service->retry_later(until, backoff, [service, node, again, until, next = doubled(backoff)] {
-          give_back_on(service, node, again, until, next);
-        });
-      }));
+      Connection::Callback(
+          [service, node, again = std::move(again), until, backoff](error_code ec, Reply) {
+            if (!ec) return;  // it ran (or the server refused it: it never will)
+            service->retry_later(until, backoff,
+                                 [service, node, again, until, next = doubled(backoff)] {
+                                   give_back_on(service, node, again, until, next);
+                                 });
+          }));
 }
 
 }  // namespace

@@ -58,8 +58,7 @@ struct CompareOp final : ScriptOp {
 
 /// Fills in a release of `token`'s lease: compare-and-delete, hand the lease to the next
 /// waiter (published on its manager's channel), leave the queue.
-void prepare_release(LockService& service, CompareOp& op, std::string resource,
-                     std::string token);
+void prepare_release(LockService& service, CompareOp& op, std::string resource, std::string token);
 
 /// Redlock: gives back on master `node` what `token` may hold there, resent through link
 /// failures until `until`.

@@ -5,21 +5,18 @@
 #include "completion.hpp"
 #include "lock_service.hpp"
 
-
 namespace redis_lock {
 
 namespace asio = boost::asio;
 using boost::system::error_code;
-
 
 // ---------------------------------------------------------------------------------------
 // LockGuard
 
 LockGuard::LockGuard() noexcept = default;
 
-LockGuard::LockGuard(std::shared_ptr<detail::LockService> service,
-                     asio::any_io_executor executor, detail::ContextAlive context_alive,
-                     std::string resource, std::string token,
+LockGuard::LockGuard(std::shared_ptr<detail::LockService> service, asio::any_io_executor executor,
+                     detail::ContextAlive context_alive, std::string resource, std::string token,
                      std::uint64_t fencing_token,
                      std::shared_ptr<detail::LeaseState> lease) noexcept
     : service_(std::move(service)),
@@ -92,8 +89,7 @@ void LockGuard::release_detached() noexcept {
   auto service = std::move(service_);
   service_.reset();
   const auto patience = let_go(*service, std::exchange(lease_, nullptr));
-  service->release_detached(std::move(resource_), std::move(token_), /*by_guard=*/true,
-                            patience);
+  service->release_detached(std::move(resource_), std::move(token_), /*by_guard=*/true, patience);
   resource_.clear();
   token_.clear();
   fencing_token_ = 0;
@@ -112,8 +108,7 @@ void LockGuard::extend_impl(std::shared_ptr<detail::LockService> service, std::s
                             std::string token, std::shared_ptr<detail::LeaseState> lease,
                             std::chrono::milliseconds ttl, detail::BoolHandler handler) {
   // Empty guards are completed by the header (complete_without_lock): `service` is set.
-  service->extend(std::move(resource), std::move(token), std::move(lease), ttl,
-                  std::move(handler));
+  service->extend(std::move(resource), std::move(token), std::move(lease), ttl, std::move(handler));
 }
 
 void LockGuard::wait_lost_impl(std::shared_ptr<detail::LockService> service,
@@ -131,7 +126,7 @@ LockManager::LockManager(executor_type ex, ConnectionConfig config)
 LockManager::LockManager(executor_type ex, ConnectionConfig config, ManagerOptions options)
     : executor_(ex),
       service_(std::make_shared<detail::LockService>(std::move(ex), std::move(config),
-                                                      std::move(options))) {
+                                                     std::move(options))) {
   service_->watch_context_shutdown();
   context_alive_ = service_->context_alive();
 }

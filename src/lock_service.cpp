@@ -47,8 +47,8 @@ LockService::LockService(asio::any_io_executor ex, ConnectionConfig config, Mana
   config_rule_ = broken.rule;
   strand_.emplace(asio::make_strand(executor_));
   router_ = std::make_shared<Router>(*strand_, std::move(config), options_.client_name, tls_);
-  waiters_ = std::make_shared<Waiters>(router_, options_.key_prefix,
-                                       random_token().substr(0, 16), cluster());
+  waiters_ = std::make_shared<Waiters>(router_, options_.key_prefix, random_token().substr(0, 16),
+                                       cluster());
   // Every command connection has our scripts before its first command: a NOSCRIPT resend
   // would run after commands sent later (a Redlock give-back after the next attempt's grant).
   std::vector<std::string_view> scripts = {acquire_script.body, release_script.body,
@@ -165,7 +165,8 @@ void LockService::refuse(std::string resource, error_code ec, std::string_view w
 
 void LockService::acquire(std::string resource, LockOptions options, AcquireHandler handler) {
   if (!alive_.load()) return;  // the context is gone: drop the handler, as Asio does
-  if (config_error_) return refuse(std::move(resource), config_error_, config_rule_, std::move(handler));
+  if (config_error_)
+    return refuse(std::move(resource), config_error_, config_rule_, std::move(handler));
   if (auto broken = check(resource, options, config_.topology)) {
     return refuse(std::move(resource), broken.error, broken.rule, std::move(handler));
   }
@@ -177,9 +178,10 @@ void LockService::acquire(std::string resource, LockOptions options, AcquireHand
   op->queues = options.wait.count() > 0 && !redlock();
   op->arg = to_decimal(options.ttl.count());
   const auto now = Clock::now();
-  op->deadline = options.wait >= std::chrono::duration_cast<milliseconds>(Clock::time_point::max() - now)
-                     ? Clock::time_point::max()
-                     : now + options.wait;
+  op->deadline =
+      options.wait >= std::chrono::duration_cast<milliseconds>(Clock::time_point::max() - now)
+          ? Clock::time_point::max()
+          : now + options.wait;
   try {
     op->token = random_token();
   } catch (const std::exception&) {
@@ -212,7 +214,8 @@ void LockService::release(std::string resource, std::string token, BoolHandler h
   prepare_release(*this, *op, std::move(resource), std::move(token));
   op->patience = patience;
   op->give_back_until = give_back_until;
-  on_strand([self = shared_from_this(), op = std::move(op)]() mutable { self->send(std::move(op)); });
+  on_strand(
+      [self = shared_from_this(), op = std::move(op)]() mutable { self->send(std::move(op)); });
 }
 
 void LockService::release_detached(std::string resource, std::string token, bool by_guard,
@@ -227,7 +230,8 @@ void LockService::release_detached(std::string resource, std::string token, bool
   }
 }
 
-void LockService::give_back(std::string resource, std::string token, Clock::time_point until) noexcept {
+void LockService::give_back(std::string resource, std::string token,
+                            Clock::time_point until) noexcept {
   if (!alive_.load()) return;
   try {
     if (redlock()) {
@@ -241,16 +245,14 @@ void LockService::give_back(std::string resource, std::string token, Clock::time
     }
     // Routed like any release (Cluster redirects), retried through moving slots and link
     // failures until `until`.
-    release(std::move(resource), std::move(token), BoolHandler{}, /*by_guard=*/false, until,
-            until);
+    release(std::move(resource), std::move(token), BoolHandler{}, /*by_guard=*/false, until, until);
   } catch (...) {
     // Out of memory: the lease expires after its ttl instead.
   }
 }
 
-void LockService::extend(std::string resource, std::string token,
-                         std::shared_ptr<LeaseState> lease, milliseconds ttl,
-                         BoolHandler handler) {
+void LockService::extend(std::string resource, std::string token, std::shared_ptr<LeaseState> lease,
+                         milliseconds ttl, BoolHandler handler) {
   if (!alive_.load()) return;
   if (auto broken = check_extension(ttl)) {
     return deliver(executor_, Defer::yes, std::move(handler), broken.error, false);
@@ -268,7 +270,8 @@ void LockService::extend(std::string resource, std::string token,
   op->durable = op->lease && op->lease->min_replicas > 0;
   if (observer()) op->resource = resource;
   op->set_args(extend_script, {op->keys.lease}, {op->token, op->arg});
-  on_strand([self = shared_from_this(), op = std::move(op)]() mutable { self->send(std::move(op)); });
+  on_strand(
+      [self = shared_from_this(), op = std::move(op)]() mutable { self->send(std::move(op)); });
 }
 
 void LockService::forget(const std::shared_ptr<LeaseState>& lease) noexcept {
@@ -295,8 +298,7 @@ void LockService::wait_lost(std::shared_ptr<LeaseState> lease, ErrorHandler hand
   on_strand([self = shared_from_this(), lease = std::move(lease),
              handler = std::move(handler)]() mutable {
     if (lease->lost.load()) {
-      return deliver(self->executor_, Defer::yes, std::move(handler),
-                     error_code(error::lock_lost));
+      return deliver(self->executor_, Defer::yes, std::move(handler), error_code(error::lock_lost));
     }
     lease->has_waiter.store(true);
     if (lease->released.load()) {

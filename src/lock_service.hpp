@@ -54,9 +54,8 @@ class LockService : public std::enable_shared_from_this<LockService> {
   /// `patience`: a Cluster refusal for a slot in motion (TRYAGAIN, CLUSTERDOWN) is retried
   /// until then at least (the lease's valid_until(): past it the release no longer matters).
   /// `give_back_until` (detached releases only): resent through link failures until then.
-  void release(std::string resource, std::string token, BoolHandler handler,
-               bool by_guard = false, Clock::time_point patience = {},
-               Clock::time_point give_back_until = {});
+  void release(std::string resource, std::string token, BoolHandler handler, bool by_guard = false,
+               Clock::time_point patience = {}, Clock::time_point give_back_until = {});
   void release_detached(std::string resource, std::string token, bool by_guard = false,
                         Clock::time_point patience = {}) noexcept;
   /// Gives back what an acquire with `token` may hold, or the queue place it may have:
@@ -109,8 +108,8 @@ class LockService : public std::enable_shared_from_this<LockService> {
   ManagerOptions options_;
   ConnectionConfig config_;
   std::shared_ptr<boost::asio::ssl::context> tls_;  // rediss://, shared by our connections
-  boost::system::error_code config_error_;  // config_ unusable: every acquire fails with it
-  std::string_view config_rule_;            // ... and the rule it broke
+  boost::system::error_code config_error_;          // config_ unusable: every acquire fails with it
+  std::string_view config_rule_;                    // ... and the rule it broke
   // Reset when the context shuts down: a strand's state belongs to a service of the
   // context, and guards may keep this object alive after the context is gone.
   std::optional<Connection::Strand> strand_;
@@ -129,8 +128,8 @@ inline LockGuard GuardAccess::make(std::shared_ptr<LockService> service, std::st
                                    std::shared_ptr<LeaseState> lease) {
   auto executor = service->executor();
   auto alive = service->context_alive();
-  return LockGuard(std::move(service), std::move(executor), std::move(alive),
-                   std::move(resource), std::move(token), fencing_token, std::move(lease));
+  return LockGuard(std::move(service), std::move(executor), std::move(alive), std::move(resource),
+                   std::move(token), fencing_token, std::move(lease));
 }
 
 }  // namespace redis_lock::detail

@@ -29,8 +29,8 @@ constexpr std::size_t majority(std::size_t n) noexcept { return n / 2 + 1; }
 struct Answer {
   enum class Kind { granted, refused, failed } kind = Kind::failed;
   boost::system::error_code error{};  ///< failed: why (an error reply, a malformed reply, I/O)
-  long long fence = -1;             ///< acquire granted: that master's fencing counter
-  long long pttl = -1;              ///< acquire refused: the holder's remaining lease, if known
+  long long fence = -1;               ///< acquire granted: that master's fencing counter
+  long long pttl = -1;                ///< acquire refused: the holder's remaining lease, if known
 };
 
 /// An acquire script's reply ({1, counter} granted, {0, pttl} refused), or the I/O error.
@@ -43,7 +43,9 @@ struct Tally {
   std::size_t masters = 0;
   std::size_t granted = 0, refused = 0, failed = 0;
   void count(const Answer& a) noexcept {
-    a.kind == Answer::Kind::granted ? ++granted : a.kind == Answer::Kind::refused ? ++refused : ++failed;
+    a.kind == Answer::Kind::granted   ? ++granted
+    : a.kind == Answer::Kind::refused ? ++refused
+                                      : ++failed;
   }
 };
 

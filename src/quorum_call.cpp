@@ -10,7 +10,6 @@
 
 #include <boost/asio/steady_timer.hpp>
 
-
 namespace redis_lock::detail {
 
 namespace asio = boost::asio;
@@ -202,8 +201,8 @@ void QuorumCall::finish_mint() {
 
 }  // namespace
 
-void fan_out(std::shared_ptr<Router> router, const Connection::Strand& strand,
-             std::size_t masters, milliseconds command_timeout, std::shared_ptr<Routed> op,
+void fan_out(std::shared_ptr<Router> router, const Connection::Strand& strand, std::size_t masters,
+             milliseconds command_timeout, std::shared_ptr<Routed> op,
              std::optional<QuorumAcquire> acquire) {
   auto call = std::make_shared<QuorumCall>();
   call->router = router;

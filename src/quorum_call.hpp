@@ -30,8 +30,8 @@ struct QuorumAcquire {
 /// error. `op->node_results` gets each master's answer. Decides as soon as the outcome is
 /// certain, never later than a command timeout (an acquire: never past its ttl either).
 /// `acquire` is set for an acquire script's call. On the router's strand.
-void fan_out(std::shared_ptr<Router> router, const Connection::Strand& strand,
-             std::size_t masters, std::chrono::milliseconds command_timeout,
-             std::shared_ptr<Routed> op, std::optional<QuorumAcquire> acquire);
+void fan_out(std::shared_ptr<Router> router, const Connection::Strand& strand, std::size_t masters,
+             std::chrono::milliseconds command_timeout, std::shared_ptr<Routed> op,
+             std::optional<QuorumAcquire> acquire);
 
 }  // namespace redis_lock::detail

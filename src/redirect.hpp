@@ -39,9 +39,9 @@ inline constexpr int max_redirects = 5;
 
 /// The state of one command's redirections and retries.
 struct Tries {
-  int redirects = 0;           ///< MOVED/ASK followed in this try
-  int retries = 0;             ///< TRYAGAIN/CLUSTERDOWN retries
-  Clock::time_point until{};   ///< TRYAGAIN/CLUSTERDOWN: retried until then (set on the first)
+  int redirects = 0;          ///< MOVED/ASK followed in this try
+  int retries = 0;            ///< TRYAGAIN/CLUSTERDOWN retries
+  Clock::time_point until{};  ///< TRYAGAIN/CLUSTERDOWN: retried until then (set on the first)
   /// Whether one more MOVED/ASK may be followed (and counts it).
   bool follow() noexcept { return ++redirects <= max_redirects; }
   /// TRYAGAIN/CLUSTERDOWN at `now`: the wait before the command is sent again (5 ms

@@ -9,7 +9,6 @@
 
 #include <redis_lock/error.hpp>
 
-
 namespace redis_lock::detail {
 
 namespace asio = boost::asio;
@@ -109,8 +108,8 @@ struct RenewOp final : ScriptOp {
                 (count.is_error() || replies::replication_outcome(count, again->min_replicas))) {
               wait_ec = error::not_replicated;
             }
-            self->service->watchdog().renewed(again, self->sent, wait_ec,
-                                              wait_ec ? Reply{} : reply, self->node_results);
+            self->service->watchdog().renewed(again, self->sent, wait_ec, wait_ec ? Reply{} : reply,
+                                              self->node_results);
           }));
     }
     service->watchdog().renewed(held, sent, ec, reply, node_results);
@@ -208,7 +207,8 @@ void Watchdog::renewed(const std::shared_ptr<LeaseState>& lease, Clock::time_poi
     // last_server_error()), observed or not.
     const error_code event_ec = ec || !reply.is_error() ? ec : error_from_reply(reply.str);
     const bool ok = !event_ec && replies::read_compare(reply) == replies::Compare::done;
-    const std::string_view detail = reply.is_error() ? std::string_view(reply.str) : std::string_view();
+    const std::string_view detail =
+        reply.is_error() ? std::string_view(reply.str) : std::string_view();
     observer->on_lease(
         {lease->resource, LeaseCommand::renewal, ok, event_ec, now - sent, nodes, detail});
   }

@@ -84,8 +84,7 @@ class Watchdog {
   void on_timer();
   void renew(const std::shared_ptr<LeaseState>& lease);
   void renewed(const std::shared_ptr<LeaseState>& lease, std::chrono::steady_clock::time_point sent,
-               boost::system::error_code ec, const Reply& reply,
-               std::span<const NodeResult> nodes);
+               boost::system::error_code ec, const Reply& reply, std::span<const NodeResult> nodes);
 
   LockService& service_;
   RenewalSchedule schedule_;

@@ -38,13 +38,27 @@ void append_range(std::string& out, const Range& args) {
 Reply convert(const redisReply* r) {
   Reply out;
   switch (r->type) {
-    case REDIS_REPLY_STRING: out.type = Reply::Type::string; break;
-    case REDIS_REPLY_STATUS: out.type = Reply::Type::status; break;
-    case REDIS_REPLY_ERROR: out.type = Reply::Type::error; break;
-    case REDIS_REPLY_INTEGER: out.type = Reply::Type::integer; break;
-    case REDIS_REPLY_NIL: out.type = Reply::Type::nil; break;
-    case REDIS_REPLY_ARRAY: out.type = Reply::Type::array; break;
-    default: out.type = Reply::Type::other; break;
+    case REDIS_REPLY_STRING:
+      out.type = Reply::Type::string;
+      break;
+    case REDIS_REPLY_STATUS:
+      out.type = Reply::Type::status;
+      break;
+    case REDIS_REPLY_ERROR:
+      out.type = Reply::Type::error;
+      break;
+    case REDIS_REPLY_INTEGER:
+      out.type = Reply::Type::integer;
+      break;
+    case REDIS_REPLY_NIL:
+      out.type = Reply::Type::nil;
+      break;
+    case REDIS_REPLY_ARRAY:
+      out.type = Reply::Type::array;
+      break;
+    default:
+      out.type = Reply::Type::other;
+      break;
   }
   if (out.type == Reply::Type::integer) {
     out.integer = r->integer;
@@ -77,12 +91,17 @@ boost::system::error_code error_from_reply(std::string_view text) noexcept {
     error code;
   };
   static constexpr Prefix table[] = {
-      {"WRONGTYPE", error::wrong_type},   {"NOAUTH", error::not_authenticated},
-      {"WRONGPASS", error::auth_failed},  {"NOPERM", error::no_permission},
-      {"OOM", error::out_of_memory},      {"READONLY", error::read_only},
+      {"WRONGTYPE", error::wrong_type},
+      {"NOAUTH", error::not_authenticated},
+      {"WRONGPASS", error::auth_failed},
+      {"NOPERM", error::no_permission},
+      {"OOM", error::out_of_memory},
+      {"READONLY", error::read_only},
       {"ERR invalid password", error::auth_failed},
-      {"CLUSTERDOWN", error::cluster_down},     {"TRYAGAIN", error::cluster_down},
-      {"MOVED", error::cluster_down},           {"ASK", error::cluster_down},
+      {"CLUSTERDOWN", error::cluster_down},
+      {"TRYAGAIN", error::cluster_down},
+      {"MOVED", error::cluster_down},
+      {"ASK", error::cluster_down},
       {"ERR AUTH", error::auth_failed},
       // Redis refuses long commands from clients that have not authenticated yet.
       {"ERR Protocol error: unauthenticated", error::not_authenticated},

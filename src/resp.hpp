@@ -21,8 +21,8 @@ namespace redis_lock::detail {
 struct Reply {
   enum class Type { nil, string, status, error, integer, array, other };
   Type type = Type::nil;
-  std::string str;           // string, status, error
-  long long integer = 0;     // integer
+  std::string str;              // string, status, error
+  long long integer = 0;        // integer
   std::vector<Reply> elements;  // array
 
   bool is_error() const noexcept { return type == Type::error; }

@@ -8,7 +8,6 @@
 
 #include <boost/asio/steady_timer.hpp>
 
-
 namespace redis_lock::detail {
 
 namespace asio = boost::asio;
@@ -17,9 +16,7 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-std::string address_of(const Endpoint& e) {
-  return e.host + ":" + std::to_string(e.port);
-}
+std::string address_of(const Endpoint& e) { return e.host + ":" + std::to_string(e.port); }
 
 }  // namespace
 
@@ -86,10 +83,10 @@ Connection& Router::connection(std::size_t node, Pool pool) {
     // A slot map has one entry per range of slots: up to 16384 after slot-by-slot resharding.
     if (pool == Pool::topology) slot->set_reply_limits(ReplyLimits::slot_map());
     if (locator_) {
-      slot->set_locator([weak = std::weak_ptr<SentinelLocator>(locator_)](
-                            Connection::LocateDone done) {
-        if (auto locator = weak.lock()) locator->locate(std::move(done));
-      });
+      slot->set_locator(
+          [weak = std::weak_ptr<SentinelLocator>(locator_)](Connection::LocateDone done) {
+            if (auto locator = weak.lock()) locator->locate(std::move(done));
+          });
     }
     if (pool == Pool::commands || pool == Pool::durable) slot->set_preload(preload_);
     if (pool == Pool::subscriber && setup_) setup_(*slot, node);
@@ -146,9 +143,9 @@ void Router::send(std::shared_ptr<Routed> op, std::size_t ask_node) {
 bool Router::resent(std::shared_ptr<Routed>& op, const Reply& reply) {
   using Kind = redirect::Step::Kind;
   const auto action = redirect::read(reply.str);
-  const auto step = redirect::decide(action, cluster(), op->sent_body, !op->script_body.empty(),
-                                     op->tries, Clock::now(), config_.command_timeout,
-                                     op->patience);
+  const auto step =
+      redirect::decide(action, cluster(), op->sent_body, !op->script_body.empty(), op->tries,
+                       Clock::now(), config_.command_timeout, op->patience);
   switch (step.kind) {
     case Kind::final:
       return false;
@@ -262,14 +259,15 @@ void Router::query_slots(std::size_t tried) {
   const auto node = next_candidate_++ % nodes_.size();
   const std::string_view command[] = {"CLUSTER", "SLOTS"};
   connection(node, Pool::topology)
-      .execute(command, Connection::Callback([weak = weak_from_this(), node, tried](
-                                                 error_code ec, Reply reply) {
-        auto self = weak.lock();
-        if (!self || self->shut_down_) return;
-        if (ec || !self->apply_slots(reply, node)) return self->query_slots(tried + 1);
-        self->fallback_ = node;
-        self->refresh_done();
-      }));
+      .execute(command, Connection::Callback(
+                            [weak = weak_from_this(), node, tried](error_code ec, Reply reply) {
+                              auto self = weak.lock();
+                              if (!self || self->shut_down_) return;
+                              if (ec || !self->apply_slots(reply, node))
+                                return self->query_slots(tried + 1);
+                              self->fallback_ = node;
+                              self->refresh_done();
+                            }));
 }
 
 void Router::refresh_done() {

@@ -14,8 +14,8 @@
 #include <cstdint>
 #include <functional>
 #include <map>
-#include <span>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -86,9 +86,7 @@ class Router : public std::enable_shared_from_this<Router> {
   void set_subscriber_setup(SubscriberSetup setup) { setup_ = std::move(setup); }
   bool cluster() const noexcept { return config_.topology == Topology::cluster; }
   /// Cluster and Redlock: a connection per node of `nodes`, each at its own address.
-  bool many_nodes() const noexcept {
-    return cluster() || config_.topology == Topology::redlock;
-  }
+  bool many_nodes() const noexcept { return cluster() || config_.topology == Topology::redlock; }
 
   /// The node serving `slot`. While the Cluster's map is unknown: a node that answered
   /// before (or the first seed), and a load of the map is started.

@@ -33,8 +33,8 @@ void fill_from_kernel(std::uint8_t* out, std::size_t size) {
 class RandomPage {
  public:
   RandomPage() {
-    void* mem = ::mmap(nullptr, sizeof(Page), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                       -1, 0);
+    void* mem =
+        ::mmap(nullptr, sizeof(Page), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (mem == MAP_FAILED) return;
     if (::madvise(mem, sizeof(Page), MADV_WIPEONFORK) != 0) {
       ::munmap(mem, sizeof(Page));

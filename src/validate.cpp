@@ -15,7 +15,8 @@ Violation check_topology(const ConnectionConfig& config) {
   const bool sentinel = config.topology == Topology::sentinel;
   if (!sentinel && (!config.sentinel_master.empty() || !config.sentinel_username.empty() ||
                     !config.sentinel_password.empty())) {
-    return broken("sentinel_master, sentinel_username and sentinel_password need Topology::sentinel");
+    return broken(
+        "sentinel_master, sentinel_username and sentinel_password need Topology::sentinel");
   }
   switch (config.topology) {
     case Topology::standalone:
@@ -41,7 +42,8 @@ Violation check_topology(const ConnectionConfig& config) {
     default:
       return broken("unknown topology");
   }
-  if (!config.unix_socket.empty()) return broken("a Cluster, Sentinel or Redlock is reached over TCP, not unix_socket");
+  if (!config.unix_socket.empty())
+    return broken("a Cluster, Sentinel or Redlock is reached over TCP, not unix_socket");
   for (const auto& node : config.nodes) {
     if (node.host.empty() || node.port == 0) return broken("every node needs a host and a port");
   }
@@ -62,7 +64,8 @@ Violation check(const ConnectionConfig& config) {
                                 !config.tls_key_file.empty() || !config.tls_server_name.empty() ||
                                 !config.tls_verify;
   if (!config.tls && has_tls_settings) return broken("TLS settings need tls = true (rediss://)");
-  if (config.tls && !config.unix_socket.empty()) return broken("TLS is not offered over unix_socket");
+  if (config.tls && !config.unix_socket.empty())
+    return broken("TLS is not offered over unix_socket");
   if (config.tls_cert_file.empty() != config.tls_key_file.empty()) {
     return broken("tls_cert_file and tls_key_file go together");
   }

@@ -11,8 +11,7 @@ using boost::system::error_code;
 // ---------------------------------------------------------------------------------------
 // HandOffBook
 
-bool HandOffBook::add(const std::string& token, std::weak_ptr<Waiter> waiter,
-                      std::uint16_t slot) {
+bool HandOffBook::add(const std::string& token, std::weak_ptr<Waiter> waiter, std::uint16_t slot) {
   waiters_.emplace(token, Entry{std::move(waiter), slot});
   return subscriptions_[slot].state == Subscription::State::none;
 }
@@ -133,21 +132,20 @@ void Waiters::subscribe(std::uint16_t slot, int redirects) {
   const std::string_view command[] = {cluster_ ? "SSUBSCRIBE" : "SUBSCRIBE", channel};
   Connection& subscriber = router_->connection(node, Router::Pool::subscriber);
   subscriber.keep_reading(true);
-  subscriber.execute(
-      command, Connection::Callback([weak = weak_from_this(), slot, node, redirects](
-                                        error_code ec, Reply reply) {
-        auto self = weak.lock();
-        if (!self || !self->router_ || !self->book_.awaits(slot, node)) return;
-        if (!ec && reply.is_error() && redirects < redirect::max_redirects) {
-          const auto action = redirect::read(reply.str);
-          if (action.kind == redirect::Action::Kind::moved) {
-            self->router_->moved(slot, self->router_->node_at(action.address, node));
-            return self->subscribe(slot, redirects + 1);
-          }
-        }
-        if (ec || reply.is_error()) return self->book_.failed(slot);
-        for (auto& waiter : self->book_.confirmed(slot)) waiter->nudge();
-      }));
+  subscriber.execute(command, Connection::Callback([weak = weak_from_this(), slot, node, redirects](
+                                                       error_code ec, Reply reply) {
+                       auto self = weak.lock();
+                       if (!self || !self->router_ || !self->book_.awaits(slot, node)) return;
+                       if (!ec && reply.is_error() && redirects < redirect::max_redirects) {
+                         const auto action = redirect::read(reply.str);
+                         if (action.kind == redirect::Action::Kind::moved) {
+                           self->router_->moved(slot, self->router_->node_at(action.address, node));
+                           return self->subscribe(slot, redirects + 1);
+                         }
+                       }
+                       if (ec || reply.is_error()) return self->book_.failed(slot);
+                       for (auto& waiter : self->book_.confirmed(slot)) waiter->nudge();
+                     }));
 }
 
 void Waiters::on_notify(const Reply& push) {

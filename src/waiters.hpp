@@ -106,7 +106,7 @@ class Waiters : public std::enable_shared_from_this<Waiters> {
   void subscribe(std::uint16_t slot, int redirects = 0);
   void on_notify(const Reply& push);
 
-  std::shared_ptr<Router> router_;  // null once shut down
+  std::shared_ptr<Router> router_;   // null once shut down
   const std::string notify_prefix_;  // <prefix>notify:
   const std::string manager_id_;     // 16 hex digits; queue members are token + manager id
   const bool cluster_ = false;

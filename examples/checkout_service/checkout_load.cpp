@@ -58,7 +58,8 @@ asio::awaitable<HttpAnswer> post_checkout(asio::ip::tcp::endpoint target, std::s
                                           std::int64_t amount, std::string currency) {
   return checkout::http_call(
       target, http::verb::post, "/checkout",
-      json::serialize(json::object{{"order_id", order_id}, {"amount", amount}, {"currency", currency}}),
+      json::serialize(
+          json::object{{"order_id", order_id}, {"amount", amount}, {"currency", currency}}),
       Clock::now() + 10s);
 }
 
@@ -75,7 +76,8 @@ asio::awaitable<HttpAnswer> until_final(asio::ip::tcp::endpoint target, std::str
     HttpAnswer a = co_await post_checkout(target, order_id, amount, "EUR");
     if (attempts == 1) first = a;
     if (is_final(a.status) || Clock::now() >= give_up) co_return a;
-    pause.expires_after(a.retry_after > 0 ? std::chrono::milliseconds(a.retry_after * 1000) : 200ms);
+    pause.expires_after(a.retry_after > 0 ? std::chrono::milliseconds(a.retry_after * 1000)
+                                          : 200ms);
     co_await pause.async_wait(asio::use_awaitable);
   }
 }
@@ -92,13 +94,16 @@ int probe_bad_input(asio::ip::tcp::endpoint target) {
       {"not JSON", http::verb::post, "/checkout", "{order", 400},
       {"JSON but not an object", http::verb::post, "/checkout", "[1,2]", 400},
       {"no order_id", http::verb::post, "/checkout", R"({"amount": 5})", 400},
-      {"order_id not a string", http::verb::post, "/checkout", R"({"order_id": 7, "amount": 5})", 400},
-      {"order_id with a space", http::verb::post, "/checkout", R"({"order_id": "a b", "amount": 5})", 400},
+      {"order_id not a string", http::verb::post, "/checkout", R"({"order_id": 7, "amount": 5})",
+       400},
+      {"order_id with a space", http::verb::post, "/checkout",
+       R"({"order_id": "a b", "amount": 5})", 400},
       {"order_id too long", http::verb::post, "/checkout",
        R"({"order_id": ")" + std::string(129, 'x') + R"(", "amount": 5})", 400},
       {"amount zero", http::verb::post, "/checkout", R"({"order_id": "a", "amount": 0})", 400},
       {"amount negative", http::verb::post, "/checkout", R"({"order_id": "a", "amount": -3})", 400},
-      {"amount not an integer", http::verb::post, "/checkout", R"({"order_id": "a", "amount": 1.5})", 400},
+      {"amount not an integer", http::verb::post, "/checkout",
+       R"({"order_id": "a", "amount": 1.5})", 400},
       {"amount too large", http::verb::post, "/checkout",
        R"({"order_id": "a", "amount": 10000000001})", 400},
       {"currency lower case", http::verb::post, "/checkout",
@@ -124,7 +129,8 @@ int probe_bad_input(asio::ip::tcp::endpoint target) {
   for (std::size_t i = 0; i < cases.size(); ++i) {
     if (got[i] != cases[i].expected) {
       ++wrong;
-      std::printf("bad input '%s': got %d, expected %d\n", cases[i].what, got[i], cases[i].expected);
+      std::printf("bad input '%s': got %d, expected %d\n", cases[i].what, got[i],
+                  cases[i].expected);
     }
   }
   std::printf("bad input: %zu/%zu requests refused with the right status\n",
@@ -179,18 +185,30 @@ int main(int argc, char** argv) {
       return 2;
     }
     const std::string value = argv[i + 1];
-    if (arg == "--host") host = value;
-    else if (arg == "--port") port = static_cast<unsigned short>(std::atoi(value.c_str()));
-    else if (arg == "--ledger-url") ledger_url = value;
-    else if (arg == "--provider") provider = value;
-    else if (arg == "--prefix") prefix = value;
-    else if (arg == "--requests") requests = std::atoi(value.c_str());
-    else if (arg == "--orders") orders = std::atoi(value.c_str());
-    else if (arg == "--run-id") run = value;
-    else if (arg == "--retry-for-s") retry_for_s = std::atoi(value.c_str());
-    else if (arg == "--one") one = value;
-    else if (arg == "--amount") one_amount = std::atoll(value.c_str());
-    else if (arg == "--currency") currency = value;
+    if (arg == "--host")
+      host = value;
+    else if (arg == "--port")
+      port = static_cast<unsigned short>(std::atoi(value.c_str()));
+    else if (arg == "--ledger-url")
+      ledger_url = value;
+    else if (arg == "--provider")
+      provider = value;
+    else if (arg == "--prefix")
+      prefix = value;
+    else if (arg == "--requests")
+      requests = std::atoi(value.c_str());
+    else if (arg == "--orders")
+      orders = std::atoi(value.c_str());
+    else if (arg == "--run-id")
+      run = value;
+    else if (arg == "--retry-for-s")
+      retry_for_s = std::atoi(value.c_str());
+    else if (arg == "--one")
+      one = value;
+    else if (arg == "--amount")
+      one_amount = std::atoll(value.c_str());
+    else if (arg == "--currency")
+      currency = value;
     else {
       std::fprintf(stderr, "checkout_load: unknown option %s\n", arg.c_str());
       return 2;
@@ -207,14 +225,17 @@ int main(int argc, char** argv) {
                    });
     io.run();
     while (!answer.body.empty() && answer.body.back() == '\n') answer.body.pop_back();
-    std::printf("%d%s %s\n", answer.status, answer.replayed ? " replayed" : "", answer.body.c_str());
+    std::printf("%d%s %s\n", answer.status, answer.replayed ? " replayed" : "",
+                answer.body.c_str());
     return answer.status == 0 ? 1 : 0;
   }
   const auto ledger_config = redis_lock::ConnectionConfig::from_url(ledger_url);
   const auto colon = provider.rfind(':');
   if (orders < 1 || requests < orders || !ledger_config || colon == std::string::npos) {
-    std::fputs("checkout_load: need --provider HOST:PORT, --ledger-url URL, --orders >= 1 and "
-               "--requests >= --orders\n", stderr);
+    std::fputs(
+        "checkout_load: need --provider HOST:PORT, --ledger-url URL, --orders >= 1 and "
+        "--requests >= --orders\n",
+        stderr);
     return 2;
   }
   const asio::ip::tcp::endpoint provider_at(
@@ -247,14 +268,16 @@ int main(int argc, char** argv) {
   io.run();
   const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started);
 
-  std::map<int, int> by_status;  // a replay counts under -status
+  std::map<int, int> by_status;                       // a replay counts under -status
   std::map<std::string, std::set<std::string>> told;  // order -> distinct final bodies
   int unfinished = 0, retries = 0;
   for (std::size_t i = 0; i < plan.size(); ++i) {
     ++by_status[first[i].replayed ? -first[i].status : first[i].status];
     retries += attempts[i] - 1;
-    if (!is_final(last[i].status)) ++unfinished;
-    else told[order_ids[plan[i]]].insert(std::to_string(last[i].status) + " " + last[i].body);
+    if (!is_final(last[i].status))
+      ++unfinished;
+    else
+      told[order_ids[plan[i]]].insert(std::to_string(last[i].status) + " " + last[i].body);
   }
 
   // Afterwards, each order once more: the stored response comes back, marked as a replay.
@@ -274,12 +297,12 @@ int main(int argc, char** argv) {
   {
     asio::io_context pio;
     HttpAnswer list;
-    asio::co_spawn(pio,
-                   checkout::http_call(provider_at, http::verb::get, "/v1/charges", "",
-                                       Clock::now() + 10s),
-                   [&](std::exception_ptr e, HttpAnswer a) {
-                     if (!e) list = std::move(a);
-                   });
+    asio::co_spawn(
+        pio,
+        checkout::http_call(provider_at, http::verb::get, "/v1/charges", "", Clock::now() + 10s),
+        [&](std::exception_ptr e, HttpAnswer a) {
+          if (!e) list = std::move(a);
+        });
     pio.run();
     const json::value all = parse_json(list.body);
     const auto* results = all.is_object() ? all.as_object().if_contains("results") : nullptr;
@@ -309,7 +332,8 @@ int main(int argc, char** argv) {
     ledger_agrees += agrees;
     const std::string truth = stored ? std::to_string(stored->status) + " " + stored->body : "";
     if (agrees && told[id].size() == 1 && *told[id].begin() == truth) ++clients_agree;
-    if (agrees && replays[k].replayed && std::to_string(replays[k].status) + " " + replays[k].body == truth) {
+    if (agrees && replays[k].replayed &&
+        std::to_string(replays[k].status) + " " + replays[k].body == truth) {
       ++replay_ok;
     }
   }
@@ -325,16 +349,18 @@ int main(int argc, char** argv) {
   std::printf("  first answers:\n");
   for (const auto& [status, n] : by_status) {
     const auto it = names.find(status);
-    std::printf("    %-44s %4d\n", it != names.end() ? it->second : std::to_string(status).c_str(), n);
+    std::printf("    %-44s %4d\n", it != names.end() ? it->second : std::to_string(status).c_str(),
+                n);
   }
   const Counts at_provider = count(provider_charges, order_ids);
   const Counts in_ledger = count(ledger_charges, order_ids);
   print_counts("provider", at_provider, orders);
   print_counts("ledger", in_ledger, orders);
-  std::printf("ledger records matching the provider's charge: %d/%d; clients told that one "
-              "outcome: %d/%d (%d never heard a final answer); repeats afterwards replayed "
-              "byte for byte: %d/%d\n",
-              ledger_agrees, orders, clients_agree, orders, unfinished, replay_ok, orders);
+  std::printf(
+      "ledger records matching the provider's charge: %d/%d; clients told that one "
+      "outcome: %d/%d (%d never heard a final answer); repeats afterwards replayed "
+      "byte for byte: %d/%d\n",
+      ledger_agrees, orders, clients_agree, orders, unfinished, replay_ok, orders);
   const bool ok = at_provider.exactly_once == orders && in_ledger.exactly_once == orders &&
                   ledger_agrees == orders && clients_agree == orders && unfinished == 0 &&
                   replay_ok == orders;

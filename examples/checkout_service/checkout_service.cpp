@@ -4,7 +4,8 @@
 // front of a payment provider that must charge each order once, through crashes.
 //
 //   POST /checkout {"order_id": "A-17", "amount": 1299, "currency": "EUR"}
-//     201 Created    {"status": "charged", "charge_id": ...}   charged (now or, on a replay, before)
+//     201 Created    {"status": "charged", "charge_id": ...}   charged (now or, on a replay,
+//                                                               before)
 //     402 Payment Required {"status": "declined", ...}         the provider declined the card
 //     402 Payment Required {"status": "failed", ...}   the provider refused the charge for good
 //                                                       (a 4xx other than 402/409/429): nothing
@@ -12,7 +13,8 @@
 //     202 Accepted   {"status": "pending"} + Retry-After      the outcome is not known yet: retry
 //                                                               with the same order_id
 //     409 Conflict   {"error": "order_in_progress"} + Retry-After   another request has it now
-//     422 Unprocessable {"error": "order_mismatch"}   this order exists with another amount/currency
+//     422 Unprocessable {"error": "order_mismatch"}   this order exists with another amount
+//                                                     or currency
 //     503 {"error": "temporarily_unavailable"} + Retry-After   retry with the same order_id
 //     400 / 404 / 405 / 413 for bad requests
 //   A decided order's stored response is replayed, byte for byte, with the same status and
@@ -155,7 +157,8 @@ bool valid_order_id(std::string_view id) {
 }
 
 bool valid_currency(std::string_view c) {
-  return c.size() == 3 && std::all_of(c.begin(), c.end(), [](char x) { return x >= 'A' && x <= 'Z'; });
+  return c.size() == 3 &&
+         std::all_of(c.begin(), c.end(), [](char x) { return x >= 'A' && x <= 'Z'; });
 }
 
 /// 128 bits straight from the system's random source (a seeded generator would repeat
@@ -191,15 +194,15 @@ struct Decided {
 ///   no answer, 409, 429, 5xx: not known (a 5xx may come after a charge): the attempt stays
 ///     pending and is retried with the same key.
 std::optional<Decided> decided(const checkout::HttpAnswer& a, const checkout::Record& order) {
-  if (a.status >= 400 && a.status < 500 && a.status != 402 && a.status != 409 &&
-      a.status != 429) {
+  if (a.status >= 400 && a.status < 500 && a.status != 402 && a.status != 409 && a.status != 429) {
     const json::object body{{"status", "failed"},
                             {"order_id", order.order_id},
                             {"amount", order.amount},
                             {"currency", order.currency},
                             {"failure_code", "payment_refused"},
-                            {"message", "the payment provider refused this payment; nothing was "
-                                        "charged"}};
+                            {"message",
+                             "the payment provider refused this payment; nothing was "
+                             "charged"}};
     return Decided{402, json::serialize(body) + "\n", ""};
   }
   if (a.status != 201 && a.status != 402) return std::nullopt;
@@ -272,10 +275,11 @@ class Worker {
   }
 
   void print_summary() const {
-    std::printf("checkout worker %d (pid %d): %d charged, %d declined, %d failed, %d replayed, "
-                "%d conflicts, %d pending, %d unavailable, %d reconciled\n",
-                index_, ::getpid(), charged_, declined_, failed_, replayed_, conflicts_, pending_,
-                unavailable_, reconciled_);
+    std::printf(
+        "checkout worker %d (pid %d): %d charged, %d declined, %d failed, %d replayed, "
+        "%d conflicts, %d pending, %d unavailable, %d reconciled\n",
+        index_, ::getpid(), charged_, declined_, failed_, replayed_, conflicts_, pending_,
+        unavailable_, reconciled_);
     std::fflush(stdout);
   }
 
@@ -307,8 +311,8 @@ class Worker {
       stream.expires_after(30s);
       if (stopping_) break;
       reading_.insert(&stream);  // idle until a request comes: stop() cancels the read
-      auto [ec, n] = co_await http::async_read(stream, buffer, parser,
-                                               asio::as_tuple(asio::use_awaitable));
+      auto [ec, n] =
+          co_await http::async_read(stream, buffer, parser, asio::as_tuple(asio::use_awaitable));
       reading_.erase(&stream);
       if (ec == http::error::body_limit) {
         Request req = parser.release();
@@ -360,9 +364,10 @@ class Worker {
         (currency_value && (!currency || !valid_currency(*currency)))) {
       co_return reply(req, http::status::bad_request,
                       {{"error", "bad_request"},
-                       {"message", "expected {\"order_id\": \"[A-Za-z0-9_.:-]{1,128}\", "
-                                   "\"amount\": <minor units, 1..10000000000>, "
-                                   "\"currency\": \"[A-Z]{3}\" (default EUR)}"}});
+                       {"message",
+                        "expected {\"order_id\": \"[A-Za-z0-9_.:-]{1,128}\", "
+                        "\"amount\": <minor units, 1..10000000000>, "
+                        "\"currency\": \"[A-Z]{3}\" (default EUR)}"}});
     }
     // (named first: GCC 12 miscompiles a conditional with a literal inside a co_await)
     std::string order_id(order->data(), order->size());
@@ -372,8 +377,8 @@ class Worker {
                                 std::move(currency_code));
   }
 
-  asio::awaitable<Response> checkout(const Request& req, std::string order_id,
-                                     std::int64_t amount, std::string currency) {
+  asio::awaitable<Response> checkout(const Request& req, std::string order_id, std::int64_t amount,
+                                     std::string currency) {
     // 1. A decided order is answered from the ledger: no lock, no provider.
     std::optional<checkout::Record> stored;
     try {
@@ -388,8 +393,8 @@ class Worker {
     if (stored && stored->state == "final") co_return replay(req, *stored);
 
     // 2. One attempt at the order's lock: a duplicate in flight is told so at once.
-    auto [ec, guard] = co_await locks_.async_acquire(
-        "order:" + order_id, lock_options(), asio::as_tuple(asio::use_awaitable));
+    auto [ec, guard] = co_await locks_.async_acquire("order:" + order_id, lock_options(),
+                                                     asio::as_tuple(asio::use_awaitable));
     if (ec) {
       ++unavailable_;
       co_return unavailable(req, order_id);
@@ -421,8 +426,9 @@ class Worker {
     auto res = reply(req, http::status::accepted,
                      {{"status", "pending"},
                       {"order_id", order_id},
-                      {"message", "the payment's outcome is not known yet; retry with the same "
-                                  "order_id to learn it (it will not be charged twice)"}});
+                      {"message",
+                       "the payment's outcome is not known yet; retry with the same "
+                       "order_id to learn it (it will not be charged twice)"}});
     res.set(http::field::retry_after, "1");
     co_return res;
   }
@@ -444,8 +450,9 @@ class Worker {
   asio::awaitable<Settled> settle(const redis_lock::LockGuard& guard, const std::string& order_id,
                                   std::int64_t amount, const std::string& currency) {
     // (the fault scenarios read which token each holder of an order got from here)
-    std::printf("checkout worker %d (pid %d) holds %s with fencing token %llu\n", index_, ::getpid(),
-                order_id.c_str(), static_cast<unsigned long long>(guard.fencing_token()));
+    std::printf("checkout worker %d (pid %d) holds %s with fencing token %llu\n", index_,
+                ::getpid(), order_id.c_str(),
+                static_cast<unsigned long long>(guard.fencing_token()));
     std::fflush(stdout);
     checkout::Ledger::BeginResult begun;
     try {
@@ -481,9 +488,9 @@ class Worker {
         {"amount", order.amount}, {"currency", order.currency}, {"reference", order.order_id}});
     std::vector<std::pair<std::string, std::string>> headers{
         {"Idempotency-Key", order.idempotency_key}};
-    const auto answer = co_await checkout::http_call(provider_, http::verb::post, "/v1/charges",
-                                                     std::move(request), deadline,
-                                                     std::move(headers));
+    const auto answer =
+        co_await checkout::http_call(provider_, http::verb::post, "/v1/charges", std::move(request),
+                                     deadline, std::move(headers));
     std::printf("checkout worker %d (pid %d) provider answered %d for %s\n", index_, ::getpid(),
                 answer.status, order_id.c_str());  // 0: no answer
     std::fflush(stdout);
@@ -504,8 +511,10 @@ class Worker {
       });
       if (stored.state == "final") final_order = std::move(stored);
     } catch (const checkout::LedgerError&) {
-      std::printf("checkout worker %d (pid %d) could not record the answer for %s: ledger "
-                  "unavailable (the reconciler will)\n", index_, ::getpid(), order_id.c_str());
+      std::printf(
+          "checkout worker %d (pid %d) could not record the answer for %s: ledger "
+          "unavailable (the reconciler will)\n",
+          index_, ::getpid(), order_id.c_str());
       std::fflush(stdout);
     }
     co_return Settled{Settled::decided, std::move(final_order)};
@@ -534,8 +543,8 @@ class Worker {
           break;
         }
         if (!order || order->state != "pending") continue;
-        auto [lec, guard] = co_await locks_.async_acquire(
-            "order:" + order_id, lock_options(), asio::as_tuple(asio::use_awaitable));
+        auto [lec, guard] = co_await locks_.async_acquire("order:" + order_id, lock_options(),
+                                                          asio::as_tuple(asio::use_awaitable));
         if (lec || !guard) continue;  // someone is on it, or the lock server is away
         // Under the lock, claim the retry: another worker that listed the order too may have
         // retried it meanwhile, and then it is not due. The claim also moves the order back
@@ -674,20 +683,34 @@ Options parse(int argc, char** argv) {
     if (i + 1 >= argc) usage(2);
     const std::string value = argv[++i];
     try {
-      if (arg == "--url") opt.url = value;
-      else if (arg == "--ledger-url") opt.ledger_url = value;
-      else if (arg == "--provider") opt.provider = value;
-      else if (arg == "--listen") opt.listen = value;
-      else if (arg == "--port") opt.port = static_cast<unsigned short>(std::stoul(value));
-      else if (arg == "--workers") opt.workers = std::stoi(value);
-      else if (arg == "--lock-ttl-ms") opt.lock_ttl = ms(value);
-      else if (arg == "--provider-timeout-ms") opt.provider_timeout = ms(value);
-      else if (arg == "--retention-s") opt.retention = std::chrono::seconds(std::stol(value));
-      else if (arg == "--reconcile-ms") opt.reconcile_every = ms(value);
-      else if (arg == "--reconcile-max-backoff-ms") opt.reconcile_max_backoff = ms(value);
-      else if (arg == "--shutdown-grace-ms") opt.shutdown_grace = ms(value);
-      else if (arg == "--prefix") opt.prefix = value;
-      else usage(2);
+      if (arg == "--url")
+        opt.url = value;
+      else if (arg == "--ledger-url")
+        opt.ledger_url = value;
+      else if (arg == "--provider")
+        opt.provider = value;
+      else if (arg == "--listen")
+        opt.listen = value;
+      else if (arg == "--port")
+        opt.port = static_cast<unsigned short>(std::stoul(value));
+      else if (arg == "--workers")
+        opt.workers = std::stoi(value);
+      else if (arg == "--lock-ttl-ms")
+        opt.lock_ttl = ms(value);
+      else if (arg == "--provider-timeout-ms")
+        opt.provider_timeout = ms(value);
+      else if (arg == "--retention-s")
+        opt.retention = std::chrono::seconds(std::stol(value));
+      else if (arg == "--reconcile-ms")
+        opt.reconcile_every = ms(value);
+      else if (arg == "--reconcile-max-backoff-ms")
+        opt.reconcile_max_backoff = ms(value);
+      else if (arg == "--shutdown-grace-ms")
+        opt.shutdown_grace = ms(value);
+      else if (arg == "--prefix")
+        opt.prefix = value;
+      else
+        usage(2);
     } catch (const std::exception&) {
       usage(2);
     }
@@ -774,7 +797,8 @@ int main(int argc, char** argv) {
     sigwait(&set, &sig);
     if (sig == SIGINT || sig == SIGTERM) {
       stopping = true;
-      for (const auto& c : children) if (c.pid > 0) ::kill(c.pid, SIGTERM);
+      for (const auto& c : children)
+        if (c.pid > 0) ::kill(c.pid, SIGTERM);
       continue;
     }
     int status = 0;
@@ -787,8 +811,8 @@ int main(int argc, char** argv) {
       const bool young = std::chrono::steady_clock::now() - it->started < 100ms;
       it->pid = -1;
       if (WIFSIGNALED(status) && !stopping && !young) {
-        std::printf("checkout worker %td (pid %d) died; starting another\n",
-                    it - children.begin(), pid);
+        std::printf("checkout worker %td (pid %d) died; starting another\n", it - children.begin(),
+                    pid);
         std::fflush(stdout);
         if (spawn(static_cast<std::size_t>(it - children.begin()))) continue;
       }

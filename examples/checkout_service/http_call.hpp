@@ -46,7 +46,8 @@ inline boost::asio::awaitable<HttpAnswer> http_call(
   if (wec) co_return HttpAnswer{};
   boost::beast::flat_buffer buffer;
   http::response<http::string_body> res;
-  auto [rec, rn] = co_await http::async_read(stream, buffer, res, asio::as_tuple(asio::use_awaitable));
+  auto [rec, rn] =
+      co_await http::async_read(stream, buffer, res, asio::as_tuple(asio::use_awaitable));
   if (rec) co_return HttpAnswer{};
   HttpAnswer answer{static_cast<int>(res.result_int()), std::move(res.body())};
   if (const auto it = res.find("Idempotent-Replayed"); it != res.end()) {

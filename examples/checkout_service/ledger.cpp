@@ -96,10 +96,15 @@ void flatten(const redisReply* r, std::vector<std::string>& out) {
     case REDIS_REPLY_ARRAY:
       for (std::size_t i = 0; i < r->elements; ++i) flatten(r->element[i], out);
       break;
-    case REDIS_REPLY_INTEGER: out.push_back(std::to_string(r->integer)); break;
-    case REDIS_REPLY_NIL: break;
-    case REDIS_REPLY_ERROR: throw LedgerError(std::string(r->str, r->len));
-    default: out.emplace_back(r->str, r->len);
+    case REDIS_REPLY_INTEGER:
+      out.push_back(std::to_string(r->integer));
+      break;
+    case REDIS_REPLY_NIL:
+      break;
+    case REDIS_REPLY_ERROR:
+      throw LedgerError(std::string(r->str, r->len));
+    default:
+      out.emplace_back(r->str, r->len);
   }
 }
 
@@ -201,9 +206,9 @@ std::optional<Record> Ledger::find(const std::string& order_id) {
 Ledger::BeginResult Ledger::begin(const std::string& order_id, std::int64_t amount,
                                   const std::string& currency, std::uint64_t fence,
                                   const std::string& key) {
-  const auto reply = run({"EVAL", begin_script, "2", prefix_ + "order:" + order_id,
-                          prefix_ + "pending", std::to_string(fence), std::to_string(amount),
-                          currency, key, order_id});
+  const auto reply =
+      run({"EVAL", begin_script, "2", prefix_ + "order:" + order_id, prefix_ + "pending",
+           std::to_string(fence), std::to_string(amount), currency, key, order_id});
   if (reply.empty()) throw LedgerError("empty ledger reply");
   const std::string& what = reply[0];
   const Begun outcome = what == "go_ahead" ? Begun::go_ahead
@@ -232,9 +237,8 @@ std::optional<Ledger::Retry> Ledger::claim_retry(const std::string& order_id,
                                                  std::chrono::milliseconds base,
                                                  std::chrono::milliseconds cap) {
   const auto reply = run({"EVAL", claim_retry_script, "2", prefix_ + "pending",
-                          prefix_ + "order:" + order_id, order_id,
-                          std::to_string(min_age.count()), std::to_string(base.count()),
-                          std::to_string(cap.count())});
+                          prefix_ + "order:" + order_id, order_id, std::to_string(min_age.count()),
+                          std::to_string(base.count()), std::to_string(cap.count())});
   if (reply.size() != 2) return std::nullopt;
   return Retry{to_int<int>(reply[0]), std::chrono::milliseconds(to_int<std::int64_t>(reply[1]))};
 }

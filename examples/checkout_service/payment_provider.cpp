@@ -85,7 +85,7 @@ struct Result {
 struct Fault {
   std::string action;
   std::chrono::milliseconds delay{0};
-  int status = 0;  // error: the status to answer with
+  int status = 0;          // error: the status to answer with
   std::int64_t times = 1;  // how many charges it still applies to
 };
 
@@ -136,12 +136,14 @@ class Provider {
     for (;;) {
       Request req;
       stream.expires_after(60s);
-      auto [ec, n] = co_await http::async_read(stream, buffer, req, asio::as_tuple(asio::use_awaitable));
+      auto [ec, n] =
+          co_await http::async_read(stream, buffer, req, asio::as_tuple(asio::use_awaitable));
       if (ec) break;
       std::optional<Response> res = co_await handle(req);
       if (!res) break;  // drop_response: the charge happened, the answer never leaves
       const bool keep = res->keep_alive();
-      auto [wec, wn] = co_await http::async_write(stream, *res, asio::as_tuple(asio::use_awaitable));
+      auto [wec, wn] =
+          co_await http::async_write(stream, *res, asio::as_tuple(asio::use_awaitable));
       if (wec || !keep) break;
     }
     error_code ignored;
@@ -183,7 +185,8 @@ class Provider {
                                                        "drop_response", "error"};
     if (!ref || !ref->is_string() || !action || !action->is_string() ||
         !actions.count(action->get_string()) || (delay && !delay->is_int64()) ||
-        (status && !status->is_int64()) || (times && (!times->is_int64() || times->as_int64() < 1))) {
+        (status && !status->is_int64()) ||
+        (times && (!times->is_int64() || times->as_int64() < 1))) {
       return answer(req, 400, error_body("bad_fault"));
     }
     const int error_status = status ? static_cast<int>(status->as_int64()) : 0;
@@ -191,17 +194,17 @@ class Provider {
         (error_status < 400 || error_status > 599 || error_status == 402 || error_status == 409)) {
       return answer(req, 400, error_body("bad_fault"));
     }
-    faults_[std::string(ref->get_string())] =
-        Fault{std::string(action->get_string()),
-              std::chrono::milliseconds(delay ? delay->as_int64() : 0), error_status,
-              times ? times->as_int64() : 1};
+    faults_[std::string(ref->get_string())] = Fault{
+        std::string(action->get_string()), std::chrono::milliseconds(delay ? delay->as_int64() : 0),
+        error_status, times ? times->as_int64() : 1};
     return answer(req, 200, {{"armed", true}});
   }
 
   asio::awaitable<std::optional<Response>> charge(const Request& req) {
     const auto key_field = req.find("Idempotency-Key");
     const std::string key = key_field == req.end() ? "" : std::string(key_field->value());
-    if (key.empty() || key.size() > 255) co_return answer(req, 400, error_body("idempotency_key_required"));
+    if (key.empty() || key.size() > 255)
+      co_return answer(req, 400, error_body("idempotency_key_required"));
     const Body body(req.body());
     const json::value* amount = body["amount"];
     const json::value* currency = body["currency"];
@@ -215,12 +218,14 @@ class Provider {
                         {"currency", currency->get_string()},
                         {"reference", reference->get_string()}};
     if (const auto it = results_.find(key); it != results_.end()) {
-      if (it->second.params != params) co_return answer(req, 422, error_body("idempotency_key_reused"));
+      if (it->second.params != params)
+        co_return answer(req, 422, error_body("idempotency_key_reused"));
       Response res = answer(req, it->second.status, it->second.body);
       res.set("Idempotent-Replayed", "true");
       co_return res;
     }
-    if (!in_flight_.insert(key).second) co_return answer(req, 409, error_body("idempotency_key_in_use"));
+    if (!in_flight_.insert(key).second)
+      co_return answer(req, 409, error_body("idempotency_key_in_use"));
     struct Done {  // the key is free again however this ends
       std::set<std::string>& keys;
       const std::string& key;
@@ -281,9 +286,10 @@ class Provider {
 
   // One JSON line per decided key, on disk before anyone is told.
   void record(const std::string& key, const Result& r) {
-    const std::string line = json::serialize(json::object{
-                                 {"key", key}, {"status", r.status}, {"body", r.body},
-                                 {"params", r.params}}) + "\n";
+    const std::string line =
+        json::serialize(json::object{
+            {"key", key}, {"status", r.status}, {"body", r.body}, {"params", r.params}}) +
+        "\n";
     if (::write(fd_, line.data(), line.size()) != static_cast<ssize_t>(line.size()) ||
         ::fdatasync(fd_) != 0) {
       std::fprintf(stderr, "payment_provider: journal write failed: %s\n", std::strerror(errno));
@@ -297,7 +303,8 @@ class Provider {
     std::ifstream in(journal_path_, std::ios::binary);
     const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     const std::size_t complete = text.rfind('\n') == std::string::npos ? 0 : text.rfind('\n') + 1;
-    if (complete < text.size() && ::truncate(journal_path_.c_str(), static_cast<off_t>(complete)) != 0) {
+    if (complete < text.size() &&
+        ::truncate(journal_path_.c_str(), static_cast<off_t>(complete)) != 0) {
       throw std::runtime_error("journal " + journal_path_ + ": " + std::strerror(errno));
     }
     std::size_t at = 0;
@@ -341,15 +348,21 @@ int main(int argc, char** argv) {
   if (argc % 2 == 0) argc = 0;  // an option without its value: usage
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string arg = argv[i], value = argv[i + 1];
-    if (arg == "--journal") journal = value;
-    else if (arg == "--listen") listen = value;
-    else if (arg == "--port") port = static_cast<unsigned short>(std::atoi(value.c_str()));
-    else if (arg == "--latency-ms") latency_ms = std::atol(value.c_str());
-    else journal.clear(), argc = 0;
+    if (arg == "--journal")
+      journal = value;
+    else if (arg == "--listen")
+      listen = value;
+    else if (arg == "--port")
+      port = static_cast<unsigned short>(std::atoi(value.c_str()));
+    else if (arg == "--latency-ms")
+      latency_ms = std::atol(value.c_str());
+    else
+      journal.clear(), argc = 0;
   }
   if (journal.empty() || latency_ms < 0) {
-    std::fputs("usage: payment_provider --journal FILE [--listen ADDR] [--port P] [--latency-ms MS]\n",
-               stderr);
+    std::fputs(
+        "usage: payment_provider --journal FILE [--listen ADDR] [--port P] [--latency-ms MS]\n",
+        stderr);
     return 2;
   }
   try {
@@ -365,7 +378,9 @@ int main(int argc, char** argv) {
           for (;;) {
             auto [ec, socket] = co_await acceptor.async_accept(asio::as_tuple(asio::use_awaitable));
             if (!acceptor.is_open()) co_return;
-            if (!ec) asio::co_spawn(io, provider.session(beast::tcp_stream(std::move(socket))), asio::detached);
+            if (!ec)
+              asio::co_spawn(io, provider.session(beast::tcp_stream(std::move(socket))),
+                             asio::detached);
           }
         },
         asio::detached);

@@ -27,8 +27,8 @@ enum class Topology {
 
 /// One server address.
 struct Endpoint {
-  std::string host;          ///< name or IP address
-  std::uint16_t port = 6379; ///< TCP port
+  std::string host;           ///< name or IP address
+  std::uint16_t port = 6379;  ///< TCP port
   /// Same host (as written) and port.
   friend bool operator==(const Endpoint&, const Endpoint&) = default;
 };
@@ -37,10 +37,10 @@ struct Endpoint {
 struct ConnectionConfig {
   std::string host = "127.0.0.1";  ///< name (resolved at each connect) or IP address
   std::uint16_t port = 6379;       ///< TCP port
-  std::string unix_socket;  ///< non-empty: connect to this Unix socket instead of host:port
-  std::string username;     ///< ACL user; empty with a password: `AUTH password` alone
-  std::string password;     ///< sent only in AUTH; never in an error message
-  int database = 0;  ///< SELECT; 0 sends nothing
+  std::string unix_socket;         ///< non-empty: connect to this Unix socket instead of host:port
+  std::string username;            ///< ACL user; empty with a password: `AUTH password` alone
+  std::string password;            ///< sent only in AUTH; never in an error message
+  int database = 0;                ///< SELECT; 0 sends nothing
   bool tls = false;  ///< rediss://: TLS over TCP, server certificate and host name verified
   std::chrono::milliseconds connect_timeout{1000};  ///< connect + handshake deadline
   std::chrono::milliseconds command_timeout{1000};  ///< per-command reply deadline
@@ -96,7 +96,7 @@ struct LockOptions {
   /// backoff; if the wait runs out during such an outage, the last of those errors is the
   /// result instead of an empty guard. (Redlock: its majority decides each attempt.)
   std::chrono::milliseconds wait{0};
-  bool auto_renew = false;                ///< the manager's watchdog extends the lease while held
+  bool auto_renew = false;  ///< the manager's watchdog extends the lease while held
   std::chrono::milliseconds renew_every{0};  ///< with auto_renew: 0 = every ttl / 3
   std::chrono::milliseconds max_hold{0};  ///< with auto_renew: stop renewing after this; 0 = never
   /// After taking the lease, WAIT until this many replicas have it, for at most
@@ -112,7 +112,7 @@ struct LockOptions {
 
 /// Settings of one LockManager that are not about the connection.
 struct ManagerOptions {
-  std::string key_prefix = "lock:";      ///< lease key of resource R is `<prefix>{R}`
+  std::string key_prefix = "lock:";        ///< lease key of resource R is `<prefix>{R}`
   std::string client_name = "redis_lock";  ///< CLIENT SETNAME; empty sends nothing
   /// Metrics and log hooks (see observer.hpp); null: none, at the cost of one branch.
   std::shared_ptr<Observer> observer{};

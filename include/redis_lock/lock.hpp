@@ -246,12 +246,10 @@ class REDIS_LOCK_EXPORT LockManager {
   /// if (!g) co_return reply_409();
   /// \endcode
   template <class CompletionToken = boost::asio::deferred_t>
-  auto async_acquire(std::string_view resource, LockOptions options,
-                     CompletionToken&& token = {}) {
-    return boost::asio::async_initiate<CompletionToken,
-                                       void(boost::system::error_code, LockGuard)>(
-        detail::initiate_acquire(executor_, context_alive_), token, service_,
-        std::string(resource), options);
+  auto async_acquire(std::string_view resource, LockOptions options, CompletionToken&& token = {}) {
+    return boost::asio::async_initiate<CompletionToken, void(boost::system::error_code, LockGuard)>(
+        detail::initiate_acquire(executor_, context_alive_), token, service_, std::string(resource),
+        options);
   }
 
   /// `async_acquire(resource, {}, token)`: takes the lock with the default LockOptions

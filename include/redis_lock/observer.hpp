@@ -30,10 +30,10 @@ enum class NodeOutcome {
 
 /// One Redlock master's part in an acquire, release, extension or renewal.
 struct NodeResult {
-  std::size_t node = 0;                              ///< index in ConnectionConfig::nodes
-  NodeOutcome outcome = NodeOutcome::no_answer;      ///< what it said
-  boost::system::error_code error{};                 ///< with `failed`
-  std::chrono::steady_clock::duration latency{};     ///< from sending to its answer
+  std::size_t node = 0;                           ///< index in ConnectionConfig::nodes
+  NodeOutcome outcome = NodeOutcome::no_answer;   ///< what it said
+  boost::system::error_code error{};              ///< with `failed`
+  std::chrono::steady_clock::duration latency{};  ///< from sending to its answer
 };
 
 /// One completed `async_acquire`.

@@ -49,8 +49,8 @@ boost::asio::awaitable<boost::system::error_code> with_lock(LockManager& locks,
                                                             LockOptions options, Work work) {
   namespace asio = boost::asio;
   options.auto_renew = true;
-  auto [ec, guard] = co_await locks.async_acquire(resource, options,
-                                                  asio::as_tuple(asio::use_awaitable));
+  auto [ec, guard] =
+      co_await locks.async_acquire(resource, options, asio::as_tuple(asio::use_awaitable));
   if (ec) co_return ec;
   if (!guard) co_return make_error_code(error::not_acquired);
 

@@ -53,8 +53,8 @@ TEST_F(Acquire, HeldElsewhereIsAnEmptyGuardNotAnError) {
   run_co(io, [&]() -> asio::awaitable<void> {
     auto first = co_await a.async_acquire(resource, {.ttl = 5s}, asio::use_awaitable);
     CO_ASSERT_TRUE(first);
-    auto [ec, second] = co_await b.async_acquire(resource, {.ttl = 5s},
-                                                 asio::as_tuple(asio::use_awaitable));
+    auto [ec, second] =
+        co_await b.async_acquire(resource, {.ttl = 5s}, asio::as_tuple(asio::use_awaitable));
     EXPECT_FALSE(ec);
     EXPECT_FALSE(second);
     const auto first_fence = first.fencing_token();  // the release empties the guard
@@ -128,12 +128,17 @@ TEST_F(Acquire, WorksWithEveryCompletionToken) {
   // yield_context (stackful coroutine).
   bool spawned_done = false;
   io.restart();
-  asio::spawn(io, [&](asio::yield_context yield) {
-    LockGuard y = locks.async_acquire(resource, {.ttl = 5s}, yield);
-    EXPECT_TRUE(y);
-    EXPECT_TRUE(y.async_release(yield));
-    spawned_done = true;
-  }, [](std::exception_ptr e) { if (e) std::rethrow_exception(e); });
+  asio::spawn(
+      io,
+      [&](asio::yield_context yield) {
+        LockGuard y = locks.async_acquire(resource, {.ttl = 5s}, yield);
+        EXPECT_TRUE(y);
+        EXPECT_TRUE(y.async_release(yield));
+        spawned_done = true;
+      },
+      [](std::exception_ptr e) {
+        if (e) std::rethrow_exception(e);
+      });
   io.run_for(5s);
   EXPECT_TRUE(spawned_done);
 }
@@ -239,9 +244,13 @@ TEST_F(Acquire, ExtendMovesTheDeadline) {
 TEST_F(Acquire, BinarySafeResourceNames) {
   LockManager locks(io.get_executor(), cfg);
   const std::string base = unique_resource();
-  const std::vector<std::string> names = {
-      base + "\r\n*1\r\n$4\r\nPING\r\n", base + std::string("\0nul", 4), base + "{tag}",
-      base + "}{", "{" + base, base + " spaces and \xff\xfe bytes", base + "}"};
+  const std::vector<std::string> names = {base + "\r\n*1\r\n$4\r\nPING\r\n",
+                                          base + std::string("\0nul", 4),
+                                          base + "{tag}",
+                                          base + "}{",
+                                          "{" + base,
+                                          base + " spaces and \xff\xfe bytes",
+                                          base + "}"};
   run_co(io, [&]() -> asio::awaitable<void> {
     std::vector<LockGuard> held;
     for (const auto& n : names) {
@@ -265,17 +274,20 @@ TEST_F(Acquire, FencingCountersAreBoundedBySlots) {
   ManagerOptions opts;
   opts.key_prefix = "bounded:" + std::to_string(std::random_device{}()) + ":";
   LockManager scoped(io.get_executor(), cfg, opts);
-  run_co(io, [&]() -> asio::awaitable<void> {
-    std::uint64_t last = 0;
-    for (int i = 0; i < 500; ++i) {
-      auto g = co_await scoped.async_acquire("t}" + std::to_string(i), {.ttl = 5s},
-                                             asio::use_awaitable);
-      CO_ASSERT_TRUE(g);
-      EXPECT_GT(g.fencing_token(), last);
-      last = g.fencing_token();
-      co_await g.async_release(asio::use_awaitable);
-    }
-  }(), 60s);
+  run_co(
+      io,
+      [&]() -> asio::awaitable<void> {
+        std::uint64_t last = 0;
+        for (int i = 0; i < 500; ++i) {
+          auto g = co_await scoped.async_acquire("t}" + std::to_string(i), {.ttl = 5s},
+                                                 asio::use_awaitable);
+          CO_ASSERT_TRUE(g);
+          EXPECT_GT(g.fencing_token(), last);
+          last = g.fencing_token();
+          co_await g.async_release(asio::use_awaitable);
+        }
+      }(),
+      60s);
   EXPECT_EQ(redis_command(cfg.port, {"EVAL", "return #redis.call('KEYS', ARGV[1])", "0",
                                      opts.key_prefix + "*"}),
             "1");
@@ -355,8 +367,7 @@ TEST(Outage, TheCliWaitsOutABriefOutage) {
                        "redis://127.0.0.1:" + std::to_string(server.port()), "--wait", "20s",
                        resource, "--", "sh", "-c", "echo ran"});
   // Queued behind the holder: its place is in the queue's key.
-  wait_until([&] { return !server.command({"KEYS", "lock:q:*"}).empty(); }, 5s,
-             "the CLI to queue");
+  wait_until([&] { return !server.command({"KEYS", "lock:q:*"}).empty(); }, 5s, "the CLI to queue");
   server.kill();  // the holder's lease goes with it (no persistence)
   // The outage itself: longer than a queued waiter sleeps between attempts (at most the
   // queue refresh interval, 400 ms), so its next attempt meets the dead server.

@@ -32,7 +32,8 @@ TEST(BadInput, LongestTtlAndEndlessWaitAreAccepted) {
         resource, {.ttl = ten_years, .wait = std::chrono::milliseconds::max()},
         asio::use_awaitable);
     CO_ASSERT_TRUE(g);
-    const auto pttl = std::stoll(redis_command(shared_server_port(), {"PTTL", lease_key(resource)}));
+    const auto pttl =
+        std::stoll(redis_command(shared_server_port(), {"PTTL", lease_key(resource)}));
     EXPECT_GT(pttl, ten_years.count() - 60'000);
     // One millisecond more is refused, before anything is sent.
     auto [ec, none] = co_await locks.async_acquire(resource + "2", {.ttl = ten_years + 1ms},
@@ -49,12 +50,14 @@ TEST(BadInput, ExtendWithABadTtlLeavesTheLeaseAlone) {
   run_co(io, [&]() -> asio::awaitable<void> {
     auto g = co_await locks.async_acquire(resource, {.ttl = 5s}, asio::use_awaitable);
     CO_ASSERT_TRUE(g);
-    for (auto ttl : {0ms, -1ms, std::chrono::milliseconds::min(), std::chrono::milliseconds::max()}) {
+    for (auto ttl :
+         {0ms, -1ms, std::chrono::milliseconds::min(), std::chrono::milliseconds::max()}) {
       auto [ec, extended] = co_await g.async_extend(ttl, asio::as_tuple(asio::use_awaitable));
       EXPECT_EQ(ec, error::invalid_argument) << ttl.count();
       EXPECT_FALSE(extended);
     }
-    const auto pttl = std::stoll(redis_command(shared_server_port(), {"PTTL", lease_key(resource)}));
+    const auto pttl =
+        std::stoll(redis_command(shared_server_port(), {"PTTL", lease_key(resource)}));
     EXPECT_GT(pttl, 4000);
     EXPECT_LE(pttl, 5000);
     EXPECT_TRUE(g.owns_lock());

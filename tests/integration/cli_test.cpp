@@ -93,9 +93,8 @@ std::vector<std::string> marks(const std::string& list) {
 struct Holder {
   explicit Holder(const std::string& resource, ConnectionConfig config = shared_server_config())
       : locks(io.get_executor(), config) {
-    locks.async_acquire(resource, {.ttl = 30s}, [&](boost::system::error_code, LockGuard g) {
-      guard = std::move(g);
-    });
+    locks.async_acquire(resource, {.ttl = 30s},
+                        [&](boost::system::error_code, LockGuard g) { guard = std::move(g); });
     io.run_for(5s);
   }
   ~Holder() {
@@ -118,12 +117,12 @@ TEST(Cli, ConcurrentInvocationsNeverOverlap) {
   ::close(fd);
   // Appends are ordered: whatever the clocks, no overlap means every "start" line is
   // followed by the "end" line of the same shell.
-  const std::string script = std::string("echo \"$$ start\" >> ") + path +
-                             "; sleep 0.1; echo \"$$ end\" >> " + path;
+  const std::string script =
+      std::string("echo \"$$ start\" >> ") + path + "; sleep 0.1; echo \"$$ end\" >> " + path;
   std::vector<std::unique_ptr<ChildProcess>> runs;
   for (int i = 0; i < 4; ++i) {
-    runs.push_back(std::make_unique<ChildProcess>(
-        cli({"--wait", "30s", resource, "--", "sh", "-c", script})));
+    runs.push_back(
+        std::make_unique<ChildProcess>(cli({"--wait", "30s", resource, "--", "sh", "-c", script})));
   }
   for (auto& r : runs) EXPECT_EQ(r->wait(), 0);
   std::vector<std::pair<std::string, std::string>> lines;  // shell pid, start or end
@@ -143,8 +142,8 @@ TEST(Cli, ConcurrentInvocationsNeverOverlap) {
 
 TEST(Cli, CommandSeesTheLockInItsEnvironment) {
   const auto resource = unique_resource();
-  ChildProcess run(cli({resource, "--", "sh", "-c",
-                        "echo \"$REDIS_LOCK_RESOURCE $REDIS_LOCK_FENCING_TOKEN\""}));
+  ChildProcess run(
+      cli({resource, "--", "sh", "-c", "echo \"$REDIS_LOCK_RESOURCE $REDIS_LOCK_FENCING_TOKEN\""}));
   std::istringstream line(run.read_line());
   std::string got_resource;
   unsigned long long fence = 0;
@@ -162,19 +161,20 @@ TEST(Cli, ExitCodes) {
   EXPECT_EQ(ChildProcess(cli({resource, "--", "/no/such/command"})).wait(), 127);
   EXPECT_EQ(ChildProcess({REDIS_LOCK_CLI_PATH, resource}).wait(), 2);  // no command
   EXPECT_EQ(ChildProcess({REDIS_LOCK_CLI_PATH, "--ttl", "soon", resource, "--", "true"}).wait(), 2);
-  ChildProcess bad_url({REDIS_LOCK_CLI_PATH, "--url", "redis://:s3cret@host:6r5", resource, "--", "true"},
-                       {.stderr_too = true});
+  ChildProcess bad_url(
+      {REDIS_LOCK_CLI_PATH, "--url", "redis://:s3cret@host:6r5", resource, "--", "true"},
+      {.stderr_too = true});
   EXPECT_EQ(bad_url.read_line(), "redis-lock: bad URL: port is not a number");
   EXPECT_EQ(bad_url.wait(), 2);
   EXPECT_EQ(ChildProcess({REDIS_LOCK_CLI_PATH, "--url", "redis://:s3cret@host:99999", resource,
                           "--", "true"})
                 .wait(),
             2);
-  EXPECT_EQ(ChildProcess({REDIS_LOCK_CLI_PATH, "--url", "redis://127.0.0.1:" +
-                                                            std::to_string(free_port()),
-                          resource, "--", "true"})
-                .wait(),
-            3);
+  EXPECT_EQ(
+      ChildProcess({REDIS_LOCK_CLI_PATH, "--url",
+                    "redis://127.0.0.1:" + std::to_string(free_port()), resource, "--", "true"})
+          .wait(),
+      3);
 }
 
 TEST(Cli, NonblockExitsOneWhenHeldElsewhere) {
@@ -182,9 +182,8 @@ TEST(Cli, NonblockExitsOneWhenHeldElsewhere) {
   asio::io_context io;
   LockManager locks(io.get_executor(), shared_server_config());
   LockGuard held;
-  locks.async_acquire(resource, {.ttl = 30s}, [&](boost::system::error_code, LockGuard g) {
-    held = std::move(g);
-  });
+  locks.async_acquire(resource, {.ttl = 30s},
+                      [&](boost::system::error_code, LockGuard g) { held = std::move(g); });
   io.run_for(5s);
   ASSERT_TRUE(held);
   ChildProcess run(cli({"--nonblock", resource, "--", "sh", "-c", "echo ran"}));
@@ -234,9 +233,8 @@ TEST(Cli, SignalWhileWaitingEndsTheWaitAndLeavesTheQueue) {
   asio::io_context io;
   LockManager locks(io.get_executor(), shared_server_config());
   LockGuard held;
-  locks.async_acquire(resource, {.ttl = 30s}, [&](boost::system::error_code, LockGuard g) {
-    held = std::move(g);
-  });
+  locks.async_acquire(resource, {.ttl = 30s},
+                      [&](boost::system::error_code, LockGuard g) { held = std::move(g); });
   io.run_for(5s);
   ASSERT_TRUE(held);
   ChildProcess run(cli({"--wait", "30s", resource, "--", "sh", "-c", "echo ran"}));
@@ -266,8 +264,8 @@ TEST(Cli, UrlComesFromTheEnvironmentWithoutTheFlag) {
                           resource, "--", "true"})
                 .wait(),
             3);
-  EXPECT_EQ(ChildProcess({"/usr/bin/env", "REDIS_LOCK_URL=" + url(), REDIS_LOCK_CLI_PATH,
-                          resource, "--", "true"})
+  EXPECT_EQ(ChildProcess({"/usr/bin/env", "REDIS_LOCK_URL=" + url(), REDIS_LOCK_CLI_PATH, resource,
+                          "--", "true"})
                 .wait(),
             0);
 }
@@ -276,12 +274,10 @@ TEST(Cli, ThePasswordInTheUrlNeverReachesStderr) {
   const auto resource = unique_resource();
   // A refused AUTH (the shared server has no password) and an unreachable server: both
   // report an error on stderr, neither may print the password.
-  for (const auto& target :
-       {"redis://:s3cr3t-pw@127.0.0.1:" + std::to_string(shared_server_port()),
-        "redis://user:s3cr3t-pw@127.0.0.1:" + std::to_string(free_port()),
-        std::string("redis://:s3cr3t-pw@127.0.0.1:99999")}) {
-    ChildProcess p({"/bin/sh", "-c",
-                    std::string("exec \"$0\" --url \"$1\" \"$2\" -- true 2>&1"),
+  for (const auto& target : {"redis://:s3cr3t-pw@127.0.0.1:" + std::to_string(shared_server_port()),
+                             "redis://user:s3cr3t-pw@127.0.0.1:" + std::to_string(free_port()),
+                             std::string("redis://:s3cr3t-pw@127.0.0.1:99999")}) {
+    ChildProcess p({"/bin/sh", "-c", std::string("exec \"$0\" --url \"$1\" \"$2\" -- true 2>&1"),
                     REDIS_LOCK_CLI_PATH, target, resource});
     std::string all;
     for (auto line = p.read_line(); !line.empty(); line = p.read_line()) all += line + "\n";
@@ -299,8 +295,9 @@ TEST(Cli, NoRenewStopsTheCommandBeforeTheLeaseEnds) {
   const std::string pttl = "redis-cli -p " + std::to_string(shared_server_port()) + " PTTL '" +
                            lease_key(resource) + "'";
   ChildProcess run(cli({"--ttl", "3s", "--no-renew", resource, "--", "sh", "-c",
-                        "trap 'echo \"pttl $(" + pttl + ")\"; exit 0' TERM; echo started; "
-                        "while :; do sleep 0.02; done"}),
+                        "trap 'echo \"pttl $(" + pttl +
+                            ")\"; exit 0' TERM; echo started; "
+                            "while :; do sleep 0.02; done"}),
                    {.stderr_too = true});
   EXPECT_EQ(run.read_line(), "started");
   const auto rest = run.read_all();
@@ -317,8 +314,9 @@ TEST(Cli, GrandchildrenGetTheSignalAndTheLockWaitsForThem) {
   const auto resource = unique_resource();
   const auto events = unique_resource("events");
   ChildProcess run(cli({resource, "--", "sh", "-c",
-                        "(trap '" + mark(events, "cleaned") + "; exit 0' TERM; echo ready; "
-                        "while :; do sleep 0.02; done) & wait; echo shell-done"}));
+                        "(trap '" + mark(events, "cleaned") +
+                            "; exit 0' TERM; echo ready; "
+                            "while :; do sleep 0.02; done) & wait; echo shell-done"}));
   ASSERT_EQ(run.read_line(), "ready");
   run.signal(SIGTERM);
   asio::io_context io;
@@ -342,8 +340,9 @@ TEST(Cli, ASignalToRedisLocksGroupReachesTheCommandOnce) {
   const auto resource = unique_resource();
   const auto events = unique_resource("events");
   ChildProcess run(cli({resource, "--", "sh", "-c",
-                        "trap '" + mark(events, "TERM") + "; stop=1' TERM; echo ready; "
-                        "while [ -z \"$stop\" ]; do sleep 0.02; done; sleep 0.5"}),
+                        "trap '" + mark(events, "TERM") +
+                            "; stop=1' TERM; echo ready; "
+                            "while [ -z \"$stop\" ]; do sleep 0.02; done; sleep 0.5"}),
                    {.own_group = true});
   ASSERT_EQ(run.read_line(), "ready");
   ASSERT_EQ(::kill(run.pid(), SIGTERM), 0);
@@ -358,9 +357,10 @@ TEST(Cli, CtrlCOnATerminalReachesTheCommandOnce) {
   const auto resource = unique_resource();
   const auto events = unique_resource("events");
   std::vector<std::string> args = cli({resource, "--", "sh", "-c",
-                                       "trap '" + mark(events, "INT") + "; stop=1' INT; "
-                                       "echo ready; while [ -z \"$stop\" ]; do sleep 0.02; "
-                                       "done; sleep 0.5"});
+                                       "trap '" + mark(events, "INT") +
+                                           "; stop=1' INT; "
+                                           "echo ready; while [ -z \"$stop\" ]; do sleep 0.02; "
+                                           "done; sleep 0.5"});
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -411,10 +411,13 @@ TEST(Cli, KilledRedisLockTakesItsCommandGroupWithIt) {
   const auto resource = unique_resource();
   const auto events = unique_resource("events");
   ChildProcess run(cli({resource, "--", "sh", "-c",
-                        "trap '" + mark(events, "shell") + "; exit 0' TERM; "
-                        "(trap '" + mark(events, "grandchild") + "; exit 0' TERM; "
-                        "echo ready; while :; do sleep 0.02; done) & echo $$; "
-                        "while :; do sleep 0.02; done"}));
+                        "trap '" + mark(events, "shell") +
+                            "; exit 0' TERM; "
+                            "(trap '" +
+                            mark(events, "grandchild") +
+                            "; exit 0' TERM; "
+                            "echo ready; while :; do sleep 0.02; done) & echo $$; "
+                            "while :; do sleep 0.02; done"}));
   // Both lines, in either order: the group's id and the grandchild's trap being set.
   const auto first = run.read_line(), second = run.read_line();
   ASSERT_TRUE(first == "ready" || second == "ready") << first << " / " << second;
@@ -448,11 +451,12 @@ TEST(Cli, LostRenewalStopsASlowCleanupBeforeTheNextHolderStarts) {
   const auto resource = unique_resource();
   const auto events = unique_resource("events");
   TcpProxy proxy(shared_server_port());
-  ChildProcess run({REDIS_LOCK_CLI_PATH, "--url", "redis://127.0.0.1:" + std::to_string(proxy.port()),
-                    "--ttl", "8s", "--kill-after", "2s", resource, "--", "sh", "-c",
-                    "trap '" + mark(events, "term") + "; sleep 3; " + mark(events, "cleaned") +
-                        "; exit 0' TERM; echo $$; while :; do sleep 0.02; done"},
-                   {.stderr_too = true});
+  ChildProcess run(
+      {REDIS_LOCK_CLI_PATH, "--url", "redis://127.0.0.1:" + std::to_string(proxy.port()), "--ttl",
+       "8s", "--kill-after", "2s", resource, "--", "sh", "-c",
+       "trap '" + mark(events, "term") + "; sleep 3; " + mark(events, "cleaned") +
+           "; exit 0' TERM; echo $$; while :; do sleep 0.02; done"},
+      {.stderr_too = true});
   const pid_t group = std::stoi(run.read_line());
   proxy.set_blackhole(true);
   asio::io_context io;
@@ -511,12 +515,16 @@ TEST(Cli, ThePasswordIsNeitherInPsNorInTheCommandsEnvironment) {
   };
   const std::vector<Case> cases = {
       {{REDIS_LOCK_CLI_PATH, "--url", plain_url, "r", "-c", show},
-       {.set_env = {"REDIS_LOCK_PASSWORD=" + secret}, .stderr_too = true}, false},
+       {.set_env = {"REDIS_LOCK_PASSWORD=" + secret}, .stderr_too = true},
+       false},
       {{REDIS_LOCK_CLI_PATH, "--password-file", dir.file("pw"), "r", "-c", show},
-       {.set_env = {"REDIS_LOCK_URL=" + plain_url}, .stderr_too = true}, false},
-      {{REDIS_LOCK_CLI_PATH, "--url=redis://:" + secret + "@127.0.0.1:" + std::to_string(server.port()),
-        "r", "-c", show},
-       {.set_env = {"REDIS_LOCK_URL=redis://:" + secret + "@127.0.0.1:1"}, .stderr_too = true}, true},
+       {.set_env = {"REDIS_LOCK_URL=" + plain_url}, .stderr_too = true},
+       false},
+      {{REDIS_LOCK_CLI_PATH,
+        "--url=redis://:" + secret + "@127.0.0.1:" + std::to_string(server.port()), "r", "-c",
+        show},
+       {.set_env = {"REDIS_LOCK_URL=redis://:" + secret + "@127.0.0.1:1"}, .stderr_too = true},
+       true},
   };
   for (const auto& c : cases) {
     ChildProcess run(c.args, c.spawn);
@@ -526,7 +534,8 @@ TEST(Cli, ThePasswordIsNeitherInPsNorInTheCommandsEnvironment) {
       output += line + "\n";
     }
     std::ifstream cmdline("/proc/" + std::to_string(run.pid()) + "/cmdline");
-    const std::string ps((std::istreambuf_iterator<char>(cmdline)), std::istreambuf_iterator<char>());
+    const std::string ps((std::istreambuf_iterator<char>(cmdline)),
+                         std::istreambuf_iterator<char>());
     EXPECT_FALSE(ps.empty());
     EXPECT_EQ(ps.find(secret), std::string::npos) << "visible in ps: " << ps;
     output += run.read_all();
@@ -540,9 +549,10 @@ TEST(Cli, ThePasswordIsNeitherInPsNorInTheCommandsEnvironment) {
 
 TEST(Cli, AnUnresponsiveServerAtReleaseIsReportedAndDoesNotHoldUpTheExit) {
   TcpProxy proxy(shared_server_port());
-  ChildProcess run({REDIS_LOCK_CLI_PATH, "--url", "redis://127.0.0.1:" + std::to_string(proxy.port()),
-                    unique_resource(), "--", "sh", "-c", "echo started; sleep 0.2; exit 7"},
-                   {.stderr_too = true});
+  ChildProcess run(
+      {REDIS_LOCK_CLI_PATH, "--url", "redis://127.0.0.1:" + std::to_string(proxy.port()),
+       unique_resource(), "--", "sh", "-c", "echo started; sleep 0.2; exit 7"},
+      {.stderr_too = true});
   ASSERT_EQ(run.read_line(), "started");
   proxy.set_blackhole(true);
   const auto start = std::chrono::steady_clock::now();
@@ -558,10 +568,12 @@ TEST(Cli, ConflictExitCodeAndTheJsonStatusLine) {
   {
     Holder held(resource);
     ASSERT_TRUE(held.guard);
-    ChildProcess run(cli({"-n", "-E", "75", "--json", resource, "--", "true"}), {.stderr_too = true});
+    ChildProcess run(cli({"-n", "-E", "75", "--json", resource, "--", "true"}),
+                     {.stderr_too = true});
     const auto output = run.read_all();
     EXPECT_EQ(run.wait(), 75);
-    EXPECT_NE(output.find(R"("outcome":"not_acquired","exit_code":75)"), std::string::npos) << output;
+    EXPECT_NE(output.find(R"("outcome":"not_acquired","exit_code":75)"), std::string::npos)
+        << output;
   }
   ChildProcess run(cli({"--json", resource, "--", "sh", "-c", "exit 3"}), {.stderr_too = true});
   const auto output = run.read_all();
@@ -574,8 +586,9 @@ TEST(Cli, ConflictExitCodeAndTheJsonStatusLine) {
 
 TEST(Cli, MaxHoldStopsTheCommand) {
   const auto start = std::chrono::steady_clock::now();
-  EXPECT_EQ(ChildProcess(cli({"--max-hold", "0.3s", unique_resource(), "--", "sleep", "30"})).wait(),
-            124);
+  EXPECT_EQ(
+      ChildProcess(cli({"--max-hold", "0.3s", unique_resource(), "--", "sleep", "30"})).wait(),
+      124);
   const auto took = std::chrono::steady_clock::now() - start;
   EXPECT_GE(took, 300ms);
   EXPECT_LT(took, 5s);
@@ -591,8 +604,8 @@ TEST(Cli, ShellStringsScriptsWithoutShebangAndThePrintedToken) {
   ChildProcess script(cli({unique_resource(), "--", dir.file("job")}));
   EXPECT_EQ(script.read_line(), "plain script");
   EXPECT_EQ(script.wait(), 0);
-  ChildProcess token(cli({"--print-token", unique_resource(), "--", "sh", "-c",
-                          "echo $REDIS_LOCK_FENCING_TOKEN"}));
+  ChildProcess token(cli(
+      {"--print-token", unique_resource(), "--", "sh", "-c", "echo $REDIS_LOCK_FENCING_TOKEN"}));
   const auto printed = token.read_line();
   EXPECT_FALSE(printed.empty());
   EXPECT_EQ(token.read_line(), printed);
@@ -605,9 +618,13 @@ TEST(Cli, ShellStringsScriptsWithoutShebangAndThePrintedToken) {
 TEST(Cli, BadValuesExitTwoBeforeAnythingIsSent) {
   // Nothing listens at `nowhere`: 2 rather than 3 shows no connection was tried.
   const std::string nowhere = "redis://127.0.0.1:" + std::to_string(free_port());
-  for (const std::vector<std::string>& bad : std::vector<std::vector<std::string>>{
-           {"--ttl", "1ms"}, {"--ttl", "100000h"}, {"-w", "-1s"}, {"-E", "300"},
-           {"--kill-after", "1x"}, {"--password-file", "/no/such/file"}}) {
+  for (const std::vector<std::string>& bad :
+       std::vector<std::vector<std::string>>{{"--ttl", "1ms"},
+                                             {"--ttl", "100000h"},
+                                             {"-w", "-1s"},
+                                             {"-E", "300"},
+                                             {"--kill-after", "1x"},
+                                             {"--password-file", "/no/such/file"}}) {
     std::vector<std::string> args{REDIS_LOCK_CLI_PATH, "--url", nowhere};
     args.insert(args.end(), bad.begin(), bad.end());
     args.insert(args.end(), {unique_resource(), "--", "true"});
@@ -628,16 +645,18 @@ TEST(Cli, ADatabaseTheServerDoesNotHaveIsAUsageError) {
 
 TEST(Cli, ConnectionErrorsNameTheServerAndTheReason) {
   const auto port = std::to_string(free_port());
-  ChildProcess refused({REDIS_LOCK_CLI_PATH, "--url", "redis://127.0.0.1:" + port, "r", "--", "true"},
-                       {.stderr_too = true});
+  ChildProcess refused(
+      {REDIS_LOCK_CLI_PATH, "--url", "redis://127.0.0.1:" + port, "r", "--", "true"},
+      {.stderr_too = true});
   const auto refused_text = refused.read_all();
   EXPECT_EQ(refused.wait(), 3);
   EXPECT_NE(refused_text.find("could not connect to 127.0.0.1:" + port + ": Connection refused"),
             std::string::npos)
       << refused_text;
-  ChildProcess plain({REDIS_LOCK_CLI_PATH, "--url",
-                      "rediss://127.0.0.1:" + std::to_string(shared_server_port()), "r", "--", "true"},
-                     {.stderr_too = true});
+  ChildProcess plain(
+      {REDIS_LOCK_CLI_PATH, "--url", "rediss://127.0.0.1:" + std::to_string(shared_server_port()),
+       "r", "--", "true"},
+      {.stderr_too = true});
   const auto plain_text = plain.read_all();
   EXPECT_EQ(plain.wait(), 3);
   EXPECT_NE(plain_text.find("plain text, not TLS"), std::string::npos) << plain_text;
@@ -660,8 +679,8 @@ TEST(Cli, AStoppedRedisLockCannotLetTheCommandOutliveTheLease) {
   // SIGSTOP of redis-lock: nothing renews, and redis-lock cannot act. Its watcher stops
   // the group on the lease's schedule: when the group is gone the lease still has time.
   const auto resource = unique_resource();
-  ChildProcess run(cli({"--ttl", "3s", resource, "--", "sh", "-c",
-                        "echo $$; while :; do sleep 0.02; done"}));
+  ChildProcess run(
+      cli({"--ttl", "3s", resource, "--", "sh", "-c", "echo $$; while :; do sleep 0.02; done"}));
   const pid_t group = std::stoi(run.read_line());
   ::kill(run.pid(), SIGSTOP);
   wait_until([&] { return group_gone(group); }, 10s, "the command's group to end");

@@ -27,9 +27,7 @@ using namespace redis_lock::test;
 
 namespace {
 
-std::uint16_t slot_of(const std::string& resource) {
-  return detail::key_slot(lease_key(resource));
-}
+std::uint16_t slot_of(const std::string& resource) { return detail::key_slot(lease_key(resource)); }
 
 /// `n` resources whose lease keys all fall in `slot`.
 std::vector<std::string> resources_in_slot(std::uint16_t slot, std::size_t n) {
@@ -177,39 +175,45 @@ TEST(Cluster, LocksOnEveryMasterFromOneSeed) {
   asio::io_context io;
   LockManager locks(io.get_executor(), cluster.config(1));  // the map is discovered
   LockManager other(io.get_executor(), cluster.config());
-  run_co(io, [&]() -> asio::awaitable<void> {
-    std::vector<std::string> resources;
-    for (int i = 0; i < 60; ++i) resources.push_back(unique_resource());
-    std::vector<LockGuard> guards;
-    std::set<std::size_t> masters;
-    for (const auto& r : resources) {
-      auto [ec, guard] = co_await locks.async_acquire(r, {.ttl = 10s}, asio::as_tuple(asio::use_awaitable));
-      EXPECT_FALSE(ec) << ec.message();
-      CO_ASSERT_TRUE(guard.owns_lock());
-      EXPECT_GT(guard.fencing_token(), 0u);
-      // The lease is on the master of its slot, nowhere else.
-      EXPECT_EQ(get_lease(cluster, r), guard.token());
-      masters.insert(cluster.master_of(slot_of(r)));
-      guards.push_back(std::move(guard));
-    }
-    EXPECT_EQ(masters.size(), 3u);
-    for (std::size_t i = 0; i < 10; ++i) {
-      auto [ec, guard] = co_await other.async_acquire(resources[i], {.ttl = 10s}, asio::as_tuple(asio::use_awaitable));
-      EXPECT_FALSE(ec);
-      EXPECT_FALSE(guard.owns_lock()) << "two holders of " << resources[i];
-    }
-    const auto first_fence = guards[0].fencing_token();
-    for (auto& g : guards) {
-      auto [ec, released] = co_await g.async_release(asio::as_tuple(asio::use_awaitable));
-      EXPECT_FALSE(ec);
-      EXPECT_TRUE(released);
-    }
-    for (const auto& r : resources) EXPECT_EQ(get_lease(cluster, r), "(nil)");
-    // The slot's fencing counter lives on the same master: the next token is larger.
-    auto [ec, again] = co_await other.async_acquire(resources[0], {.ttl = 10s}, asio::as_tuple(asio::use_awaitable));
-    EXPECT_FALSE(ec);
-    EXPECT_GT(again.fencing_token(), first_fence);
-  }(), 30s);
+  run_co(
+      io,
+      [&]() -> asio::awaitable<void> {
+        std::vector<std::string> resources;
+        for (int i = 0; i < 60; ++i) resources.push_back(unique_resource());
+        std::vector<LockGuard> guards;
+        std::set<std::size_t> masters;
+        for (const auto& r : resources) {
+          auto [ec, guard] =
+              co_await locks.async_acquire(r, {.ttl = 10s}, asio::as_tuple(asio::use_awaitable));
+          EXPECT_FALSE(ec) << ec.message();
+          CO_ASSERT_TRUE(guard.owns_lock());
+          EXPECT_GT(guard.fencing_token(), 0u);
+          // The lease is on the master of its slot, nowhere else.
+          EXPECT_EQ(get_lease(cluster, r), guard.token());
+          masters.insert(cluster.master_of(slot_of(r)));
+          guards.push_back(std::move(guard));
+        }
+        EXPECT_EQ(masters.size(), 3u);
+        for (std::size_t i = 0; i < 10; ++i) {
+          auto [ec, guard] = co_await other.async_acquire(resources[i], {.ttl = 10s},
+                                                          asio::as_tuple(asio::use_awaitable));
+          EXPECT_FALSE(ec);
+          EXPECT_FALSE(guard.owns_lock()) << "two holders of " << resources[i];
+        }
+        const auto first_fence = guards[0].fencing_token();
+        for (auto& g : guards) {
+          auto [ec, released] = co_await g.async_release(asio::as_tuple(asio::use_awaitable));
+          EXPECT_FALSE(ec);
+          EXPECT_TRUE(released);
+        }
+        for (const auto& r : resources) EXPECT_EQ(get_lease(cluster, r), "(nil)");
+        // The slot's fencing counter lives on the same master: the next token is larger.
+        auto [ec, again] = co_await other.async_acquire(resources[0], {.ttl = 10s},
+                                                        asio::as_tuple(asio::use_awaitable));
+        EXPECT_FALSE(ec);
+        EXPECT_GT(again.fencing_token(), first_fence);
+      }(),
+      30s);
 }
 
 TEST(Cluster, WaiterIsWokenBySpublishOnTheSlotsMaster) {
@@ -219,37 +223,43 @@ TEST(Cluster, WaiterIsWokenBySpublishOnTheSlotsMaster) {
   LockManager waiter_locks(io.get_executor(), cluster.config());
   const auto resource = unique_resource();
   const auto owner = cluster.master_of(slot_of(resource));
-  run_co(io, [&]() -> asio::awaitable<void> {
-    auto [ec, held] = co_await holder_locks.async_acquire(resource, {.ttl = 10s}, asio::as_tuple(asio::use_awaitable));
-    CO_ASSERT_TRUE(held.owns_lock());
-    std::optional<Clock::time_point> acquired_at;
-    std::uint64_t fence = 0;
-    waiter_locks.async_acquire(resource, {.ttl = 10s, .wait = 8s},
-                               [&](boost::system::error_code e, LockGuard g) {
-                                 EXPECT_FALSE(e);
-                                 fence = g.fencing_token();
-                                 acquired_at = Clock::now();
-                               });
-    // The waiter subscribes to its manager's channel for this slot, on the slot's master.
-    for (int i = 0; i < 200; ++i) {
-      if (cluster.node(owner).command({"PUBSUB", "SHARDCHANNELS", "lock:notify:*"}) != "") break;
-      co_await sleep_for(10ms);
-    }
-    EXPECT_NE(cluster.node(owner).command({"PUBSUB", "SHARDCHANNELS", "lock:notify:*"}), "");
-    co_await sleep_for(50ms);  // asleep: a 10 s lease means no retry for 600 ms
-    const auto held_fence = held.fencing_token();  // (the release moves the lease out)
-    EXPECT_GT(held_fence, 0u);
-    const auto released_at = Clock::now();
-    auto [rec, released] = co_await held.async_release(asio::as_tuple(asio::use_awaitable));
-    EXPECT_TRUE(released);
-    while (!acquired_at && Clock::now() - released_at < 3s) co_await sleep_for(1ms);
-    CO_ASSERT_TRUE(acquired_at.has_value());
-    const auto gap = *acquired_at - released_at;
-    std::printf("[ cluster  ] hand-off after release: %lld us\n",
-                static_cast<long long>(std::chrono::duration_cast<std::chrono::microseconds>(gap).count()));
-    EXPECT_LT(gap, 300ms) << "the waiter was not woken by the release";
-    EXPECT_GT(fence, held_fence);
-  }(), 20s);
+  run_co(
+      io,
+      [&]() -> asio::awaitable<void> {
+        auto [ec, held] = co_await holder_locks.async_acquire(resource, {.ttl = 10s},
+                                                              asio::as_tuple(asio::use_awaitable));
+        CO_ASSERT_TRUE(held.owns_lock());
+        std::optional<Clock::time_point> acquired_at;
+        std::uint64_t fence = 0;
+        waiter_locks.async_acquire(resource, {.ttl = 10s, .wait = 8s},
+                                   [&](boost::system::error_code e, LockGuard g) {
+                                     EXPECT_FALSE(e);
+                                     fence = g.fencing_token();
+                                     acquired_at = Clock::now();
+                                   });
+        // The waiter subscribes to its manager's channel for this slot, on the slot's master.
+        for (int i = 0; i < 200; ++i) {
+          if (cluster.node(owner).command({"PUBSUB", "SHARDCHANNELS", "lock:notify:*"}) != "")
+            break;
+          co_await sleep_for(10ms);
+        }
+        EXPECT_NE(cluster.node(owner).command({"PUBSUB", "SHARDCHANNELS", "lock:notify:*"}), "");
+        co_await sleep_for(50ms);  // asleep: a 10 s lease means no retry for 600 ms
+        const auto held_fence = held.fencing_token();  // (the release moves the lease out)
+        EXPECT_GT(held_fence, 0u);
+        const auto released_at = Clock::now();
+        auto [rec, released] = co_await held.async_release(asio::as_tuple(asio::use_awaitable));
+        EXPECT_TRUE(released);
+        while (!acquired_at && Clock::now() - released_at < 3s) co_await sleep_for(1ms);
+        CO_ASSERT_TRUE(acquired_at.has_value());
+        const auto gap = *acquired_at - released_at;
+        std::printf("[ cluster  ] hand-off after release: %lld us\n",
+                    static_cast<long long>(
+                        std::chrono::duration_cast<std::chrono::microseconds>(gap).count()));
+        EXPECT_LT(gap, 300ms) << "the waiter was not woken by the release";
+        EXPECT_GT(fence, held_fence);
+      }(),
+      20s);
 }
 
 TEST(Cluster, FollowsMovedWhenASlotMovedToAnotherMaster) {
@@ -266,7 +276,8 @@ TEST(Cluster, FollowsMovedWhenASlotMovedToAnotherMaster) {
   cluster.move_slot(slot, target, [] {});
   ASSERT_EQ(cluster.master_of(slot), target);
   run_co(io, [&]() -> asio::awaitable<void> {
-    auto [ec, guard] = co_await locks.async_acquire(resource, {.ttl = 10s}, asio::as_tuple(asio::use_awaitable));
+    auto [ec, guard] =
+        co_await locks.async_acquire(resource, {.ttl = 10s}, asio::as_tuple(asio::use_awaitable));
     EXPECT_FALSE(ec) << ec.message();
     CO_ASSERT_TRUE(guard.owns_lock());
     EXPECT_EQ(cluster.node(target).command({"GET", lease_key(resource)}), guard.token());
@@ -373,15 +384,16 @@ TEST(Cluster, AcquireAndReleaseWaitOutASplitSlot) {
   auto acquire = acquired.get_future();
   const auto acquire_sent = Clock::now();
   std::atomic<long long> acquire_ms{-1}, release_ms{-1};
-  locks.async_acquire(resources[1], {.ttl = 5s, .wait = 15s},
-                      [&](boost::system::error_code ec, LockGuard g) {
-                        acquire_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                                         Clock::now() - acquire_sent).count();
-                        acquired.set_value({ec, std::move(g)});
-                      });
-  wait_until([&] { return info_count(cluster, target, "errorstats",
-                                     "errorstat_TRYAGAIN:count=") > 0; },
-             10s, "TRYAGAIN from the importing target");
+  locks.async_acquire(
+      resources[1], {.ttl = 5s, .wait = 15s}, [&](boost::system::error_code ec, LockGuard g) {
+        acquire_ms =
+            std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - acquire_sent)
+                .count();
+        acquired.set_value({ec, std::move(g)});
+      });
+  wait_until(
+      [&] { return info_count(cluster, target, "errorstats", "errorstat_TRYAGAIN:count=") > 0; },
+      10s, "TRYAGAIN from the importing target");
   // The held lease moves too: its release meets ASK on the source and, on the target, finds
   // the lease but not the queue keys: TRYAGAIN.
   ASSERT_TRUE(cluster.migrate_key(source, target, lease_key(resources[0])));
@@ -389,8 +401,8 @@ TEST(Cluster, AcquireAndReleaseWaitOutASplitSlot) {
   auto release = released_promise.get_future();
   const auto release_sent = Clock::now();
   held.async_release([&](boost::system::error_code ec, bool ok) {
-    release_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                     Clock::now() - release_sent).count();
+    release_ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - release_sent).count();
     released_promise.set_value({ec, ok});
   });
   // The move ends 500 ms later, inside the command timeout (1 s): both can wait it out.
@@ -403,8 +415,10 @@ TEST(Cluster, AcquireAndReleaseWaitOutASplitSlot) {
   EXPECT_TRUE(guard.owns_lock());
   ASSERT_EQ(release.wait_for(20s), std::future_status::ready);
   auto [rec, released] = release.get();
-  std::printf("[ split    ] acquire completed after %lld ms, release after %lld ms; the move "
-              "lasted 500 ms\n", acquire_ms.load(), release_ms.load());
+  std::printf(
+      "[ split    ] acquire completed after %lld ms, release after %lld ms; the move "
+      "lasted 500 ms\n",
+      acquire_ms.load(), release_ms.load());
   EXPECT_FALSE(rec) << rec.message();
   EXPECT_TRUE(released);
   EXPECT_EQ(cluster.node(target).command({"EXISTS", lease_key(resources[0])}), "0")
@@ -456,12 +470,13 @@ TEST(Cluster, LockTrafficWhileItsSlotMigrates) {
   for (std::size_t i = 0; i < 3; ++i) {
     tryagain += static_cast<int>(info_count(cluster, i, "errorstats", "errorstat_TRYAGAIN:count="));
   }
-  std::printf("[ migrate  ] %s (%d releases failed); migrating %lld ms, %d locks taken "
-              "meanwhile; TRYAGAIN replies %d; leases still there at the end %d\n",
-              load.summary().c_str(), load.release_errors,
-              static_cast<long long>(
-                  std::chrono::duration_cast<std::chrono::milliseconds>(migrating_for).count()),
-              acquired_during, tryagain, left);
+  std::printf(
+      "[ migrate  ] %s (%d releases failed); migrating %lld ms, %d locks taken "
+      "meanwhile; TRYAGAIN replies %d; leases still there at the end %d\n",
+      load.summary().c_str(), load.release_errors,
+      static_cast<long long>(
+          std::chrono::duration_cast<std::chrono::milliseconds>(migrating_for).count()),
+      acquired_during, tryagain, left);
   stop_and_check(load, "migrate", true);  // exclusion holds; every operation completed once
   int acquired_after = 0;
   for (const auto& r : resources) {
@@ -574,7 +589,9 @@ TEST(Cluster, ClusterDownIsRetriedThenEndsInClusterDown) {
   for (std::size_t i = 0; i < cluster.size(); ++i) {
     ASSERT_EQ(cluster.node(i).command({"CLUSTER", "DELSLOTS", std::to_string(slot)}), "OK");
   }
-  const auto downs = [&] { return info_sum(cluster, "errorstats", "errorstat_CLUSTERDOWN:count="); };
+  const auto downs = [&] {
+    return info_sum(cluster, "errorstats", "errorstat_CLUSTERDOWN:count=");
+  };
   const auto before = downs();
   auto started = Clock::now();
   // (Not use_future: its error travels as an exception_ptr, whose release TSan reports as a

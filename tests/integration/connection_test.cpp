@@ -23,7 +23,9 @@ namespace {
 int count_clients_named(std::uint16_t port, const std::string& name) {
   const auto list = redis_command(port, {"CLIENT", "LIST"});
   int n = 0;
-  for (std::size_t pos = 0; (pos = list.find("name=" + name + " ", pos)) != std::string::npos; ++pos) ++n;
+  for (std::size_t pos = 0; (pos = list.find("name=" + name + " ", pos)) != std::string::npos;
+       ++pos)
+    ++n;
   return n;
 }
 
@@ -58,7 +60,8 @@ TEST(Connection, PasswordAndAclUsers) {
     EXPECT_EQ(r.ec, error::auth_failed) << r.ec.message();
   }
   {  // right password
-    auto cfg = *ConnectionConfig::from_url("redis://:s3cret@127.0.0.1:" + std::to_string(server.port()));
+    auto cfg =
+        *ConnectionConfig::from_url("redis://:s3cret@127.0.0.1:" + std::to_string(server.port()));
     LockManager locks(io.get_executor(), cfg);
     auto r = acquire_once(locks, io, "r");
     EXPECT_FALSE(r.ec) << r.ec.message();
@@ -73,21 +76,30 @@ TEST(Connection, PasswordAndAclUsers) {
   // Enough to take and release a lock that nobody else holds; not the full least-privilege
   // list (waiting also needs +subscribe): that one is in docs/security.md and exercised by
   // Connection.LeastPrivilegeUserCanWaitRenewAndWaitForReplicas.
-  ASSERT_EQ(run_admin({"locker", "on", ">pw1", "~lock:*", "&lock:*", "+evalsha", "+eval",
-                       "+set", "+incr", "+del", "+get", "+pttl", "+pexpire", "+publish",
-                       "+exists", "+time", "+zadd", "+zrem", "+zrange", "+zrangebyscore",
-                       "+zscore", "+client|setname", "+ping", "+script|load"}),
+  ASSERT_EQ(run_admin({"locker",   "on",
+                       ">pw1",     "~lock:*",
+                       "&lock:*",  "+evalsha",
+                       "+eval",    "+set",
+                       "+incr",    "+del",
+                       "+get",     "+pttl",
+                       "+pexpire", "+publish",
+                       "+exists",  "+time",
+                       "+zadd",    "+zrem",
+                       "+zrange",  "+zrangebyscore",
+                       "+zscore",  "+client|setname",
+                       "+ping",    "+script|load"}),
             "OK");
   // The same without the two optional rights: the connection is unnamed, and a flushed
   // script cache is refilled by resending the body.
-  ASSERT_EQ(run_admin({"lean", "on", ">pw4", "~lock:*", "&lock:*", "+evalsha", "+eval", "+set",
-                       "+incr", "+del", "+get", "+pttl", "+pexpire", "+publish", "+exists",
-                       "+time", "+zadd", "+zrem", "+zrange", "+zrangebyscore", "+zscore",
-                       "+ping"}),
-            "OK");
-  ASSERT_EQ(run_admin({"scripter", "on", ">pw3", "~lock:*", "&lock:*", "+evalsha", "+eval",
-                       "+ping"}),
-            "OK");
+  ASSERT_EQ(
+      run_admin({"lean",    "on",    ">pw4",  "~lock:*", "&lock:*", "+evalsha",       "+eval",
+                 "+set",    "+incr", "+del",  "+get",    "+pttl",   "+pexpire",       "+publish",
+                 "+exists", "+time", "+zadd", "+zrem",   "+zrange", "+zrangebyscore", "+zscore",
+                 "+ping"}),
+      "OK");
+  ASSERT_EQ(
+      run_admin({"scripter", "on", ">pw3", "~lock:*", "&lock:*", "+evalsha", "+eval", "+ping"}),
+      "OK");
   ASSERT_EQ(run_admin({"reader", "on", ">pw2", "~*", "+get"}), "OK");
   {
     auto cfg = *ConnectionConfig::from_url("redis://locker:pw1@127.0.0.1:" +
@@ -98,8 +110,8 @@ TEST(Connection, PasswordAndAclUsers) {
     EXPECT_TRUE(r.owned);
   }
   {
-    auto cfg = *ConnectionConfig::from_url("redis://lean:pw4@127.0.0.1:" +
-                                           std::to_string(server.port()));
+    auto cfg =
+        *ConnectionConfig::from_url("redis://lean:pw4@127.0.0.1:" + std::to_string(server.port()));
     LockManager locks(io.get_executor(), cfg);
     redis_command(server.port(), {"SCRIPT", "FLUSH"}, "s3cret");
     auto r = acquire_once(locks, io, "acl-resource-lean");
@@ -151,9 +163,12 @@ TEST(Connection, ManyRequestsShareOnePipelinedConnection) {
   std::vector<LockGuard> held;
   for (int i = 0; i < 200; ++i) {
     locks.async_acquire(resource, {.ttl = 10s}, [&](error_code ec, LockGuard g) {
-      if (ec) ++failed;
-      else if (g) ++winners, held.push_back(std::move(g));
-      else ++empty;
+      if (ec)
+        ++failed;
+      else if (g)
+        ++winners, held.push_back(std::move(g));
+      else
+        ++empty;
       if (winners + empty + failed == 200) {
         EXPECT_EQ(count_clients_named(cfg.port, opts.client_name), 1);
       }
@@ -400,12 +415,14 @@ TEST(Connection, LeastPrivilegeUserCanWaitRenewAndWaitForReplicas) {
   RedisServer replica({"--replicaof", "127.0.0.1", std::to_string(master.port())});
   ASSERT_TRUE(wait_until_linked(replica));
   // The list of docs/security.md, word for word, + wait.
-  ASSERT_EQ(master.command({"ACL", "SETUSER", "locker", "on", ">pw", "~lock:*", "&lock:*",
-                            "+evalsha", "+eval", "+set", "+get", "+del", "+incr", "+pttl",
-                            "+pexpire", "+exists", "+time", "+zadd", "+zrem", "+zrange",
-                            "+zrangebyscore", "+zscore", "+publish", "+subscribe", "+ping",
-                            "+client|setname", "+script|load", "+wait"}),
-            "OK");
+  ASSERT_EQ(
+      master.command(
+          {"ACL",     "SETUSER",         "locker",         "on",      ">pw",      "~lock:*",
+           "&lock:*", "+evalsha",        "+eval",          "+set",    "+get",     "+del",
+           "+incr",   "+pttl",           "+pexpire",       "+exists", "+time",    "+zadd",
+           "+zrem",   "+zrange",         "+zrangebyscore", "+zscore", "+publish", "+subscribe",
+           "+ping",   "+client|setname", "+script|load",   "+wait"}),
+      "OK");
   ASSERT_EQ(master.command({"ACL", "LOG", "RESET"}), "OK");
   auto cfg = master.config();
   cfg.username = "locker";
@@ -416,8 +433,8 @@ TEST(Connection, LeastPrivilegeUserCanWaitRenewAndWaitForReplicas) {
   const auto resource = unique_resource();
   const auto durable = unique_resource();
   run_co(io, [&]() -> asio::awaitable<void> {
-    auto [ec, held] = co_await holder.async_acquire(
-        resource, {.ttl = 600ms, .auto_renew = true}, asio::as_tuple(asio::use_awaitable));
+    auto [ec, held] = co_await holder.async_acquire(resource, {.ttl = 600ms, .auto_renew = true},
+                                                    asio::as_tuple(asio::use_awaitable));
     EXPECT_FALSE(ec) << ec.message() << " / " << holder.last_server_error();
     CO_ASSERT_TRUE(held.owns_lock());
     // The waiter queues and subscribes while the holder renews past its first ttl.
@@ -438,10 +455,13 @@ TEST(Connection, LeastPrivilegeUserCanWaitRenewAndWaitForReplicas) {
     for (int i = 0; i < 100 && !waited; ++i) co_await sleep_for(10ms);
     EXPECT_TRUE(waited) << "the waiter did not get the lock it was handed";
 
-    auto [dec, g] = co_await holder.async_acquire(
-        durable, {.ttl = 5s, .auto_renew = true, .renew_every = 100ms, .min_replicas = 1,
-                  .replication_timeout = 2s},
-        asio::as_tuple(asio::use_awaitable));
+    auto [dec, g] = co_await holder.async_acquire(durable,
+                                                  {.ttl = 5s,
+                                                   .auto_renew = true,
+                                                   .renew_every = 100ms,
+                                                   .min_replicas = 1,
+                                                   .replication_timeout = 2s},
+                                                  asio::as_tuple(asio::use_awaitable));
     EXPECT_FALSE(dec) << dec.message() << " / " << holder.last_server_error();
     CO_ASSERT_TRUE(g.owns_lock());
     co_await sleep_for(300ms);  // renewals, each confirmed by WAIT

@@ -95,8 +95,7 @@ struct Seen {
 };
 
 /// Polls (there is no signal from the server) until `key` no longer exists, within `limit`.
-bool key_gone(const RedisServer& server, const std::string& key,
-              std::chrono::milliseconds limit) {
+bool key_gone(const RedisServer& server, const std::string& key, std::chrono::milliseconds limit) {
   const auto until = Clock::now() + limit;
   while (server.command({"EXISTS", key}) != "0") {
     if (Clock::now() > until) return false;
@@ -161,9 +160,11 @@ TEST(Correctness, EmptyGuardsCompleteOnTheManagersExecutor) {
   EXPECT_EQ(released_again.calls + extend.calls + wait_lost.calls + moved_extend.calls +
                 moved_release.calls + manager.calls,
             0);
-  for (Seen* s : {&release, &released_again, &extend, &wait_lost, &moved_extend,
-                  &moved_release, &manager}) {
-    ASSERT_TRUE(run_until(io, [&] { return s->calls > 0; }, 5s)) << "a completion never ran";
+  for (Seen* s :
+       {&release, &released_again, &extend, &wait_lost, &moved_extend, &moved_release, &manager}) {
+    ASSERT_TRUE(run_until(
+        io, [&] { return s->calls > 0; }, 5s))
+        << "a completion never ran";
     EXPECT_EQ(s->calls, 1);
     EXPECT_TRUE(s->on_thread) << "a completion ran outside io.run() on the test's thread";
   }
@@ -214,7 +215,8 @@ TEST(Correctness, LostSignalIsOnTimeWhileARenewalIsResent) {
   asio::io_context io;
   LockManager locks(io.get_executor(), cfg);
   const auto resource = unique_resource();
-  LockGuard held = hold(locks, io, resource, {.ttl = 2500ms, .auto_renew = true, .renew_every = 100ms});
+  LockGuard held =
+      hold(locks, io, resource, {.ttl = 2500ms, .auto_renew = true, .renew_every = 100ms});
   ASSERT_TRUE(held);
   // The first renewal (due in 100 ms) meets NOSCRIPT after 1.8 s and is resent with the
   // body, whose reply would come 1.8 s later: after valid_until().
@@ -226,11 +228,12 @@ TEST(Correctness, LostSignalIsOnTimeWhileARenewalIsResent) {
     EXPECT_EQ(ec, error::lock_lost);
     lost_at = Clock::now();
   });
-  ASSERT_TRUE(run_until(io, [&] { return lost_at.has_value(); }, 10s));
+  ASSERT_TRUE(run_until(
+      io, [&] { return lost_at.has_value(); }, 10s));
   EXPECT_TRUE(held.lost());
   EXPECT_LE(*lost_at - valid_until, 500ms)
-      << "lost reported " << std::chrono::duration_cast<std::chrono::milliseconds>(
-                                 *lost_at - valid_until).count()
+      << "lost reported "
+      << std::chrono::duration_cast<std::chrono::milliseconds>(*lost_at - valid_until).count()
       << " ms after valid_until()";
   proxy.set_delay(0ms);
 }
@@ -249,7 +252,9 @@ TEST(Correctness, MinReplicasHoldsForRenewalsAndExtensions) {
   auto cfg = master.config();
   cfg.command_timeout = 3s;
   LockManager locks(io.get_executor(), cfg);
-  LockGuard held = hold(locks, io, "replicated", {.ttl = 3s, .auto_renew = true, .min_replicas = 1, .replication_timeout = 1s});
+  LockGuard held =
+      hold(locks, io, "replicated",
+           {.ttl = 3s, .auto_renew = true, .min_replicas = 1, .replication_timeout = 1s});
   ASSERT_TRUE(held);
   // With the replica still there, an extension is confirmed by WAIT.
   std::optional<std::pair<error_code, bool>> extended;
@@ -272,7 +277,8 @@ TEST(Correctness, MinReplicasHoldsForRenewalsAndExtensions) {
     lost_at = Clock::now();
   });
   const auto valid_until = held.valid_until();
-  ASSERT_TRUE(run_until(io, [&] { return lost_at.has_value(); }, 5s))
+  ASSERT_TRUE(run_until(
+      io, [&] { return lost_at.has_value(); }, 5s))
       << "renewals without a replica kept the lease as if replicated";
   EXPECT_LE(*lost_at - valid_until, 500ms);
 }
@@ -329,9 +335,8 @@ TEST(Correctness, RedlockResendsAfterNoscriptOwnTheirBytes) {
   int contended = 0;
   for (int round = 0; round < 3; ++round) {
     std::optional<std::pair<error_code, bool>> out;
-    contender.async_acquire(resource, {.ttl = 5s, .wait = 600ms}, [&](error_code ec, LockGuard g) {
-      out.emplace(ec, g.owns_lock());
-    });
+    contender.async_acquire(resource, {.ttl = 5s, .wait = 600ms},
+                            [&](error_code ec, LockGuard g) { out.emplace(ec, g.owns_lock()); });
     ASSERT_TRUE(run_until(io, [&] { return out.has_value(); }));
     EXPECT_FALSE(out->first) << out->first.message();
     EXPECT_FALSE(out->second) << "the contender took a lock that is held";

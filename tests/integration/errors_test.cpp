@@ -11,7 +11,6 @@ using namespace redis_lock;
 using namespace redis_lock::test;
 using boost::system::error_code;
 
-
 TEST(ServerErrors, WrongTypeOnTheLeaseKey) {
   asio::io_context io;
   auto cfg = shared_server_config();

@@ -20,8 +20,8 @@
 #include <functional>
 #include <map>
 #include <mutex>
-#include <tuple>
 #include <thread>
+#include <tuple>
 
 using namespace redis_lock;
 using namespace redis_lock::test;

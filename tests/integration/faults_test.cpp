@@ -23,8 +23,8 @@ TEST(Faults, HolderKilledWithSigkillLosesTheLeaseAtItsTtl) {
   asio::io_context io;
   LockManager locks(io.get_executor(), cfg);
   run_co(io, [&]() -> asio::awaitable<void> {
-    auto [ec, busy] = co_await locks.async_acquire(resource, {.ttl = 5s},
-                                                   asio::as_tuple(asio::use_awaitable));
+    auto [ec, busy] =
+        co_await locks.async_acquire(resource, {.ttl = 5s}, asio::as_tuple(asio::use_awaitable));
     EXPECT_FALSE(ec);
     EXPECT_FALSE(busy) << "the dead holder's lease is still live";
     auto g = co_await locks.async_acquire(resource, {.ttl = 5s, .wait = 5s}, asio::use_awaitable);
@@ -112,8 +112,8 @@ TEST(Faults, ProgramsRunFromALockHolderGetNoneOfItsRedisConnections) {
   LockManager a(io.get_executor(), cfg);
   LockManager b(io.get_executor(), cfg);
   run_co(io, [&]() -> asio::awaitable<void> {
-    auto held = co_await a.async_acquire(resource, {.ttl = 5s, .auto_renew = true},
-                                         asio::use_awaitable);
+    auto held =
+        co_await a.async_acquire(resource, {.ttl = 5s, .auto_renew = true}, asio::use_awaitable);
     CO_ASSERT_TRUE(held);
     // b waits in the queue (its notification connection), then gives up.
     auto [ec, none] = co_await b.async_acquire(resource, {.ttl = 5s, .wait = 300ms},

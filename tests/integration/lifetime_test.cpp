@@ -192,7 +192,8 @@ TEST_F(Lifetime, SeveralThreadsOnOneIoContext) {
           }
           const int now = ++holders;
           int prev = max_holders.load();
-          while (now > prev && !max_holders.compare_exchange_weak(prev, now)) {}
+          while (now > prev && !max_holders.compare_exchange_weak(prev, now)) {
+          }
           ++taken;
           // Stay inside a while: a second holder (the bug this looks for) would overlap here.
           std::this_thread::sleep_for(std::chrono::microseconds(300));

@@ -76,12 +76,12 @@ TEST(Observer, AcquireOutcomesAndLeaseCommands) {
     CO_ASSERT_TRUE(held);
     asio::steady_timer later(co_await asio::this_coro::executor, 50ms);
     later.async_wait([&](error_code) { held.async_release(asio::detached); });
-    auto waited = co_await locks.async_acquire(resource, {.ttl = 5s, .wait = 5s},
-                                               asio::use_awaitable);
+    auto waited =
+        co_await locks.async_acquire(resource, {.ttl = 5s, .wait = 5s}, asio::use_awaitable);
     CO_ASSERT_TRUE(waited);
     // A lease that expired before its release: released = false.
-    auto brief = co_await locks.async_acquire(resource + "-brief", {.ttl = 20ms},
-                                              asio::use_awaitable);
+    auto brief =
+        co_await locks.async_acquire(resource + "-brief", {.ttl = 20ms}, asio::use_awaitable);
     CO_ASSERT_TRUE(brief);
     co_await sleep_for(60ms);
     EXPECT_FALSE(co_await brief.async_release(asio::use_awaitable));

@@ -60,7 +60,8 @@ struct NodeLog final : Observer {
   }
   int count(const std::vector<NodeResult>& v, NodeOutcome o) {
     std::lock_guard lock(mutex);
-    return static_cast<int>(std::count_if(v.begin(), v.end(), [&](auto& r) { return r.outcome == o; }));
+    return static_cast<int>(
+        std::count_if(v.begin(), v.end(), [&](auto& r) { return r.outcome == o; }));
   }
   /// Whether master `node` granted the last acquire.
   bool granted(std::size_t node) {
@@ -104,13 +105,16 @@ TEST(Redlock, AMajorityTakesTheLockOnEveryMaster) {
   LockManager other(io.get_executor(), masters.config());
   const auto resource = unique_resource();
   run_co(io, [&]() -> asio::awaitable<void> {
-    auto [ec, guard] = co_await locks.async_acquire(resource, {.ttl = 10s}, asio::as_tuple(asio::use_awaitable));
+    auto [ec, guard] =
+        co_await locks.async_acquire(resource, {.ttl = 10s}, asio::as_tuple(asio::use_awaitable));
     EXPECT_FALSE(ec) << ec.message();
     CO_ASSERT_TRUE(guard.owns_lock());
     EXPECT_EQ(log->count(log->acquire, NodeOutcome::granted) +
-                  log->count(log->acquire, NodeOutcome::no_answer), 5);
+                  log->count(log->acquire, NodeOutcome::no_answer),
+              5);
     EXPECT_GE(log->count(log->acquire, NodeOutcome::granted), 3);
-    auto [ec2, refused] = co_await other.async_acquire(resource, {.ttl = 10s}, asio::as_tuple(asio::use_awaitable));
+    auto [ec2, refused] =
+        co_await other.async_acquire(resource, {.ttl = 10s}, asio::as_tuple(asio::use_awaitable));
     EXPECT_FALSE(ec2);
     EXPECT_FALSE(refused.owns_lock());
     auto [ec3, extended] = co_await guard.async_extend(20s, asio::as_tuple(asio::use_awaitable));
@@ -119,7 +123,8 @@ TEST(Redlock, AMajorityTakesTheLockOnEveryMaster) {
     const auto first = guard.fencing_token();
     auto [ec4, released] = co_await guard.async_release(asio::as_tuple(asio::use_awaitable));
     EXPECT_TRUE(released);
-    auto [ec5, next] = co_await other.async_acquire(resource, {.ttl = 10s}, asio::as_tuple(asio::use_awaitable));
+    auto [ec5, next] =
+        co_await other.async_acquire(resource, {.ttl = 10s}, asio::as_tuple(asio::use_awaitable));
     EXPECT_GT(next.fencing_token(), first);
     // A majority at least: a master may have seen this acquire before the previous
     // holder's release (which was confirmed once a majority had it).
@@ -184,9 +189,8 @@ TEST(Redlock, PausedMastersGiveBackWhatTheyGrantLate) {
   for (int i : {0, 1, 2}) masters.nodes[static_cast<std::size_t>(i)]->pause();
   const auto started = Clock::now();
   std::optional<boost::system::error_code> result;
-  locks.async_acquire(resource, {.ttl = 5s}, [&](boost::system::error_code ec, LockGuard) {
-    result = ec;
-  });
+  locks.async_acquire(resource, {.ttl = 5s},
+                      [&](boost::system::error_code ec, LockGuard) { result = ec; });
   io.restart();
   while (!result && Clock::now() - started < 3s) io.run_one_for(20ms);
   // Three masters do not answer within the command timeout: no majority.
@@ -261,7 +265,8 @@ TEST(Redlock, FencingTokensStayMonotonicAsTheMajorityChanges) {
 
 TEST(Redlock, ExclusionHoldsUnderLoadWhileTwoMastersDie) {
   Masters masters;
-  const std::vector<std::string> resources = {unique_resource(), unique_resource(), unique_resource()};
+  const std::vector<std::string> resources = {unique_resource(), unique_resource(),
+                                              unique_resource()};
   LockLoad load(masters.config(), resources, 8);
   std::this_thread::sleep_for(400ms);
   masters.nodes[0]->kill(SIGKILL);
@@ -379,7 +384,8 @@ struct AcquireLog final : Observer {
   int outcomes(std::size_t event, NodeOutcome o) {
     std::lock_guard lock(mutex);
     const auto& v = nodes.at(event);
-    return static_cast<int>(std::count_if(v.begin(), v.end(), [&](auto& r) { return r.outcome == o; }));
+    return static_cast<int>(
+        std::count_if(v.begin(), v.end(), [&](auto& r) { return r.outcome == o; }));
   }
 };
 
@@ -410,8 +416,8 @@ void connect_everywhere(LockManager& locks, asio::io_context& io) {
 
 /// Runs `io` on a thread (give-backs, late grants) while waiting until nothing holds
 /// `resource` on any live master.
-bool freed_while_running(asio::io_context& io, const Masters& masters,
-                         const std::string& resource, std::chrono::milliseconds limit) {
+bool freed_while_running(asio::io_context& io, const Masters& masters, const std::string& resource,
+                         std::chrono::milliseconds limit) {
   std::thread io_thread([&] {
     io.restart();
     io.run_for(limit);
@@ -555,7 +561,8 @@ TEST(Redlock, AMajorityWhoseFencingWriteBackTakesTheRestOfTheTtlTakesNoLock) {
                           std::chrono::system_clock::now().time_since_epoch())
                           .count();
   for (std::size_t i = 0; i < 3; ++i) {
-    const auto counter = std::to_string(now_us + 1'000'000'000'000LL + 1000LL * static_cast<long long>(i));
+    const auto counter =
+        std::to_string(now_us + 1'000'000'000'000LL + 1000LL * static_cast<long long>(i));
     ASSERT_EQ(masters.nodes[i]->command({"SET", fence_key, counter}), "OK");
   }
   path.set_delay(250ms);
@@ -598,7 +605,8 @@ TEST(Redlock, ExtendAndRenewalNeedAMajority) {
   run_co(io, [&]() -> asio::awaitable<void> {
     // Refused by three masters (the lease is gone there), granted by two: not extended, no
     // error, and the guard knows the lease is lost.
-    auto [ec, guard] = co_await locks.async_acquire(refused, {.ttl = 10s}, asio::as_tuple(asio::use_awaitable));
+    auto [ec, guard] =
+        co_await locks.async_acquire(refused, {.ttl = 10s}, asio::as_tuple(asio::use_awaitable));
     CO_ASSERT_TRUE(!ec && guard.owns_lock());
     // The majority decided; the other masters' grants may still be on their way (their
     // connections' handshakes too: this io_context must keep running meanwhile).
@@ -612,16 +620,18 @@ TEST(Redlock, ExtendAndRenewalNeedAMajority) {
     EXPECT_EQ(log->count(log->lease, NodeOutcome::refused), 3);
     // (The third refusal decides: a grant may still be on its way.)
     EXPECT_EQ(log->count(log->lease, NodeOutcome::granted) +
-                  log->count(log->lease, NodeOutcome::no_answer), 2);
+                  log->count(log->lease, NodeOutcome::no_answer),
+              2);
     EXPECT_EQ(guard.valid_until(), valid);
     EXPECT_TRUE(guard.lost());
 
     // Three masters dead: an extension cannot reach a majority (no_quorum, validity kept),
     // and an auto-renewed lease is reported lost by its valid_until().
-    auto [ec3, plain] = co_await locks.async_acquire(extended, {.ttl = 10s}, asio::as_tuple(asio::use_awaitable));
+    auto [ec3, plain] =
+        co_await locks.async_acquire(extended, {.ttl = 10s}, asio::as_tuple(asio::use_awaitable));
     CO_ASSERT_TRUE(!ec3 && plain.owns_lock());
-    auto [ec4, renewing] = co_await locks.async_acquire(
-        renewed, {.ttl = 900ms, .auto_renew = true}, asio::as_tuple(asio::use_awaitable));
+    auto [ec4, renewing] = co_await locks.async_acquire(renewed, {.ttl = 900ms, .auto_renew = true},
+                                                        asio::as_tuple(asio::use_awaitable));
     CO_ASSERT_TRUE(!ec4 && renewing.owns_lock());
     const auto killed = Clock::now();
     for (std::size_t i : {0u, 1u, 2u}) masters.nodes[i]->kill(SIGKILL);

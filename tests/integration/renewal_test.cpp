@@ -70,9 +70,8 @@ TEST(Renewal, RefusedRenewalMakesTheGuardLost) {
     // Work bound to the lost slot is cancelled when the lock goes.
     asio::steady_timer work(co_await asio::this_coro::executor, 30s);
     std::optional<error_code> work_result;
-    work.async_wait(asio::bind_cancellation_slot(g.lost_slot(), [&](error_code ec) {
-      work_result = ec;
-    }));
+    work.async_wait(
+        asio::bind_cancellation_slot(g.lost_slot(), [&](error_code ec) { work_result = ec; }));
     // Another party takes the key behind our back (as after an expiry and a new holder).
     redis_command(cfg.port, {"SET", lease_key(resource), "someone-else", "PX", "30000"});
     const auto [ec] = co_await g.async_wait_lost(asio::as_tuple(asio::use_awaitable));
@@ -95,39 +94,45 @@ TEST(Renewal, PausedServerIsNoticedBeforeAnyoneElseCanHoldTheLock) {
   LockManager a(io.get_executor(), cfg);
   Clock::time_point lost_at{};
   std::uint64_t a_fence = 0, b_fence = 0;
-  run_co(io, [&]() -> asio::awaitable<void> {
-    auto g = co_await a.async_acquire("paused", {.ttl = 1s, .auto_renew = true},
-                                      asio::use_awaitable);
-    CO_ASSERT_TRUE(g);
-    a_fence = g.fencing_token();
-    co_await sleep_for(400ms);  // at least one renewal went through
-    // The lease's real expiry on the server is no earlier than this.
-    const auto before_pttl = Clock::now();
-    const auto pttl = std::stoll(server.command({"PTTL", lease_key("paused")}));
-    CO_ASSERT_TRUE(pttl > 0);
-    const auto server_expiry = before_pttl + std::chrono::milliseconds(pttl);
-    server.pause();
-    const auto [ec] = co_await g.async_wait_lost(asio::as_tuple(asio::use_awaitable));
-    lost_at = Clock::now();
-    EXPECT_EQ(ec, error::lock_lost);
-    // Reported before the server could give the lock to anyone else, and on time.
-    const auto ms = [](Clock::duration d) {
-      return std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
-    };
-    EXPECT_LT(lost_at, server_expiry)
-        << "reported " << ms(lost_at - server_expiry) << " ms after the server expired the lease";
-    EXPECT_LE(lost_at, g.valid_until() + 50ms)
-        << "reported " << ms(lost_at - g.valid_until()) << " ms after valid_until()";
-    co_await sleep_for(1500ms);  // paused for longer than the ttl
-    server.resume();
-  }(), 20s);
+  run_co(
+      io,
+      [&]() -> asio::awaitable<void> {
+        auto g = co_await a.async_acquire("paused", {.ttl = 1s, .auto_renew = true},
+                                          asio::use_awaitable);
+        CO_ASSERT_TRUE(g);
+        a_fence = g.fencing_token();
+        co_await sleep_for(400ms);  // at least one renewal went through
+        // The lease's real expiry on the server is no earlier than this.
+        const auto before_pttl = Clock::now();
+        const auto pttl = std::stoll(server.command({"PTTL", lease_key("paused")}));
+        CO_ASSERT_TRUE(pttl > 0);
+        const auto server_expiry = before_pttl + std::chrono::milliseconds(pttl);
+        server.pause();
+        const auto [ec] = co_await g.async_wait_lost(asio::as_tuple(asio::use_awaitable));
+        lost_at = Clock::now();
+        EXPECT_EQ(ec, error::lock_lost);
+        // Reported before the server could give the lock to anyone else, and on time.
+        const auto ms = [](Clock::duration d) {
+          return std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
+        };
+        EXPECT_LT(lost_at, server_expiry) << "reported " << ms(lost_at - server_expiry)
+                                          << " ms after the server expired the lease";
+        EXPECT_LE(lost_at, g.valid_until() + 50ms)
+            << "reported " << ms(lost_at - g.valid_until()) << " ms after valid_until()";
+        co_await sleep_for(1500ms);  // paused for longer than the ttl
+        server.resume();
+      }(),
+      20s);
   // After SIGCONT the lease has expired on the server; someone else takes it, later.
   LockManager b(io.get_executor(), server.config());
-  run_co(io, [&]() -> asio::awaitable<void> {
-    auto g = co_await b.async_acquire("paused", {.ttl = 5s, .wait = 5s}, asio::use_awaitable);
-    CO_ASSERT_TRUE(g);
-    b_fence = g.fencing_token();
-  }(), 20s);
+  run_co(
+      io,
+      [&]() -> asio::awaitable<void> {
+        auto g = co_await b.async_acquire("paused", {.ttl = 5s, .wait = 5s}, asio::use_awaitable);
+        CO_ASSERT_TRUE(g);
+        b_fence = g.fencing_token();
+      }(),
+      20s);
   EXPECT_GT(b_fence, a_fence);
 }
 

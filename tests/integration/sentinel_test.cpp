@@ -13,7 +13,8 @@ using namespace redis_lock::test;
 
 namespace {
 
-const RedisSentinelSet::Options passwords{.data_password = "data-pw", .sentinel_password = "sentinel-pw"};
+const RedisSentinelSet::Options passwords{.data_password = "data-pw",
+                                          .sentinel_password = "sentinel-pw"};
 
 void check_failover_load(LockLoad& load, RedisSentinelSet& set,
                          const std::vector<std::string>& resources, Clock::time_point healthy) {
@@ -29,7 +30,8 @@ void check_failover_load(LockLoad& load, RedisSentinelSet& set,
   // EVALSHA, so these calls came from clients).
   const auto master = set.master();
   const auto stats = set.command(master, {"INFO", "commandstats"});
-  EXPECT_NE(stats.find("cmdstat_evalsha:calls="), std::string::npos) << "nothing reached the new master";
+  EXPECT_NE(stats.find("cmdstat_evalsha:calls="), std::string::npos)
+      << "nothing reached the new master";
   std::this_thread::sleep_for(load_options.ttl + 200ms);
   for (const auto& r : resources) EXPECT_EQ(set.command(master, {"EXISTS", lease_key(r)}), "0");
 }
@@ -51,16 +53,19 @@ TEST(Sentinel, LocksOnTheMasterTheSentinelsNameWithSeparatePasswords) {
   LockManager from_url(io.get_executor(), *url_config);
   const auto resource = unique_resource();
   run_co(io, [&]() -> asio::awaitable<void> {
-    auto [ec, guard] = co_await locks.async_acquire(resource, {.ttl = 10s}, asio::as_tuple(asio::use_awaitable));
+    auto [ec, guard] =
+        co_await locks.async_acquire(resource, {.ttl = 10s}, asio::as_tuple(asio::use_awaitable));
     EXPECT_FALSE(ec) << ec.message();
     CO_ASSERT_TRUE(guard.owns_lock());
     EXPECT_EQ(set.command(0, {"GET", lease_key(resource)}), guard.token());
-    auto [ec2, other] = co_await from_url.async_acquire(resource, {.ttl = 10s}, asio::as_tuple(asio::use_awaitable));
+    auto [ec2, other] = co_await from_url.async_acquire(resource, {.ttl = 10s},
+                                                        asio::as_tuple(asio::use_awaitable));
     EXPECT_FALSE(ec2) << ec2.message();
     EXPECT_FALSE(other.owns_lock());
     auto [ec3, released] = co_await guard.async_release(asio::as_tuple(asio::use_awaitable));
     EXPECT_TRUE(released);
-    auto [ec4, mine] = co_await from_url.async_acquire(resource, {.ttl = 10s}, asio::as_tuple(asio::use_awaitable));
+    auto [ec4, mine] = co_await from_url.async_acquire(resource, {.ttl = 10s},
+                                                       asio::as_tuple(asio::use_awaitable));
     EXPECT_TRUE(mine.owns_lock());
   }());
 }
@@ -78,8 +83,8 @@ TEST(Sentinel, RefusalsAreClearErrors) {
        error::master_not_found},
       {"wrong sentinel password", [](ConnectionConfig& c) { c.sentinel_password = "wrong"; },
        error::auth_failed},
-      {"data password given to the sentinels only",
-       [](ConnectionConfig& c) { c.password.clear(); }, error::not_authenticated},
+      {"data password given to the sentinels only", [](ConnectionConfig& c) { c.password.clear(); },
+       error::not_authenticated},
   };
   for (const auto& c : cases) {
     auto cfg = set.config();
@@ -198,7 +203,9 @@ TEST(Sentinel, TheSentinelsAreAskedAgainEverySecondWhileCommandsFlow) {
       return redis_command(s.port(), args, passwords.sentinel_password);
     };
     ASSERT_EQ(pw({"SENTINEL", "REMOVE", name}), "OK");
-    ASSERT_EQ(pw({"SENTINEL", "MONITOR", name, "127.0.0.1", std::to_string(set.data(1).port()), "2"}), "OK");
+    ASSERT_EQ(
+        pw({"SENTINEL", "MONITOR", name, "127.0.0.1", std::to_string(set.data(1).port()), "2"}),
+        "OK");
     ASSERT_EQ(pw({"SENTINEL", "SET", name, "auth-pass", passwords.data_password}), "OK");
   }
   const auto repointed = Clock::now();

@@ -51,8 +51,11 @@ TEST(Stress, ThreadsCancellationsAndRenewalsOnOneIoContext) {
       // TSan may stall a renewal for most of the 300 ms ttl without losing the lease.
       const bool renew = round % 4 == 1;
       auto [ec, guard] = co_await locks.async_acquire(
-          shared, {.ttl = renew ? 300ms : 2s, .wait = 5s, .auto_renew = renew,
-                   .renew_every = renew ? 30ms : 0ms},
+          shared,
+          {.ttl = renew ? 300ms : 2s,
+           .wait = 5s,
+           .auto_renew = renew,
+           .renew_every = renew ? 30ms : 0ms},
           asio::bind_cancellation_slot(signal.slot(), asio::as_tuple(asio::use_awaitable)));
       canceller.cancel();
       if (ec == asio::error::operation_aborted) {

@@ -49,32 +49,35 @@ TEST(Tls, LocksWaitingAndRenewalOverTls) {
   LockManager first(io.get_executor(), tls.config());
   LockManager second(io.get_executor(), tls.config());
   const auto resource = unique_resource();
-  run_co(io, [&]() -> asio::awaitable<void> {
-    // Renewed every 100 ms: a renewal may run up to ~500 ms late on a loaded machine.
-    auto held = co_await first.async_acquire(
-        resource, {.ttl = 600ms, .auto_renew = true, .renew_every = 100ms}, asio::use_awaitable);
-    CO_ASSERT_TRUE(held);
-    EXPECT_GT(held.fencing_token(), 0u);
-    // The lease is in the server, written over the TLS port.
-    EXPECT_EQ(tls.server->command({"GET", lease_key(resource)}), held.token());
-    co_await sleep_for(2s);  // three ttls: renewed over TLS
-    EXPECT_FALSE(held.lost());
-    // A waiter over TLS (its subscriber connection too) gets the lease handed over.
-    bool handed_over = false;
-    const auto held_fence = held.fencing_token();  // the release below empties `held`
-    second.async_acquire(resource, {.ttl = 5s, .wait = 5s},
-                         [&](error_code ec, LockGuard g) {
-                           EXPECT_FALSE(ec) << ec.message();
-                           EXPECT_TRUE(g.owns_lock());
-                           EXPECT_GT(g.fencing_token(), held_fence);
-                           handed_over = true;
-                         });
-    co_await sleep_for(200ms);
-    EXPECT_FALSE(handed_over);
-    EXPECT_TRUE(co_await held.async_release(asio::use_awaitable));
-    for (int i = 0; i < 100 && !handed_over; ++i) co_await sleep_for(10ms);
-    EXPECT_TRUE(handed_over);
-  }, 15s);
+  run_co(
+      io,
+      [&]() -> asio::awaitable<void> {
+        // Renewed every 100 ms: a renewal may run up to ~500 ms late on a loaded machine.
+        auto held = co_await first.async_acquire(
+            resource, {.ttl = 600ms, .auto_renew = true, .renew_every = 100ms},
+            asio::use_awaitable);
+        CO_ASSERT_TRUE(held);
+        EXPECT_GT(held.fencing_token(), 0u);
+        // The lease is in the server, written over the TLS port.
+        EXPECT_EQ(tls.server->command({"GET", lease_key(resource)}), held.token());
+        co_await sleep_for(2s);  // three ttls: renewed over TLS
+        EXPECT_FALSE(held.lost());
+        // A waiter over TLS (its subscriber connection too) gets the lease handed over.
+        bool handed_over = false;
+        const auto held_fence = held.fencing_token();  // the release below empties `held`
+        second.async_acquire(resource, {.ttl = 5s, .wait = 5s}, [&](error_code ec, LockGuard g) {
+          EXPECT_FALSE(ec) << ec.message();
+          EXPECT_TRUE(g.owns_lock());
+          EXPECT_GT(g.fencing_token(), held_fence);
+          handed_over = true;
+        });
+        co_await sleep_for(200ms);
+        EXPECT_FALSE(handed_over);
+        EXPECT_TRUE(co_await held.async_release(asio::use_awaitable));
+        for (int i = 0; i < 100 && !handed_over; ++i) co_await sleep_for(10ms);
+        EXPECT_TRUE(handed_over);
+      },
+      15s);
 }
 
 TEST(Tls, ServerNameIsVerified) {
@@ -211,8 +214,9 @@ TEST(Tls, RedlockOverTlsFromARedissRedlockUrl) {
     int holding = 0;
     for (auto& m : masters) {
       // (On the harness's plain port, in database 3.)
-      holding += m->server->command({"EVAL", "redis.call('SELECT', 3) return redis.call('GET', KEYS[1])",
-                                     "1", lease_key(resource)}) == held.token();
+      holding +=
+          m->server->command({"EVAL", "redis.call('SELECT', 3) return redis.call('GET', KEYS[1])",
+                              "1", lease_key(resource)}) == held.token();
     }
     EXPECT_EQ(holding, 3) << "the lease is not on every master's database 3";
     EXPECT_TRUE(co_await held.async_release(asio::use_awaitable));
@@ -243,7 +247,8 @@ TEST(Tls, SentinelOverTlsFromARedissSentinelUrl) {
     auto conf = tls_lines;
     sentinel_tls_ports.push_back(free_port());
     conf.push_back("tls-port " + std::to_string(sentinel_tls_ports.back()));
-    conf.push_back("sentinel monitor tls-master 127.0.0.1 " + std::to_string(master.tls_port) + " 1");
+    conf.push_back("sentinel monitor tls-master 127.0.0.1 " + std::to_string(master.tls_port) +
+                   " 1");
     sentinels.push_back(RedisServer::sentinel(conf));
   }
   std::string url = "rediss+sentinel://";
@@ -264,8 +269,8 @@ TEST(Tls, SentinelOverTlsFromARedissSentinelUrl) {
     EXPECT_TRUE(co_await held.async_release(asio::use_awaitable));
   }());
   // The sentinels' TLS ports do not speak plain text.
-  auto plain = ConnectionConfig::from_url("redis+sentinel://127.0.0.1:" +
-                                          std::to_string(sentinel_tls_ports[0]) + "/tls-master");
+  auto plain = ConnectionConfig::from_url(
+      "redis+sentinel://127.0.0.1:" + std::to_string(sentinel_tls_ports[0]) + "/tls-master");
   ASSERT_TRUE(plain);
   plain->connect_timeout = 300ms;
   plain->command_timeout = 300ms;

@@ -129,7 +129,8 @@ TEST(Waiting, FiftyWaitersInFiveProcessesNeverOverlap) {
     EXPECT_EQ(p->wait(), 0);
   }
   ASSERT_EQ(holds.size(), 50u);
-  std::sort(holds.begin(), holds.end(), [](const Hold& a, const Hold& b) { return a.start < b.start; });
+  std::sort(holds.begin(), holds.end(),
+            [](const Hold& a, const Hold& b) { return a.start < b.start; });
   for (std::size_t i = 1; i < holds.size(); ++i) {
     EXPECT_LE(holds[i - 1].end, holds[i].start) << "two holders at once at " << i;
     EXPECT_LT(holds[i - 1].fence, holds[i].fence) << "fencing token went backwards at " << i;
@@ -174,12 +175,12 @@ TEST(Waiting, CancelBeforeTheReplyGivesBackWhatWasTaken) {
   asio::cancellation_signal cancel;
   std::promise<error_code> result;
   bg.run([&] {
-    locks.async_acquire(resource, {.ttl = 30s, .wait = 5s},
-                        asio::bind_cancellation_slot(cancel.slot(),
-                                                     [&](error_code ec, LockGuard g) {
-                                                       EXPECT_FALSE(g);
-                                                       result.set_value(ec);
-                                                     }));
+    locks.async_acquire(
+        resource, {.ttl = 30s, .wait = 5s},
+        asio::bind_cancellation_slot(cancel.slot(), [&](error_code ec, LockGuard g) {
+          EXPECT_FALSE(g);
+          result.set_value(ec);
+        }));
     cancel.emit(asio::cancellation_type::terminal);  // the attempt is on its way, not back
   });
   auto fut = result.get_future();
@@ -209,9 +210,8 @@ TEST(Waiting, CancelAfterTheHandOffPassesTheLeaseOn) {
   std::promise<std::uint64_t> b_result;
   bg.run([&] {
     a.async_acquire(resource, {.ttl = 30s, .wait = 20s},
-                    asio::bind_cancellation_slot(cancel.slot(), [&](error_code ec, LockGuard) {
-                      a_result.set_value(ec);
-                    }));
+                    asio::bind_cancellation_slot(
+                        cancel.slot(), [&](error_code ec, LockGuard) { a_result.set_value(ec); }));
   });
   ASSERT_TRUE(wait_for_queue(cfg.port, resource, 1));
   auto b_fut = b.async_acquire(resource, {.ttl = 30s, .wait = 20s}, asio::use_future);
@@ -240,8 +240,8 @@ TEST(Waiting, QueuedWaiterKilledWithSigkillDoesNotStallTheLock) {
   LockManager h(bg.io.get_executor(), cfg), w(bg.io.get_executor(), cfg);
   auto holder = h.async_acquire(resource, {.ttl = 30s}, asio::use_future).get();
   ASSERT_TRUE(holder);
-  ChildProcess doomed({REDIS_LOCK_WAITER_PATH, std::to_string(cfg.port), resource, "1", "60000",
-                       "60000"});
+  ChildProcess doomed(
+      {REDIS_LOCK_WAITER_PATH, std::to_string(cfg.port), resource, "1", "60000", "60000"});
   ASSERT_TRUE(wait_for_queue(cfg.port, resource, 1));
   auto fut = w.async_acquire(resource, {.ttl = 30s, .wait = 20s}, asio::use_future);
   ASSERT_TRUE(wait_for_queue(cfg.port, resource, 2));
@@ -311,15 +311,16 @@ TEST(Waiting, DeadWaitersPlaceLapsesWithinTheDocumentedBound) {
   LockManager h(bg.io.get_executor(), cfg), w(bg.io.get_executor(), cfg);
   auto holder = h.async_acquire(resource, {.ttl = 30s}, asio::use_future).get();
   ASSERT_TRUE(holder);
-  ChildProcess doomed({REDIS_LOCK_WAITER_PATH, std::to_string(cfg.port), resource, "1", "60000",
-                       "60000"});
+  ChildProcess doomed(
+      {REDIS_LOCK_WAITER_PATH, std::to_string(cfg.port), resource, "1", "60000", "60000"});
   ASSERT_TRUE(wait_for_queue(cfg.port, resource, 1));
   const auto dead_member = redis_command(cfg.port, {"ZRANGE", keys.queue, "0", "0"});
   auto fut = w.async_acquire(resource, {.ttl = 30s, .wait = 20s}, asio::use_future);
   ASSERT_TRUE(wait_for_queue(cfg.port, resource, 2));
   doomed.kill9();  // first in line, and dead
   const auto died = server_ms(cfg.port);
-  const auto lapses = std::stoll(redis_command(cfg.port, {"ZSCORE", keys.queue_expiry, dead_member}));
+  const auto lapses =
+      std::stoll(redis_command(cfg.port, {"ZSCORE", keys.queue_expiry, dead_member}));
   EXPECT_LE(lapses - died, 1200) << "a dead waiter keeps its place longer than documented";
   server_clock_passes(cfg.port, lapses);
   holder.async_release(asio::use_future).get();
@@ -362,7 +363,8 @@ TEST(Waiting, ArrivalOrderHoldsThroughWaitsLongerThanAQueueEntrysLife) {
   const auto queue = redis_command(cfg.port, {"ZRANGE", keys.queue, "0", "-1", "WITHSCORES"});
   long long first_lapse = 0;
   {
-    std::istringstream in(redis_command(cfg.port, {"ZRANGE", keys.queue_expiry, "0", "-1", "WITHSCORES"}));
+    std::istringstream in(
+        redis_command(cfg.port, {"ZRANGE", keys.queue_expiry, "0", "-1", "WITHSCORES"}));
     std::string member;
     long long score = 0;
     while (in >> member >> score) first_lapse = std::max(first_lapse, score);

@@ -27,17 +27,18 @@ TEST(WithLock, RunsTheWorkUnderTheLeaseAndReleases) {
   bool ran = false;
   std::optional<error_code> result;
   // Renewed every 100 ms: a renewal may run up to ~500 ms late on a loaded machine.
-  async_with_lock(locks, resource, {.ttl = 600ms, .renew_every = 100ms},
-                  [&](const LockGuard& g) -> asio::awaitable<void> {
-                    EXPECT_EQ(redis_command(cfg.port, {"GET", lease_key(resource)}), g.token());
-                    asio::steady_timer t(co_await asio::this_coro::executor, 1500ms);
-                    co_await t.async_wait(asio::use_awaitable);  // longer than the ttl: renewed
-                    ran = true;
-                  },
-                  [&](std::exception_ptr e, error_code ec) {
-                    EXPECT_FALSE(e);
-                    result = ec;
-                  });
+  async_with_lock(
+      locks, resource, {.ttl = 600ms, .renew_every = 100ms},
+      [&](const LockGuard& g) -> asio::awaitable<void> {
+        EXPECT_EQ(redis_command(cfg.port, {"GET", lease_key(resource)}), g.token());
+        asio::steady_timer t(co_await asio::this_coro::executor, 1500ms);
+        co_await t.async_wait(asio::use_awaitable);  // longer than the ttl: renewed
+        ran = true;
+      },
+      [&](std::exception_ptr e, error_code ec) {
+        EXPECT_FALSE(e);
+        result = ec;
+      });
   io.run_for(10s);
   ASSERT_TRUE(result);
   EXPECT_FALSE(*result) << result->message();
@@ -52,22 +53,23 @@ TEST(WithLock, LostLeaseCancelsTheWork) {
   const auto resource = unique_resource();
   std::optional<error_code> result;
   bool cancelled = false;
-  async_with_lock(locks, resource, {.ttl = 600ms},
-                  [&](const LockGuard&) -> asio::awaitable<void> {
-                    // Someone else takes the key: the next renewal is refused.
-                    redis_command(cfg.port, {"SET", lease_key(resource), "intruder", "PX", "30000"});
-                    asio::steady_timer t(co_await asio::this_coro::executor, 30s);
-                    try {
-                      co_await t.async_wait(asio::use_awaitable);
-                    } catch (const boost::system::system_error& e) {
-                      cancelled = e.code() == asio::error::operation_aborted;
-                      throw;
-                    }
-                  },
-                  [&](std::exception_ptr e, error_code ec) {
-                    EXPECT_FALSE(e);
-                    result = ec;
-                  });
+  async_with_lock(
+      locks, resource, {.ttl = 600ms},
+      [&](const LockGuard&) -> asio::awaitable<void> {
+        // Someone else takes the key: the next renewal is refused.
+        redis_command(cfg.port, {"SET", lease_key(resource), "intruder", "PX", "30000"});
+        asio::steady_timer t(co_await asio::this_coro::executor, 30s);
+        try {
+          co_await t.async_wait(asio::use_awaitable);
+        } catch (const boost::system::system_error& e) {
+          cancelled = e.code() == asio::error::operation_aborted;
+          throw;
+        }
+      },
+      [&](std::exception_ptr e, error_code ec) {
+        EXPECT_FALSE(e);
+        result = ec;
+      });
   io.run_for(10s);
   ASSERT_TRUE(result);
   EXPECT_EQ(*result, error::lock_lost);
@@ -85,10 +87,11 @@ TEST(WithLock, HeldElsewhereDoesNotRunTheWork) {
   run_co(io, [&]() -> asio::awaitable<void> {
     auto held = co_await a.async_acquire(resource, {.ttl = 10s}, asio::use_awaitable);
     CO_ASSERT_TRUE(held);
-    result = co_await with_lock(b, resource, {.ttl = 1s}, [&](const LockGuard&) -> asio::awaitable<void> {
-      ran = true;
-      co_return;
-    });
+    result = co_await with_lock(b, resource, {.ttl = 1s},
+                                [&](const LockGuard&) -> asio::awaitable<void> {
+                                  ran = true;
+                                  co_return;
+                                });
   }());
   ASSERT_TRUE(result);
   EXPECT_EQ(*result, error::not_acquired);
@@ -109,7 +112,8 @@ TEST(WithLock, WithoutOptionsTakesTheDefaults) {
     co_return;
   };
   std::optional<error_code> result;
-  run_co(io, [&]() -> asio::awaitable<void> { result = co_await with_lock(locks, resource, work); }());
+  run_co(io,
+         [&]() -> asio::awaitable<void> { result = co_await with_lock(locks, resource, work); }());
   ASSERT_TRUE(result);
   EXPECT_FALSE(*result) << result->message();
 
@@ -133,18 +137,18 @@ TEST(WithLock, TheWorksExceptionPropagatesAfterTheRelease) {
   const auto resource = unique_resource();
   std::optional<std::exception_ptr> thrown;
   bool held_while_working = false;
-  async_with_lock(locks, resource, {.ttl = 5s},
-                  [&](const LockGuard& g) -> asio::awaitable<void> {
-                    held_while_working =
-                        redis_command(cfg.port, {"GET", lease_key(resource)}) == g.token();
-                    throw std::runtime_error("work failed");
-                    co_return;
-                  },
-                  [&](std::exception_ptr e, error_code) {
-                    thrown = e;
-                    // Released before the exception reached us.
-                    EXPECT_EQ(redis_command(cfg.port, {"EXISTS", lease_key(resource)}), "0");
-                  });
+  async_with_lock(
+      locks, resource, {.ttl = 5s},
+      [&](const LockGuard& g) -> asio::awaitable<void> {
+        held_while_working = redis_command(cfg.port, {"GET", lease_key(resource)}) == g.token();
+        throw std::runtime_error("work failed");
+        co_return;
+      },
+      [&](std::exception_ptr e, error_code) {
+        thrown = e;
+        // Released before the exception reached us.
+        EXPECT_EQ(redis_command(cfg.port, {"EXISTS", lease_key(resource)}), "0");
+      });
   io.run_for(10s);
   EXPECT_TRUE(held_while_working);
   ASSERT_TRUE(thrown.has_value()) << "with_lock never completed";
@@ -177,13 +181,12 @@ TEST(WithLock, CancelledByOrWhileWaitingOrWorking) {
     CO_ASSERT_TRUE(held.owns_lock());
     bool ran = false;
     auto started = std::chrono::steady_clock::now();
-    auto first = co_await (
-        with_lock(locks, resource, {.ttl = 5s, .wait = 20s},
-                  [&](const LockGuard&) -> asio::awaitable<void> {
-                    ran = true;
-                    co_return;
-                  }) ||
-        after(300ms));
+    auto first = co_await (with_lock(locks, resource, {.ttl = 5s, .wait = 20s},
+                                     [&](const LockGuard&) -> asio::awaitable<void> {
+                                       ran = true;
+                                       co_return;
+                                     }) ||
+                           after(300ms));
     EXPECT_EQ(first.index(), 1u) << "with_lock completed first";
     EXPECT_LT(std::chrono::steady_clock::now() - started, 2s) << "the wait was not cancelled";
     EXPECT_FALSE(ran);
@@ -195,21 +198,21 @@ TEST(WithLock, CancelledByOrWhileWaitingOrWorking) {
     // Working: the work is cancelled, and the lock is released.
     bool aborted = false;
     started = std::chrono::steady_clock::now();
-    auto second = co_await (
-        with_lock(locks, resource, {.ttl = 5s},
-                  [&](const LockGuard&) -> asio::awaitable<void> {
-                    try {
-                      co_await after(20s);
-                    } catch (const boost::system::system_error& e) {
-                      aborted = e.code() == asio::error::operation_aborted;
-                      throw;
-                    }
-                  }) ||
-        after(300ms));
+    auto second = co_await (with_lock(locks, resource, {.ttl = 5s},
+                                      [&](const LockGuard&) -> asio::awaitable<void> {
+                                        try {
+                                          co_await after(20s);
+                                        } catch (const boost::system::system_error& e) {
+                                          aborted = e.code() == asio::error::operation_aborted;
+                                          throw;
+                                        }
+                                      }) ||
+                            after(300ms));
     EXPECT_EQ(second.index(), 1u);
     EXPECT_TRUE(aborted) << "the work was not cancelled";
     EXPECT_LT(std::chrono::steady_clock::now() - started, 2s);
-    for (int i = 0; i < 200 && redis_command(cfg.port, {"EXISTS", lease_key(resource)}) != "0"; ++i) {
+    for (int i = 0; i < 200 && redis_command(cfg.port, {"EXISTS", lease_key(resource)}) != "0";
+         ++i) {
       co_await after(5ms);
     }
     EXPECT_EQ(redis_command(cfg.port, {"EXISTS", lease_key(resource)}), "0") << "not released";
@@ -315,15 +318,16 @@ TEST(WithLock, CancelledByCancelAfter) {
   const auto resource = unique_resource();
   bool work_finished = false;
   std::optional<Completion> done;
-  async_with_lock(locks, resource, {.ttl = 30s},
-                  [&](const LockGuard&) -> asio::awaitable<void> {
-                    asio::steady_timer t(co_await asio::this_coro::executor, 20s);
-                    co_await t.async_wait(asio::use_awaitable);
-                    work_finished = true;
-                  },
-                  asio::cancel_after(300ms, [&](std::exception_ptr e, error_code ec) {
-                    done = Completion{e, ec};
-                  }));
+  async_with_lock(
+      locks, resource, {.ttl = 30s},
+      [&](const LockGuard&) -> asio::awaitable<void> {
+        asio::steady_timer t(co_await asio::this_coro::executor, 20s);
+        co_await t.async_wait(asio::use_awaitable);
+        work_finished = true;
+      },
+      asio::cancel_after(300ms, [&](std::exception_ptr e, error_code ec) {
+        done = Completion{e, ec};
+      }));
   const auto started = std::chrono::steady_clock::now();
   while (!done && std::chrono::steady_clock::now() - started < 15s) io.run_one_for(20ms);
   ASSERT_TRUE(done) << "async_with_lock did not complete";

@@ -67,14 +67,16 @@ TEST(Soak, MutualExclusionHolds) {
   const auto resource = unique_resource();
   std::vector<std::unique_ptr<ChildProcess>> workers;
   for (int i = 0; i < processes; ++i) {
-    workers.push_back(std::make_unique<ChildProcess>(std::vector<std::string>{
-        REDIS_LOCK_SOAK_WORKER_PATH, std::to_string(port), resource, std::to_string(rounds),
-        "5000"}));
+    workers.push_back(std::make_unique<ChildProcess>(
+        std::vector<std::string>{REDIS_LOCK_SOAK_WORKER_PATH, std::to_string(port), resource,
+                                 std::to_string(rounds), "5000"}));
   }
   for (auto& w : workers) EXPECT_EQ(w->wait(), 0);
   const auto v = inspect(port, Keys(resource));
-  std::printf("[ soak     ] %d processes x %d rounds: counter %lld, fenced writes %lld, "
-              "refused %lld\n", processes, rounds, v.counter, v.logged, v.refused);
+  std::printf(
+      "[ soak     ] %d processes x %d rounds: counter %lld, fenced writes %lld, "
+      "refused %lld\n",
+      processes, rounds, v.counter, v.logged, v.refused);
   EXPECT_EQ(v.counter, processes * rounds) << "an update was lost: two holders overlapped";
   EXPECT_EQ(v.logged, processes * rounds);
   EXPECT_EQ(v.refused, 0) << "a stale fencing token reached the resource";
@@ -90,9 +92,9 @@ TEST(Soak, HoldersKilledAndConnectionsDropped) {
   // connection) blocks the others until then, while a worker stalled by a loaded machine
   // between its blocking calls still finishes its round inside the lease (400 ms did not).
   const auto spawn = [&] {
-    return std::make_unique<ChildProcess>(std::vector<std::string>{
-        REDIS_LOCK_SOAK_WORKER_PATH, std::to_string(server.port()), resource,
-        std::to_string(rounds), "1500"});
+    return std::make_unique<ChildProcess>(
+        std::vector<std::string>{REDIS_LOCK_SOAK_WORKER_PATH, std::to_string(server.port()),
+                                 resource, std::to_string(rounds), "1500"});
   };
   std::vector<std::unique_ptr<ChildProcess>> workers;
   for (int i = 0; i < processes; ++i) workers.push_back(spawn());
@@ -132,9 +134,10 @@ TEST(Soak, HoldersKilledAndConnectionsDropped) {
   done = true;
   killer.join();
   const auto v = inspect(server.port(), Keys(resource));
-  std::printf("[ soak     ] with %d holders killed and %d lock connections killed: counter "
-              "%lld, fenced writes %lld, refused %lld\n", kills, connections_killed.load(),
-              v.counter, v.logged, v.refused);
+  std::printf(
+      "[ soak     ] with %d holders killed and %d lock connections killed: counter "
+      "%lld, fenced writes %lld, refused %lld\n",
+      kills, connections_killed.load(), v.counter, v.logged, v.refused);
   EXPECT_GT(connections_killed.load(), 0);
   EXPECT_EQ(clean, static_cast<int>(workers.size()) - kills);
   // A killed worker may have set the counter and died before its fenced write: the counter

@@ -8,12 +8,12 @@
 // Prints "round N" after each round, "done" at the end; exit 0, or 1 on an error.
 #include <redis_lock/redis_lock.hpp>
 
+#include <hiredis/hiredis.h>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
-#include <hiredis/hiredis.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -81,44 +81,47 @@ int main(int argc, char** argv) {
   cfg.port = static_cast<std::uint16_t>(port);
   redis_lock::LockManager locks(io.get_executor(), cfg);
   int status = 1;
-  asio::co_spawn(io, [&]() -> asio::awaitable<void> {
-    Redis redis(port);
-    std::minstd_rand rng(std::random_device{}());
-    asio::steady_timer pause(io);
-    int failures = 0;
-    for (int round = 1; round <= rounds; ++round) {
-      // The lock's own connection may be killed under us: an error is a reason to try again
-      // (the library gives back whatever the failed attempt may have taken).
-      auto [ec, guard] = co_await locks.async_acquire(resource, {.ttl = ttl, .wait = 60s},
-                                                      asio::as_tuple(asio::use_awaitable));
-      if (ec) {
-        if (++failures > 1000) throw std::runtime_error("too many errors: " + ec.message());
-        --round;
-        continue;
-      }
-      if (!guard) throw std::runtime_error("not acquired within 60 s");
-      const long long seen = redis.integer("GET %s", counter.c_str());
-      pause.expires_after(std::chrono::microseconds(rng() % 2000));  // widen any race
-      co_await pause.async_wait(asio::use_awaitable);
-      redis.integer("SET %s %lld", counter.c_str(), seen + 1);
-      const auto token = std::to_string(guard.fencing_token());
-      redis.integer("EVAL %s 3 %s %s %s %s %s", fenced_write, fence.c_str(), refused.c_str(),
-                    log.c_str(), token.c_str(), me.c_str());
-      // A failed release (connection killed) is left to the ttl.
-      co_await guard.async_release(asio::as_tuple(asio::use_awaitable));
-      std::printf("round %d\n", round);
-      std::fflush(stdout);
-    }
-    std::printf("done\n");
-    status = 0;
-  }, [&](std::exception_ptr e) {
-    if (!e) return;
-    try {
-      std::rethrow_exception(e);
-    } catch (const std::exception& ex) {
-      std::fprintf(stderr, "soak_worker: %s\n", ex.what());
-    }
-  });
+  asio::co_spawn(
+      io,
+      [&]() -> asio::awaitable<void> {
+        Redis redis(port);
+        std::minstd_rand rng(std::random_device{}());
+        asio::steady_timer pause(io);
+        int failures = 0;
+        for (int round = 1; round <= rounds; ++round) {
+          // The lock's own connection may be killed under us: an error is a reason to try again
+          // (the library gives back whatever the failed attempt may have taken).
+          auto [ec, guard] = co_await locks.async_acquire(resource, {.ttl = ttl, .wait = 60s},
+                                                          asio::as_tuple(asio::use_awaitable));
+          if (ec) {
+            if (++failures > 1000) throw std::runtime_error("too many errors: " + ec.message());
+            --round;
+            continue;
+          }
+          if (!guard) throw std::runtime_error("not acquired within 60 s");
+          const long long seen = redis.integer("GET %s", counter.c_str());
+          pause.expires_after(std::chrono::microseconds(rng() % 2000));  // widen any race
+          co_await pause.async_wait(asio::use_awaitable);
+          redis.integer("SET %s %lld", counter.c_str(), seen + 1);
+          const auto token = std::to_string(guard.fencing_token());
+          redis.integer("EVAL %s 3 %s %s %s %s %s", fenced_write, fence.c_str(), refused.c_str(),
+                        log.c_str(), token.c_str(), me.c_str());
+          // A failed release (connection killed) is left to the ttl.
+          co_await guard.async_release(asio::as_tuple(asio::use_awaitable));
+          std::printf("round %d\n", round);
+          std::fflush(stdout);
+        }
+        std::printf("done\n");
+        status = 0;
+      },
+      [&](std::exception_ptr e) {
+        if (!e) return;
+        try {
+          std::rethrow_exception(e);
+        } catch (const std::exception& ex) {
+          std::fprintf(stderr, "soak_worker: %s\n", ex.what());
+        }
+      });
   io.run();
   return status;
 }

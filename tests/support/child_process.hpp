@@ -19,11 +19,11 @@ namespace redis_lock::test {
 
 /// How a ChildProcess is started, beyond its argv.
 struct SpawnOptions {
-  std::vector<std::string> set_env{};  ///< "NAME=value" entries added to (or replacing) ours
+  std::vector<std::string> set_env{};    ///< "NAME=value" entries added to (or replacing) ours
   std::vector<std::string> unset_env{};  ///< names removed from the environment
-  bool own_group = false;              ///< in a new process group (as timeout(1) starts one)
-  bool stderr_too = false;             ///< stderr goes to the same pipe as stdout
-  bool close_other_fds = true;         ///< nothing of ours but stdin/stdout/stderr leaks in
+  bool own_group = false;                ///< in a new process group (as timeout(1) starts one)
+  bool stderr_too = false;               ///< stderr goes to the same pipe as stdout
+  bool close_other_fds = true;           ///< nothing of ours but stdin/stdout/stderr leaks in
 };
 
 class ChildProcess {

@@ -6,13 +6,13 @@
 
 #include <redis_lock/redis_lock.hpp>
 
+#include <gtest/gtest.h>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
-#include <gtest/gtest.h>
 
 #include <atomic>
 #include <chrono>
@@ -121,10 +121,10 @@ inline std::string lease_key(std::string_view resource) {
 }  // namespace redis_lock::test
 
 /// ASSERT_TRUE for coroutines (gtest's ASSERT_* use `return`, which a coroutine cannot).
-#define CO_ASSERT_TRUE(cond)                               \
-  do {                                                     \
-    if (!(cond)) {                                         \
-      ADD_FAILURE() << "assertion failed: " #cond;         \
-      co_return;                                           \
-    }                                                      \
+#define CO_ASSERT_TRUE(cond)                       \
+  do {                                             \
+    if (!(cond)) {                                 \
+      ADD_FAILURE() << "assertion failed: " #cond; \
+      co_return;                                   \
+    }                                              \
   } while (0)

@@ -10,8 +10,8 @@
 #include <boost/asio/steady_timer.hpp>
 
 #include <algorithm>
-#include <cstdio>
 #include <atomic>
+#include <cstdio>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -35,8 +35,7 @@ class LockLoad {
  public:
   /// `deadline`: the command and connect timeouts (300 ms unless a test says otherwise).
   LockLoad(ConnectionConfig cfg, std::vector<std::string> resources, int loops,
-           LockOptions options = load_options,
-           std::chrono::milliseconds deadline = command_timeout)
+           LockOptions options = load_options, std::chrono::milliseconds deadline = command_timeout)
       : locks_(io_.get_executor(), with_timeouts(std::move(cfg), deadline)),
         resources_(std::move(resources)),
         options_(options) {

@@ -72,8 +72,7 @@ RedisCluster::RedisCluster(int masters, int replicas_per_master, Slots layout)
       // election (~4-5 s; wait_healthy allows 20 s).
       "--cluster-node-timeout", "3000",
       // Any replica may take over, however long its link was down (tests kill masters).
-      "--cluster-replica-validity-factor", "0",
-      "--cluster-allow-replica-migration", "no",
+      "--cluster-replica-validity-factor", "0", "--cluster-allow-replica-migration", "no",
       // Replicas sync at once (the default waits 5 s for more replicas to share a transfer).
       "--repl-diskless-sync-delay", "0"};
   const int total = masters * (1 + replicas_per_master);
@@ -90,8 +89,8 @@ RedisCluster::RedisCluster(int masters, int replicas_per_master, Slots layout)
   for (std::size_t m = 0; m < masters_ && layout == Slots::ranges; ++m) {
     const auto first = m * 16384 / masters_;
     const auto last = (m + 1) * 16384 / masters_ - 1;
-    const auto r = node(m).command(
-        {"CLUSTER", "ADDSLOTSRANGE", std::to_string(first), std::to_string(last)});
+    const auto r =
+        node(m).command({"CLUSTER", "ADDSLOTSRANGE", std::to_string(first), std::to_string(last)});
     if (r != "OK") throw std::runtime_error("cluster: ADDSLOTSRANGE: " + r);
   }
   for (std::size_t i = 1; i < size(); ++i) {
@@ -234,8 +233,8 @@ void RedisCluster::migrate_keys(std::uint16_t slot, std::size_t source, std::siz
                                 std::size_t limit) {
   std::size_t moved = 0;
   while (moved < limit) {
-    const auto keys = split(
-        node(source).command({"CLUSTER", "GETKEYSINSLOT", std::to_string(slot), "1"}), ' ');
+    const auto keys =
+        split(node(source).command({"CLUSTER", "GETKEYSINSLOT", std::to_string(slot), "1"}), ' ');
     if (keys.empty()) break;
     migrate_key(source, target, keys[0]);
     ++moved;

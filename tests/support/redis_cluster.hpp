@@ -20,8 +20,7 @@ class RedisCluster {
   enum class Slots { ranges, interleaved };
   /// Starts `masters` masters and `replicas_per_master` replicas each, and returns when
   /// every node reports cluster_state:ok and every replica is in sync.
-  explicit RedisCluster(int masters = 3, int replicas_per_master = 1,
-                        Slots layout = Slots::ranges);
+  explicit RedisCluster(int masters = 3, int replicas_per_master = 1, Slots layout = Slots::ranges);
   ~RedisCluster();
 
   /// A configuration with every master as a seed (or only `seeds` of them).
@@ -53,8 +52,7 @@ class RedisCluster {
   /// Marks `slot` IMPORTING on `target` and MIGRATING on `source` (its master).
   void begin_move(std::uint16_t slot, std::size_t source, std::size_t target);
   /// Moves up to `limit` keys of `slot` from `source` to `target` with MIGRATE.
-  void migrate_keys(std::uint16_t slot, std::size_t source, std::size_t target,
-                    std::size_t limit);
+  void migrate_keys(std::uint16_t slot, std::size_t source, std::size_t target, std::size_t limit);
   /// Moves the one key `key` (false if it no longer exists on `source`).
   bool migrate_key(std::size_t source, std::size_t target, const std::string& key);
   /// Gives `slot` to `target` on every master (CLUSTER SETSLOT NODE), ending the move.
@@ -70,8 +68,8 @@ void RedisCluster::move_slot(std::uint16_t slot, std::size_t target, Fn&& betwee
   const auto source = master_of(slot);
   begin_move(slot, source, target);
   between();
-  const auto total = redis_command(node(source).port(),
-                                   {"CLUSTER", "COUNTKEYSINSLOT", std::to_string(slot)});
+  const auto total =
+      redis_command(node(source).port(), {"CLUSTER", "COUNTKEYSINSLOT", std::to_string(slot)});
   migrate_keys(slot, source, target, std::max<std::size_t>(1, std::stoul(total) / 2));
   between();
   migrate_keys(slot, source, target, static_cast<std::size_t>(-1));

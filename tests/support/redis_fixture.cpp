@@ -25,7 +25,8 @@ int main(int argc, char** argv) {
     redis_lock::test::RedisServer server(extra, /*die_with_parent=*/false);
     FILE* f = std::fopen(state.c_str(), "w");
     if (f == nullptr) return 1;
-    std::fprintf(f, "%u %d %s\n", server.port(), static_cast<int>(server.pid()), server.dir().c_str());
+    std::fprintf(f, "%u %d %s\n", server.port(), static_cast<int>(server.pid()),
+                 server.dir().c_str());
     std::fclose(f);
     std::cout << "redis-server pid " << server.pid() << " on 127.0.0.1:" << server.port() << "\n";
     server.detach();

@@ -28,8 +28,7 @@ RedisSentinelSet::RedisSentinelSet(Options options) : options_(std::move(options
       // 2 s: a master that a loaded machine keeps from answering for 1 s is not failed
       // over in the middle of a test (the tests that kill it wait ~1 s longer).
       "sentinel down-after-milliseconds " + name + " 2000",
-      "sentinel failover-timeout " + name + " 3000",
-      "sentinel parallel-syncs " + name + " 1"};
+      "sentinel failover-timeout " + name + " 3000", "sentinel parallel-syncs " + name + " 1"};
   if (!options_.data_password.empty()) {
     conf.push_back("sentinel auth-pass " + name + " " + options_.data_password);
   }
@@ -76,7 +75,8 @@ std::string RedisSentinelSet::url() const {
     url += (i ? ",127.0.0.1:" : "127.0.0.1:") + std::to_string(sentinels_[i]->port());
   }
   url += "/" + std::string(master_name);
-  if (!options_.sentinel_password.empty()) url += "?sentinel_password=" + options_.sentinel_password;
+  if (!options_.sentinel_password.empty())
+    url += "?sentinel_password=" + options_.sentinel_password;
   return url;
 }
 
@@ -96,7 +96,8 @@ std::size_t RedisSentinelSet::master() const {
         std::string named;
         for (std::size_t i = 0; i < sentinels_.size(); ++i) {
           if (!sentinels_[i]->running()) continue;
-          const auto addr = sentinel_command(i, {"SENTINEL", "GET-MASTER-ADDR-BY-NAME", master_name});
+          const auto addr =
+              sentinel_command(i, {"SENTINEL", "GET-MASTER-ADDR-BY-NAME", master_name});
           if (!named.empty() && addr != named) return false;
           named = addr;
         }

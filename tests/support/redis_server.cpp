@@ -30,10 +30,14 @@ namespace {
 std::string reply_text(const redisReply* r) {
   switch (r->type) {
     case REDIS_REPLY_STRING:
-    case REDIS_REPLY_STATUS: return std::string(r->str, r->len);
-    case REDIS_REPLY_ERROR: return "ERR:" + std::string(r->str, r->len);
-    case REDIS_REPLY_INTEGER: return std::to_string(r->integer);
-    case REDIS_REPLY_NIL: return "(nil)";
+    case REDIS_REPLY_STATUS:
+      return std::string(r->str, r->len);
+    case REDIS_REPLY_ERROR:
+      return "ERR:" + std::string(r->str, r->len);
+    case REDIS_REPLY_INTEGER:
+      return std::to_string(r->integer);
+    case REDIS_REPLY_NIL:
+      return "(nil)";
     case REDIS_REPLY_ARRAY: {
       std::string out;
       for (std::size_t i = 0; i < r->elements; ++i) {
@@ -42,7 +46,8 @@ std::string reply_text(const redisReply* r) {
       }
       return out;
     }
-    default: return "?";
+    default:
+      return "?";
   }
 }
 
@@ -116,7 +121,8 @@ std::string redis_command(std::uint16_t port, const std::vector<std::string>& ar
   }
   redisSetTimeout(c, tv);
   if (!password.empty()) {
-    auto* auth = static_cast<redisReply*>(redisCommand(c, "AUTH %b", password.data(), password.size()));
+    auto* auth =
+        static_cast<redisReply*>(redisCommand(c, "AUTH %b", password.data(), password.size()));
     if (auth) freeReplyObject(auth);
   }
   std::vector<const char*> argv;
@@ -211,12 +217,26 @@ void RedisServer::spawn() {
     args.push_back(sentinel_config_);  // the config file comes first
     args.push_back("--sentinel");
   }
-  const std::vector<std::string> common = {
-      "--port", std::to_string(port_),   "--bind", "127.0.0.1",
-      "--unixsocket", unix_socket_,      "--unixsocketperm", "700",
-      "--save", "",                      "--appendonly", "no",
-      "--protected-mode", "no",          "--dir", dir_,
-      "--logfile", dir_ + "/redis.log",  "--enable-debug-command", "yes"};
+  const std::vector<std::string> common = {"--port",
+                                           std::to_string(port_),
+                                           "--bind",
+                                           "127.0.0.1",
+                                           "--unixsocket",
+                                           unix_socket_,
+                                           "--unixsocketperm",
+                                           "700",
+                                           "--save",
+                                           "",
+                                           "--appendonly",
+                                           "no",
+                                           "--protected-mode",
+                                           "no",
+                                           "--dir",
+                                           dir_,
+                                           "--logfile",
+                                           dir_ + "/redis.log",
+                                           "--enable-debug-command",
+                                           "yes"};
   args.insert(args.end(), common.begin(), common.end());
   for (const auto& arg : extra_args_) {
     args.push_back(arg == free_port_arg ? std::to_string(extra_port_) : arg);

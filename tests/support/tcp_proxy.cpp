@@ -49,34 +49,39 @@ struct TcpProxy::Impl {
     auto queue = std::make_shared<std::deque<Chunk>>();
     auto more = std::make_shared<asio::steady_timer>(io, Clock::time_point::max());
     auto reading_done = std::make_shared<bool>(false);
-    asio::co_spawn(io, [this, queue, more, to, reading_done]() -> asio::awaitable<void> {
-      asio::steady_timer wait(io);
-      for (;;) {
-        if (queue->empty()) {
-          if (*reading_done) break;
-          co_await more->async_wait(asio::as_tuple(asio::use_awaitable));
-          continue;
-        }
-        co_await pause_while_cut();
-        wait.expires_at(queue->front().due);
-        co_await wait.async_wait(asio::as_tuple(asio::use_awaitable));
-        auto chunk = std::move(queue->front());
-        queue->pop_front();
-        auto [ec, n] = co_await asio::async_write(*to, asio::buffer(chunk.bytes),
-                                                  asio::as_tuple(asio::use_awaitable));
-        if (ec) break;
-      }
-      boost::system::error_code ignored;
-      to->shutdown(tcp::socket::shutdown_send, ignored);
-    }, asio::detached);
+    asio::co_spawn(
+        io,
+        [this, queue, more, to, reading_done]() -> asio::awaitable<void> {
+          asio::steady_timer wait(io);
+          for (;;) {
+            if (queue->empty()) {
+              if (*reading_done) break;
+              co_await more->async_wait(asio::as_tuple(asio::use_awaitable));
+              continue;
+            }
+            co_await pause_while_cut();
+            wait.expires_at(queue->front().due);
+            co_await wait.async_wait(asio::as_tuple(asio::use_awaitable));
+            auto chunk = std::move(queue->front());
+            queue->pop_front();
+            auto [ec, n] = co_await asio::async_write(*to, asio::buffer(chunk.bytes),
+                                                      asio::as_tuple(asio::use_awaitable));
+            if (ec) break;
+          }
+          boost::system::error_code ignored;
+          to->shutdown(tcp::socket::shutdown_send, ignored);
+        },
+        asio::detached);
     char buf[16384];
     for (;;) {
       co_await pause_while_cut();
-      auto [ec, n] = co_await from->async_read_some(asio::buffer(buf), asio::as_tuple(asio::use_awaitable));
+      auto [ec, n] =
+          co_await from->async_read_some(asio::buffer(buf), asio::as_tuple(asio::use_awaitable));
       if (ec) break;
       std::string bytes(buf, n);
       if (from_server && corrupt_reply.exchange(false)) bytes = "\x07not RESP\r\n";
-      queue->push_back({Clock::now() + std::chrono::milliseconds(delay_ms.load()), std::move(bytes)});
+      queue->push_back(
+          {Clock::now() + std::chrono::milliseconds(delay_ms.load()), std::move(bytes)});
       more->cancel();
     }
     *reading_done = true;

@@ -19,8 +19,8 @@ void run(const std::string& command) {
 void make_cert(const std::string& dir, const std::string& name, const std::string& subject,
                const std::string& ca, const std::string& extensions) {
   const auto base = dir + "/" + name;
-  run("openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout " + base + ".key -out " + base +
-      ".csr -subj " + subject);
+  run("openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout " + base +
+      ".key -out " + base + ".csr -subj " + subject);
   std::ofstream(base + ".ext") << extensions << "\n";
   if (ca.empty()) {
     run("openssl x509 -req -days 2 -in " + base + ".csr -signkey " + base + ".key -out " + base +
@@ -68,8 +68,8 @@ TlsRedisServer::TlsRedisServer(bool require_client_cert) {
   const auto& m = TlsMaterial::get();
   // The TLS port is chosen with the plain one, again on each start attempt.
   server = std::make_unique<RedisServer>(std::vector<std::string>{
-      "--tls-port", RedisServer::free_port_arg, "--tls-cert-file", m.server_cert,
-      "--tls-key-file", m.server_key, "--tls-ca-cert-file", m.ca_cert, "--tls-auth-clients",
+      "--tls-port", RedisServer::free_port_arg, "--tls-cert-file", m.server_cert, "--tls-key-file",
+      m.server_key, "--tls-ca-cert-file", m.ca_cert, "--tls-auth-clients",
       require_client_cert ? "yes" : "no"});
   tls_port = server->extra_port();
 }

@@ -13,12 +13,12 @@ namespace redis_lock::test {
 /// temporary directory (removed at exit).
 struct TlsMaterial {
   std::string dir;
-  std::string ca_cert;          ///< the CA that signed server and client certificates
-  std::string server_cert;      ///< CN=localhost, SAN DNS:localhost, IP:127.0.0.1
+  std::string ca_cert;      ///< the CA that signed server and client certificates
+  std::string server_cert;  ///< CN=localhost, SAN DNS:localhost, IP:127.0.0.1
   std::string server_key;
-  std::string client_cert;      ///< CN=locker, signed by ca_cert
+  std::string client_cert;  ///< CN=locker, signed by ca_cert
   std::string client_key;
-  std::string other_ca_cert;    ///< a CA that signed nothing we use
+  std::string other_ca_cert;      ///< a CA that signed nothing we use
   std::string other_client_cert;  ///< signed by other_ca_cert
   std::string other_client_key;
 

@@ -65,9 +65,9 @@ TEST(CliOptions, TheCommandIsEverythingAfterTheFirstDoubleDash) {
 }
 
 TEST(CliOptions, ShortAndLongFormsWithAttachedValues) {
-  const auto o = run_options({"-w", "1.5", "--ttl=3s", "--kill-after=250ms", "--max-hold", "1m",
-                              "-E", "75", "-v", "--json", "--print-token", "--no-renew", "r",
-                              "-c", "echo hi"});
+  const auto o =
+      run_options({"-w", "1.5", "--ttl=3s", "--kill-after=250ms", "--max-hold", "1m", "-E", "75",
+                   "-v", "--json", "--print-token", "--no-renew", "r", "-c", "echo hi"});
   EXPECT_EQ(o.wait, 1500ms);
   EXPECT_EQ(o.ttl, 3s);
   EXPECT_EQ(o.kill_after, 250ms);
@@ -83,9 +83,10 @@ TEST(CliOptions, ShortAndLongFormsWithAttachedValues) {
 
 TEST(CliOptions, UrlAndPasswordSources) {
   EXPECT_EQ(run_options({"r", "--", "true"}).url, "redis://127.0.0.1:6379");
-  EXPECT_EQ(run_options({"r", "--", "true"}, {{"REDIS_LOCK_URL", "redis://h:1"}}).url, "redis://h:1");
-  const auto flag = run_options({"--url", "redis://f:2", "r", "--", "true"},
-                                {{"REDIS_LOCK_URL", "redis://h:1"}});
+  EXPECT_EQ(run_options({"r", "--", "true"}, {{"REDIS_LOCK_URL", "redis://h:1"}}).url,
+            "redis://h:1");
+  const auto flag =
+      run_options({"--url", "redis://f:2", "r", "--", "true"}, {{"REDIS_LOCK_URL", "redis://h:1"}});
   EXPECT_EQ(flag.url, "redis://f:2");
   EXPECT_TRUE(flag.url_from_flag);
   EXPECT_EQ(run_options({"r", "--", "true"}, {{"REDIS_LOCK_PASSWORD", "pw"}}).password, "pw");
@@ -94,10 +95,10 @@ TEST(CliOptions, UrlAndPasswordSources) {
   ASSERT_GE(fd, 0);
   ::close(fd);
   std::ofstream(path) << "from-file\r\nsecond line\n";
-  EXPECT_EQ(run_options({"--password-file", path, "r", "--", "true"},
-                        {{"REDIS_LOCK_PASSWORD", "pw"}})
-                .password,
-            "from-file");
+  EXPECT_EQ(
+      run_options({"--password-file", path, "r", "--", "true"}, {{"REDIS_LOCK_PASSWORD", "pw"}})
+          .password,
+      "from-file");
   std::ofstream(path) << "\n";
   EXPECT_NE(usage_error({"--password-file", path, "r", "--", "true"}).find("no password"),
             std::string::npos);
@@ -128,7 +129,8 @@ TEST(CliOptions, RefusedWithAClearMessage) {
   };
   for (const auto& [args, expected] : cases) {
     const auto text = usage_error(args);
-    EXPECT_NE(text.find(expected), std::string::npos) << "'" << text << "' lacks '" << expected << "'";
+    EXPECT_NE(text.find(expected), std::string::npos)
+        << "'" << text << "' lacks '" << expected << "'";
     EXPECT_EQ(text.rfind("redis-lock: ", 0), 0u) << text;
   }
 }

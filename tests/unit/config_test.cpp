@@ -151,7 +151,8 @@ TEST(FromUrl, ClusterSeeds) {
   EXPECT_EQ(cfg->username, "u");
   EXPECT_EQ(cfg->password, "p@w");
   EXPECT_FALSE(cfg->tls);
-  auto tls = ConnectionConfig::from_url("rediss+cluster://h:1/?command_timeout=50&tls_verify=false");
+  auto tls =
+      ConnectionConfig::from_url("rediss+cluster://h:1/?command_timeout=50&tls_verify=false");
   ASSERT_TRUE(tls);
   EXPECT_TRUE(tls->tls);
   EXPECT_FALSE(tls->tls_verify);
@@ -176,16 +177,16 @@ TEST(FromUrl, SentinelSet) {
 
 TEST(FromUrl, MalformedMultiHostUrls) {
   for (const char* url : {
-           "redis+cluster://",                  // no host
-           "redis+cluster://h1:7000,",          // empty host in the list
-           "redis+cluster://h1:7000,,h2:7001",  // empty host in the list
-           "redis+cluster://h1:0",              // port 0
-           "redis+cluster://h1:7000/3",         // a Cluster has database 0 only
+           "redis+cluster://",                              // no host
+           "redis+cluster://h1:7000,",                      // empty host in the list
+           "redis+cluster://h1:7000,,h2:7001",              // empty host in the list
+           "redis+cluster://h1:0",                          // port 0
+           "redis+cluster://h1:7000/3",                     // a Cluster has database 0 only
            "redis+cluster://h1:7000/?sentinel_password=x",  // not a Sentinel URL
-           "redis+sentinel://s1:26379",         // no master name
-           "redis+sentinel://s1:26379/",        // empty master name
-           "redis+sentinel://s1:26379/m%20x",   // percent sign in the name
-           "redis+sentinel://s1:26379/m/x",     // database not a number
+           "redis+sentinel://s1:26379",                     // no master name
+           "redis+sentinel://s1:26379/",                    // empty master name
+           "redis+sentinel://s1:26379/m%20x",               // percent sign in the name
+           "redis+sentinel://s1:26379/m/x",                 // database not a number
            "redis+sentinel://s1:26379/m?bogus=1",
            "redis+redlock://h1:1,h2:2",         // Redlock needs 3 masters or more
            "redis+redlock://h1:1,h2:2,h3:3/x",  // database not a number
@@ -213,8 +214,10 @@ TEST(FromUrlWhy, NamesThePartThatIsWrong) {
       ": unknown name (accepted: db, connect_timeout, command_timeout; with TLS tls_ca_file, "
       "tls_cert_file, tls_key_file, tls_server_name, tls_verify; with Sentinel "
       "sentinel_username, sentinel_password)";
-  const std::string escape = ": '%' must start a percent-escape such as %40 (write '%' itself as %25)";
-  const std::string encode = ": a character that must be percent-encoded (a space is %20, '\"' is %22)";
+  const std::string escape =
+      ": '%' must start a percent-escape such as %40 (write '%' itself as %25)";
+  const std::string encode =
+      ": a character that must be percent-encoded (a space is %20, '\"' is %22)";
   const std::string at_after_host =
       "'@' after the host: a '/', '?' or '#' in a user name or password must be "
       "percent-encoded (%2F, %3F, %23)";
@@ -340,28 +343,28 @@ TEST(FromUrlWhy, EmptyOnSuccessAndTheSameResultAsWithoutIt) {
 TEST(FromUrlWhy, NeverContainsThePassword) {
   const std::string passwords[] = {"Pw-s3cret", "Kq-x7zbmo", "0123456789", "hunter2", "xyz"};
   const char* shapes[] = {
-      "redis://user:PW@host:port",            // bad port
-      "redis://user:PW@host:0",               // port out of range
-      "redis://user:PW@host/db",              // bad database
-      "redis://user:PW@host?unknown=1",       // unknown parameter
+      "redis://user:PW@host:port",       // bad port
+      "redis://user:PW@host:0",          // port out of range
+      "redis://user:PW@host/db",         // bad database
+      "redis://user:PW@host?unknown=1",  // unknown parameter
       "redis://user:PW@host?db=x",
-      "redis://user:PW@host#frag",            // fragment
-      "redis://user:PW%zz@host",              // bad escape in the password
-      "redis://user:PW@x@host",               // '@' in the password
-      "redis://user:PW/x@host",               // '/' in the password
-      "redis://user:PW?x@host",               // '?' in the password
-      "redis://user:PW#x@host",               // '#' in the password
-      "redis://user:PW x@host",               // space in the password
-      "redis://:PW",                          // no '@': the password reads as a port
-      "redis://user:PW",                      // the same, with a user name
-      "redis://PW:6379/x",                    // a password where the host goes
-      "redis://host/PW",                      // ... where the database goes
-      "redis://host?PW",                      // ... as a query parameter
+      "redis://user:PW@host#frag",  // fragment
+      "redis://user:PW%zz@host",    // bad escape in the password
+      "redis://user:PW@x@host",     // '@' in the password
+      "redis://user:PW/x@host",     // '/' in the password
+      "redis://user:PW?x@host",     // '?' in the password
+      "redis://user:PW#x@host",     // '#' in the password
+      "redis://user:PW x@host",     // space in the password
+      "redis://:PW",                // no '@': the password reads as a port
+      "redis://user:PW",            // the same, with a user name
+      "redis://PW:6379/x",          // a password where the host goes
+      "redis://host/PW",            // ... where the database goes
+      "redis://host?PW",            // ... as a query parameter
       "redis://host?PW=1",
-      "PW://host",                            // ... as a scheme
+      "PW://host",  // ... as a scheme
       "PW",
-      "redis://user:PW@[::1",                 // bad host
-      "unix://user:PW@host/s.sock",           // unix socket with a host
+      "redis://user:PW@[::1",        // bad host
+      "unix://user:PW@host/s.sock",  // unix socket with a host
       "redis+cluster://user:PW@h1:1,h2:port",
       "redis+cluster://user:PW@h1:1,,h2",
       "redis+cluster://user:PW@h1:1/2",

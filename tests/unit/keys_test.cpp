@@ -34,8 +34,8 @@ TEST(Keys, EverySlotHasAShortTag) {
 }
 
 TEST(Keys, LeaseAndFenceShareASlot) {
-  const std::string resources[] = {"order:42", "a", "x}y", "{inner}", "}{", "", "with\r\nnewline",
-                                   std::string("nul\0byte", 8)};
+  const std::string resources[] = {
+      "order:42", "a", "x}y", "{inner}", "}{", "", "with\r\nnewline", std::string("nul\0byte", 8)};
   for (const auto& r : resources) {
     const auto keys = make_keys("lock:", r);
     EXPECT_EQ(keys.lease, "lock:{" + r + "}");

@@ -19,7 +19,8 @@ using Kind = Answer::Kind;
 using namespace redis_lock::test;
 
 TEST(Quorum, MajorityOfN) {
-  const std::pair<std::size_t, std::size_t> cases[] = {{1, 1}, {2, 2}, {3, 2}, {4, 3}, {5, 3}, {6, 4}, {7, 4}};
+  const std::pair<std::size_t, std::size_t> cases[] = {{1, 1}, {2, 2}, {3, 2}, {4, 3},
+                                                       {5, 3}, {6, 4}, {7, 4}};
   for (auto [n, m] : cases) EXPECT_EQ(majority(n), m) << n;
 }
 
@@ -39,16 +40,47 @@ TEST(Quorum, ReadAcquireReply) {
       {"refused, no ttl known", {}, pair(0, -1), Kind::refused, -1, -1, {}},
       {"refused, expired meanwhile", {}, pair(0, 0), Kind::refused, -1, -1, {}},
       {"refused as invalid (-2)", {}, pair(0, -2), Kind::refused, -1, -1, {}},
-      {"connection lost", error::connection_lost, Reply{}, Kind::failed, -1, -1, error::connection_lost},
+      {"connection lost", error::connection_lost, Reply{}, Kind::failed, -1, -1,
+       error::connection_lost},
       {"timeout", error::timeout, Reply{}, Kind::failed, -1, -1, error::timeout},
-      {"OOM reply", {}, error_reply("OOM command not allowed"), Kind::failed, -1, -1, error::out_of_memory},
-      {"READONLY reply", {}, error_reply("READONLY You can't write"), Kind::failed, -1, -1, error::read_only},
+      {"OOM reply",
+       {},
+       error_reply("OOM command not allowed"),
+       Kind::failed,
+       -1,
+       -1,
+       error::out_of_memory},
+      {"READONLY reply",
+       {},
+       error_reply("READONLY You can't write"),
+       Kind::failed,
+       -1,
+       -1,
+       error::read_only},
       {"NOPERM reply", {}, error_reply("NOPERM no"), Kind::failed, -1, -1, error::no_permission},
       {"integer instead of array", {}, integer(1), Kind::failed, -1, -1, error::unexpected_reply},
-      {"array of one", {}, [] { auto r = pair(1, 2); r.elements.pop_back(); return r; }(), Kind::failed, -1, -1,
+      {"array of one",
+       {},
+       [] {
+         auto r = pair(1, 2);
+         r.elements.pop_back();
+         return r;
+       }(),
+       Kind::failed,
+       -1,
+       -1,
        error::unexpected_reply},
-      {"string element", {}, [] { auto r = pair(1, 2); r.elements[1] = text("2"); return r; }(), Kind::failed, -1,
-       -1, error::unexpected_reply},
+      {"string element",
+       {},
+       [] {
+         auto r = pair(1, 2);
+         r.elements[1] = text("2");
+         return r;
+       }(),
+       Kind::failed,
+       -1,
+       -1,
+       error::unexpected_reply},
   };
   // clang-format on
   for (const auto& c : cases) {
@@ -136,8 +168,12 @@ TEST(Quorum, MintTheLargestCounterAndRaiseTheRest) {
       {"max on a minority", {5, 9, 5}, 9, 1, {0, 2}, false},
       {"five masters, two missing", {3, -1, 3, -1, 3}, 3, 3, {}, true},
       {"five masters, spread", {1, 2, 3, -1, -1}, 3, 1, {0, 1}, false},
-      {"a lost counter (0) among clocked ones", {0, 1'700'000'000'000'000, 1'700'000'000'000'000},
-       1'700'000'000'000'000, 2, {0}, true},
+      {"a lost counter (0) among clocked ones",
+       {0, 1'700'000'000'000'000, 1'700'000'000'000'000},
+       1'700'000'000'000'000,
+       2,
+       {0},
+       true},
   };
   for (const auto& c : cases) {
     const auto m = mint(c.fences);
@@ -165,11 +201,9 @@ TEST(Quorum, ALeaseIsWorthHavingOnlyWithTimeLeft) {
   };
   // drift margin: ttl / 100 + 2 ms
   const Case cases[] = {
-      {10'000ms, 0ms, true},
-      {10'000ms, 9'897ms, true},
+      {10'000ms, 0ms, true},       {10'000ms, 9'897ms, true},
       {10'000ms, 9'898ms, false},  // 10 000 - 100 - 2
-      {10'000ms, 12'000ms, false},
-      {100ms, 96ms, true},
+      {10'000ms, 12'000ms, false}, {100ms, 96ms, true},
       {100ms, 97ms, false},  // 100 - 1 - 2
       {1ms, 0ms, false},     // a 1 ms lease is used up by the margin
   };

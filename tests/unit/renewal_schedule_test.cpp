@@ -31,8 +31,8 @@ TEST(RenewalSchedule, IntervalIsAThirdOfTheTtlUnlessSet) {
     std::chrono::milliseconds ttl, renew_every, want;
   };
   const Case cases[] = {
-      {30s, 0ms, 10s}, {600ms, 0ms, 200ms}, {2ms, 0ms, 1ms},  // never 0
-      {30s, 100ms, 100ms}, {1s, 5s, 1s},                       // at most the ttl
+      {30s, 0ms, 10s},     {600ms, 0ms, 200ms}, {2ms, 0ms, 1ms},  // never 0
+      {30s, 100ms, 100ms}, {1s, 5s, 1s},                          // at most the ttl
   };
   for (const auto& c : cases) {
     EXPECT_EQ(RenewalSchedule::interval(c.ttl, c.renew_every), c.want)
@@ -44,7 +44,8 @@ TEST(RenewalSchedule, DueTimesFallOnA25msGridRoundedDown) {
   const auto base = Clock::time_point{} + 1000ms;
   // clang-format off (a table: one case per line)
   const std::pair<std::chrono::microseconds, std::chrono::milliseconds> cases[] = {
-      {0us, 0ms}, {1us, 0ms}, {24'999us, 0ms}, {25'000us, 25ms}, {49'999us, 25ms}, {50'000us, 50ms}};
+      {0us, 0ms},       {1us, 0ms},       {24'999us, 0ms},
+      {25'000us, 25ms}, {49'999us, 25ms}, {50'000us, 50ms}};
   for (auto [offset, want] : cases) {
     EXPECT_EQ(RenewalSchedule::grid(base + offset), base + want) << offset.count();
     EXPECT_LE(RenewalSchedule::grid(base + offset), base + offset);  // never late
@@ -98,9 +99,9 @@ TEST(RenewalSchedule, WhenToLookAgainAfterARenewal) {
 TEST(RenewalSchedule, GivesLeasesBackInDueOrderOnce) {
   RenewalSchedule s;
   auto a = lease(1s, 300ms), b = lease(1s, 300ms), c = lease(1s, 300ms);
-  EXPECT_TRUE(s.put(a, t0 + 300ms));   // the earliest
+  EXPECT_TRUE(s.put(a, t0 + 300ms));  // the earliest
   EXPECT_FALSE(s.put(b, t0 + 400ms));
-  EXPECT_TRUE(s.put(c, t0 + 100ms));   // earlier still: the timer must move
+  EXPECT_TRUE(s.put(c, t0 + 100ms));  // earlier still: the timer must move
   EXPECT_EQ(s.next(), t0 + 100ms);
   EXPECT_FALSE(s.put(c, t0 + 500ms));  // replaces c's entry
   EXPECT_EQ(s.next(), t0 + 300ms);

@@ -5,8 +5,8 @@
 
 #include <redis_lock/error.hpp>
 
-#include <boost/asio/error.hpp>
 #include <gtest/gtest.h>
+#include <boost/asio/error.hpp>
 
 using namespace redis_lock;
 using namespace redis_lock::detail;
@@ -40,7 +40,13 @@ TEST(Replies, ReadsAnAcquireReply) {
       {"three elements", three, Kind::malformed, 0},
       {"text first", text_first, Kind::malformed, 0},
       {"text second", text_second, Kind::malformed, 0},
-      {"empty array", [] { Reply r; r.type = Reply::Type::array; return r; }(), Kind::malformed, 0},
+      {"empty array",
+       [] {
+         Reply r;
+         r.type = Reply::Type::array;
+         return r;
+       }(),
+       Kind::malformed, 0},
       {"nil", Reply{}, Kind::malformed, 0},
       {"error", error_reply("ERR x"), Kind::malformed, 0},
   };
@@ -65,19 +71,19 @@ TEST(Replies, ALateReplyMayHaveGrantedUnlessItSaysOtherwise) {
   Reply text_first = pair(1, 2);
   text_first.elements[0] = text("1");
   const std::pair<Reply, bool> cases[] = {
-      {pair(1, 7), true},    {one, true},          {three, true},   {text_second, true},
-      {pair(0, 100), false}, {text_first, false},  {integer(1), false},
-      {Reply{}, false},      {error_reply("ERR"), false},
+      {pair(1, 7), true},  {one, true},           {three, true},
+      {text_second, true}, {pair(0, 100), false}, {text_first, false},
+      {integer(1), false}, {Reply{}, false},      {error_reply("ERR"), false},
   };
   for (const auto& [reply, want] : cases) EXPECT_EQ(may_have_granted(reply), want);
 }
 
 TEST(Replies, ReadsAReleaseOrExtendReply) {
   const std::pair<Reply, Compare> cases[] = {
-      {integer(1), Compare::done},         {integer(0), Compare::not_ours},
-      {integer(2), Compare::not_ours},     {integer(-1), Compare::not_ours},
-      {text("1"), Compare::malformed},     {pair(1, 1), Compare::malformed},
-      {Reply{}, Compare::malformed},       {error_reply("ERR"), Compare::malformed},
+      {integer(1), Compare::done},     {integer(0), Compare::not_ours},
+      {integer(2), Compare::not_ours}, {integer(-1), Compare::not_ours},
+      {text("1"), Compare::malformed}, {pair(1, 1), Compare::malformed},
+      {Reply{}, Compare::malformed},   {error_reply("ERR"), Compare::malformed},
   };
   for (const auto& [reply, want] : cases) EXPECT_EQ(read_compare(reply), want);
 }

@@ -108,7 +108,8 @@ std::string slot_map_wire(int ranges) {
   std::string wire = "*" + std::to_string(ranges) + "\r\n";
   for (int i = 0; i < ranges; ++i) {
     const auto slot = std::to_string(i);
-    wire += "*3\r\n:" + slot + "\r\n:" + slot + "\r\n*3\r\n$9\r\n127.0.0.1\r\n:7000\r\n$2\r\nid\r\n";
+    wire +=
+        "*3\r\n:" + slot + "\r\n:" + slot + "\r\n*3\r\n$9\r\n127.0.0.1\r\n:7000\r\n$2\r\nid\r\n";
   }
   return wire;
 }

@@ -11,12 +11,12 @@
 #include <redis_lock/redis_lock.hpp>
 #include <redis_lock/with_lock.hpp>
 
+#include <gtest/gtest.h>
 #include <boost/asio/deferred.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/system_executor.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/use_future.hpp>
-#include <gtest/gtest.h>
 
 #include <future>
 #include <type_traits>
@@ -25,10 +25,10 @@
 
 namespace asio = boost::asio;
 using namespace std::chrono_literals;
+using boost::system::error_code;
 using redis_lock::LockGuard;
 using redis_lock::LockManager;
 using redis_lock::LockOptions;
-using boost::system::error_code;
 using redis_lock::test::record_initiation;
 using redis_lock::test::RecordedInitiation;
 
@@ -77,12 +77,12 @@ static_assert(
     std::is_same_v<acquire_result_t<asio::use_awaitable_t<>>, asio::awaitable<LockGuard>>);
 static_assert(std::is_same_v<acquire_result_t<asio::use_future_t<>>, std::future<LockGuard>>);
 static_assert(std::is_same_v<decltype(std::declval<LockManager&>().async_acquire("r")),
-                             decltype(std::declval<LockManager&>().async_acquire(
-                                 "r", LockOptions{}, asio::deferred))>);
+                             decltype(std::declval<LockManager&>().async_acquire("r", LockOptions{},
+                                                                                 asio::deferred))>);
 
 // Braced options: `{}` and designated initialisers pick the options overload, alone or
 // before a token (a call that resolved to no overload, or to two, fails to compile here).
-static_assert(requires(LockManager& m) {
+static_assert(requires(LockManager & m) {
   m.async_acquire("r", {});
   m.async_acquire("r", {.ttl = 5s});
   m.async_acquire("r", {}, asio::use_awaitable);
@@ -90,7 +90,7 @@ static_assert(requires(LockManager& m) {
   { m.async_acquire("r", {}, asio::use_future) } -> std::same_as<std::future<LockGuard>>;
   {
     m.async_acquire("r", {.ttl = 5s}, asio::use_awaitable)
-  } -> std::same_as<asio::awaitable<LockGuard>>;
+    } -> std::same_as<asio::awaitable<LockGuard>>;
 });
 
 // with_lock and async_with_lock: the options may be left out before the work.
@@ -103,7 +103,7 @@ static_assert(async_with_lock_accepts<const char*, Work, asio::use_future_t<>>);
 static_assert(async_with_lock_accepts<const char*, LockOptions&, Work>);
 static_assert(async_with_lock_accepts<const char*, LockOptions, Work, asio::deferred_t>);
 static_assert(!async_with_lock_accepts<const char*, LockOptions&>);
-static_assert(requires(LockManager& m) {
+static_assert(requires(LockManager & m) {
   { redis_lock::with_lock(m, "r", work) } -> std::same_as<asio::awaitable<error_code>>;
   { redis_lock::with_lock(m, "r", {}, work) } -> std::same_as<asio::awaitable<error_code>>;
   { redis_lock::with_lock(m, "r", {.ttl = 5s}, work) } -> std::same_as<asio::awaitable<error_code>>;

@@ -17,7 +17,8 @@ TEST(Token, Is128BitsOfHex) {
 
 TEST(Token, NeverRepeats) {
   std::set<std::string> seen;
-  for (int i = 0; i < 10000; ++i) ASSERT_TRUE(seen.insert(redis_lock::detail::random_token()).second);
+  for (int i = 0; i < 10000; ++i)
+    ASSERT_TRUE(seen.insert(redis_lock::detail::random_token()).second);
 }
 
 TEST(Token, ForkedChildNeverRepeatsTheParentsTokens) {

@@ -31,22 +31,59 @@ TEST(Validate, EachBrokenConfigRuleIsNamed) {
   const Case cases[] = {
       {with([](auto& c) { c.tls_ca_file = "ca.pem"; }), "TLS settings need tls = true (rediss://)"},
       {with([](auto& c) { c.tls_verify = false; }), "TLS settings need tls = true (rediss://)"},
-      {with([](auto& c) { c.tls = true; c.unix_socket = "/s"; }), "TLS is not offered over unix_socket"},
-      {with([](auto& c) { c.tls = true; c.tls_cert_file = "c.pem"; }), "tls_cert_file and tls_key_file go together"},
+      {with([](auto& c) {
+         c.tls = true;
+         c.unix_socket = "/s";
+       }),
+       "TLS is not offered over unix_socket"},
+      {with([](auto& c) {
+         c.tls = true;
+         c.tls_cert_file = "c.pem";
+       }),
+       "tls_cert_file and tls_key_file go together"},
       {with([](auto& c) { c.connect_timeout = 0ms; }), "connect_timeout must be > 0"},
       {with([](auto& c) { c.command_timeout = -1ms; }), "command_timeout must be > 0"},
       {with([](auto& c) { c.host.clear(); }), "a host and a port (or a unix_socket) are needed"},
       {with([](auto& c) { c.port = 0; }), "a host and a port (or a unix_socket) are needed"},
       {with([](auto& c) { c.database = -1; }), "database must be >= 0"},
-      {with([](auto& c) { c.sentinel_master = "m"; }), "sentinel_master, sentinel_username and sentinel_password need Topology::sentinel"},
-      {with([](auto& c) { c.nodes = {{"a", 1}}; }), "nodes need Topology::cluster, sentinel or redlock"},
-      {with([](auto& c) { c.topology = Topology::cluster; c.database = 1; }), "a Cluster has database 0 only"},
-      {with([](auto& c) { c.topology = Topology::sentinel; }), "Topology::sentinel needs a sentinel_master name of printable characters"},
-      {with([](auto& c) { c.topology = Topology::sentinel; c.sentinel_master = "my master"; }), "Topology::sentinel needs a sentinel_master name of printable characters"},
-      {with([](auto& c) { c.topology = Topology::redlock; c.nodes = {{"a", 1}, {"b", 1}}; }), "Topology::redlock needs at least 3 nodes"},
-      {with([](auto& c) { c.topology = Topology::redlock; c.nodes = {{"a", 1}, {"b", 1}, {"a", 1}}; }), "Redlock nodes must be distinct"},
-      {with([](auto& c) { c.topology = Topology::cluster; c.unix_socket = "/s"; }), "a Cluster, Sentinel or Redlock is reached over TCP, not unix_socket"},
-      {with([](auto& c) { c.topology = Topology::cluster; c.nodes = {{"", 1}}; }), "every node needs a host and a port"},
+      {with([](auto& c) { c.sentinel_master = "m"; }),
+       "sentinel_master, sentinel_username and sentinel_password need Topology::sentinel"},
+      {with([](auto& c) {
+         c.nodes = {{"a", 1}};
+       }),
+       "nodes need Topology::cluster, sentinel or redlock"},
+      {with([](auto& c) {
+         c.topology = Topology::cluster;
+         c.database = 1;
+       }),
+       "a Cluster has database 0 only"},
+      {with([](auto& c) { c.topology = Topology::sentinel; }),
+       "Topology::sentinel needs a sentinel_master name of printable characters"},
+      {with([](auto& c) {
+         c.topology = Topology::sentinel;
+         c.sentinel_master = "my master";
+       }),
+       "Topology::sentinel needs a sentinel_master name of printable characters"},
+      {with([](auto& c) {
+         c.topology = Topology::redlock;
+         c.nodes = {{"a", 1}, {"b", 1}};
+       }),
+       "Topology::redlock needs at least 3 nodes"},
+      {with([](auto& c) {
+         c.topology = Topology::redlock;
+         c.nodes = {{"a", 1}, {"b", 1}, {"a", 1}};
+       }),
+       "Redlock nodes must be distinct"},
+      {with([](auto& c) {
+         c.topology = Topology::cluster;
+         c.unix_socket = "/s";
+       }),
+       "a Cluster, Sentinel or Redlock is reached over TCP, not unix_socket"},
+      {with([](auto& c) {
+         c.topology = Topology::cluster;
+         c.nodes = {{"", 1}};
+       }),
+       "every node needs a host and a port"},
       {with([](auto& c) { c.topology = static_cast<Topology>(42); }), "unknown topology"},
   };
   // clang-format on
@@ -72,9 +109,15 @@ TEST(Validate, EachBrokenOptionRuleIsNamed) {
       {{.renew_every = -1ms}, Topology::standalone, "LockOptions::renew_every must be >= 0"},
       {{.max_hold = -1ms}, Topology::standalone, "LockOptions::max_hold must be >= 0"},
       {{.min_replicas = -1}, Topology::standalone, "LockOptions::min_replicas must be >= 0"},
-      {{.min_replicas = 1}, Topology::redlock, "LockOptions::min_replicas is not offered on Redlock"},
-      {{.replication_timeout = -1ms}, Topology::standalone, "LockOptions::replication_timeout must be >= 0"},
-      {{.min_replicas = 1, .replication_timeout = 0ms}, Topology::standalone, "LockOptions::replication_timeout must be > 0 with min_replicas"},
+      {{.min_replicas = 1},
+       Topology::redlock,
+       "LockOptions::min_replicas is not offered on Redlock"},
+      {{.replication_timeout = -1ms},
+       Topology::standalone,
+       "LockOptions::replication_timeout must be >= 0"},
+      {{.min_replicas = 1, .replication_timeout = 0ms},
+       Topology::standalone,
+       "LockOptions::replication_timeout must be > 0 with min_replicas"},
   };
   // clang-format on
   for (const auto& c : cases) {
@@ -83,9 +126,11 @@ TEST(Validate, EachBrokenOptionRuleIsNamed) {
     EXPECT_EQ(broken.rule, c.rule);
   }
   EXPECT_FALSE(check("r", LockOptions{}, Topology::standalone));
-  EXPECT_EQ(check("", LockOptions{}, Topology::standalone).rule, "the resource name must not be empty");
+  EXPECT_EQ(check("", LockOptions{}, Topology::standalone).rule,
+            "the resource name must not be empty");
   EXPECT_FALSE(check("r", LockOptions{.ttl = max_ttl}, Topology::redlock));
-  EXPECT_EQ(check(ManagerOptions{.key_prefix = "a{b}:"}).rule, "key_prefix must not contain braces");
+  EXPECT_EQ(check(ManagerOptions{.key_prefix = "a{b}:"}).rule,
+            "key_prefix must not contain braces");
   EXPECT_EQ(check(ManagerOptions{.client_name = "a b"}).rule,
             "client_name must be printable characters without spaces");
   EXPECT_FALSE(check(ManagerOptions{.key_prefix = "app:", .client_name = "svc-1"}));

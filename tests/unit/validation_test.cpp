@@ -3,11 +3,11 @@
 // Redis. The "server" here is a listening socket that counts connection attempts.
 #include <redis_lock/redis_lock.hpp>
 
+#include <gtest/gtest.h>
 #include <boost/asio/bind_executor.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/use_future.hpp>
-#include <gtest/gtest.h>
 
 #include <functional>
 #include <optional>
@@ -95,9 +95,9 @@ TEST(Validation, EmptyGuardCompletesWithoutRedis) {
   // covered by the integration tests, with an io_context thread.)
   std::optional<bool> extended;
   empty.async_extend(1s, asio::bind_executor(io, [&](boost::system::error_code ec, bool ok) {
-    EXPECT_FALSE(ec);
-    extended = ok;
-  }));
+                       EXPECT_FALSE(ec);
+                       extended = ok;
+                     }));
   // With a callback bound to an io_context, it runs there and not inline.
   bool called = false;
   empty.async_release(asio::bind_executor(io, [&](boost::system::error_code ec, bool ok) {
@@ -127,22 +127,18 @@ TEST(Validation, BadConnectionConfigsAreRejectedBeforeConnecting) {
       {"tls_verify off without tls", [](Config& c) { c.tls_verify = false; },
        error::invalid_argument},
       {"certificate without key",
-       [](Config& c) { c.tls = true, c.tls_cert_file = "/etc/hostname"; },
-       error::invalid_argument},
-      {"key without certificate",
-       [](Config& c) { c.tls = true, c.tls_key_file = "/etc/hostname"; },
+       [](Config& c) { c.tls = true, c.tls_cert_file = "/etc/hostname"; }, error::invalid_argument},
+      {"key without certificate", [](Config& c) { c.tls = true, c.tls_key_file = "/etc/hostname"; },
        error::invalid_argument},
       {"TLS over a Unix socket", [](Config& c) { c.tls = true, c.unix_socket = "/tmp/x.sock"; },
        error::invalid_argument},
       {"no host", [](Config& c) { c.host.clear(); }, error::invalid_argument},
       {"port 0", [](Config& c) { c.port = 0; }, error::invalid_argument},
       {"negative database", [](Config& c) { c.database = -1; }, error::invalid_argument},
-      {"zero connect timeout", [](Config& c) { c.connect_timeout = 0ms; },
-       error::invalid_argument},
+      {"zero connect timeout", [](Config& c) { c.connect_timeout = 0ms; }, error::invalid_argument},
       {"negative command timeout", [](Config& c) { c.command_timeout = -1ms; },
        error::invalid_argument},
-      {"missing CA file",
-       [](Config& c) { c.tls = true, c.tls_ca_file = "/nonexistent/ca.pem"; },
+      {"missing CA file", [](Config& c) { c.tls = true, c.tls_ca_file = "/nonexistent/ca.pem"; },
        error::tls_config_invalid},
       {"CA file that is not PEM", [](Config& c) { c.tls = true, c.tls_ca_file = "/etc/hostname"; },
        error::tls_config_invalid},
@@ -151,16 +147,23 @@ TEST(Validation, BadConnectionConfigsAreRejectedBeforeConnecting) {
          c.tls = true, c.tls_cert_file = "/etc/hostname", c.tls_key_file = "/etc/hostname";
        },
        error::tls_config_invalid},
-      {"nodes with a standalone topology", [](Config& c) { c.nodes = {{"127.0.0.1", 7000}}; },
+      {"nodes with a standalone topology",
+       [](Config& c) {
+         c.nodes = {{"127.0.0.1", 7000}};
+       },
        error::invalid_argument},
       {"Cluster database 3",
        [](Config& c) { c.topology = redis_lock::Topology::cluster, c.database = 3; },
        error::invalid_argument},
       {"Cluster node without host",
-       [](Config& c) { c.topology = redis_lock::Topology::cluster, c.nodes = {{"", 7000}}; },
+       [](Config& c) {
+         c.topology = redis_lock::Topology::cluster, c.nodes = {{"", 7000}};
+       },
        error::invalid_argument},
       {"Cluster node on port 0",
-       [](Config& c) { c.topology = redis_lock::Topology::cluster, c.nodes = {{"h", 0}}; },
+       [](Config& c) {
+         c.topology = redis_lock::Topology::cluster, c.nodes = {{"h", 0}};
+       },
        error::invalid_argument},
       {"Cluster over a Unix socket",
        [](Config& c) { c.topology = redis_lock::Topology::cluster, c.unix_socket = "/tmp/x"; },
@@ -182,8 +185,7 @@ TEST(Validation, BadConnectionConfigsAreRejectedBeforeConnecting) {
          c.topology = redis_lock::Topology::redlock, c.nodes = {{"a", 1}, {"b", 2}, {"a", 1}};
        },
        error::invalid_argument},
-      {"unknown topology",
-       [](Config& c) { c.topology = static_cast<redis_lock::Topology>(42); },
+      {"unknown topology", [](Config& c) { c.topology = static_cast<redis_lock::Topology>(42); },
        error::invalid_argument},
   };
   for (const auto& c : cases) {
@@ -210,11 +212,11 @@ TEST(Validation, MovedFromManagerRefusesInsteadOfCrashing) {
   redis_lock::LockManager other(std::move(locks));
   std::optional<boost::system::error_code> result;
   // NOLINTNEXTLINE(bugprone-use-after-move): that is the point
-  locks.async_acquire("r", {}, asio::bind_executor(io, [&](boost::system::error_code ec,
-                                                           redis_lock::LockGuard g) {
-                        EXPECT_FALSE(g);
-                        result = ec;
-                      }));
+  locks.async_acquire(
+      "r", {}, asio::bind_executor(io, [&](boost::system::error_code ec, redis_lock::LockGuard g) {
+        EXPECT_FALSE(g);
+        result = ec;
+      }));
   io.run_for(5s);
   ASSERT_TRUE(result);
   EXPECT_EQ(*result, error::invalid_argument);
@@ -233,14 +235,14 @@ TEST(Validation, BadManagerOptionsAreRejectedBeforeConnecting) {
   for (const auto& options : cases) {
     redis_lock::LockManager locks(io.get_executor(), listener.config(), options);
     std::optional<boost::system::error_code> result;
-    locks.async_acquire("r", {}, [&](boost::system::error_code ec, redis_lock::LockGuard) {
-      result = ec;
-    });
+    locks.async_acquire("r", {},
+                        [&](boost::system::error_code ec, redis_lock::LockGuard) { result = ec; });
     io.restart();
     const auto until = std::chrono::steady_clock::now() + 2s;
     while (!result && std::chrono::steady_clock::now() < until) io.run_one_for(100ms);
     ASSERT_TRUE(result) << options.key_prefix << " / " << options.client_name;
-    EXPECT_EQ(*result, error::invalid_argument) << options.key_prefix << " / " << options.client_name;
+    EXPECT_EQ(*result, error::invalid_argument)
+        << options.key_prefix << " / " << options.client_name;
   }
   EXPECT_EQ(listener.accepted, 0);
 }

@@ -26,21 +26,21 @@ int nudge_all(const std::vector<std::shared_ptr<Waiter>>& waiters) {
 TEST(HandOffBook, SubscribesOncePerSlotAndAgainAfterALinkOrSlotIsLost) {
   HandOffBook book;
   auto a = std::make_shared<FakeWaiter>(), b = std::make_shared<FakeWaiter>();
-  EXPECT_TRUE(book.add("a", a, 7));   // first waiter of slot 7: subscribe
+  EXPECT_TRUE(book.add("a", a, 7));  // first waiter of slot 7: subscribe
   book.subscribing(7, 2);
   EXPECT_FALSE(book.add("a", a, 7));  // again (a sleeper re-registers): pending, no
   EXPECT_FALSE(book.add("b", b, 7));
-  EXPECT_TRUE(book.add("b2", b, 9));  // another slot
-  EXPECT_FALSE(book.listening(7));    // pending is not listening
+  EXPECT_TRUE(book.add("b2", b, 9));           // another slot
+  EXPECT_FALSE(book.listening(7));             // pending is not listening
   EXPECT_EQ(nudge_all(book.confirmed(7)), 2);  // a and b look once more
   EXPECT_TRUE(book.listening(7));
   EXPECT_FALSE(book.add("c", a, 7));  // confirmed: no
   book.link_down(2);                  // the subscriber link of node 2 failed
   EXPECT_FALSE(book.listening(7));
-  EXPECT_TRUE(book.add("a", a, 7));   // the next sleeper subscribes again
+  EXPECT_TRUE(book.add("a", a, 7));  // the next sleeper subscribes again
   book.subscribing(7, 3);
   book.confirmed(7);
-  book.moved_away(7);                 // sunsubscribe: the slot went elsewhere
+  book.moved_away(7);  // sunsubscribe: the slot went elsewhere
   EXPECT_FALSE(book.listening(7));
   EXPECT_TRUE(book.add("a", a, 7));
 }

@@ -101,7 +101,8 @@ std::string describe_target(const ConnectionConfig& config) {
     return address(config.host, config.port);
   }
   std::string all;
-  for (const auto& node : config.nodes) all += (all.empty() ? "" : ",") + address(node.host, node.port);
+  for (const auto& node : config.nodes)
+    all += (all.empty() ? "" : ",") + address(node.host, node.port);
   return all;
 }
 
@@ -117,7 +118,8 @@ std::string describe_failure(const ConnectionConfig& config, boost::system::erro
       return "database " + std::to_string(config.database) + " does not exist on " +
              describe_target(config) + " (the server refused SELECT)";
     }
-    if (ec == error::server_error && !server_error.empty()) text += ": " + std::string(server_error);
+    if (ec == error::server_error && !server_error.empty())
+      text += ": " + std::string(server_error);
     return text;
   }
   if (config.topology != Topology::standalone) return text + " (" + describe_target(config) + ")";

@@ -118,8 +118,7 @@ void print_json(const Options& o, const Report& r) {
                      ",\"waited_ms\":" + number(r.waited_ms) + ",\"held_ms\":" + number(r.held_ms) +
                      ",\"command_status\":" + number(r.command_status) +
                      ",\"command_signal\":" + number(r.command_signal) +
-                     ",\"released\":" +
-                     (r.released ? (*r.released ? "true" : "false") : "null") +
+                     ",\"released\":" + (r.released ? (*r.released ? "true" : "false") : "null") +
                      ",\"error\":" + (r.error.empty() ? "null" : json_string(r.error)) + "}\n";
   std::fputs(line.c_str(), stderr);
 }
@@ -130,8 +129,8 @@ std::vector<std::string> command_environment(const Options& o, std::uint64_t fen
   for (char** e = environ; *e != nullptr; ++e) {
     const std::string_view entry(*e);
     bool drop = false;
-    for (std::string_view name : {"REDIS_LOCK_URL=", "REDIS_LOCK_PASSWORD=",
-                                  "REDIS_LOCK_RESOURCE=", "REDIS_LOCK_FENCING_TOKEN="}) {
+    for (std::string_view name : {"REDIS_LOCK_URL=", "REDIS_LOCK_PASSWORD=", "REDIS_LOCK_RESOURCE=",
+                                  "REDIS_LOCK_FENCING_TOKEN="}) {
       drop = drop || entry.starts_with(name);
     }
     if (!drop) env.emplace_back(entry);
@@ -153,11 +152,16 @@ enum class Stop { none, lost, unconfirmed, lease_ending, max_hold };
 
 const char* outcome_of(Stop s) {
   switch (s) {
-    case Stop::lost: return "lost";
-    case Stop::unconfirmed: return "renewal_unconfirmed";
-    case Stop::lease_ending: return "lease_ending";
-    case Stop::max_hold: return "max_hold";
-    case Stop::none: break;
+    case Stop::lost:
+      return "lost";
+    case Stop::unconfirmed:
+      return "renewal_unconfirmed";
+    case Stop::lease_ending:
+      return "lease_ending";
+    case Stop::max_hold:
+      return "max_hold";
+    case Stop::none:
+      break;
   }
   return "completed";
 }
@@ -165,8 +169,14 @@ const char* outcome_of(Stop s) {
 /// Everything the supervising callbacks share (owned by them and the coroutine).
 struct Supervision {
   Supervision(asio::any_io_executor ex, const Options& o)
-      : options(o), caught(signals_to_catch()), signals(ex), lease_timer(ex), kill_timer(ex), max_hold_timer(ex),
-        poll_timer(ex), done(ex) {
+      : options(o),
+        caught(signals_to_catch()),
+        signals(ex),
+        lease_timer(ex),
+        kill_timer(ex),
+        max_hold_timer(ex),
+        poll_timer(ex),
+        done(ex) {
     for (int sig : caught) signals.add(sig);
     done.expires_at(Clock::time_point::max());
   }
@@ -206,7 +216,8 @@ struct Supervision {
     // A hangup of the terminal the command's group holds reached it from the kernel already.
     if (sig == SIGHUP && group.holds_terminal()) return;
     last_forward[sig] = now;
-    if (options.verbose) say("passing SIG%s on to process group %d", sigabbrev_np(sig), group.pgid());
+    if (options.verbose)
+      say("passing SIG%s on to process group %d", sigabbrev_np(sig), group.pgid());
     group.signal(sig);
   }
 
@@ -337,8 +348,9 @@ asio::awaitable<Report> run(const Options& o, redis_lock::ConnectionConfig confi
     ~ShutdownAtEnd() { sv.shutdown(); }
   } shutdown_at_end{*sv};
   sv->watch_signals(sv);
-  if (o.verbose) say("acquiring %s on %s (ttl %lldms)", o.resource.c_str(),
-                     describe_target(config).c_str(), static_cast<long long>(o.ttl.count()));
+  if (o.verbose)
+    say("acquiring %s on %s (ttl %lldms)", o.resource.c_str(), describe_target(config).c_str(),
+        static_cast<long long>(o.ttl.count()));
 
   // One attempt first: a server that cannot be reached at the start is a mistake to report
   // at once (a wrong URL must not wait forever). Once it has answered, a waiting acquire
@@ -410,8 +422,8 @@ asio::awaitable<Report> run(const Options& o, redis_lock::ConnectionConfig confi
   }
   std::vector<int> handled = sv->caught;
   if (!sigpipe_was_ignored) handled.push_back(SIGPIPE);
-  if (const int err = sv->group.fork(o.command, command_environment(o, guard.fencing_token()),
-                                     handled);
+  if (const int err =
+          sv->group.fork(o.command, command_environment(o, guard.fencing_token()), handled);
       err != 0) {
     co_return co_await give_up(exit_cannot_run, "fork", err);
   }
@@ -428,7 +440,8 @@ asio::awaitable<Report> run(const Options& o, redis_lock::ConnectionConfig confi
     sv->guardian.dismiss();
     report.outcome = "renewal_unconfirmed";
     report.exit_code = exit_lock_lost;
-    say("the lease on %s ran short before the command could start; not started", o.resource.c_str());
+    say("the lease on %s ran short before the command could start; not started",
+        o.resource.c_str());
     co_await release_and_report(guard, o, report);
     co_return report;
   }
@@ -474,8 +487,10 @@ asio::awaitable<Report> run(const Options& o, redis_lock::ConnectionConfig confi
     report.exit_code = 128 + WTERMSIG(status);
   }
   report.outcome = outcome_of(sv->stop);
-  if (sv->stop == Stop::max_hold) report.exit_code = exit_max_hold;
-  else if (sv->stop != Stop::none) report.exit_code = exit_lock_lost;
+  if (sv->stop == Stop::max_hold)
+    report.exit_code = exit_max_hold;
+  else if (sv->stop != Stop::none)
+    report.exit_code = exit_lock_lost;
 
   const auto release = co_await release_and_report(guard, o, report);
   if (!release.replied || release.ec) {
@@ -498,14 +513,18 @@ void scrub_password(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--") == 0) return;
     char* url = argv[i];
-    if (std::strncmp(url, "--url=", 6) == 0) url += 6;
-    else if (std::strcmp(url, "--url") == 0 && i + 1 < argc) url = argv[++i];
-    else continue;
+    if (std::strncmp(url, "--url=", 6) == 0)
+      url += 6;
+    else if (std::strcmp(url, "--url") == 0 && i + 1 < argc)
+      url = argv[++i];
+    else
+      continue;
     char* scheme_end = std::strstr(url, "://");
     if (scheme_end == nullptr) continue;
     // Query parameters that carry a password (sentinel_password=...).
     if (char* query = std::strchr(url, '?')) {
-      for (char* p = std::strstr(query, "password="); p != nullptr; p = std::strstr(p, "password=")) {
+      for (char* p = std::strstr(query, "password="); p != nullptr;
+           p = std::strstr(p, "password=")) {
         p += 9;
         while (*p != '\0' && *p != '&') *p++ = '*';
       }
@@ -514,7 +533,8 @@ void scrub_password(int argc, char** argv) {
     char* at = std::strchr(userinfo, '@');
     char* slash = std::strchr(userinfo, '/');
     if (at == nullptr || (slash != nullptr && slash < at)) continue;
-    char* colon = static_cast<char*>(std::memchr(userinfo, ':', static_cast<std::size_t>(at - userinfo)));
+    char* colon =
+        static_cast<char*>(std::memchr(userinfo, ':', static_cast<std::size_t>(at - userinfo)));
     if (colon == nullptr) continue;
     std::fill(colon + 1, at, '*');
   }
@@ -524,8 +544,8 @@ void scrub_password(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   if (argc >= 2 && std::strcmp(argv[1], guardian_flag) == 0) return guardian_main(argc, argv);
-  const auto parsed =
-      parse_command_line(argc, argv, [](const char* name) -> const char* { return std::getenv(name); });
+  const auto parsed = parse_command_line(
+      argc, argv, [](const char* name) -> const char* { return std::getenv(name); });
   if (parsed.action == Parsed::Action::print_and_exit) {
     std::fputs(parsed.text.c_str(), stdout);
     return 0;
@@ -539,15 +559,16 @@ int main(int argc, char** argv) {
   auto config = redis_lock::ConnectionConfig::from_url(o.url, why);
   if (!config) {
     // The URL itself is not echoed: it may carry a password (`why` never does).
-    std::fprintf(stderr, "redis-lock: bad URL%s: %s\n", o.url_from_flag ? "" : " in $REDIS_LOCK_URL",
-                 why.c_str());
+    std::fprintf(stderr, "redis-lock: bad URL%s: %s\n",
+                 o.url_from_flag ? "" : " in $REDIS_LOCK_URL", why.c_str());
     return exit_usage;
   }
   if (o.url_from_flag && (!config->password.empty() || !config->sentinel_password.empty())) {
     scrub_password(argc, argv);
-    std::fputs("redis-lock: warning: a password in --url is visible to other users (ps) until "
-               "redis-lock has started; use --password-file or $REDIS_LOCK_PASSWORD\n",
-               stderr);
+    std::fputs(
+        "redis-lock: warning: a password in --url is visible to other users (ps) until "
+        "redis-lock has started; use --password-file or $REDIS_LOCK_PASSWORD\n",
+        stderr);
   }
   if (o.password) config->password = *o.password;
   // A closed stderr must not kill us while we hold the lock (the command gets SIGPIPE back).

@@ -92,25 +92,29 @@ std::string usage() { return usage_text; }
 
 std::optional<milliseconds> parse_duration(std::string_view text) {
   double value = 0;
-  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value,
-                                   std::chars_format::fixed);
+  auto [end, ec] =
+      std::from_chars(text.data(), text.data() + text.size(), value, std::chars_format::fixed);
   if (ec != std::errc{} || end == text.data() || !std::isfinite(value) || value < 0) {
     return std::nullopt;
   }
   const std::string_view unit(end, static_cast<std::size_t>(text.data() + text.size() - end));
   double ms_per_unit = 0;
-  if (unit.empty() || unit == "s") ms_per_unit = 1000;
-  else if (unit == "ms") ms_per_unit = 1;
-  else if (unit == "m") ms_per_unit = 60'000;
-  else if (unit == "h") ms_per_unit = 3'600'000;
-  else return std::nullopt;
+  if (unit.empty() || unit == "s")
+    ms_per_unit = 1000;
+  else if (unit == "ms")
+    ms_per_unit = 1;
+  else if (unit == "m")
+    ms_per_unit = 60'000;
+  else if (unit == "h")
+    ms_per_unit = 3'600'000;
+  else
+    return std::nullopt;
   const double ms = std::round(value * ms_per_unit);
   if (ms > static_cast<double>(max_duration.count())) return std::nullopt;
   return milliseconds(static_cast<long long>(ms));
 }
 
-Parsed parse_command_line(int argc, const char* const* argv,
-                          const char* (*getenv)(const char*)) {
+Parsed parse_command_line(int argc, const char* const* argv, const char* (*getenv)(const char*)) {
   // Everything after the first "--" is COMMAND, never options of ours.
   std::vector<std::string> ours;
   Options o;
@@ -126,22 +130,13 @@ Parsed parse_command_line(int argc, const char* const* argv,
   }
 
   po::options_description visible;
-  visible.add_options()
-      ("url", po::value<std::string>())
-      ("password-file", po::value<std::string>())
-      ("ttl", po::value<std::string>())
-      ("wait,w", po::value<std::string>())
-      ("nonblock,n", po::bool_switch())
-      ("no-renew", po::bool_switch())
-      ("kill-after", po::value<std::string>())
-      ("max-hold", po::value<std::string>())
-      ("command,c", po::value<std::string>())
-      ("conflict-exit-code,E", po::value<std::string>())
-      ("print-token", po::bool_switch())
-      ("verbose,v", po::bool_switch())
-      ("json", po::bool_switch())
-      ("version,V", po::bool_switch())
-      ("help,h", po::bool_switch());
+  visible.add_options()("url", po::value<std::string>())("password-file", po::value<std::string>())(
+      "ttl", po::value<std::string>())("wait,w", po::value<std::string>())(
+      "nonblock,n", po::bool_switch())("no-renew", po::bool_switch())(
+      "kill-after", po::value<std::string>())("max-hold", po::value<std::string>())(
+      "command,c", po::value<std::string>())("conflict-exit-code,E", po::value<std::string>())(
+      "print-token", po::bool_switch())("verbose,v", po::bool_switch())("json", po::bool_switch())(
+      "version,V", po::bool_switch())("help,h", po::bool_switch());
   po::options_description all;
   all.add(visible).add_options()("resource", po::value<std::vector<std::string>>());
   po::positional_options_description positional;
@@ -149,13 +144,9 @@ Parsed parse_command_line(int argc, const char* const* argv,
   po::variables_map vm;
   try {
     // No guessing of abbreviations: `--no` must not quietly mean `--nonblock`.
-    const int style = po::command_line_style::default_style &
-                      ~po::command_line_style::allow_guessing;
-    po::store(po::command_line_parser(ours)
-                  .options(all)
-                  .positional(positional)
-                  .style(style)
-                  .run(),
+    const int style =
+        po::command_line_style::default_style & ~po::command_line_style::allow_guessing;
+    po::store(po::command_line_parser(ours).options(all).positional(positional).style(style).run(),
               vm);
   } catch (const po::error& e) {
     return fail(e.what());
@@ -185,7 +176,8 @@ Parsed parse_command_line(int argc, const char* const* argv,
     std::string line;
     std::getline(in, line);
     if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (line.empty()) return fail("--password-file " + *path + " has no password on its first line");
+    if (line.empty())
+      return fail("--password-file " + *path + " has no password on its first line");
     o.password = std::move(line);
   } else if (const char* env = getenv("REDIS_LOCK_PASSWORD"); env != nullptr && *env != '\0') {
     o.password = env;
@@ -205,8 +197,9 @@ Parsed parse_command_line(int argc, const char* const* argv,
   }
   if (ttl) o.ttl = *ttl;
   if (o.ttl < min_ttl) {
-    return fail("--ttl must be at least 1s: the renewal, the SIGTERM grace and the SIGKILL "
-                "margin must fit in the lease");
+    return fail(
+        "--ttl must be at least 1s: the renewal, the SIGTERM grace and the SIGKILL "
+        "margin must fit in the lease");
   }
   if (o.max_hold && o.max_hold->count() == 0) return fail("--max-hold must be above 0");
   o.nonblock = flag("nonblock");
@@ -216,7 +209,8 @@ Parsed parse_command_line(int argc, const char* const* argv,
   o.json = flag("json");
   if (auto code = text("conflict-exit-code")) {
     auto value = parse_exit_code(*code);
-    if (!value) return fail("--conflict-exit-code must be a number from 0 to 255, not '" + *code + "'");
+    if (!value)
+      return fail("--conflict-exit-code must be a number from 0 to 255, not '" + *code + "'");
     o.conflict_exit_code = *value;
   }
   if (o.nonblock && o.wait) return fail("--nonblock and --wait exclude each other");

@@ -61,8 +61,7 @@ struct Parsed {
 std::optional<milliseconds> parse_duration(std::string_view text);
 
 /// `getenv` is how the environment is read (injected for tests).
-Parsed parse_command_line(int argc, const char* const* argv,
-                          const char* (*getenv)(const char*));
+Parsed parse_command_line(int argc, const char* const* argv, const char* (*getenv)(const char*));
 
 /// The help text.
 std::string usage();

@@ -3,8 +3,8 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstdio>
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
@@ -346,7 +346,8 @@ int guardian_main(int argc, char** argv) {
   const auto send_term = [&](long long now) {
     if (!term_sent) ::kill(-pgid, SIGTERM);
     term_sent = true;
-    kill_at = std::min(now + grace, valid_until == LLONG_MAX ? LLONG_MAX : valid_until - margin / 2);
+    kill_at =
+        std::min(now + grace, valid_until == LLONG_MAX ? LLONG_MAX : valid_until - margin / 2);
   };
   for (;;) {
     const long long now = monotonic_ms();
@@ -367,11 +368,12 @@ int guardian_main(int argc, char** argv) {
       ::nanosleep(&tick, nullptr);
       continue;
     }
-    long long next = std::min(kill_at, valid_until == LLONG_MAX || term_sent
-                                           ? LLONG_MAX
-                                           : valid_until - grace - margin / 2);
+    long long next =
+        std::min(kill_at, valid_until == LLONG_MAX || term_sent ? LLONG_MAX
+                                                                : valid_until - grace - margin / 2);
     if (term_sent) next = std::min(next, now + 10);  // watch for the group's end
-    const int timeout = next == LLONG_MAX ? -1 : static_cast<int>(std::clamp(next - now, 0LL, 1000LL));
+    const int timeout =
+        next == LLONG_MAX ? -1 : static_cast<int>(std::clamp(next - now, 0LL, 1000LL));
     pollfd p{3, POLLIN, 0};
     const int ready = ::poll(&p, 1, timeout);
     if (ready < 0 && errno != EINTR) return 1;

@@ -55,9 +55,9 @@ void complete_without_lock(const boost::asio::any_io_executor& io, const Context
     return boost::asio::post(ex, with_args(std::forward<Handler>(handler), std::move(args)...));
   }
   auto ex = boost::asio::get_associated_executor(handler, io);
-  boost::asio::post(io, boost::asio::bind_executor(
-                            std::move(ex),
-                            with_args(std::forward<Handler>(handler), std::move(args)...)));
+  boost::asio::post(
+      io, boost::asio::bind_executor(
+              std::move(ex), with_args(std::forward<Handler>(handler), std::move(args)...)));
 }
 
 }  // namespace detail

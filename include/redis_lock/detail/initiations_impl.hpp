@@ -26,8 +26,7 @@ void initiate_acquire::operator()(Handler handler, std::shared_ptr<LockService> 
                                   std::string resource, LockOptions options) const {
   if (!service) {  // a moved-from manager
     return complete_without_lock(io_, alive_, std::move(handler),
-                                 boost::system::error_code(error::invalid_argument),
-                                 LockGuard{});
+                                 boost::system::error_code(error::invalid_argument), LockGuard{});
   }
   LockManager::acquire_impl(std::move(service), std::move(resource), options,
                             AcquireHandler(std::move(handler)));
@@ -59,12 +58,10 @@ template <class Handler>
 void initiate_wait_lost::operator()(Handler handler, std::shared_ptr<LockService> service,
                                     std::shared_ptr<LeaseState> lease) const {
   if (!service || !lease) {
-    return complete_without_lock(
-        io_, alive_, std::move(handler),
-        boost::system::error_code(boost::asio::error::operation_aborted));
+    return complete_without_lock(io_, alive_, std::move(handler),
+                                 boost::system::error_code(boost::asio::error::operation_aborted));
   }
-  LockGuard::wait_lost_impl(std::move(service), std::move(lease),
-                            ErrorHandler(std::move(handler)));
+  LockGuard::wait_lost_impl(std::move(service), std::move(lease), ErrorHandler(std::move(handler)));
 }
 
 }  // namespace redis_lock::detail
