@@ -18,18 +18,6 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-/// Runs `io` on this thread until `done` holds or `limit` passes.
-template <class Pred>
-bool run_until(asio::io_context& io, Pred done, std::chrono::milliseconds limit = 10s) {
-  const auto until = Clock::now() + limit;
-  io.restart();
-  while (!done() && Clock::now() < until) {
-    io.run_one_for(std::chrono::milliseconds(10));
-    if (io.stopped()) io.restart();
-  }
-  return done();
-}
-
 /// Runs `io` on a thread of its own (while the test polls a server) until destroyed.
 class RunInBackground {
  public:

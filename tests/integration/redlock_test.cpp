@@ -414,6 +414,27 @@ void connect_everywhere(LockManager& locks, asio::io_context& io) {
   io.run_for(100ms);  // the release
 }
 
+/// One acquire, `io` run until it completes (at most `limit`; late answers stay pending for
+/// the test): what it came back with, and how long it took.
+struct Timed {
+  std::optional<Outcome> got;
+  Clock::duration took{};
+};
+Timed timed_acquire(LockManager& locks, asio::io_context& io, const std::string& resource,
+                    LockOptions options, std::chrono::milliseconds limit) {
+  // Shared with the handler: it may still run after this returns, when the test runs `io`.
+  auto timed = std::make_shared<Timed>();
+  const auto started = Clock::now();
+  locks.async_acquire(resource, options,
+                      [timed, started](boost::system::error_code ec, LockGuard g) {
+                        timed->took = Clock::now() - started;
+                        timed->got = Outcome{ec, g.owns_lock(), g.fencing_token()};
+                      });
+  run_until(
+      io, [&] { return timed->got.has_value(); }, limit);
+  return *timed;
+}
+
 /// Runs `io` on a thread (give-backs, late grants) while waiting until nothing holds
 /// `resource` on any live master.
 bool freed_while_running(asio::io_context& io, const Masters& masters, const std::string& resource,
@@ -513,15 +534,7 @@ TEST(Redlock, AMajoritySlowerThanTheTtlTakesNoLock) {
   connect_everywhere(locks, io);
   path.set_delay(150ms);
   const auto resource = unique_resource();
-  std::optional<Outcome> got;
-  const auto started = Clock::now();
-  Clock::duration took{};
-  locks.async_acquire(resource, {.ttl = 200ms}, [&](boost::system::error_code ec, LockGuard g) {
-    took = Clock::now() - started;
-    got = Outcome{ec, g.owns_lock(), g.fencing_token()};
-  });
-  io.restart();
-  while (!got && Clock::now() - started < 3s) io.run_one_for(20ms);
+  const auto [got, took] = timed_acquire(locks, io, resource, {.ttl = 200ms}, 3s);
   ASSERT_TRUE(got) << "the acquire did not complete";
   EXPECT_FALSE(got->owned) << "granted a lease whose validity had run out";
   // Past the ttl (less the drift) no answer can make a valid lock: it fails then, as a
@@ -566,15 +579,7 @@ TEST(Redlock, AMajorityWhoseFencingWriteBackTakesTheRestOfTheTtlTakesNoLock) {
     ASSERT_EQ(masters.nodes[i]->command({"SET", fence_key, counter}), "OK");
   }
   path.set_delay(250ms);
-  std::optional<Outcome> got;
-  const auto started = Clock::now();
-  Clock::duration took{};
-  locks.async_acquire(resource, {.ttl = 900ms}, [&](boost::system::error_code ec, LockGuard g) {
-    took = Clock::now() - started;
-    got = Outcome{ec, g.owns_lock(), g.fencing_token()};
-  });
-  io.restart();
-  while (!got && Clock::now() - started < 5s) io.run_one_for(20ms);
+  const auto [got, took] = timed_acquire(locks, io, resource, {.ttl = 900ms}, 5s);
   ASSERT_TRUE(got) << "the acquire did not complete";
   EXPECT_FALSE(got->owned) << "granted a lease whose validity the write-back used up";
   EXPECT_FALSE(got->ec) << got->ec.message() << " (no_quorum: the vote itself came after "

@@ -58,13 +58,7 @@ TEST(WithLock, LostLeaseCancelsTheWork) {
       [&](const LockGuard&) -> asio::awaitable<void> {
         // Someone else takes the key: the next renewal is refused.
         redis_command(cfg.port, {"SET", lease_key(resource), "intruder", "PX", "30000"});
-        asio::steady_timer t(co_await asio::this_coro::executor, 30s);
-        try {
-          co_await t.async_wait(asio::use_awaitable);
-        } catch (const boost::system::system_error& e) {
-          cancelled = e.code() == asio::error::operation_aborted;
-          throw;
-        }
+        co_await sleep_for(30s, cancelled);
       },
       [&](std::exception_ptr e, error_code ec) {
         EXPECT_FALSE(e);
@@ -170,10 +164,6 @@ TEST(WithLock, CancelledByOrWhileWaitingOrWorking) {
   LockManager locks(io.get_executor(), cfg), other(io.get_executor(), cfg);
   const auto resource = unique_resource();
   const auto keys = redis_lock::detail::make_keys("lock:", resource);
-  const auto after = [](std::chrono::milliseconds d) -> asio::awaitable<void> {
-    asio::steady_timer t(co_await asio::this_coro::executor, d);
-    co_await t.async_wait(asio::use_awaitable);
-  };
   run_co(io, [&]() -> asio::awaitable<void> {
     // Waiting: held elsewhere, the timer wins; the acquire leaves the queue, the work never
     // runs, and nothing is left held when the holder lets go.
@@ -186,7 +176,7 @@ TEST(WithLock, CancelledByOrWhileWaitingOrWorking) {
                                        ran = true;
                                        co_return;
                                      }) ||
-                           after(300ms));
+                           sleep_for(300ms));
     EXPECT_EQ(first.index(), 1u) << "with_lock completed first";
     EXPECT_LT(std::chrono::steady_clock::now() - started, 2s) << "the wait was not cancelled";
     EXPECT_FALSE(ran);
@@ -200,20 +190,15 @@ TEST(WithLock, CancelledByOrWhileWaitingOrWorking) {
     started = std::chrono::steady_clock::now();
     auto second = co_await (with_lock(locks, resource, {.ttl = 5s},
                                       [&](const LockGuard&) -> asio::awaitable<void> {
-                                        try {
-                                          co_await after(20s);
-                                        } catch (const boost::system::system_error& e) {
-                                          aborted = e.code() == asio::error::operation_aborted;
-                                          throw;
-                                        }
+                                        co_await sleep_for(20s, aborted);
                                       }) ||
-                            after(300ms));
+                            sleep_for(300ms));
     EXPECT_EQ(second.index(), 1u);
     EXPECT_TRUE(aborted) << "the work was not cancelled";
     EXPECT_LT(std::chrono::steady_clock::now() - started, 2s);
     for (int i = 0; i < 200 && redis_command(cfg.port, {"EXISTS", lease_key(resource)}) != "0";
          ++i) {
-      co_await after(5ms);
+      co_await sleep_for(5ms);
     }
     EXPECT_EQ(redis_command(cfg.port, {"EXISTS", lease_key(resource)}), "0") << "not released";
   }());
@@ -250,8 +235,9 @@ void expect_free_at_once(LockManager& other, asio::io_context& io, const std::st
   other.async_acquire(resource, {.ttl = 5s, .wait = 5s}, [&](error_code ec, LockGuard g) {
     got = Outcome{ec, g.owns_lock(), g.fencing_token()};
   });
-  while (!got && std::chrono::steady_clock::now() - started < 10s) io.run_one_for(20ms);
-  ASSERT_TRUE(got) << "the other manager's acquire did not complete";
+  ASSERT_TRUE(run_until(
+      io, [&] { return got.has_value(); }, 10s))
+      << "the other manager's acquire did not complete";
   EXPECT_FALSE(got->ec) << got->ec.message();
   EXPECT_TRUE(got->owned) << "still held after the cancelled with_lock";
   EXPECT_LT(std::chrono::steady_clock::now() - started, 2s) << "freed by the ttl, not released";
@@ -285,20 +271,14 @@ TEST(WithLock, CancelledThroughABoundCancellationSlot) {
           emitted = std::chrono::steady_clock::now();
           cancel.emit(asio::cancellation_type::terminal);
         });
-        asio::steady_timer t(co_await asio::this_coro::executor, 20s);
-        try {
-          co_await t.async_wait(asio::use_awaitable);
-        } catch (const boost::system::system_error& e) {
-          work_aborted = e.code() == asio::error::operation_aborted;
-          throw;
-        }
+        co_await sleep_for(20s, work_aborted);
       },
       asio::bind_cancellation_slot(cancel.slot(), [&](std::exception_ptr e, error_code ec) {
         done = Completion{e, ec};
       }));
-  const auto started = std::chrono::steady_clock::now();
-  while (!done && std::chrono::steady_clock::now() - started < 15s) io.run_one_for(20ms);
-  ASSERT_TRUE(done) << "async_with_lock did not complete";
+  ASSERT_TRUE(run_until(
+      io, [&] { return done.has_value(); }, 15s))
+      << "async_with_lock did not complete";
   EXPECT_TRUE(work_started);
   EXPECT_TRUE(work_aborted) << "the work was not cancelled";
   ASSERT_TRUE(emitted);
@@ -321,16 +301,16 @@ TEST(WithLock, CancelledByCancelAfter) {
   async_with_lock(
       locks, resource, {.ttl = 30s},
       [&](const LockGuard&) -> asio::awaitable<void> {
-        asio::steady_timer t(co_await asio::this_coro::executor, 20s);
-        co_await t.async_wait(asio::use_awaitable);
+        co_await sleep_for(20s);
         work_finished = true;
       },
       asio::cancel_after(300ms, [&](std::exception_ptr e, error_code ec) {
         done = Completion{e, ec};
       }));
   const auto started = std::chrono::steady_clock::now();
-  while (!done && std::chrono::steady_clock::now() - started < 15s) io.run_one_for(20ms);
-  ASSERT_TRUE(done) << "async_with_lock did not complete";
+  ASSERT_TRUE(run_until(
+      io, [&] { return done.has_value(); }, 15s))
+      << "async_with_lock did not complete";
   EXPECT_FALSE(work_finished);
   EXPECT_LT(std::chrono::steady_clock::now() - started, 3s) << "not cancelled after 300 ms";
   EXPECT_EQ(done->code(), asio::error::operation_aborted) << done->code().message();

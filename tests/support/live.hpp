@@ -59,6 +59,31 @@ inline asio::awaitable<void> sleep_for(std::chrono::milliseconds d) {
   co_await t.async_wait(asio::use_awaitable);
 }
 
+/// In a coroutine: waits `d`; when the wait is cancelled (operation_aborted), sets `aborted`
+/// first, then rethrows, so a test can tell its work was cancelled and not just ended.
+inline asio::awaitable<void> sleep_for(std::chrono::milliseconds d, bool& aborted) {
+  try {
+    co_await sleep_for(d);
+  } catch (const boost::system::system_error& e) {
+    aborted = e.code() == asio::error::operation_aborted;
+    throw;
+  }
+}
+
+/// Runs `io` on this thread, one handler at a time, until `done()` holds or `limit` has
+/// passed (work still pending then, late replies say, stays for the test); returns `done()`.
+template <class Done>
+bool run_until(asio::io_context& io, Done done,
+               std::chrono::milliseconds limit = std::chrono::seconds(10)) {
+  const auto until = std::chrono::steady_clock::now() + limit;
+  io.restart();
+  while (!done() && std::chrono::steady_clock::now() < until) {
+    io.run_one_for(std::chrono::milliseconds(10));
+    if (io.stopped()) io.restart();
+  }
+  return done();
+}
+
 /// What one acquire came back with (the guard is released when the test moves on).
 struct Outcome {
   boost::system::error_code ec;
