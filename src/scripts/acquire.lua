@@ -5,17 +5,15 @@
 -- ARGV[3] '1' to join the queue when held, ARGV[4] ms a queued waiter stays without retrying,
 -- ARGV[5] the waiter's manager id, ARGV[6] '1' to raise only a fresh counter to the clock
 -- (Redlock; see mint). A queue member is token .. manager id.
+-- The lease's value is its holder's token, followed by '+' once a waiter may be queued
+-- behind it: the release's GET then says whether it must look at the queue at all.
 -- Returns {1, fencing_token} when taken, {0, pttl} when not (pttl -2: free but reserved).
 -- The fencing token is the counter's INCR, raised to the server's clock in microseconds.
 local lease, fence, queue, expiry = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local token, ttl = ARGV[1], ARGV[2]
 local member = token .. ARGV[5]
 
-local function mint(queued)
-  if queued then
-    redis.call('ZREM', queue, member)
-    redis.call('ZREM', expiry, member)
-  end
+local function mint()
   local f = redis.pcall('INCR', fence)
   if type(f) == 'table' and f.err then
     -- Never keep a lease whose fencing token could not be minted.
@@ -25,7 +23,8 @@ local function mint(queued)
   -- Never below the server's clock in microseconds: a counter that was lost (a restart
   -- without persistence, eviction, FLUSHALL, a failover to a replica that missed INCRs)
   -- starts again above every token minted before. Lua numbers are doubles, exact below
-  -- 2^53 (the clock is ~1.8e15); '%.0f' writes them without an exponent.
+  -- 2^53 (the clock is ~1.8e15); the counter is written from TIME's own digits, so its text
+  -- never depends on how a Redis version formats a Lua number.
   -- With ARGV[6] = '1' (Redlock) only a fresh counter (1) is raised: each master's clock
   -- differs, so flooring every mint would make the masters disagree on every acquire and
   -- cost the max-register's write-back round trip each time; a master whose counter lags
@@ -35,7 +34,7 @@ local function mint(queued)
     local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
     if f < now_us then
       f = now_us
-      redis.call('SET', fence, string.format('%.0f', f))
+      redis.call('SET', fence, t[1] .. string.sub('00000' .. t[2], -6))
     end
   end
   return {1, f}
@@ -48,7 +47,7 @@ end
 
 local queued = redis.call('EXISTS', queue) == 1
 if not queued and redis.call('SET', lease, token, 'NX', 'PX', ttl) then
-  return mint(false)  -- the common, uncontended path
+  return mint()  -- the common, uncontended path
 end
 if queued then
   -- Waiters that stopped refreshing their place (crashed) leave the queue.
@@ -59,16 +58,26 @@ if queued then
   end
 end
 local current = redis.call('GET', lease)  -- WRONGTYPE if the key holds something else
-if current == token then
-  redis.call('PEXPIRE', lease, ttl)  -- handed over by a release: claim it
-  return mint(queued)
-end
+local marked = token .. '+'
+local ours = current == token or current == marked  -- handed over to us by a release
+local head_is_us = false
 if not current then
   local head = redis.call('ZRANGE', queue, 0, 0)[1]
-  if not head or head == member then
-    redis.call('SET', lease, token, 'PX', ttl)
-    return mint(queued)
+  head_is_us = not head or head == member
+end
+if ours or head_is_us then
+  local others = false
+  if queued then
+    redis.call('ZREM', queue, member)
+    redis.call('ZREM', expiry, member)
+    others = redis.call('EXISTS', queue) == 1
   end
+  if ours and (current == marked or not others) then
+    redis.call('PEXPIRE', lease, ttl)  -- claim it
+  else
+    redis.call('SET', lease, others and marked or token, 'PX', ttl)
+  end
+  return mint()
 end
 if ARGV[3] == '1' then
   if not redis.call('ZSCORE', queue, member) then
@@ -81,5 +90,11 @@ if ARGV[3] == '1' then
   -- died leave no keys behind on a resource nobody asks for again.
   redis.call('PEXPIRE', queue, ARGV[4])
   redis.call('PEXPIRE', expiry, ARGV[4])
+  -- Tell the holder's release that someone waits, keeping the lease's expiry (PTTL rounds
+  -- down: never later than it was). Only SET and PTTL, which a lock user has anyway.
+  if current and string.byte(current, -1) ~= 43 then
+    local left = redis.call('PTTL', lease)
+    if left > 0 then redis.call('SET', lease, current .. '+', 'PX', left) end
+  end
 end
 return {0, redis.call('PTTL', lease)}

@@ -1,6 +1,7 @@
--- Extend the lease only if it still holds our token.
+-- Extend the lease only if it still holds our token (with or without the waiters' '+').
 -- KEYS[1] lease key; ARGV[1] token, ARGV[2] new ttl ms. Returns 1 if extended, else 0.
-if redis.call('GET', KEYS[1]) == ARGV[1] then
+local current = redis.call('GET', KEYS[1])
+if current == ARGV[1] or current == ARGV[1] .. '+' then
   return redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end
 return 0

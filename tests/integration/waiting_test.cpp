@@ -422,3 +422,42 @@ TEST(Waiting, AContendedAcquisitionCostsThreeCommands) {
   EXPECT_EQ(by_client["holder"], 1) << log;  // the release
   EXPECT_EQ(by_client["waiter:sub"] + by_client["holder:sub"], 0) << log;
 }
+
+TEST(Waiting, TheLeaseTellsItsReleaseWhetherAnyoneWaits) {
+  // A waiter that queues appends '+' to the holder's lease, keeping its expiry; renewal
+  // accepts the marked lease; a hand-off keeps the mark while more waiters remain and drops
+  // it for the last one (whose release then deletes without looking at the queue).
+  auto cfg = shared_server_config();
+  const auto resource = unique_resource();
+  const auto lease = lease_key(resource);
+  Background bg;
+  LockManager h(bg.io.get_executor(), cfg), a(bg.io.get_executor(), cfg),
+      b(bg.io.get_executor(), cfg);
+  auto holder = h.async_acquire(resource, {.ttl = 30s}, asio::use_future).get();
+  ASSERT_TRUE(holder);
+  EXPECT_EQ(redis_command(cfg.port, {"GET", lease}), holder.token());
+  auto first = a.async_acquire(resource, {.ttl = 30s, .wait = 20s}, asio::use_future);
+  ASSERT_TRUE(wait_for_queue(cfg.port, resource, 1));
+  EXPECT_EQ(redis_command(cfg.port, {"GET", lease}), holder.token() + "+");
+  const auto pttl = std::stoll(redis_command(cfg.port, {"PTTL", lease}));
+  EXPECT_GT(pttl, 20000) << "marking the lease lost its expiry";
+  EXPECT_LE(pttl, 30000) << "marking the lease extended it";
+  EXPECT_TRUE(holder.async_extend(40s, asio::use_future).get()) << "a marked lease is still ours";
+  EXPECT_GT(std::stoll(redis_command(cfg.port, {"PTTL", lease})), 30000);
+  auto second = b.async_acquire(resource, {.ttl = 30s, .wait = 20s}, asio::use_future);
+  ASSERT_TRUE(wait_for_queue(cfg.port, resource, 2));
+  EXPECT_TRUE(holder.async_release(asio::use_future).get());
+  ASSERT_EQ(first.wait_for(10s), std::future_status::ready);
+  auto g1 = first.get();
+  ASSERT_TRUE(g1);
+  EXPECT_EQ(redis_command(cfg.port, {"GET", lease}), g1.token() + "+")
+      << "the hand-off dropped the mark while a waiter remained";
+  EXPECT_TRUE(g1.async_release(asio::use_future).get());
+  ASSERT_EQ(second.wait_for(10s), std::future_status::ready);
+  auto g2 = second.get();
+  ASSERT_TRUE(g2);
+  EXPECT_EQ(redis_command(cfg.port, {"GET", lease}), g2.token());
+  EXPECT_TRUE(g2.async_release(asio::use_future).get());
+  EXPECT_EQ(redis_command(cfg.port, {"EXISTS", lease}), "0");
+  EXPECT_TRUE(wait_for_queue(cfg.port, resource, 0));
+}
