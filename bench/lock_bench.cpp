@@ -307,7 +307,7 @@ struct Kind {
 
 const Kind own_scripts{"redis_lock",
                        "acquire.lua (EXISTS queue, SET NX PX, INCR fence, TIME, SET fence) + "
-                       "release.lua (EXISTS queue, GET, DEL)",
+                       "release.lua (GET, DEL; the queue only when the lease says someone waits)",
                        &Raw::acquire, &Raw::release};
 const Kind minimal_fenced{"minimal fenced lock",
                           "script (SET NX PX, INCR fence) + script (GET, DEL)",

@@ -6,6 +6,7 @@
 
 #include <hiredis/hiredis.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cstdlib>
 
@@ -33,42 +34,6 @@ void append_range(std::string& out, const Range& args) {
     out.append(a.data(), a.size());
     out.append("\r\n", 2);
   }
-}
-
-Reply convert(const redisReply* r) {
-  Reply out;
-  switch (r->type) {
-    case REDIS_REPLY_STRING:
-      out.type = Reply::Type::string;
-      break;
-    case REDIS_REPLY_STATUS:
-      out.type = Reply::Type::status;
-      break;
-    case REDIS_REPLY_ERROR:
-      out.type = Reply::Type::error;
-      break;
-    case REDIS_REPLY_INTEGER:
-      out.type = Reply::Type::integer;
-      break;
-    case REDIS_REPLY_NIL:
-      out.type = Reply::Type::nil;
-      break;
-    case REDIS_REPLY_ARRAY:
-      out.type = Reply::Type::array;
-      break;
-    default:
-      out.type = Reply::Type::other;
-      break;
-  }
-  if (out.type == Reply::Type::integer) {
-    out.integer = r->integer;
-  } else if (out.type == Reply::Type::array) {
-    out.elements.reserve(r->elements);
-    for (std::size_t i = 0; i < r->elements; ++i) out.elements.push_back(convert(r->element[i]));
-  } else if (r->str != nullptr) {
-    out.str.assign(r->str, r->len);
-  }
-  return out;
 }
 
 bool starts_with(std::string_view text, std::string_view prefix) noexcept {
@@ -119,56 +84,109 @@ boost::system::error_code error_from_reply(std::string_view text) noexcept {
 
 namespace {
 
-// hiredis (0.14) allocates an array's element table as soon as it reads the header, so a
-// hostile server sending "*6222222176" made it ask for 50 GB (found by the reply fuzzer).
-// Refuse arrays larger than the reader's limits before anything is allocated; hiredis then
-// fails the stream and the connection is dropped with protocol_error.
-//
-// Why this bounds memory: an array's table (8 bytes per declared element) is the only thing
-// allocated ahead of the bytes that fill it. Every element that does arrive costs the server
-// at least 3 bytes on the wire (":0\r\n", "*0\r\n", "$-1\r\n"), so completed elements cost us
-// a small constant per byte received. Tables still waiting for their elements are at most
-// one per nesting level: one top-level table plus up to `max_nesting` nested ones (hiredis
-// 0.14 stops there by itself; hiredis 1.x grows its stack without a limit, so we check).
-// The caps therefore bound the memory allocated ahead of input to
-// 8 * (top_level + 7 * nested) bytes: 64 KB on a lock connection, 184 KB on a topology
-// connection (top_level 16384, the most ranges a slot map can have). The top-level cap is
-// per reply kind (only the connection that asks CLUSTER SLOTS accepts 16384); the nested cap
-// stays tight everywhere, since no reply we read nests a large array (the deepest, a slot
-// map, nests three levels: range, node, node metadata).
+// A hostile or broken server must not make us allocate for data it never sends: the reply
+// fuzzer once found "*6222222176" asking hiredis' default builder for a 50 GB element table.
+// Our builder (ReplyReader::Build) reserves at most 8 elements when an array's header
+// arrives and grows as elements arrive; every element costs the server at least 3 bytes on
+// the wire (":0\r\n", "$-1\r\n"), so what we hold stays a small constant per byte received,
+// plus at most 8 reserved elements per array still open (one per nesting level, at most
+// `max_nesting` + 1). On top of that, arrays declaring more elements than the reader's
+// limits (1024 on a lock connection; 16384 at the top of a CLUSTER SLOTS reply, the most
+// ranges a slot map can have) are refused outright: hiredis fails the stream and the
+// connection is dropped with protocol_error. hiredis 0.14 stops at 7 nested levels by itself;
+// 1.x grows its stack without a limit, so we check too.
 constexpr int max_nesting = 7;
-
-long long limit_for(const redisReadTask* task) {
-  const auto* limits = static_cast<const ReplyLimits*>(task->privdata);
-  const ReplyLimits fallback;
-  if (limits == nullptr) limits = &fallback;
-  int depth = 0;
-  for (const auto* p = task->parent; p != nullptr; p = p->parent) {
-    if (++depth > max_nesting) return -1;  // refuse: deeper than any reply we read
-  }
-  return depth == 0 ? limits->top_level : limits->nested;
-}
-
-redisReplyObjectFunctions* bounded_functions(const redisReplyObjectFunctions* defaults) {
-  static const redisReplyObjectFunctions* original = defaults;
-  static redisReplyObjectFunctions bounded = [] {
-    redisReplyObjectFunctions fn = *original;
-    fn.createArray = [](const redisReadTask* task, auto elements) -> void* {
-      const auto n = static_cast<long long>(elements);
-      if (n < 0 || n > limit_for(task)) return nullptr;  // negative: a wrapped count
-      return original->createArray(task, elements);
-    };
-    return fn;
-  }();
-  return &bounded;
-}
 
 }  // namespace
 
+// The reader builds our Reply directly (no redisReply tree to copy and free): hiredis calls
+// these for each value it completes, an element's parent array already sized. The root is
+// the ReplyReader's own `root_`, so a reply without an array or a long string allocates
+// nothing; hiredis frees (through free_object) only ever the root, on a stream error.
+struct ReplyReader::Build {
+  static ReplyReader& reader(const redisReadTask* task) {
+    return *static_cast<ReplyReader*>(task->privdata);
+  }
+  /// Where the value of `task` goes: the next element of its parent array, or the root.
+  /// Elements arrive in order, and an array is complete before its parent's next element
+  /// is made: growing the parent then moves only values hiredis no longer points at.
+  static Reply* slot(const redisReadTask* task) {
+    if (task->parent == nullptr) return &reader(task).root_;
+    auto& elements = static_cast<Reply*>(task->parent->obj)->elements;
+    const auto index = static_cast<std::size_t>(task->idx);
+    if (elements.size() <= index) elements.resize(index + 1);
+    return &elements[index];
+  }
+  static long long limit(const redisReadTask* task) {
+    const ReplyLimits& limits = reader(task).limits_;
+    int depth = 0;
+    for (const auto* p = task->parent; p != nullptr; p = p->parent) {
+      if (++depth > max_nesting) return -1;  // refuse: deeper than any reply we read
+    }
+    return depth == 0 ? limits.top_level : limits.nested;
+  }
+  static void* string(const redisReadTask* task, char* data, std::size_t size) noexcept {
+    try {
+      Reply* r = slot(task);
+      r->type = task->type == REDIS_REPLY_STATUS  ? Reply::Type::status
+                : task->type == REDIS_REPLY_ERROR ? Reply::Type::error
+                                                  : Reply::Type::string;
+      r->str.assign(data, size);
+      return r;
+    } catch (...) {
+      return nullptr;  // hiredis fails the stream ("out of memory")
+    }
+  }
+  static void* array(const redisReadTask* task, long long elements) noexcept {
+    // Negative: a wrapped count. Above the limit: refused before anything is allocated.
+    if (elements < 0 || elements > limit(task)) return nullptr;
+    try {
+      Reply* r = slot(task);
+      r->type = Reply::Type::array;
+      // Room for what lock replies hold; more grows as elements arrive, so a header alone
+      // never makes us allocate for elements not sent.
+      r->elements.reserve(static_cast<std::size_t>(std::min(elements, 8LL)));
+      return r;
+    } catch (...) {
+      return nullptr;
+    }
+  }
+  static void* integer(const redisReadTask* task, long long value) noexcept {
+    Reply* r = slot(task);
+    r->type = Reply::Type::integer;
+    r->integer = value;
+    return r;
+  }
+  static void* nil(const redisReadTask* task) noexcept {
+    Reply* r = slot(task);
+    r->type = Reply::Type::nil;
+    return r;
+  }
+  static void free_object(void* object) noexcept {
+    // Only the root: reset it for the next reply (the reader is about to fail anyway).
+    *static_cast<Reply*>(object) = Reply{};
+  }
+  static redisReplyObjectFunctions* functions() {
+    static redisReplyObjectFunctions fn = [] {
+      redisReplyObjectFunctions f{};
+      f.createString = &string;
+      // hiredis 0.14 passes the count as int, 1.x as size_t: accept either.
+      f.createArray = [](const redisReadTask* task, auto elements) -> void* {
+        return array(task, static_cast<long long>(elements));
+      };
+      f.createInteger = &integer;
+      f.createNil = &nil;
+      f.freeObject = &free_object;
+      return f;
+    }();
+    return &fn;
+  }
+};
+
 ReplyReader::ReplyReader(ReplyLimits limits) : limits_(limits), reader_(redisReaderCreate()) {
   if (reader_ == nullptr) throw std::bad_alloc();
-  reader_->fn = bounded_functions(reader_->fn);
-  reader_->privdata = &limits_;
+  reader_->fn = Build::functions();
+  reader_->privdata = this;
 }
 
 ReplyReader::~ReplyReader() { redisReaderFree(reader_); }
@@ -184,15 +202,8 @@ std::optional<Reply> ReplyReader::next(bool& failed) {
     return std::nullopt;
   }
   if (raw == nullptr) return std::nullopt;
-  auto* reply = static_cast<redisReply*>(raw);
-  Reply out;
-  try {
-    out = convert(reply);
-  } catch (...) {
-    freeReplyObject(reply);
-    throw;
-  }
-  freeReplyObject(reply);
+  std::optional<Reply> out(std::move(root_));
+  root_ = Reply{};
   return out;
 }
 

@@ -64,7 +64,9 @@ class ReplyReader {
   std::optional<Reply> next(bool& failed);
 
  private:
-  ReplyLimits limits_;  // read through the reader's privdata (the reader is not movable)
+  struct Build;         // hiredis' callbacks, building `root_` (resp.cpp)
+  ReplyLimits limits_;  // read through the reader's privdata, `this` (so: not movable)
+  Reply root_;          // the reply being read
   redisReader* reader_;
 };
 

@@ -90,8 +90,10 @@ if ARGV[3] == '1' then
   -- died leave no keys behind on a resource nobody asks for again.
   redis.call('PEXPIRE', queue, ARGV[4])
   redis.call('PEXPIRE', expiry, ARGV[4])
-  -- Tell the holder's release that someone waits, keeping the lease's expiry (PTTL rounds
-  -- down: never later than it was). Only SET and PTTL, which a lock user has anyway.
+  -- Tell the holder's release that someone waits, keeping the lease's expiry (on Redis 7
+  -- the clock stands still in a script, so it is exact; before, it can only come out a
+  -- millisecond later, which the holder's own validity never counts on). Only SET and PTTL,
+  -- which a lock user has anyway.
   if current and string.byte(current, -1) ~= 43 then
     local left = redis.call('PTTL', lease)
     if left > 0 then redis.call('SET', lease, current .. '+', 'PX', left) end
