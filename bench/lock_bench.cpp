@@ -63,6 +63,42 @@
 #include <thread>
 #include <vector>
 
+// Allocations per pair: every malloc, calloc and realloc of this process is counted by
+// interposing glibc's allocator (operator new allocates through malloc; hiredis calls it
+// directly), so the library and the raw hiredis client are counted the same way. Sanitizer
+// builds bring their own allocator: nothing is counted there.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define LOCK_BENCH_NO_ALLOC_COUNT 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define LOCK_BENCH_NO_ALLOC_COUNT 1
+#endif
+#endif
+#ifdef LOCK_BENCH_NO_ALLOC_COUNT
+static constexpr bool counts_allocations = false;
+static unsigned long long allocations() { return 0; }
+#else
+static constexpr bool counts_allocations = true;
+static std::atomic<unsigned long long> allocation_count{0};
+static unsigned long long allocations() { return allocation_count.load(std::memory_order_relaxed); }
+// glibc's own entry points, which ours forward to.
+extern "C" void* __libc_malloc(std::size_t);
+extern "C" void* __libc_calloc(std::size_t, std::size_t);
+extern "C" void* __libc_realloc(void*, std::size_t);
+extern "C" void* malloc(std::size_t n) {
+  allocation_count.fetch_add(1, std::memory_order_relaxed);
+  return __libc_malloc(n);
+}
+extern "C" void* calloc(std::size_t n, std::size_t size) {
+  allocation_count.fetch_add(1, std::memory_order_relaxed);
+  return __libc_calloc(n, size);
+}
+extern "C" void* realloc(void* p, std::size_t n) {
+  allocation_count.fetch_add(1, std::memory_order_relaxed);
+  return __libc_realloc(p, n);
+}
+#endif
+
 namespace asio = boost::asio;
 namespace detail = redis_lock::detail;
 using Clock = std::chrono::steady_clock;
@@ -902,22 +938,26 @@ int main(int argc, char** argv) {
   }
   struct Tp {
     int in_flight;
-    Compared c, cpu;  // pairs/s; this process's CPU per pair, us
+    Compared c, cpu, allocs;  // pairs/s; this process's CPU per pair, us; allocations per pair
   };
   std::vector<Tp> tps;
   for (int n : {1, 8, 64, 256}) {
-    Tp t{n, {}, {}};
+    Tp t{n, {}, {}, {}};
     for (int r = 0; r < rounds; ++r) {
-      double cpu_us[3];
+      double cpu_us[3], allocs[3];
       round_of_three(r, t.c, [&](int which) {
         const double cpu0 = cpu_seconds();
+        const auto allocs0 = allocations();
         const Pairs run =
             which == 2 ? lib_throughput(a, n, seconds)
                        : raw_throughput(a, which == 0 ? own_scripts : minimal_fenced, n, seconds);
         cpu_us[which] = (cpu_seconds() - cpu0) * 1e6 / static_cast<double>(run.pairs);
+        allocs[which] =
+            static_cast<double>(allocations() - allocs0) / static_cast<double>(run.pairs);
         return run.per_second();
       });
       t.cpu.add(cpu_us[0], cpu_us[1], cpu_us[2]);
+      if (counts_allocations) t.allocs.add(allocs[0], allocs[1], allocs[2]);
     }
     tps.push_back(std::move(t));
   }
@@ -961,6 +1001,7 @@ int main(int argc, char** argv) {
     std::snprintf(label, sizeof label, "(b) throughput, pairs/s, %d in flight", t.in_flight);
     row(label, t.c, "%.0f");
     row("    client CPU us per pair", t.cpu, "%.2f");
+    if (counts_allocations) row("    allocations per pair", t.allocs, "%.1f");
   }
   std::printf("\n(f) the server ceiling by command shape (256 in flight, driven from C)\n");
   std::printf("%-40s %12s %20s  %s\n", "shape", "pairs/s", "server CPU us/pair", "vs redis_lock");
@@ -1021,11 +1062,14 @@ int main(int argc, char** argv) {
                    "%s{\"in_flight\":%d,\"pairs_per_s\":%.1f,\"raw_pairs_per_s\":%.1f,"
                    "\"fenced_pairs_per_s\":%.1f,\"vs_raw\":%s,\"vs_fenced\":%s,"
                    "\"client_cpu_us\":%.3f,\"raw_client_cpu_us\":%.3f,"
-                   "\"fenced_client_cpu_us\":%.3f,\"client_cpu_vs_raw\":%s}",
+                   "\"fenced_client_cpu_us\":%.3f,\"client_cpu_vs_raw\":%s,"
+                   "\"allocations_per_pair\":%.2f,\"raw_allocations_per_pair\":%.2f}",
                    i ? "," : "", tps[i].in_flight, median(c.lib), median(c.raw), median(c.fenced),
                    json_spread(spread(c.vs_raw)).c_str(), json_spread(spread(c.vs_fenced)).c_str(),
                    median(tps[i].cpu.lib), median(tps[i].cpu.raw), median(tps[i].cpu.fenced),
-                   json_spread(spread(tps[i].cpu.vs_raw)).c_str());
+                   json_spread(spread(tps[i].cpu.vs_raw)).c_str(),
+                   counts_allocations ? median(tps[i].allocs.lib) : -1.0,
+                   counts_allocations ? median(tps[i].allocs.raw) : -1.0);
     }
     std::fprintf(f, "],\"server_ceiling\":[");
     for (std::size_t i = 0; i < ceiling.size(); ++i) {
