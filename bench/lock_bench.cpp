@@ -82,18 +82,18 @@ static constexpr bool counts_allocations = true;
 static std::atomic<unsigned long long> allocation_count{0};
 static unsigned long long allocations() { return allocation_count.load(std::memory_order_relaxed); }
 // glibc's own entry points, which ours forward to.
-extern "C" void* __libc_malloc(std::size_t);
-extern "C" void* __libc_calloc(std::size_t, std::size_t);
-extern "C" void* __libc_realloc(void*, std::size_t);
-extern "C" void* malloc(std::size_t n) {
+extern "C" void* __libc_malloc(std::size_t) noexcept;
+extern "C" void* __libc_calloc(std::size_t, std::size_t) noexcept;
+extern "C" void* __libc_realloc(void*, std::size_t) noexcept;
+extern "C" void* malloc(std::size_t n) noexcept {
   allocation_count.fetch_add(1, std::memory_order_relaxed);
   return __libc_malloc(n);
 }
-extern "C" void* calloc(std::size_t n, std::size_t size) {
+extern "C" void* calloc(std::size_t n, std::size_t size) noexcept {
   allocation_count.fetch_add(1, std::memory_order_relaxed);
   return __libc_calloc(n, size);
 }
-extern "C" void* realloc(void* p, std::size_t n) {
+extern "C" void* realloc(void* p, std::size_t n) noexcept {
   allocation_count.fetch_add(1, std::memory_order_relaxed);
   return __libc_realloc(p, n);
 }
