@@ -245,6 +245,18 @@ constexpr const char* fenced_acquire_lua =
 constexpr const char* compare_and_delete_lua =
     "if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end\n"
     "return redis.call('DEL', KEYS[1])\n";
+// The minimal fenced lock with redis_lock's clock floor (never a token below the server's
+// clock in microseconds, so tokens survive a lost counter): the least a lock with those
+// tokens can send, the yardstick for redis_lock's own shape.
+constexpr const char* floored_acquire_lua =
+    "if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 0 end\n"
+    "local f = redis.call('INCR', KEYS[2])\n"
+    "local t = redis.call('TIME')\n"
+    "if f < tonumber(t[1]) * 1000000 + tonumber(t[2]) then\n"
+    "  f = tonumber(t[1]) * 1000000 + tonumber(t[2])\n"
+    "  redis.call('SET', KEYS[2], t[1] .. string.sub('00000' .. t[2], -6))\n"
+    "end\n"
+    "return f\n";
 // npm redlock's acquire shape on one master.
 constexpr const char* check_and_set_lua =
     "if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end\n"
@@ -259,6 +271,7 @@ class Raw {
       if (load(std::string(s->body)) != s->sha1) fail("SCRIPT LOAD of " + std::string(s->name));
     }
     fenced_acquire_ = load(fenced_acquire_lua);
+    floored_acquire_ = load(floored_acquire_lua);
     compare_delete_ = load(compare_and_delete_lua);
     check_and_set_ = load(check_and_set_lua);
     noop_ = load("return 1");
@@ -282,6 +295,10 @@ class Raw {
   void fenced_acquire(const detail::ResourceKeys& k, const std::string& t) {
     send(Expect::positive, "minimal fenced acquire",
          {"EVALSHA", fenced_acquire_, "2", k.lease, k.fence, t, "10000"});
+  }
+  void floored_acquire(const detail::ResourceKeys& k, const std::string& t) {
+    send(Expect::positive, "minimal fenced acquire with the clock floor",
+         {"EVALSHA", floored_acquire_, "2", k.lease, k.fence, t, "10000"});
   }
   void compare_delete(const detail::ResourceKeys& k, const std::string& t) {
     send(Expect::one, "compare-and-delete", {"EVALSHA", compare_delete_, "1", k.lease, t});
@@ -329,7 +346,7 @@ class Raw {
   }
 
   redisContext* c_;
-  std::string fenced_acquire_, compare_delete_, check_and_set_, noop_;
+  std::string fenced_acquire_, floored_acquire_, compare_delete_, check_and_set_, noop_;
   std::deque<std::pair<Expect, const char*>> expected_;  // what each reply must be, and whose
 };
 
@@ -445,6 +462,9 @@ std::vector<Shape> server_ceiling(const Args& a, int rounds, double seconds) {
   const std::vector<Kind> kinds = {
       own_scripts,
       minimal_fenced,
+      {"minimal fenced lock + clock floor",
+       "script (SET NX PX, INCR fence, TIME, SET fence) + script (GET, DEL)", &Raw::floored_acquire,
+       &Raw::compare_delete},
       {"npm redlock (one master)", "script (EXISTS, SET PX) + script (GET, DEL)",
        &Raw::check_and_set, &Raw::compare_delete},
       {"redis-semaphore Mutex, redis-py Lock", "SET NX PX + script (GET, DEL)", &Raw::set_nx,
