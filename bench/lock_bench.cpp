@@ -252,8 +252,9 @@ constexpr const char* floored_acquire_lua =
     "if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 0 end\n"
     "local f = redis.call('INCR', KEYS[2])\n"
     "local t = redis.call('TIME')\n"
-    "if f < tonumber(t[1]) * 1000000 + tonumber(t[2]) then\n"
-    "  f = tonumber(t[1]) * 1000000 + tonumber(t[2])\n"
+    "local now = tonumber(t[1]) * 1000000 + tonumber(t[2])\n"
+    "if f < now then\n"
+    "  f = now\n"
     "  redis.call('SET', KEYS[2], t[1] .. string.sub('00000' .. t[2], -6))\n"
     "end\n"
     "return f\n";

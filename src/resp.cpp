@@ -100,7 +100,7 @@ constexpr int max_nesting = 7;
 }  // namespace
 
 // The reader builds our Reply directly (no redisReply tree to copy and free): hiredis calls
-// these for each value it completes, an element's parent array already sized. The root is
+// these for each value it reads, in order, an array before its elements. The root is
 // the ReplyReader's own `root_`, so a reply without an array or a long string allocates
 // nothing; hiredis frees (through free_object) only ever the root, on a stream error.
 struct ReplyReader::Build {
