@@ -4,10 +4,17 @@ include(${CMAKE_CURRENT_LIST_DIR}/warnings.cmake)
 
 # Lua scripts are embedded with their SHA1 computed here, so EVALSHA needs no hashing code.
 set(_rl_script_defs "")
+# acquire and release both mint fencing tokens: fence.lua (the mint function) goes first.
+set(_rl_fence "${PROJECT_SOURCE_DIR}/src/scripts/fence.lua")
+set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS "${_rl_fence}")
+file(READ "${_rl_fence}" _rl_fence_body)
 foreach(name acquire release extend raise_fence)
   set(_file "${PROJECT_SOURCE_DIR}/src/scripts/${name}.lua")
   set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS "${_file}")
   file(READ "${_file}" _body)
+  if(name STREQUAL "acquire" OR name STREQUAL "release")
+    string(PREPEND _body "${_rl_fence_body}")
+  endif()
   string(SHA1 _sha "${_body}")
   string(APPEND _rl_script_defs
     "inline constexpr Script ${name}_script{\"${name}\", R\"redis_lock_lua(${_body})redis_lock_lua\", \"${_sha}\"};\n")

@@ -54,7 +54,9 @@ Clock::time_point AcquireOp::give_back_until() const noexcept {
   return attempt_started + std::min(std::max(options.ttl, waiter_ttl), give_back_horizon);
 }
 
-void AcquireOp::give_back() { service->give_back(resource, token, give_back_until()); }
+void AcquireOp::give_back() {
+  service->give_back(resource, token, give_back_until(), member_suffix);
+}
 
 void AcquireOp::leave() {
   if (in_queue) give_back();
@@ -88,16 +90,18 @@ void AcquireOp::attempt() {
   phase = Phase::attempting;
   attempt_started = Clock::now();
   nudged = false;
+  handed_in_flight.reset();
   sent_body = false;
   patience = deadline;
-  if (service->redlock()) {
-    // Redlock waits by backing off: a fair queue on each master would not be one queue.
-    set_args(acquire_script, {keys.lease, keys.fence, keys.queue, keys.queue_expiry},
-             {token, arg, "0", waiter_ttl_ms, service->waiters().manager_id(), "1"});
-  } else {
-    set_args(acquire_script, {keys.lease, keys.fence, keys.queue, keys.queue_expiry},
-             {token, arg, queues ? "1" : "0", waiter_ttl_ms, service->waiters().manager_id()});
+  if (how.empty()) {
+    // '<mode><place ms> <member suffix>' (acquire.lua). Redlock waits by backing off: a fair
+    // queue on each master would not be one queue.
+    member_suffix = service->waiters().member_suffix(options.ttl);
+    how = service->redlock() ? "R" : queues ? "1" : "0";
+    how.append(waiter_ttl_ms).append(" ").append(member_suffix);
   }
+  set_args(acquire_script, {keys.lease, keys.fence, keys.queue, keys.queue_expiry},
+           {token, arg, how});
   service->send(std::static_pointer_cast<ScriptOp>(shared_from_this()));
 }
 
@@ -117,6 +121,28 @@ void AcquireOp::nudge() {
   } else if (timer) {
     timer->cancel();  // its handler attempts at once
   }
+}
+
+void AcquireOp::handed(const HandOff& hand_off) {
+  if (phase == Phase::done || cancelled) return;
+  // min_replicas: WAIT counts the replicas that have what *our* connection wrote, so the
+  // lease must be claimed by a command of ours (acquire.lua's claim) before it is confirmed.
+  if (hand_off.fence == 0 || options.min_replicas > 0) return nudge();
+  if (phase == Phase::attempting) {
+    // Ours if the attempt in flight ran before the release: its reply will tell (its place).
+    handed_in_flight = HandOff{{}, hand_off.fence, hand_off.place};
+    nudged = true;
+    return;
+  }
+  if (phase != Phase::asleep) return;
+  // The release saw the place our last answered attempt left, so it ran after that attempt
+  // was sent: the lease it set lasts from then at least. Another place: a message older
+  // than our last attempt (the lease it handed over lapsed, and we queued again); an attempt
+  // finds out what is ours.
+  if (queued_place == 0 || hand_off.place != queued_place) return nudge();
+  if (timer) timer->cancel();  // its handler finds us done
+  in_queue = false;            // the release took us out of the queue
+  granted(static_cast<long long>(hand_off.fence), queued_sent);
 }
 
 void AcquireOp::on_late_reply(error_code ec, const Reply& reply) {
@@ -163,15 +189,24 @@ void AcquireOp::on_reply(error_code ec, Reply reply) {
         give_back();
         return finish(error::unexpected_reply, LockGuard{});
       }
-      return granted(read.value);
+      return granted(read.value, attempt_started);
     case replies::Acquire::Kind::held:
       break;
   }
   in_queue = queues;
   waited = waited || options.wait.count() > 0;
+  if (read.place > 0) {
+    queued_sent = attempt_started;
+    queued_place = read.place;
+  }
   if (cancelled) {
-    leave();
+    leave();  // also hands on a lease a release gave us meanwhile
     return finish(asio::error::operation_aborted, LockGuard{});
+  }
+  if (handed_in_flight && read.place > 0 && handed_in_flight->place == read.place) {
+    // The release that handed us the lease saw this attempt's place: it ran after it.
+    in_queue = false;
+    return granted(static_cast<long long>(handed_in_flight->fence), attempt_started);
   }
   if (options.wait.count() == 0 || Clock::now() >= deadline) {
     leave();
@@ -180,9 +215,9 @@ void AcquireOp::on_reply(error_code ec, Reply reply) {
   sleep_until_retry(read.value);
 }
 
-void AcquireOp::granted(long long fence) {
+void AcquireOp::granted(long long fence, Clock::time_point sent) {
   auto lease = std::make_shared<LeaseState>();
-  lease->confirm(attempt_started, options.ttl);
+  lease->confirm(sent, options.ttl);
   lease->min_replicas = options.min_replicas;
   lease->replication_timeout = options.replication_timeout;
   if (options.auto_renew || service->observer()) lease->resource = resource;  // for on_lost
@@ -190,7 +225,7 @@ void AcquireOp::granted(long long fence) {
     lease->token = token;
     lease->ttl = options.ttl;
     lease->renew_every = RenewalSchedule::interval(options.ttl, options.renew_every);
-    if (options.max_hold.count() > 0) lease->hold_until = attempt_started + options.max_hold;
+    if (options.max_hold.count() > 0) lease->hold_until = sent + options.max_hold;
     lease->auto_renew = true;
     service->watch(lease);
   }

@@ -15,6 +15,7 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 
 namespace redis_lock::detail {
@@ -63,6 +64,7 @@ struct AcquireOp final : ScriptOp, Waiter {
   void on_reply(boost::system::error_code ec, Reply reply) override;
   void on_late_reply(boost::system::error_code ec, const Reply& reply) override;
   void nudge() override;
+  void handed(const HandOff& hand_off) override;
   std::optional<QuorumAcquire> quorum_acquire() override;
 
   AcquireHandler handler;
@@ -80,7 +82,9 @@ struct AcquireOp final : ScriptOp, Waiter {
   void give_back();
   /// Leaves the queue (and hands on a lease that reached us meanwhile).
   void leave();
-  void granted(long long fence);
+  /// The lease is ours for the ttl, since `sent` at least: the send time of the attempt
+  /// that took it, or of the last one a release that handed it to us saw.
+  void granted(long long fence, Clock::time_point sent);
   void sleep_until_retry(long long pttl);
   void wait_out_outage(boost::system::error_code ec, bool gave_back);
   std::chrono::milliseconds next_backoff();
@@ -96,6 +100,13 @@ struct AcquireOp final : ScriptOp, Waiter {
   bool nudged = false;     // a hand-off notice came while an attempt was in flight
   bool in_queue = false;   // our token may be in the wait queue
   bool waited = false;     // joined the queue at least once (reported)
+  // The last attempt answered "queued" was sent then, and left this queue place (its entry's
+  // expiry, acquire.lua): a hand-off message naming that place was published after it ran.
+  Clock::time_point queued_sent{};
+  long long queued_place = 0;
+  std::optional<HandOff> handed_in_flight;  // a hand-off message came while attempting
+  std::string member_suffix;                // queue member = token + this
+  std::string how;                          // acquire.lua's ARGV[3]
   int attempts = 0;
   std::chrono::milliseconds backoff{first_backoff};
   boost::system::error_code last_error;  // of the last attempt, while waiting out an outage

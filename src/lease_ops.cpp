@@ -72,17 +72,19 @@ void CompareOp::finish(error_code ec, Reply reply) {
   deliver(service->executor(), Defer::no, std::move(handler), ec, done);
 }
 
-void prepare_release(LockService& service, CompareOp& op, std::string resource, std::string token) {
+void prepare_release(LockService& service, CompareOp& op, std::string resource, std::string token,
+                     std::string_view member_suffix) {
   op.service = service.shared_from_this();
   op.keys = service.keys_of(resource);
   op.slot = service.slot_of(op.keys.lease);
   op.token = std::move(token);
-  op.member = op.token + service.waiters().manager_id();
-  // The channel of the next waiter's manager is this prefix + its manager id.
-  op.arg = service.waiters().channel_prefix(op.slot);
-  op.set_args(release_script, {op.keys.lease, op.keys.queue, op.keys.queue_expiry},
-              {op.token, op.arg, claim_window_ms, op.member,
-               service.cluster() ? std::string_view("SPUBLISH") : std::string_view("PUBLISH")});
+  // '<our member suffix> <P|S><channel prefix>' (release.lua): the channel of the next
+  // waiter's manager is the prefix + its manager id.
+  op.arg.assign(member_suffix.empty() ? std::string_view(service.waiters().manager_id())
+                                      : member_suffix);
+  op.arg.append(service.cluster() ? " S" : " P").append(service.waiters().channel_prefix(op.slot));
+  op.set_args(release_script, {op.keys.lease, op.keys.queue, op.keys.queue_expiry, op.keys.fence},
+              {op.token, op.arg});
 }
 
 namespace {

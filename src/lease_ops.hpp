@@ -37,7 +37,6 @@ inline std::chrono::milliseconds doubled(std::chrono::milliseconds backoff) noex
 // any_completion_handler recurses until the stack overflows.
 struct CompareOp final : ScriptOp {
   explicit CompareOp(BoolHandler h) : handler(std::move(h)) {}
-  std::string member;                 // our queue member, removed by a release
   std::shared_ptr<LeaseState> lease;  // an extension moves its validity (or finds it lost)
   std::string resource;               // set when the observer hears of this op
   LeaseCommand command = LeaseCommand::release;
@@ -57,8 +56,10 @@ struct CompareOp final : ScriptOp {
 };
 
 /// Fills in a release of `token`'s lease: compare-and-delete, hand the lease to the next
-/// waiter (published on its manager's channel), leave the queue.
-void prepare_release(LockService& service, CompareOp& op, std::string resource, std::string token);
+/// waiter (published on its manager's channel), leave the queue (as member token +
+/// `member_suffix`; empty: a holder's, who is not queued).
+void prepare_release(LockService& service, CompareOp& op, std::string resource, std::string token,
+                     std::string_view member_suffix = {});
 
 /// Redlock: gives back on master `node` what `token` may hold there, resent through link
 /// failures until `until`.

@@ -207,11 +207,11 @@ void LockService::acquire(std::string resource, LockOptions options, AcquireHand
 
 void LockService::release(std::string resource, std::string token, BoolHandler handler,
                           bool by_guard, Clock::time_point patience,
-                          Clock::time_point give_back_until) {
+                          Clock::time_point give_back_until, std::string_view member_suffix) {
   if (!alive_.load()) return;
   auto op = std::make_shared<CompareOp>(std::move(handler));
   if (by_guard && observer()) op->resource = resource;
-  prepare_release(*this, *op, std::move(resource), std::move(token));
+  prepare_release(*this, *op, std::move(resource), std::move(token), member_suffix);
   op->patience = patience;
   op->give_back_until = give_back_until;
   on_strand(
@@ -230,8 +230,8 @@ void LockService::release_detached(std::string resource, std::string token, bool
   }
 }
 
-void LockService::give_back(std::string resource, std::string token,
-                            Clock::time_point until) noexcept {
+void LockService::give_back(std::string resource, std::string token, Clock::time_point until,
+                            std::string_view member_suffix) noexcept {
   if (!alive_.load()) return;
   try {
     if (redlock()) {
@@ -245,7 +245,8 @@ void LockService::give_back(std::string resource, std::string token,
     }
     // Routed like any release (Cluster redirects), retried through moving slots and link
     // failures until `until`.
-    release(std::move(resource), std::move(token), BoolHandler{}, /*by_guard=*/false, until, until);
+    release(std::move(resource), std::move(token), BoolHandler{}, /*by_guard=*/false, until, until,
+            member_suffix);
   } catch (...) {
     // Out of memory: the lease expires after its ttl instead.
   }

@@ -54,14 +54,17 @@ class LockService : public std::enable_shared_from_this<LockService> {
   /// `patience`: a Cluster refusal for a slot in motion (TRYAGAIN, CLUSTERDOWN) is retried
   /// until then at least (the lease's valid_until(): past it the release no longer matters).
   /// `give_back_until` (detached releases only): resent through link failures until then.
+  /// `member_suffix`: an acquire's give-back leaves the queue as token + this.
   void release(std::string resource, std::string token, BoolHandler handler, bool by_guard = false,
-               Clock::time_point patience = {}, Clock::time_point give_back_until = {});
+               Clock::time_point patience = {}, Clock::time_point give_back_until = {},
+               std::string_view member_suffix = {});
   void release_detached(std::string resource, std::string token, bool by_guard = false,
                         Clock::time_point patience = {}) noexcept;
   /// Gives back what an acquire with `token` may hold, or the queue place it may have:
   /// a release that is sent again through link failures until `until`, past which the
   /// lease (and the queue entry) has expired anyway. On Redlock, on every master.
-  void give_back(std::string resource, std::string token, Clock::time_point until) noexcept;
+  void give_back(std::string resource, std::string token, Clock::time_point until,
+                 std::string_view member_suffix) noexcept;
   void extend(std::string resource, std::string token, std::shared_ptr<LeaseState> lease,
               std::chrono::milliseconds ttl, BoolHandler handler);
   /// The guard let go of the lease (release, destruction): stop renewing, end waits.

@@ -8,12 +8,14 @@ namespace redis_lock::detail::replies {
 using boost::system::error_code;
 
 Acquire read_acquire(const Reply& reply) noexcept {
-  const bool well_formed = reply.type == Reply::Type::array && reply.elements.size() == 2 &&
-                           reply.elements[0].type == Reply::Type::integer &&
-                           reply.elements[1].type == Reply::Type::integer;
+  const auto& e = reply.elements;
+  const bool well_formed =
+      reply.type == Reply::Type::array && (e.size() == 2 || e.size() == 3) &&
+      e[0].type == Reply::Type::integer && e[1].type == Reply::Type::integer &&
+      (e.size() == 2 || (e[2].type == Reply::Type::integer && e[0].integer == 0));
   if (!well_formed) return {};
-  const auto value = reply.elements[1].integer;
-  return {reply.elements[0].integer == 1 ? Acquire::Kind::granted : Acquire::Kind::held, value};
+  return {e[0].integer == 1 ? Acquire::Kind::granted : Acquire::Kind::held, e[1].integer,
+          e.size() == 3 ? e[2].integer : 0};
 }
 
 bool may_have_granted(const Reply& reply) noexcept {

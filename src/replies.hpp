@@ -19,6 +19,7 @@ struct Acquire {
     malformed,  ///< not the reply of our script
   } kind = Kind::malformed;
   long long value = 0;
+  long long place = 0;  ///< held and queued: the queue entry's expiry (acquire.lua), else 0
 };
 Acquire read_acquire(const Reply& reply) noexcept;
 

@@ -1,12 +1,33 @@
 // SPDX-License-Identifier: MIT
 #include "waiters.hpp"
 
+#include "decimal.hpp"
 #include "keys.hpp"
 #include "redirect.hpp"
+
+#include <charconv>
 
 namespace redis_lock::detail {
 
 using boost::system::error_code;
+
+HandOff read_hand_off(std::string_view message) noexcept {
+  constexpr std::size_t token_size = 32;
+  HandOff h;
+  h.token = message.substr(0, token_size);
+  if (message.size() <= token_size || message[token_size] != ' ') return h;
+  const char* p = message.data() + token_size + 1;
+  const char* const end = message.data() + message.size();
+  std::uint64_t fence = 0;
+  long long place = 0;
+  auto read = std::from_chars(p, end, fence);
+  if (read.ec != std::errc{} || read.ptr == end || *read.ptr != ' ') return h;
+  read = std::from_chars(read.ptr + 1, end, place);
+  if (read.ec != std::errc{} || read.ptr != end || fence == 0 || place <= 0) return h;
+  h.fence = fence;
+  h.place = place;
+  return h;
+}
 
 // ---------------------------------------------------------------------------------------
 // HandOffBook
@@ -108,6 +129,10 @@ std::string Waiters::channel_prefix(std::uint16_t slot) const {
   return prefix;
 }
 
+std::string Waiters::member_suffix(std::chrono::milliseconds ttl) const {
+  return manager_id_ + to_decimal(ttl.count());
+}
+
 void Waiters::add(const std::string& token, std::weak_ptr<Waiter> waiter, std::uint16_t slot) {
   if (!router_) return;
   if (book_.add(token, std::move(waiter), slot)) subscribe(slot);
@@ -154,7 +179,8 @@ void Waiters::on_notify(const Reply& push) {
     if (router_) router_->refresh();
     return;
   }
-  if (auto waiter = book_.handed_to(push.elements[2].str)) waiter->nudge();
+  const auto hand_off = read_hand_off(push.elements[2].str);
+  if (auto waiter = book_.handed_to(std::string(hand_off.token))) waiter->handed(hand_off);
 }
 
 void Waiters::shutdown() noexcept {

@@ -19,22 +19,35 @@
 namespace redis_lock::detail {
 
 // A queued waiter keeps its place while it retries within `waiter_ttl` (refreshing every
-// `refresh_interval`); a lease handed to a waiter that does not claim it (it died) lapses
-// after the claim window. A waiter that died therefore holds back a free lock for at most
-// waiter_ttl (its place, since its last refresh) + claim window (a lease handed to it) =
-// 1.8 s, whatever the ttl. Shorter would trade fairness, not safety: a live waiter that
-// misses a refresh by more than waiter_ttl - refresh_interval, or a claim by the claim
-// window, goes to the back.
+// `refresh_interval`). A release hands the lease to the first live waiter for that
+// waiter's ttl, mints its fencing token and tells its manager both: the waiter owns the lock
+// when the message arrives, without a claim. A waiter that died keeps its place for at most
+// waiter_ttl after its last refresh; a release within that time hands it the lease, which
+// then lapses after its ttl, as the lease of a holder that died at once would. Shorter would
+// trade fairness, not safety: a live waiter that misses a refresh by more than
+// waiter_ttl - refresh_interval goes to the back.
 inline constexpr std::chrono::milliseconds waiter_ttl{1200};
 inline constexpr std::string_view waiter_ttl_ms = "1200";
 inline constexpr std::chrono::milliseconds refresh_interval{400};  // a third of waiter_ttl
-inline constexpr std::string_view claim_window_ms = "600";
+
+/// What a hand-off message tells the waiter it names: '<token> <fencing token> <place>'
+/// (release.lua). `fence` 0: only '<token>' (a release of an older version, or a counter
+/// that could not be incremented): the waiter claims the lease with an attempt.
+struct HandOff {
+  std::string_view token;
+  std::uint64_t fence = 0;
+  long long place = 0;  // the waiter's queue entry expiry the release saw (acquire.lua)
+};
+HandOff read_hand_off(std::string_view message) noexcept;
 
 /// A sleeping acquire, as the hand-off sees it.
 class Waiter {
  public:
   /// A release handed us the lease (or may have): try now instead of at the timer.
   virtual void nudge() = 0;
+  /// A release handed us the lease and said so (a message that carries no fencing token
+  /// is only a nudge).
+  virtual void handed(const HandOff& hand_off) = 0;
 
  protected:
   ~Waiter() = default;
@@ -100,6 +113,9 @@ class Waiters : public std::enable_shared_from_this<Waiters> {
   /// manager_id() read only what the constructor set: callable from any thread.)
   std::string channel_prefix(std::uint16_t slot) const;
   const std::string& manager_id() const noexcept { return manager_id_; }
+  /// A queue member is token + this: the manager id and the waiter's ttl in ms (how long a
+  /// lease handed to it lasts).
+  std::string member_suffix(std::chrono::milliseconds ttl) const;
   void shutdown() noexcept;
 
  private:
@@ -108,7 +124,7 @@ class Waiters : public std::enable_shared_from_this<Waiters> {
 
   std::shared_ptr<Router> router_;   // null once shut down
   const std::string notify_prefix_;  // <prefix>notify:
-  const std::string manager_id_;     // 16 hex digits; queue members are token + manager id
+  const std::string manager_id_;     // 16 hex digits
   const bool cluster_ = false;
   HandOffBook book_;
 };

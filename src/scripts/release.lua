@@ -1,23 +1,29 @@
--- Give the lease up if it still holds our token: hand it to the first live waiter, who is
--- told on its manager's notify channel and has ARGV[3] ms to claim it; or delete it. Also
--- takes our own member out of the queue, so this is how a waiter that gives up leaves.
--- KEYS[1] lease, KEYS[2] queue, KEYS[3] queue expiry; ARGV[1] token, ARGV[2] notify channel
--- prefix, ARGV[3] claim window ms, ARGV[4] our queue member (token .. manager id), ARGV[5]
--- PUBLISH, or SPUBLISH on a Cluster (the channel then carries this slot's hash tag).
+-- Give the lease up if it still holds our token: hand it to the first live waiter, or
+-- delete it. Also takes our own member out of the queue, so this is how a waiter that gives
+-- up leaves.
+-- KEYS[1] lease, KEYS[2] queue, KEYS[3] queue expiry, KEYS[4] fencing counter (one slot);
+-- ARGV[1] token, ARGV[2] '<our member suffix> <P|S><channel prefix>': P publishes with
+-- PUBLISH, S with SPUBLISH (a Cluster: the channel then carries this slot's hash tag).
 -- The lease's value is the holder's token, with '+' appended once a waiter may be queued
 -- (acquire.lua): without it, nobody is, and neither is our own member.
+-- A hand-off is complete in this one step: the waiter's lease is set for its ttl (the ms its
+-- member ends with), its fencing token minted, and '<token> <fencing token> <place>'
+-- published on its manager's channel, place being the queue entry's expiry as the waiter's
+-- last refresh before this release left it: the waiter owns the lock on receipt.
 -- Returns 1 if the lease was ours, else 0.
-local lease, queue, expiry = KEYS[1], KEYS[2], KEYS[3]
-local token = ARGV[1]
+local lease, token = KEYS[1], ARGV[1]
 local current = redis.call('GET', lease)
 if current == token then
   redis.call('DEL', lease)  -- the common path: nobody queued behind us
   return 1
 end
+local queue, expiry = KEYS[2], KEYS[3]
+local space = string.find(ARGV[2], ' ', 1, true)
 local queued = redis.call('EXISTS', queue) == 1
 if queued then
-  redis.call('ZREM', queue, ARGV[4])
-  redis.call('ZREM', expiry, ARGV[4])
+  local member = token .. string.sub(ARGV[2], 1, space - 1)
+  redis.call('ZREM', queue, member)
+  redis.call('ZREM', expiry, member)
 end
 if current ~= token .. '+' then
   return 0
@@ -32,12 +38,22 @@ if queued then
   end
   local head = redis.call('ZRANGE', queue, 0, 0)[1]
   if head then
-    local next_token = string.sub(head, 1, 32)
+    local place = redis.call('ZSCORE', expiry, head)
     redis.call('ZREM', queue, head)
     redis.call('ZREM', expiry, head)
+    local next_token = string.sub(head, 1, 32)
+    -- (A member of an older client ends at its manager id: it claims within 600 ms.)
+    local px = tonumber(string.sub(head, 49))
+    if not px or px < 1 then px = 600 end
     local mark = redis.call('EXISTS', queue) == 1 and '+' or ''
-    redis.call('SET', lease, next_token .. mark, 'PX', ARGV[3])
-    redis.call(ARGV[5], ARGV[2] .. string.sub(head, 33), next_token)
+    redis.call('SET', lease, next_token .. mark, 'PX', px)
+    local message = next_token
+    local f = mint(KEYS[4], false)
+    if f and place then
+      message = message .. ' ' .. string.format('%.0f', f) .. ' ' .. place
+    end  -- else the waiter claims it with acquire.lua, as it would an older client's hand-off
+    local command = string.byte(ARGV[2], space + 1) == 83 and 'SPUBLISH' or 'PUBLISH'
+    redis.call(command, string.sub(ARGV[2], space + 2) .. string.sub(head, 33, 48), message)
     return 1
   end
 end

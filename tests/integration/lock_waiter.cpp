@@ -2,7 +2,7 @@
 // A process with one LockManager and N concurrent waiting acquires on one resource. Each,
 // once it has the lock, holds it HOLD_MS and releases it, printing
 // "<fencing token> <steady ns at acquire> <steady ns before release>" per acquisition.
-//   lock_waiter PORT RESOURCE N HOLD_MS WAIT_MS
+//   lock_waiter PORT RESOURCE N HOLD_MS WAIT_MS [TTL_MS]   (ttl: 10 s by default)
 #include <redis_lock/redis_lock.hpp>
 
 #include <boost/asio/io_context.hpp>
@@ -16,8 +16,8 @@
 namespace asio = boost::asio;
 
 int main(int argc, char** argv) {
-  if (argc != 6) {
-    std::fprintf(stderr, "usage: lock_waiter PORT RESOURCE N HOLD_MS WAIT_MS\n");
+  if (argc != 6 && argc != 7) {
+    std::fprintf(stderr, "usage: lock_waiter PORT RESOURCE N HOLD_MS WAIT_MS [TTL_MS]\n");
     return 2;
   }
   asio::io_context io;
@@ -28,6 +28,7 @@ int main(int argc, char** argv) {
   const int n = std::atoi(argv[3]);
   const auto hold = std::chrono::milliseconds(std::atoll(argv[4]));
   const auto wait = std::chrono::milliseconds(std::atoll(argv[5]));
+  const auto ttl = std::chrono::milliseconds(argc == 7 ? std::atoll(argv[6]) : 10'000);
   int failures = 0;
   auto now_ns = [] {
     return static_cast<long long>(std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -35,7 +36,7 @@ int main(int argc, char** argv) {
                                       .count());
   };
   for (int i = 0; i < n; ++i) {
-    locks.async_acquire(resource, {.ttl = std::chrono::seconds(10), .wait = wait},
+    locks.async_acquire(resource, {.ttl = ttl, .wait = wait},
                         [&](boost::system::error_code ec, redis_lock::LockGuard g) {
                           if (ec || !g) {
                             std::fprintf(stderr, "not acquired: %s\n", ec.message().c_str());

@@ -233,27 +233,44 @@ TEST(Waiting, CancelAfterTheHandOffPassesTheLeaseOn) {
   EXPECT_TRUE(b_guard);
 }
 
-TEST(Waiting, QueuedWaiterKilledWithSigkillDoesNotStallTheLock) {
+TEST(Waiting, AQueuedWaiterKilledWithSigkillHoldsBackTheLockForItsTtlAtMost) {
+  // docs/safety.md "A client crashes": a release hands the lease to the first waiter whose
+  // place is live, with that waiter's ttl. A waiter killed while queued (its place lasts
+  // 1.2 s after its last refresh) can so be handed the lease after its death; the lease then
+  // lapses after its ttl, like that of a holder killed right after it acquired, and the next
+  // waiter has it then, not before.
   auto cfg = shared_server_config();
   const auto resource = unique_resource();
+  const auto keys = keys_of(resource);
   Background bg;
   LockManager h(bg.io.get_executor(), cfg), w(bg.io.get_executor(), cfg);
   auto holder = h.async_acquire(resource, {.ttl = 30s}, asio::use_future).get();
   ASSERT_TRUE(holder);
-  ChildProcess doomed(
-      {REDIS_LOCK_WAITER_PATH, std::to_string(cfg.port), resource, "1", "60000", "60000"});
+  ChildProcess doomed({REDIS_LOCK_WAITER_PATH, std::to_string(cfg.port), resource, "1", "60000",
+                       "60000", "2000"});  // ttl 2 s
   ASSERT_TRUE(wait_for_queue(cfg.port, resource, 1));
+  const auto dead_member = redis_command(cfg.port, {"ZRANGE", keys.queue, "0", "0"});
   auto fut = w.async_acquire(resource, {.ttl = 30s, .wait = 20s}, asio::use_future);
   ASSERT_TRUE(wait_for_queue(cfg.port, resource, 2));
   doomed.kill9();  // first in line, and dead
   const auto released_at = std::chrono::steady_clock::now();
-  holder.async_release(asio::use_future).get();
+  EXPECT_TRUE(holder.async_release(asio::use_future).get());
+  // Its place was still live: the release handed it the lease, for its ttl.
+  const auto asked = std::chrono::steady_clock::now();
+  const auto pttl = std::stoll(redis_command(cfg.port, {"PTTL", keys.lease}));
+  EXPECT_EQ(redis_command(cfg.port, {"GET", keys.lease}).substr(0, 32), dead_member.substr(0, 32));
+  EXPECT_GT(pttl, 1000);
+  EXPECT_LE(pttl, 2000);
   ASSERT_EQ(fut.wait_for(10s), std::future_status::ready);
   auto g = fut.get();
   EXPECT_TRUE(g);
-  // The dead waiter's claim window (600 ms) plus one of our sleeps (400 ms at most), and
-  // room for a slow machine; it was 1 s + 600 ms before the bound was shortened.
-  EXPECT_LT(std::chrono::steady_clock::now() - released_at, 1500ms);
+  const auto now = std::chrono::steady_clock::now();
+  // Not before the dead waiter's lease ran out on the server (at asked + pttl at least; less
+  // 1 % for clock rates)...
+  EXPECT_GE(now - asked, std::chrono::milliseconds(pttl) - 20ms) << "two holders at once";
+  // ...and soon after: the live waiter looks again every 400 ms at most. (Its 2 s, one such
+  // sleep, and room for a slow machine.)
+  EXPECT_LT(now - released_at, 3400ms);
 }
 
 TEST(Waiting, IdleAgainAfterWaiting) {
@@ -382,11 +399,12 @@ TEST(Waiting, ArrivalOrderHoldsThroughWaitsLongerThanAQueueEntrysLife) {
   EXPECT_EQ(order, expected);
 }
 
-TEST(Waiting, AContendedAcquisitionCostsThreeCommands) {
-  // README: "Three commands per contended acquisition": the waiter's attempt (it queues),
-  // the holder's release (it hands over and publishes to the waiter's manager alone), the
-  // waiter's claim. Counted on a private server's slow log, which lists every command a
-  // client sends (not those a script runs) with the client's name.
+TEST(Waiting, AContendedAcquisitionCostsTwoCommands) {
+  // README: "Two commands per contended acquisition": the waiter's attempt (it queues) and
+  // the holder's release (it hands the lease over, mints the waiter's fencing token and
+  // publishes both to the waiter's manager alone); the waiter owns the lock when the message
+  // arrives. Counted on a private server's slow log, which lists every command a client
+  // sends (not those a script runs) with the client's name.
   RedisServer server({"--slowlog-log-slower-than", "0", "--slowlog-max-len", "100000"});
   auto cfg = server.config();
   Background bg;
@@ -396,19 +414,32 @@ TEST(Waiting, AContendedAcquisitionCostsThreeCommands) {
     auto held = h.async_acquire(r, {.ttl = 30s}, asio::use_future).get();
     EXPECT_TRUE(held);
     redis_command(server.port(), {"SLOWLOG", "RESET"});
-    auto fut = w.async_acquire(r, {.ttl = 30s, .wait = 20s}, asio::use_future);
+    // Released in the completion handler: the hold is as short as it gets.
+    std::promise<std::pair<std::uint64_t, bool>> got;
+    w.async_acquire(r, {.ttl = 30s, .wait = 20s}, [&](error_code ec, LockGuard g) {
+      EXPECT_FALSE(ec);
+      const auto fence = g.fencing_token();
+      g.async_release([&got, fence](error_code rec, bool ok) {
+        EXPECT_FALSE(rec);
+        got.set_value({fence, ok});
+      });
+    });
     EXPECT_TRUE(wait_for_queue(server.port(), r, 1));
     // Held a while longer: a waiter that polled would send more meanwhile. (Less than the
     // 400 ms after which a waiter refreshes its place.)
-    std::this_thread::sleep_for(200ms);
+    std::this_thread::sleep_for(100ms);
     EXPECT_TRUE(held.async_release(asio::use_future).get());
+    auto fut = got.get_future();
     EXPECT_EQ(fut.wait_for(10s), std::future_status::ready);
-    return fut.get();
+    const auto [fence, released] = fut.get();
+    EXPECT_TRUE(released) << "the waiter did not own the lease it was handed";
+    // The token the release minted for the waiter: the counter's value.
+    EXPECT_EQ(std::to_string(fence), redis_command(server.port(), {"GET", keys_of(r).fence}));
+    return fence;
   };
   // Contended once first: the waiter's manager subscribes once, not per acquisition.
-  EXPECT_TRUE(contend(unique_resource()));
-  auto got = contend(unique_resource());
-  ASSERT_TRUE(got);
+  EXPECT_GT(contend(unique_resource()), 0u);
+  EXPECT_GT(contend(unique_resource()), 0u);
   // Each entry ends with the client's address and name; the test's own connection has no
   // name. Count the lock clients' entries.
   const auto log = redis_command(server.port(), {"SLOWLOG", "GET", "-1"});
@@ -420,9 +451,40 @@ TEST(Waiting, AContendedAcquisitionCostsThreeCommands) {
       ++by_client[words[i]];
     }
   }
-  EXPECT_EQ(by_client["waiter"], 2) << log;  // the attempt and the claim
-  EXPECT_EQ(by_client["holder"], 1) << log;  // the release
+  EXPECT_EQ(by_client["waiter"], 2) << log;  // the attempt and its own release: no claim
+  EXPECT_EQ(by_client["holder"], 1) << log;  // the release that handed the lease over
   EXPECT_EQ(by_client["waiter:sub"] + by_client["holder:sub"], 0) << log;
+}
+
+TEST(Waiting, AHandedLeaseIsTheWaitersOnArrivalForItsTtl) {
+  // docs/safety.md "Hand-off": the release sets the lease for the waiter's own ttl; the
+  // waiter's validity counts from the send time of its last attempt the release saw, so it
+  // is never later than the server's expiry, and it is the whole ttl less that wait.
+  auto cfg = shared_server_config();
+  const auto resource = unique_resource();
+  const auto lease = lease_key(resource);
+  Background bg;
+  LockManager h(bg.io.get_executor(), cfg), w(bg.io.get_executor(), cfg);
+  auto holder = h.async_acquire(resource, {.ttl = 30s}, asio::use_future).get();
+  ASSERT_TRUE(holder);
+  auto fut = w.async_acquire(resource, {.ttl = 20s, .wait = 20s}, asio::use_future);
+  ASSERT_TRUE(wait_for_queue(cfg.port, resource, 1));
+  EXPECT_TRUE(holder.async_release(asio::use_future).get());
+  ASSERT_EQ(fut.wait_for(10s), std::future_status::ready);
+  auto g = fut.get();
+  ASSERT_TRUE(g);
+  const auto asked = std::chrono::steady_clock::now();
+  const auto pttl = std::stoll(redis_command(cfg.port, {"PTTL", lease}));
+  EXPECT_GT(pttl, 19'000) << "the release did not hand the lease over for the waiter's ttl";
+  EXPECT_LE(pttl, 20'000);
+  // The server's expiry is at least `asked + pttl`; the validity must not be later.
+  EXPECT_LE(g.valid_until(), asked + std::chrono::milliseconds(pttl) + 1ms)
+      << "the waiter counts on more of the handed lease than the server gives it";
+  // Dated from an attempt at most one refresh interval (400 ms) old, and the drift margin.
+  EXPECT_GT(g.valid_until() - asked, 19s - 400ms - 202ms - 500ms);
+  EXPECT_EQ(redis_command(cfg.port, {"GET", lease}), g.token());
+  EXPECT_TRUE(g.async_release(asio::use_future).get());
+  EXPECT_EQ(redis_command(cfg.port, {"EXISTS", lease}), "0");
 }
 
 TEST(Waiting, TheLeaseTellsItsReleaseWhetherAnyoneWaits) {

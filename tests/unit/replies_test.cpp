@@ -16,8 +16,14 @@ using boost::system::error_code;
 
 TEST(Replies, ReadsAnAcquireReply) {
   using Kind = Acquire::Kind;
-  Reply three = pair(1, 2);
+  Reply three = pair(1, 2);  // a grant carries no queue place
   three.elements.push_back(integer(3));
+  Reply queued = pair(0, 2500);
+  queued.elements.push_back(integer(1'764'000'001'200));
+  Reply four = queued;
+  four.elements.push_back(integer(4));
+  Reply text_place = pair(0, 2500);
+  text_place.elements.push_back(text("1764000001200"));
   Reply text_first = pair(1, 2);
   text_first.elements[0] = text("1");
   Reply text_second = pair(1, 2);
@@ -27,6 +33,7 @@ TEST(Replies, ReadsAnAcquireReply) {
     Reply reply;
     Kind kind;
     long long value;
+    long long place = 0;
   };
   // clang-format off (a table: one case per line)
   const Case cases[] = {
@@ -37,7 +44,10 @@ TEST(Replies, ReadsAnAcquireReply) {
       {"held, no ttl", pair(0, -1), Kind::held, -1},
       {"any first element but 1 is held", pair(2, 10), Kind::held, 10},
       {"integer", integer(1), Kind::malformed, 0},
-      {"three elements", three, Kind::malformed, 0},
+      {"held and queued: its place", queued, Kind::held, 2500, 1'764'000'001'200},
+      {"granted, three elements", three, Kind::malformed, 0},
+      {"four elements", four, Kind::malformed, 0},
+      {"text place", text_place, Kind::malformed, 0},
       {"text first", text_first, Kind::malformed, 0},
       {"text second", text_second, Kind::malformed, 0},
       {"empty array",
@@ -56,6 +66,7 @@ TEST(Replies, ReadsAnAcquireReply) {
     EXPECT_EQ(got.kind, c.kind) << c.name;
     if (c.kind != Kind::malformed) {
       EXPECT_EQ(got.value, c.value) << c.name;
+      EXPECT_EQ(got.place, c.place) << c.name;
     }
   }
 }

@@ -13,7 +13,9 @@ namespace {
 
 struct FakeWaiter final : Waiter {
   int nudges = 0;
+  int hand_offs = 0;
   void nudge() override { ++nudges; }
+  void handed(const HandOff&) override { ++hand_offs; }
 };
 
 int nudge_all(const std::vector<std::shared_ptr<Waiter>>& waiters) {
@@ -95,4 +97,38 @@ TEST(HandOffBook, AConfirmedSubscriptionWakesOnlyThatSlotsLiveWaiters) {
   EXPECT_EQ(nudge_all(book.confirmed(1)), 1);
   EXPECT_EQ(a->nudges, 1);
   EXPECT_EQ(b->nudges, 0);
+}
+
+TEST(HandOff, ReadsTheMessageOfARelease) {
+  const std::string token = "0123456789abcdef0123456789abcdef";
+  struct Case {
+    const char* name;
+    std::string message;
+    std::uint64_t fence;  // 0: a nudge only
+    long long place;
+  };
+  // clang-format off (a table: one case per line)
+  const Case cases[] = {
+      {"token, fencing token, place", token + " 1764000000123456 1764000001200",
+       1'764'000'000'123'456, 1'764'000'001'200},
+      {"a counter's small token", token + " 7 1764000001200", 7, 1'764'000'001'200},
+      {"the token alone (an older release)", token, 0, 0},
+      {"no place", token + " 7", 0, 0},
+      {"no fencing token", token + "  1764000001200", 0, 0},
+      {"fencing token 0", token + " 0 1764000001200", 0, 0},
+      {"place 0", token + " 7 0", 0, 0},
+      {"negative place", token + " 7 -5", 0, 0},
+      {"text after the place", token + " 7 12x", 0, 0},
+      {"a fourth field", token + " 7 12 3", 0, 0},
+      {"fencing token past 64 bits", token + " 99999999999999999999 12", 0, 0},
+      {"no space after the token", token + "7 12", 0, 0},
+  };
+  // clang-format on
+  for (const auto& c : cases) {
+    const auto got = read_hand_off(c.message);
+    EXPECT_EQ(got.token, token) << c.name;
+    EXPECT_EQ(got.fence, c.fence) << c.name;
+    EXPECT_EQ(got.place, c.place) << c.name;
+  }
+  EXPECT_EQ(read_hand_off("short").token, "short");  // no waiter has such a token
 }
