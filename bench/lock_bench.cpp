@@ -285,13 +285,12 @@ class Raw {
   void acquire(const detail::ResourceKeys& k, const std::string& t) {
     send(Expect::granted, "acquire.lua",
          {"EVALSHA", detail::acquire_script.sha1, "4", k.lease, k.fence, k.queue, k.queue_expiry, t,
-          "10000", "0", "2000", suffix});
+          "10000", acquire_how});
   }
   void release(const detail::ResourceKeys& k, const std::string& t) {
-    const std::string member = t + suffix;
     send(Expect::one, "release.lua",
-         {"EVALSHA", detail::release_script.sha1, "3", k.lease, k.queue, k.queue_expiry, t,
-          "lock:notify:", "1000", member, "PUBLISH"});
+         {"EVALSHA", detail::release_script.sha1, "4", k.lease, k.queue, k.queue_expiry, k.fence, t,
+          release_how});
   }
   void fenced_acquire(const detail::ResourceKeys& k, const std::string& t) {
     send(Expect::positive, "minimal fenced acquire",
@@ -315,14 +314,12 @@ class Raw {
   }
   void noop_acquire(const detail::ResourceKeys& k, const std::string& t) {
     send(Expect::one, "no-op acquire",
-         {"EVALSHA", noop_, "4", k.lease, k.fence, k.queue, k.queue_expiry, t, "10000", "0", "2000",
-          suffix});
+         {"EVALSHA", noop_, "4", k.lease, k.fence, k.queue, k.queue_expiry, t, "10000",
+          acquire_how});
   }
   void noop_release(const detail::ResourceKeys& k, const std::string& t) {
-    const std::string member = t + suffix;
     send(Expect::one, "no-op release",
-         {"EVALSHA", noop_, "3", k.lease, k.queue, k.queue_expiry, t, "lock:notify:", "1000",
-          member, "PUBLISH"});
+         {"EVALSHA", noop_, "4", k.lease, k.queue, k.queue_expiry, k.fence, t, release_how});
   }
 
   /// Reads the reply to the oldest command not yet answered and checks it.
@@ -334,7 +331,10 @@ class Raw {
   redisContext* context() const noexcept { return c_; }
 
  private:
-  static constexpr const char suffix[] = "0123456789abcdef";  // a manager id
+  // What a manager with id 0123456789abcdef sends for a 10 s ttl (acquire.lua's ARGV[3]:
+  // no queue, waiter place 1200 ms, member suffix; release.lua's ARGV[2]).
+  static constexpr const char acquire_how[] = "01200 0123456789abcdef10000";
+  static constexpr const char release_how[] = "0123456789abcdef10000 Plock:notify:";
 
   std::string load(const std::string& body) {
     const auto sha = bench::command(c_, {"SCRIPT", "LOAD", body});
@@ -584,7 +584,8 @@ long client_commands(redisContext* c) {
 struct Handoff {
   int waiters = 0, acquisitions = 0;
   Percentiles gap;
-  double commands_per_acquisition = 0;
+  double commands_per_acquisition = 0;  // after the first round (every manager set up)
+  long first_round_commands = 0;        // the first round's, set-up included
   int held_longer = 0;  // raw only: passes that waited past the hold for the others to block
 };
 
@@ -602,6 +603,10 @@ Handoff lib_handoff(const Args& a, int waiters, int handoffs) {
   const std::string resource = a.stem + "handoff:" + std::to_string(waiters);
   std::vector<double> gaps;
   int acquisitions = 0, last_owner = -1;
+  // Commands are counted from the end of the first round: by then every manager has made
+  // its connections, loaded the scripts and subscribed (once per manager, not per
+  // acquisition); those are counted apart.
+  long first_round_commands = -1;
   Clock::time_point released_at{};
   std::vector<bool> parked(static_cast<std::size_t>(waiters), false);
   std::function<void(int)> want;
@@ -620,7 +625,10 @@ Handoff lib_handoff(const Args& a, int waiters, int handoffs) {
           check_acquired(ec, g);
           if (last_owner >= 0) gaps.push_back(micros(Clock::now() - released_at));
           last_owner = i;
-          ++acquisitions;
+          if (++acquisitions == waiters) {
+            first_round_commands = client_commands(admin);
+            bench::command(admin, {"SLOWLOG", "RESET"});
+          }
           unpark_others(i);
           auto guard = std::make_shared<redis_lock::LockGuard>(std::move(g));
           auto hold =
@@ -643,7 +651,9 @@ Handoff lib_handoff(const Args& a, int waiters, int handoffs) {
   h.acquisitions = acquisitions;
   h.gap = percentiles(gaps);
   bench::command(admin, {"CONFIG", "SET", "slowlog-log-slower-than", "10000"});
-  h.commands_per_acquisition = static_cast<double>(client_commands(admin)) / acquisitions;
+  h.commands_per_acquisition =
+      static_cast<double>(client_commands(admin)) / std::max(1, acquisitions - waiters);
+  h.first_round_commands = first_round_commands;
   bench::command(admin, {"CONFIG", "SET", "slowlog-max-len", "128"});
   bench::command(admin, {"SLOWLOG", "RESET"});
   redisFree(admin);

@@ -51,7 +51,8 @@ AcquireOp::AcquireOp(AcquireHandler h, std::string resource_name, LockOptions op
 }
 
 Clock::time_point AcquireOp::give_back_until() const noexcept {
-  return attempt_started + std::min(std::max(options.ttl, waiter_ttl), give_back_horizon);
+  // A release may hand the lease over up to waiter_ttl after our last attempt, for the ttl.
+  return attempt_started + std::min(options.ttl + waiter_ttl, give_back_horizon);
 }
 
 void AcquireOp::give_back() {
@@ -123,6 +124,12 @@ void AcquireOp::nudge() {
   }
 }
 
+bool AcquireOp::worth_taking(Clock::time_point sent) const noexcept {
+  // As much as an acquire that took a third of its ttl to answer: what the renewal schedule
+  // (and the CLI's grace before SIGTERM) counts on.
+  return sent + options.ttl - drift_margin(options.ttl) - Clock::now() >= options.ttl * 2 / 3;
+}
+
 void AcquireOp::handed(const HandOff& hand_off) {
   if (phase == Phase::done || cancelled) return;
   // min_replicas: WAIT counts the replicas that have what *our* connection wrote, so the
@@ -140,6 +147,9 @@ void AcquireOp::handed(const HandOff& hand_off) {
   // than our last attempt (the lease it handed over lapsed, and we queued again); an attempt
   // finds out what is ours.
   if (queued_place == 0 || hand_off.place != queued_place) return nudge();
+  // That attempt may be a refresh interval old: a short ttl could be mostly gone by that
+  // count (the lease itself is fresh). A claim then dates it from now, for one round trip.
+  if (!worth_taking(queued_sent)) return nudge();
   if (timer) timer->cancel();  // its handler finds us done
   in_queue = false;            // the release took us out of the queue
   granted(static_cast<long long>(hand_off.fence), queued_sent);
@@ -203,7 +213,8 @@ void AcquireOp::on_reply(error_code ec, Reply reply) {
     leave();  // also hands on a lease a release gave us meanwhile
     return finish(asio::error::operation_aborted, LockGuard{});
   }
-  if (handed_in_flight && read.place > 0 && handed_in_flight->place == read.place) {
+  if (handed_in_flight && read.place > 0 && handed_in_flight->place == read.place &&
+      worth_taking(attempt_started)) {
     // The release that handed us the lease saw this attempt's place: it ran after it.
     in_queue = false;
     return granted(static_cast<long long>(handed_in_flight->fence), attempt_started);
@@ -292,8 +303,10 @@ void AcquireOp::attempt_after(milliseconds sleep) {
 }
 
 void AcquireOp::sleep_until_retry(long long pttl) {
-  // Idempotent; again each time, it resubscribes after a lost subscriber link.
+  // Idempotent; again each time, it resubscribes after a lost subscriber link. A hand-off
+  // message that overtook this reply is handed to us in there.
   service->add_waiter(token, std::static_pointer_cast<AcquireOp>(shared_from_this()), slot);
+  if (phase != Phase::asleep) return;  // it granted us the lease
   if (nudged) return attempt();
   const bool listening = service->waiters().listening(slot);
   attempt_after(
@@ -303,6 +316,9 @@ void AcquireOp::sleep_until_retry(long long pttl) {
 void AcquireOp::finish(error_code ec, LockGuard guard) {
   if (phase == Phase::done) return;
   phase = Phase::done;
+  // Whatever way we end, nothing of ours stays queued: a release may hand the lease to a
+  // queued place, and the lease would then stay blocked for our ttl.
+  leave();
   if (auto* observer = service->observer()) report(*observer, ec, guard);
   service->remove_waiter(token);
   deliver(service->executor(), Defer::no, std::move(handler), ec, std::move(guard));

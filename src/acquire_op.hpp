@@ -31,7 +31,7 @@ struct AcquireOp final : ScriptOp, Waiter {
   enum class Phase {
     starting,     ///< made, first attempt not sent yet
     attempting,   ///< an acquire script is in flight
-    asleep,       ///< on `timer` until the lease could be free (or a hand-off nudges us)
+    asleep,       ///< on `timer` until the lease could be free (or a hand-off reaches us)
     replicating,  ///< granted; WAIT for min_replicas is in flight
     done,         ///< completed
   };
@@ -42,8 +42,9 @@ struct AcquireOp final : ScriptOp, Waiter {
 
   /// How long a waiter told "held, `pttl` ms left" sleeps before its next attempt. Listening
   /// for hand-offs: until the lease could expire (its holder may have died) or the queue
-  /// place needs refreshing, no polling. Not listening, or while the lease is reserved for
-  /// another waiter's claim (pttl -2): `backoff_draw` (a jittered backoff), at most pttl.
+  /// place needs refreshing, no polling. Not listening, or while the lease is free but
+  /// another waiter is first in line (pttl -2): `backoff_draw` (a jittered backoff), at most
+  /// pttl.
   static std::chrono::milliseconds sleep_when_held(bool listening, long long pttl,
                                                    std::chrono::milliseconds backoff_draw) noexcept;
 
@@ -76,10 +77,13 @@ struct AcquireOp final : ScriptOp, Waiter {
   bool queues = false;  // attempts join the wait queue when the lease is held (not Redlock)
 
  private:
-  /// The lease this attempt may hold, or its queue place, expires by then at the latest;
-  /// a give-back is not retried past give_back_horizon either.
+  /// The lease this attempt may hold (also one a release hands to its queue place), or that
+  /// place, expires by then at the latest; a give-back is not retried past
+  /// give_back_horizon either.
   Clock::time_point give_back_until() const noexcept;
   void give_back();
+  /// Whether a lease handed over is taken as is, dated from the attempt sent at `sent`.
+  bool worth_taking(Clock::time_point sent) const noexcept;
   /// Leaves the queue (and hands on a lease that reached us meanwhile).
   void leave();
   /// The lease is ours for the ttl, since `sent` at least: the send time of the attempt
@@ -97,7 +101,7 @@ struct AcquireOp final : ScriptOp, Waiter {
 
   Phase phase = Phase::starting;
   bool cancelled = false;  // cancellation asked for; acted on at the next step
-  bool nudged = false;     // a hand-off notice came while an attempt was in flight
+  bool nudged = false;     // a hand-off message came while an attempt was in flight
   bool in_queue = false;   // our token may be in the wait queue
   bool waited = false;     // joined the queue at least once (reported)
   // The last attempt answered "queued" was sent then, and left this queue place (its entry's

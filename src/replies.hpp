@@ -15,7 +15,7 @@ struct Acquire {
   enum class Kind {
     granted,    ///< the lease is ours; `value` is the fencing token (> 0 when well formed)
     held,       ///< someone else holds it; `value` is its remaining ttl in ms, -2 while it
-                ///< is reserved for a waiter's claim, or <= 0 unknown
+                ///< is free but another waiter is first in line, or <= 0 unknown
     malformed,  ///< not the reply of our script
   } kind = Kind::malformed;
   long long value = 0;

@@ -45,7 +45,7 @@ struct ScriptOp : Routed, LateReplies, std::enable_shared_from_this<ScriptOp> {
   std::shared_ptr<LockService> service;
   ResourceKeys keys;
   std::string token;
-  std::string arg;  // ttl in ms (acquire, extend) or the release channel
+  std::string arg;  // ttl in ms (acquire, extend) or the release's packed ARGV[2]
   bool wants_late = false;
 };
 

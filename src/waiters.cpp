@@ -84,6 +84,24 @@ std::shared_ptr<Waiter> HandOffBook::handed_to(const std::string& token) const {
   return it->second.waiter.lock();
 }
 
+void HandOffBook::keep(const HandOff& hand_off) {
+  if (hand_off.fence == 0) return;  // a nudge: the waiter's attempts find out anyway
+  if (kept_.size() == kept_max) kept_.erase(kept_.begin());
+  kept_.push_back({std::string(hand_off.token), hand_off});
+  kept_.back().hand_off.token = kept_.back().token;
+}
+
+HandOff HandOffBook::take_kept(const std::string& token) {
+  for (auto it = kept_.begin(); it != kept_.end(); ++it) {
+    if (it->token != token) continue;
+    HandOff found = it->hand_off;
+    found.token = {};
+    kept_.erase(it);
+    return found;
+  }
+  return {};
+}
+
 bool HandOffBook::listening(std::uint16_t slot) const noexcept {
   const auto it = subscriptions_.find(slot);
   return it != subscriptions_.end() && it->second.state == Subscription::State::confirmed;
@@ -97,6 +115,7 @@ std::size_t HandOffBook::node_of(std::uint16_t slot) const noexcept {
 void HandOffBook::clear() noexcept {
   subscriptions_.clear();
   waiters_.clear();
+  kept_.clear();
 }
 
 // ---------------------------------------------------------------------------------------
@@ -135,10 +154,12 @@ std::string Waiters::member_suffix(std::chrono::milliseconds ttl) const {
 
 void Waiters::add(const std::string& token, std::weak_ptr<Waiter> waiter, std::uint16_t slot) {
   if (!router_) return;
+  auto alive = waiter.lock();
   if (book_.add(token, std::move(waiter), slot)) subscribe(slot);
   if (const auto node = book_.node_of(slot); node != no_node) {
     router_->connection(node, Router::Pool::subscriber).keep_reading(true);
   }
+  if (const auto kept = book_.take_kept(token); kept.fence != 0 && alive) alive->handed(kept);
 }
 
 void Waiters::remove(const std::string& token) {
@@ -180,7 +201,11 @@ void Waiters::on_notify(const Reply& push) {
     return;
   }
   const auto hand_off = read_hand_off(push.elements[2].str);
-  if (auto waiter = book_.handed_to(std::string(hand_off.token))) waiter->handed(hand_off);
+  if (auto waiter = book_.handed_to(std::string(hand_off.token))) {
+    waiter->handed(hand_off);
+  } else {
+    book_.keep(hand_off);
+  }
 }
 
 void Waiters::shutdown() noexcept {

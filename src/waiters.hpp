@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: MIT
 // Layer 4 (engine): waiting for a lease to be handed over. A waiting acquire sleeps in a
-// queue on the server; a release hands the lease to the queue's head and publishes that on
-// the head's manager's channel; the manager hears it on its subscriber connection and nudges
-// that waiter to claim the lease at once. HandOffBook is the bookkeeping without I/O
-// (tests/unit/waiters_test.cpp); Waiters adds the subscriptions.
+// queue on the server; a release hands the lease to the queue's head (set for its ttl, its
+// fencing token minted) and publishes that on the head's manager's channel; the manager
+// hears it on its subscriber connection and gives it to that waiter, which owns the lock
+// from then on. HandOffBook is the bookkeeping without I/O (tests/unit/waiters_test.cpp);
+// Waiters adds the subscriptions.
 #pragma once
 
 #include "router.hpp"
@@ -79,8 +80,13 @@ class HandOffBook {
   void link_down(std::size_t node);
   /// A Cluster node gave `slot` away (sunsubscribe): subscribe again where it went.
   void moved_away(std::uint16_t slot);
-  /// A hand-off message for `token`: the waiter to nudge, if it still waits.
+  /// A hand-off message for `token`: the waiter to give it to, if it still waits.
   std::shared_ptr<Waiter> handed_to(const std::string& token) const;
+  /// A hand-off message for a token nobody waits with: kept (the last few), since it may
+  /// have overtaken the reply that queued its waiter, whose add() then takes it.
+  void keep(const HandOff& hand_off);
+  /// The kept message for `token`, taken out of the book (fence 0: none).
+  HandOff take_kept(const std::string& token);
 
   bool listening(std::uint16_t slot) const noexcept;
   std::size_t node_of(std::uint16_t slot) const noexcept;
@@ -94,6 +100,12 @@ class HandOffBook {
   };
   std::unordered_map<std::uint16_t, Subscription> subscriptions_;  // by slot (0: standalone)
   std::unordered_map<std::string, Entry> waiters_;                 // by token
+  struct Kept {
+    std::string token;
+    HandOff hand_off;  // its token view points into `token`
+  };
+  static constexpr std::size_t kept_max = 8;
+  std::vector<Kept> kept_;  // oldest first
 };
 
 /// The hand-off's subscriptions: one channel per manager (per slot on a Cluster,

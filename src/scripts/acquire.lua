@@ -33,7 +33,7 @@ local queued = redis.call('EXISTS', queue) == 1
 if not queued and redis.call('SET', lease, token, 'NX', 'PX', ttl) then
   return take()  -- the common, uncontended path
 end
-local space = string.find(how, ' ', 2, true)
+local space = string.find(how, ' ', 2, true) or #how + 1
 local member = token .. string.sub(how, space + 1)
 if queued then
   -- Waiters that stopped refreshing their place (crashed) leave the queue.

@@ -42,16 +42,20 @@ if queued then
     redis.call('ZREM', queue, head)
     redis.call('ZREM', expiry, head)
     local next_token = string.sub(head, 1, 32)
-    -- (A member of an older client ends at its manager id: it claims within 600 ms.)
-    local px = tonumber(string.sub(head, 49))
-    if not px or px < 1 then px = 600 end
     local mark = redis.call('EXISTS', queue) == 1 and '+' or ''
-    redis.call('SET', lease, next_token .. mark, 'PX', px)
+    local ttl = string.sub(head, 49)
     local message = next_token
-    local f = mint(KEYS[4], false)
-    if f and place then
-      message = message .. ' ' .. string.format('%.0f', f) .. ' ' .. place
-    end  -- else the waiter claims it with acquire.lua, as it would an older client's hand-off
+    if string.find(ttl, '^[1-9]%d*$') then
+      redis.call('SET', lease, next_token .. mark, 'PX', ttl)
+      local f = mint(KEYS[4], false)
+      if f and place then
+        message = message .. ' ' .. string.format('%.0f', f) .. ' ' .. place
+      end  -- else the waiter claims it with acquire.lua, which mints or reports the error
+    else
+      -- A member of an older client ends at its manager id: it claims the lease (within its
+      -- next refresh, 400 ms) on this message, its token alone.
+      redis.call('SET', lease, next_token .. mark, 'PX', 600)
+    end
     local command = string.byte(ARGV[2], space + 1) == 83 and 'SPUBLISH' or 'PUBLISH'
     redis.call(command, string.sub(ARGV[2], space + 2) .. string.sub(head, 33, 48), message)
     return 1

@@ -457,24 +457,39 @@ TEST(Waiting, AContendedAcquisitionCostsTwoCommands) {
 }
 
 TEST(Waiting, AHandedLeaseIsTheWaitersOnArrivalForItsTtl) {
-  // docs/safety.md "Hand-off": the release sets the lease for the waiter's own ttl; the
-  // waiter's validity counts from the send time of its last attempt the release saw, so it
+  // docs/safety.md "Hand-off": the release sets the lease for the waiter's own ttl and the
+  // waiter owns it on arrival (it sends nothing more: counted on a private server's slow
+  // log); its validity counts from the send time of its last attempt the release saw, so it
   // is never later than the server's expiry, and it is the whole ttl less that wait.
-  auto cfg = shared_server_config();
+  RedisServer server({"--slowlog-log-slower-than", "0", "--slowlog-max-len", "100000"});
+  auto cfg = server.config();
   const auto resource = unique_resource();
   const auto lease = lease_key(resource);
   Background bg;
-  LockManager h(bg.io.get_executor(), cfg), w(bg.io.get_executor(), cfg);
+  LockManager h(bg.io.get_executor(), cfg, {.client_name = "holder"});
+  LockManager w(bg.io.get_executor(), cfg, {.client_name = "waiter"});
+  {
+    // The waiter's manager subscribes with its first wait, and its waiters then look once
+    // more (a release may have come before it listened): done here, before the count.
+    const auto other = unique_resource();
+    auto held = h.async_acquire(other, {.ttl = 30s}, asio::use_future).get();
+    auto first = w.async_acquire(other, {.ttl = 30s, .wait = 20s}, asio::use_future);
+    ASSERT_TRUE(wait_for_queue(server.port(), other, 1));
+    EXPECT_TRUE(held.async_release(asio::use_future).get());
+    ASSERT_EQ(first.wait_for(10s), std::future_status::ready);
+    EXPECT_TRUE(first.get().async_release(asio::use_future).get());
+  }
   auto holder = h.async_acquire(resource, {.ttl = 30s}, asio::use_future).get();
   ASSERT_TRUE(holder);
+  redis_command(server.port(), {"SLOWLOG", "RESET"});
   auto fut = w.async_acquire(resource, {.ttl = 20s, .wait = 20s}, asio::use_future);
-  ASSERT_TRUE(wait_for_queue(cfg.port, resource, 1));
+  ASSERT_TRUE(wait_for_queue(server.port(), resource, 1));
   EXPECT_TRUE(holder.async_release(asio::use_future).get());
   ASSERT_EQ(fut.wait_for(10s), std::future_status::ready);
   auto g = fut.get();
   ASSERT_TRUE(g);
   const auto asked = std::chrono::steady_clock::now();
-  const auto pttl = std::stoll(redis_command(cfg.port, {"PTTL", lease}));
+  const auto pttl = std::stoll(redis_command(server.port(), {"PTTL", lease}));
   EXPECT_GT(pttl, 19'000) << "the release did not hand the lease over for the waiter's ttl";
   EXPECT_LE(pttl, 20'000);
   // The server's expiry is at least `asked + pttl`; the validity must not be later.
@@ -482,9 +497,121 @@ TEST(Waiting, AHandedLeaseIsTheWaitersOnArrivalForItsTtl) {
       << "the waiter counts on more of the handed lease than the server gives it";
   // Dated from an attempt at most one refresh interval (400 ms) old, and the drift margin.
   EXPECT_GT(g.valid_until() - asked, 19s - 400ms - 202ms - 500ms);
-  EXPECT_EQ(redis_command(cfg.port, {"GET", lease}), g.token());
+  EXPECT_EQ(redis_command(server.port(), {"GET", lease}), g.token());
+  EXPECT_EQ(std::to_string(g.fencing_token()),
+            redis_command(server.port(), {"GET", keys_of(resource).fence}));
+  // The waiter's commands since the reset: the EVALSHA of its attempt; no second (a claim).
+  const auto log = redis_command(server.port(), {"SLOWLOG", "GET", "-1"});
+  std::istringstream in(log);
+  const std::vector<std::string> words{std::istream_iterator<std::string>(in), {}};
+  int waiter_evalshas = 0;
+  for (std::size_t i = 0; i + 1 < words.size(); ++i) {
+    if (words[i] != "EVALSHA") continue;
+    const auto client = std::find_if(words.begin() + static_cast<std::ptrdiff_t>(i), words.end(),
+                                     [](const std::string& word) {
+                                       return word == "waiter" || word == "holder" ||
+                                              word == "waiter:sub" || word == "holder:sub";
+                                     });
+    if (client != words.end() && *client == "waiter") ++waiter_evalshas;
+  }
+  EXPECT_EQ(waiter_evalshas, 1) << log;
   EXPECT_TRUE(g.async_release(asio::use_future).get());
-  EXPECT_EQ(redis_command(cfg.port, {"EXISTS", lease}), "0");
+  EXPECT_EQ(redis_command(server.port(), {"EXISTS", lease}), "0");
+}
+
+TEST(Waiting, AHandOffMessageNamingAnotherPlaceGrantsNothing) {
+  // The waiter owns a handed lease only if the message names the queue place its own last
+  // attempt left (the release then ran after that attempt). A message naming another place
+  // (a release that saw an older one, whose lease has lapsed since) is a nudge: the waiter
+  // looks with an attempt, finds the lock held, and waits on.
+  auto cfg = shared_server_config();
+  const auto resource = unique_resource();
+  const auto keys = keys_of(resource);
+  Background bg;
+  LockManager h(bg.io.get_executor(), cfg), w(bg.io.get_executor(), cfg);
+  auto holder = h.async_acquire(resource, {.ttl = 30s}, asio::use_future).get();
+  ASSERT_TRUE(holder);
+  auto fut = w.async_acquire(resource, {.ttl = 30s, .wait = 20s}, asio::use_future);
+  ASSERT_TRUE(wait_for_queue(cfg.port, resource, 1));
+  const auto member = redis_command(cfg.port, {"ZRANGE", keys.queue, "0", "0"});
+  const auto place = redis_command(cfg.port, {"ZSCORE", keys.queue_expiry, member});
+  const auto channel = "lock:notify:" + member.substr(32, 16);
+  const auto stale = std::to_string(std::stoll(place) - 1);
+  EXPECT_EQ(redis_command(cfg.port, {"PUBLISH", channel, member.substr(0, 32) + " 99 " + stale}),
+            "1")
+      << "the waiter's manager does not listen on " << channel;
+  // Its next attempt (at once, nudged; or its refresh) leaves a new place; then it is still
+  // waiting, and the holder still holds.
+  wait_until(
+      [&] {
+        return redis_command(cfg.port, {"ZSCORE", keys.queue_expiry, member}) != place;
+      },
+      5s, "the waiter's next attempt");
+  EXPECT_EQ(fut.wait_for(0s), std::future_status::timeout) << "granted by a stale message";
+  EXPECT_EQ(redis_command(cfg.port, {"GET", keys.lease}), holder.token() + "+");
+  EXPECT_TRUE(holder.async_release(asio::use_future).get());
+  ASSERT_EQ(fut.wait_for(10s), std::future_status::ready);
+  auto g = fut.get();
+  ASSERT_TRUE(g);
+  EXPECT_NE(g.fencing_token(), 99u);
+  EXPECT_EQ(std::to_string(g.fencing_token()), redis_command(cfg.port, {"GET", keys.fence}));
+}
+
+TEST(Waiting, AHandedOverGuardHasTwoThirdsOfItsTtlLeftAtLeast) {
+  // The message dates the lease from the waiter's last attempt, which may be a refresh
+  // interval (400 ms) old: with a short ttl the waiter then claims it with an attempt
+  // instead, so that a guard starts with as much validity as an acquire that took a third
+  // of its ttl (what renewal and the CLI count on). Releases at several points of the
+  // waiter's 400 ms refresh cycle.
+  auto cfg = shared_server_config();
+  Background bg;
+  LockManager h(bg.io.get_executor(), cfg), w(bg.io.get_executor(), cfg);
+  for (const auto delay : {0ms, 100ms, 200ms, 300ms, 370ms}) {
+    const auto resource = unique_resource();
+    auto holder = h.async_acquire(resource, {.ttl = 30s}, asio::use_future).get();
+    ASSERT_TRUE(holder);
+    std::promise<std::chrono::steady_clock::duration> left;
+    w.async_acquire(resource, {.ttl = 600ms, .wait = 20s}, [&](error_code ec, LockGuard g) {
+      EXPECT_FALSE(ec);
+      EXPECT_TRUE(g);
+      left.set_value(g.valid_until() - std::chrono::steady_clock::now());
+    });
+    ASSERT_TRUE(wait_for_queue(cfg.port, resource, 1));
+    std::this_thread::sleep_for(delay);  // ages the waiter's last attempt (not a signal)
+    EXPECT_TRUE(holder.async_release(asio::use_future).get());
+    auto fut = left.get_future();
+    ASSERT_EQ(fut.wait_for(10s), std::future_status::ready);
+    // 400 ms, less what reaching this handler took on a loaded machine.
+    EXPECT_GT(fut.get(), 300ms) << "released " << delay.count() << " ms after the waiter queued";
+  }
+}
+
+TEST(Waiting, AReleaseHandsAnOlderClientsWaiterTheLeaseForItsClaimWindow) {
+  // Mixed versions (docs/design-notes.md): a waiter of an older version has a member without
+  // a ttl (token + manager id) and claims what it is handed. The release sets its lease for
+  // that version's 600 ms claim window and mints nothing (its claim does).
+  auto cfg = shared_server_config();
+  const auto resource = unique_resource();
+  const auto keys = keys_of(resource);
+  Background bg;
+  LockManager h(bg.io.get_executor(), cfg);
+  auto holder = h.async_acquire(resource, {.ttl = 30s}, asio::use_future).get();
+  ASSERT_TRUE(holder);
+  const std::string old_token(32, 'a');
+  const std::string member = old_token + "0123456789abcdef";
+  // Queued as that version's acquire.lua queues, marking the lease as this version's does.
+  redis_command(cfg.port, {"ZADD", keys.queue, "1", member});
+  redis_command(cfg.port,
+                {"ZADD", keys.queue_expiry, std::to_string(server_ms(cfg.port) + 1200), member});
+  redis_command(cfg.port, {"SET", keys.lease, holder.token() + "+", "PX", "30000"});
+  const auto counter = redis_command(cfg.port, {"GET", keys.fence});
+  EXPECT_TRUE(holder.async_release(asio::use_future).get());
+  EXPECT_EQ(redis_command(cfg.port, {"GET", keys.lease}), old_token);
+  const auto pttl = std::stoll(redis_command(cfg.port, {"PTTL", keys.lease}));
+  EXPECT_GT(pttl, 0);
+  EXPECT_LE(pttl, 600);
+  EXPECT_EQ(redis_command(cfg.port, {"GET", keys.fence}), counter);
+  redis_command(cfg.port, {"DEL", keys.lease});
 }
 
 TEST(Waiting, TheLeaseTellsItsReleaseWhetherAnyoneWaits) {

@@ -132,3 +132,24 @@ TEST(HandOff, ReadsTheMessageOfARelease) {
   }
   EXPECT_EQ(read_hand_off("short").token, "short");  // no waiter has such a token
 }
+
+TEST(HandOffBook, KeepsAFewMessagesThatOvertookTheirWaitersReply) {
+  // A release can run between the attempt that queued a waiter and that attempt's reply; its
+  // message may then arrive (on the subscriber link) before the waiter is in the book.
+  HandOffBook book;
+  const std::string token = "0123456789abcdef0123456789abcdef";
+  const std::string message = token + " 7 1764000001200";
+  book.keep(read_hand_off(message));
+  book.keep(read_hand_off("fedcba9876543210fedcba9876543210"));  // a nudge: not kept
+  EXPECT_EQ(book.take_kept("fedcba9876543210fedcba9876543210").fence, 0u);
+  const auto kept = book.take_kept(token);
+  EXPECT_EQ(kept.fence, 7u);
+  EXPECT_EQ(kept.place, 1'764'000'001'200);
+  EXPECT_EQ(book.take_kept(token).fence, 0u) << "taken once";
+  // Only the last few are kept.
+  for (int i = 0; i < 20; ++i) {
+    book.keep(read_hand_off(std::string(32, static_cast<char>('a' + i)) + " 1 2"));
+  }
+  EXPECT_EQ(book.take_kept(std::string(32, 'a')).fence, 0u);
+  EXPECT_EQ(book.take_kept(std::string(32, static_cast<char>('a' + 19))).fence, 1u);
+}
