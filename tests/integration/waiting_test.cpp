@@ -537,9 +537,14 @@ TEST(Waiting, AHandOffMessageNamingAnotherPlaceGrantsNothing) {
   const auto place = redis_command(cfg.port, {"ZSCORE", keys.queue_expiry, member});
   const auto channel = "lock:notify:" + member.substr(32, 16);
   const auto stale = std::to_string(std::stoll(place) - 1);
+  // The manager subscribes with its first wait, after that first reply.
+  wait_until(
+      [&] {
+        return redis_command(cfg.port, {"PUBSUB", "NUMSUB", channel}) == channel + " 1";
+      },
+      5s, "the waiter's manager to listen on " + channel);
   EXPECT_EQ(redis_command(cfg.port, {"PUBLISH", channel, member.substr(0, 32) + " 99 " + stale}),
-            "1")
-      << "the waiter's manager does not listen on " << channel;
+            "1");
   // Its next attempt (at once, nudged; or its refresh) leaves a new place; then it is still
   // waiting, and the holder still holds.
   wait_until(
