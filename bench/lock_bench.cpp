@@ -15,7 +15,8 @@
 //                   resource; each holds it --hold-ms and may not ask again until someone else
 //                   has had it: the gap from a release being issued to the next owner's
 //                   acquire completing, and client commands per acquisition (SLOWLOG at
-//                   threshold 0, script-internal entries left out). Baseline, before and
+//                   threshold 0, script-internal entries left out, in a run of its own: the
+//                   slow log slows scripts, so gaps are timed without it). Baseline, before and
 //                   after: as many hiredis clients in as many threads pass a baton through one
 //                   list with BLPOP/RPUSH, holding it as long (the floor of a notified
 //                   hand-off); gap: RPUSH issued -> the next BLPOP returned.
@@ -111,6 +112,7 @@ struct Args {
   bool quick = false;
   bool probe = false;         // only the raw baseline, for runs of other programs to be scaled by
   bool ceiling_only = false;  // only (f), the server ceiling by command shape
+  bool handoff_only = false;  // only redis_lock's side of (c), the hand-off
   int hold_ms = 1;
   std::string json;
   std::string stem;  // "bench:<pid>-<random>:", unique to the run
@@ -589,11 +591,15 @@ struct Handoff {
   int held_longer = 0;  // raw only: passes that waited past the hold for the others to block
 };
 
-Handoff lib_handoff(const Args& a, int waiters, int handoffs) {
+/// `count`: a run that counts commands (SLOWLOG at threshold 0, which also logs every
+/// command a script runs and so slows scripts down); the gaps are measured in a run without.
+Handoff lib_handoff(const Args& a, int waiters, int handoffs, bool count) {
   redisContext* admin = bench::connect_or_exit(a.port);
-  bench::command(admin, {"CONFIG", "SET", "slowlog-max-len", "10000000"});
-  bench::command(admin, {"CONFIG", "SET", "slowlog-log-slower-than", "0"});
-  bench::command(admin, {"SLOWLOG", "RESET"});
+  if (count) {
+    bench::command(admin, {"CONFIG", "SET", "slowlog-max-len", "10000000"});
+    bench::command(admin, {"CONFIG", "SET", "slowlog-log-slower-than", "0"});
+    bench::command(admin, {"SLOWLOG", "RESET"});
+  }
 
   asio::io_context io(1);
   std::vector<std::unique_ptr<redis_lock::LockManager>> managers;
@@ -625,7 +631,7 @@ Handoff lib_handoff(const Args& a, int waiters, int handoffs) {
           check_acquired(ec, g);
           if (last_owner >= 0) gaps.push_back(micros(Clock::now() - released_at));
           last_owner = i;
-          if (++acquisitions == waiters) {
+          if (++acquisitions == waiters && count) {
             first_round_commands = client_commands(admin);
             bench::command(admin, {"SLOWLOG", "RESET"});
           }
@@ -650,12 +656,14 @@ Handoff lib_handoff(const Args& a, int waiters, int handoffs) {
   h.waiters = waiters;
   h.acquisitions = acquisitions;
   h.gap = percentiles(gaps);
-  bench::command(admin, {"CONFIG", "SET", "slowlog-log-slower-than", "10000"});
-  h.commands_per_acquisition =
-      static_cast<double>(client_commands(admin)) / std::max(1, acquisitions - waiters);
-  h.first_round_commands = first_round_commands;
-  bench::command(admin, {"CONFIG", "SET", "slowlog-max-len", "128"});
-  bench::command(admin, {"SLOWLOG", "RESET"});
+  if (count) {
+    bench::command(admin, {"CONFIG", "SET", "slowlog-log-slower-than", "10000"});
+    h.commands_per_acquisition =
+        static_cast<double>(client_commands(admin)) / std::max(1, acquisitions - waiters);
+    h.first_round_commands = first_round_commands;
+    bench::command(admin, {"CONFIG", "SET", "slowlog-max-len", "128"});
+    bench::command(admin, {"SLOWLOG", "RESET"});
+  }
   redisFree(admin);
   return h;
 }
@@ -917,6 +925,8 @@ int main(int argc, char** argv) {
       a.probe = true;
     } else if (k == "--ceiling") {
       a.ceiling_only = true;
+    } else if (k == "--handoff") {
+      a.handoff_only = true;
     } else if (k == "--port") {
       a.port = static_cast<std::uint16_t>(std::atoi(v)), ++i;
     } else if (k == "--hold-ms") {
@@ -927,7 +937,8 @@ int main(int argc, char** argv) {
       std::fprintf(stderr,
                    "usage: lock_bench --port P [--quick] [--hold-ms 1] [--json FILE]\n"
                    "       lock_bench --port P --probe   (raw baseline only, as JSON)\n"
-                   "       lock_bench --port P --ceiling [--quick]   (only (f))\n");
+                   "       lock_bench --port P --ceiling [--quick]   (only (f))\n"
+                   "       lock_bench --port P --handoff [--quick]   (only redis_lock in (c))\n");
       return 2;
     }
   }
@@ -955,6 +966,16 @@ int main(int argc, char** argv) {
   const int pairs = a.quick ? 2000 : 10000;
   const double seconds = a.quick ? 0.5 : 1.5;
   const int handoffs = a.quick ? 200 : 1000;
+  if (a.handoff_only) {
+    for (int w : {2, 8, 16, 64}) {
+      auto h = lib_handoff(a, w, handoffs, /*count=*/false);
+      h.commands_per_acquisition =
+          lib_handoff(a, w, handoffs / 2, /*count=*/true).commands_per_acquisition;
+      std::printf("%2d waiters: gap p50 %8.1f us, p99 %8.1f us, %.2f commands per acquisition\n", w,
+                  h.gap.p50, h.gap.p99, h.commands_per_acquisition);
+    }
+    return 0;
+  }
 
   // (a) and (b): rounds of raw scripts, minimal fenced lock and redis_lock back to back.
   Compared p50, p99;
@@ -1004,8 +1025,10 @@ int main(int argc, char** argv) {
   for (int w : {2, 4, 8, 16, 32, 64}) {
     HandoffRun h;
     h.before = raw_handoff(a, w, handoffs);
-    h.lib = lib_handoff(a, w, handoffs);
+    h.lib = lib_handoff(a, w, handoffs, /*count=*/false);
     h.after = raw_handoff(a, w, handoffs);
+    h.lib.commands_per_acquisition =
+        lib_handoff(a, w, handoffs / 2, /*count=*/true).commands_per_acquisition;
     handoff_runs.push_back(h);
   }
   std::vector<Held> held_runs;

@@ -211,20 +211,24 @@ if (ours.server_ceiling) {
   for (const c of ours.server_ceiling) {
     md.push(`| ${c.shape} | ${c.sends} | ${fmt(c.pairs_per_s)} | ${fmt(c.server_us_per_pair, 2)} | ${c.cpu_vs_redis_lock ? spreadText(c.cpu_vs_redis_lock) : ratio(c.server_us_per_pair, mine.server_us_per_pair)} |`);
   }
-  if (best !== ours) {
-    // The bound is the server's CPU per pair (one core's worth of pairs): the pairs/s column is
-    // lower whenever the server does not get a whole core (a shared machine).
-    const bound = 1e6 / mine.server_us_per_pair;
-    const reach = bound / (3 * tpOf(best, 64));
-    md.push(`\nThe throughput target (3x every peer at 64 in flight) asks for ${fmt(3 * tpOf(best, 64))} pairs/s ` +
-      `(3x ${best.library}). One core of the server does ${fmt(bound)} pairs/s of redis_lock's commands ` +
-      `(1 s / ${fmt(mine.server_us_per_pair, 2)} us), ${ratio(bound, 3 * tpOf(best, 64))} of that` + (reach < 1
-        ? ', because a fenced, fair lock asks more of it per pair than the peers\' shapes do (the fencing ' +
-          'counter, the queue check, and the keys and arguments each script call carries). A faster client ' +
-          'cannot close that gap; only less server work per pair or more servers (a Cluster) can.\n'
-        : '; what redis_lock reaches is ' + `${ratio(tpVsRaw(ours).median, 3 * tpVsRaw(best).median)} of 3x ` +
-          `${best.library}, both taken over the raw baseline of their own window.\n`));
-  }
+  // The restated target (issue 14): at least 1.0x of the minimal fenced lock at 64 in
+  // flight, and ahead of every peer at each number in flight (each over the raw baseline of
+  // its own window, as in the table above; absolute pairs/s of programs run minutes apart
+  // are not compared).
+  md.push(`\nTargets: redis_lock at 64 in flight is ${spreadText(ours64.vs_fenced)} of the minimal fenced lock in the same rounds (target: 1.0x or more). ` +
+    'Ahead of every peer at each number in flight, each over the raw baseline of its own window: ' +
+    inFlight.map((n) => {
+      const mineN = ours.throughput.find((t) => t.in_flight === n);
+      const behind = peers.filter((r) => {
+        const t = tpOf(r, n);
+        const raws = windows(r).map((b) => b.raw_pairs_per_s_64);
+        // Peers have a raw probe at 64 only: compare at other depths by absolute pairs/s
+        // against redis_lock's own, scaled by each window's raw 64 (a rough cross-window view).
+        return raws.length && t / mean(raws) >= mineN.pairs_per_s / ours64.raw_pairs_per_s;
+      });
+      return `${n}: ${behind.length ? 'no (' + behind.map(name).join(', ') + ')' : 'yes'}`;
+    }).join('; ') + '. One server core does ' +
+    `${fmt(1e6 / mine.server_us_per_pair)} pairs/s of redis_lock's commands (1 s / ${fmt(mine.server_us_per_pair, 2)} us of server CPU per pair); the peers' shapes ask less of it per pair (no fencing counter, no queue check).\n`);
 }
 md.push('\n## (c) Contended hand-off\n');
 md.push('![hand-off](handoff.svg)\n');
