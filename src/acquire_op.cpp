@@ -117,11 +117,11 @@ void AcquireOp::cancel() {
 
 void AcquireOp::nudge() {
   if (phase == Phase::done || cancelled) return;
-  if (phase == Phase::attempting || phase == Phase::replicating) {
-    nudged = true;  // the reply in flight may predate the hand-off
-  } else if (timer) {
-    timer->cancel();  // its handler attempts at once
-  }
+  // Attempting: the reply in flight may predate the hand-off. Asleep: the timer's handler
+  // attempts at once; and a nudge while sleep_until_retry registers us (a kept message),
+  // before any timer waits, is seen there. (attempt() clears the flag.)
+  nudged = true;
+  if (phase == Phase::asleep && timer) timer->cancel();
 }
 
 bool AcquireOp::worth_taking(Clock::time_point sent) const noexcept {

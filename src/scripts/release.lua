@@ -45,7 +45,7 @@ if queued then
     local mark = redis.call('EXISTS', queue) == 1 and '+' or ''
     local ttl = string.sub(head, 49)
     local message = next_token
-    if string.find(ttl, '^[1-9]%d*$') then
+    if #ttl <= 15 and string.find(ttl, '^[1-9]%d*$') then
       redis.call('SET', lease, next_token .. mark, 'PX', ttl)
       local f = mint(KEYS[4], false)
       if f and place then
