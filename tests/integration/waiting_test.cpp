@@ -216,9 +216,17 @@ TEST(Waiting, CancelAfterTheHandOffPassesTheLeaseOn) {
   ASSERT_TRUE(wait_for_queue(cfg.port, resource, 1));
   auto b_fut = b.async_acquire(resource, {.ttl = 30s, .wait = 20s}, asio::use_future);
   ASSERT_TRUE(wait_for_queue(cfg.port, resource, 2));
-  // Hand the lease to A behind its back, as a release would, minus the notification.
+  // Hand the lease to A behind its back, as a release would, minus the notification. Right
+  // after one of A's refreshes (its place moves), so that its next one, which would claim the
+  // lease, is 400 ms away while the cancellation below reaches it.
   const auto a_member = redis_command(cfg.port, {"ZRANGE", keys.queue, "0", "0"});
   const auto a_token = a_member.substr(0, 32);
+  const auto place = redis_command(cfg.port, {"ZSCORE", keys.queue_expiry, a_member});
+  wait_until(
+      [&] {
+        return redis_command(cfg.port, {"ZSCORE", keys.queue_expiry, a_member}) != place;
+      },
+      5s, "A's next refresh");
   redis_command(cfg.port, {"ZREM", keys.queue, a_member});
   redis_command(cfg.port, {"ZREM", keys.queue_expiry, a_member});
   redis_command(cfg.port, {"SET", keys.lease, a_token, "PX", "30000"});
