@@ -4,16 +4,17 @@ include(${CMAKE_CURRENT_LIST_DIR}/warnings.cmake)
 
 # Lua scripts are embedded with their SHA1 computed here, so EVALSHA needs no hashing code.
 set(_rl_script_defs "")
-# acquire and release both mint fencing tokens: fence.lua (the mint function) goes first.
-set(_rl_fence "${PROJECT_SOURCE_DIR}/src/scripts/fence.lua")
-set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS "${_rl_fence}")
-file(READ "${_rl_fence}" _rl_fence_body)
+# acquire and release share functions (the mint, the dead waiters' purge): shared.lua goes
+# first in both.
+set(_rl_shared "${PROJECT_SOURCE_DIR}/src/scripts/shared.lua")
+set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS "${_rl_shared}")
+file(READ "${_rl_shared}" _rl_shared_body)
 foreach(name acquire release extend raise_fence)
   set(_file "${PROJECT_SOURCE_DIR}/src/scripts/${name}.lua")
   set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS "${_file}")
   file(READ "${_file}" _body)
   if(name STREQUAL "acquire" OR name STREQUAL "release")
-    string(PREPEND _body "${_rl_fence_body}")
+    string(PREPEND _body "${_rl_shared_body}")
   endif()
   string(SHA1 _sha "${_body}")
   string(APPEND _rl_script_defs

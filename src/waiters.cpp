@@ -87,15 +87,13 @@ std::shared_ptr<Waiter> HandOffBook::handed_to(const std::string& token) const {
 void HandOffBook::keep(const HandOff& hand_off) {
   if (hand_off.fence == 0) return;  // a nudge: the waiter's attempts find out anyway
   if (kept_.size() == kept_max) kept_.erase(kept_.begin());
-  kept_.push_back({std::string(hand_off.token), hand_off});
-  kept_.back().hand_off.token = kept_.back().token;
+  kept_.push_back({std::string(hand_off.token), HandOff{{}, hand_off.fence, hand_off.place}});
 }
 
 HandOff HandOffBook::take_kept(const std::string& token) {
   for (auto it = kept_.begin(); it != kept_.end(); ++it) {
     if (it->token != token) continue;
-    HandOff found = it->hand_off;
-    found.token = {};
+    const HandOff found = it->hand_off;
     kept_.erase(it);
     return found;
   }

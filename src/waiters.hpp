@@ -102,7 +102,7 @@ class HandOffBook {
   std::unordered_map<std::string, Entry> waiters_;                 // by token
   struct Kept {
     std::string token;
-    HandOff hand_off;  // its token view points into `token`
+    HandOff hand_off;  // without its token view (a message's, gone)
   };
   static constexpr std::size_t kept_max = 8;
   std::vector<Kept> kept_;  // oldest first

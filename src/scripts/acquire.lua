@@ -24,25 +24,13 @@ local function take()
   return {1, f}
 end
 
-local function now_ms()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-
 local queued = redis.call('EXISTS', queue) == 1
 if not queued and redis.call('SET', lease, token, 'NX', 'PX', ttl) then
   return take()  -- the common, uncontended path
 end
 local space = string.find(how, ' ', 2, true) or #how + 1
 local member = token .. string.sub(how, space + 1)
-if queued then
-  -- Waiters that stopped refreshing their place (crashed) leave the queue.
-  local dead = redis.call('ZRANGEBYSCORE', expiry, '-inf', now_ms(), 'LIMIT', 0, 64)
-  if #dead > 0 then
-    redis.call('ZREM', expiry, unpack(dead))
-    redis.call('ZREM', queue, unpack(dead))
-  end
-end
+if queued then drop_dead_waiters(queue, expiry) end
 local current = redis.call('GET', lease)  -- WRONGTYPE if the key holds something else
 local marked = token .. '+'
 local ours = current == token or current == marked  -- handed over to us by a release

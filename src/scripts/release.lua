@@ -29,13 +29,7 @@ if current ~= token .. '+' then
   return 0
 end
 if queued then
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  local dead = redis.call('ZRANGEBYSCORE', expiry, '-inf', now, 'LIMIT', 0, 64)
-  if #dead > 0 then
-    redis.call('ZREM', expiry, unpack(dead))
-    redis.call('ZREM', queue, unpack(dead))
-  end
+  drop_dead_waiters(queue, expiry)
   local head = redis.call('ZRANGE', queue, 0, 0)[1]
   if head then
     local place = redis.call('ZSCORE', expiry, head)

@@ -1,4 +1,5 @@
--- (Put before acquire.lua and release.lua by the build: both mint.)
+-- (Put before acquire.lua and release.lua by the build: what both do.)
+
 -- The next fencing token of counter `fence`: its INCR, raised to the server's clock in
 -- microseconds. Never below the clock: a counter that was lost (a restart without
 -- persistence, eviction, FLUSHALL, a failover to a replica that missed INCRs) starts again
@@ -23,3 +24,18 @@ local function mint(fence, fresh_only)
   return f
 end
 
+
+-- The server's clock in milliseconds (the queue expiry's scores are on it).
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- Waiters that stopped refreshing their place (crashed) leave the queue, 64 at a time.
+local function drop_dead_waiters(queue, expiry)
+  local dead = redis.call('ZRANGEBYSCORE', expiry, '-inf', now_ms(), 'LIMIT', 0, 64)
+  if #dead > 0 then
+    redis.call('ZREM', expiry, unpack(dead))
+    redis.call('ZREM', queue, unpack(dead))
+  end
+end
