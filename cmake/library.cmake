@@ -4,16 +4,16 @@ include(${CMAKE_CURRENT_LIST_DIR}/warnings.cmake)
 
 # Lua scripts are embedded with their SHA1 computed here, so EVALSHA needs no hashing code.
 set(_rl_script_defs "")
-# acquire and release share functions (the mint, the dead waiters' purge): shared.lua goes
-# first in both.
+# The scripts that mint, read the clock or purge the queue share those functions:
+# shared.lua goes first in each of them.
 set(_rl_shared "${PROJECT_SOURCE_DIR}/src/scripts/shared.lua")
 set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS "${_rl_shared}")
 file(READ "${_rl_shared}" _rl_shared_body)
-foreach(name acquire release extend raise_fence)
+foreach(name acquire release extend raise_fence acquire_set release_set extend_set acquire_group)
   set(_file "${PROJECT_SOURCE_DIR}/src/scripts/${name}.lua")
   set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS "${_file}")
   file(READ "${_file}" _body)
-  if(name STREQUAL "acquire" OR name STREQUAL "release")
+  if(NOT name STREQUAL "extend" AND NOT name STREQUAL "raise_fence")
     string(PREPEND _body "${_rl_shared_body}")
   endif()
   string(SHA1 _sha "${_body}")
@@ -30,6 +30,7 @@ configure_file(src/scripts.hpp.in "${PROJECT_BINARY_DIR}/generated/redis_lock_sc
 # such a program must not link redis_lock as well (one copy of each static, e.g. Asio's
 # service ids).
 add_library(redis_lock_internal OBJECT
+  src/acquire_all.cpp
   src/acquire_op.cpp
   src/config.cpp
   src/connection.cpp

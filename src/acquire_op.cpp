@@ -56,7 +56,7 @@ Clock::time_point AcquireOp::give_back_until() const noexcept {
 }
 
 void AcquireOp::give_back() {
-  service->give_back(resource, token, give_back_until(), member_suffix);
+  service->give_back(resource, token, kind, give_back_until(), member_suffix);
 }
 
 void AcquireOp::leave() {
@@ -70,7 +70,8 @@ std::optional<QuorumAcquire> AcquireOp::quorum_acquire() {
   q.fence_key = keys.fence;
   q.ttl = options.ttl;
   q.attempt_started = attempt_started;
-  q.give_back = [service = service, resource = resource, token = token, until = give_back_until()](
+  q.give_back = [service = service, resource = resource, token = token,
+                 until = give_back_until()](
                     std::size_t master) { give_back_on(*service, master, resource, token, until); };
   return q;
 }
@@ -97,12 +98,18 @@ void AcquireOp::attempt() {
   if (how.empty()) {
     // '<mode><place ms> <member suffix>' (acquire.lua). Redlock waits by backing off: a fair
     // queue on each master would not be one queue.
-    member_suffix = service->waiters().member_suffix(options.ttl);
+    member_suffix = service->waiters().member_suffix(
+        options.ttl, kind == LeaseKind::mutex ? '\0' : mode_letter(kind));
     how = service->redlock() ? "R" : queues ? "1" : "0";
     how.append(waiter_ttl_ms).append(" ").append(member_suffix);
   }
-  set_args(acquire_script, {keys.lease, keys.fence, keys.queue, keys.queue_expiry},
-           {token, arg, how});
+  if (kind == LeaseKind::mutex) {
+    set_args(acquire_script, {keys.lease, keys.fence, keys.queue, keys.queue_expiry},
+             {token, arg, how});
+  } else {
+    set_args(acquire_set_script, {keys.lease, keys.fence, keys.queue, keys.queue_expiry},
+             {token, arg, how, marker});
+  }
   service->send(std::static_pointer_cast<ScriptOp>(shared_from_this()));
 }
 
@@ -226,22 +233,29 @@ void AcquireOp::on_reply(error_code ec, Reply reply) {
   sleep_until_retry(read.value);
 }
 
-void AcquireOp::granted(long long fence, Clock::time_point sent) {
+LockGuard make_guard(LockService& service, const std::string& resource, const std::string& token,
+                     LeaseKind kind, const LockOptions& options, long long fence,
+                     Clock::time_point sent) {
   auto lease = std::make_shared<LeaseState>();
+  lease->kind = kind;
   lease->confirm(sent, options.ttl);
   lease->min_replicas = options.min_replicas;
   lease->replication_timeout = options.replication_timeout;
-  if (options.auto_renew || service->observer()) lease->resource = resource;  // for on_lost
+  if (options.auto_renew || service.observer()) lease->resource = resource;  // for on_lost
   if (options.auto_renew) {
     lease->token = token;
     lease->ttl = options.ttl;
     lease->renew_every = RenewalSchedule::interval(options.ttl, options.renew_every);
     if (options.max_hold.count() > 0) lease->hold_until = sent + options.max_hold;
     lease->auto_renew = true;
-    service->watch(lease);
+    service.watch(lease);
   }
-  auto guard = GuardAccess::make(service, resource, token, static_cast<std::uint64_t>(fence),
-                                 std::move(lease));
+  return GuardAccess::make(service.shared_from_this(), resource, token,
+                           static_cast<std::uint64_t>(fence), std::move(lease));
+}
+
+void AcquireOp::granted(long long fence, Clock::time_point sent) {
+  auto guard = make_guard(*service, resource, token, kind, options, fence, sent);
   if (cancelled) return finish(asio::error::operation_aborted, LockGuard{});  // guard releases
   if (options.min_replicas > 0) return confirm_replicated(std::move(guard));
   finish({}, std::move(guard));

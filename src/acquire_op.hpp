@@ -20,6 +20,12 @@
 
 namespace redis_lock::detail {
 
+/// The guard of a lease taken by an attempt sent at `sent` (its validity is dated from then),
+/// watched by the renewal watchdog if `options` ask for it.
+LockGuard make_guard(LockService& service, const std::string& resource, const std::string& token,
+                     LeaseKind kind, const LockOptions& options, long long fence,
+                     std::chrono::steady_clock::time_point sent);
+
 // Handlers are only ever move-constructed: in Boost 1.81, move-assigning an
 // any_completion_handler recurses until the stack overflows.
 //
@@ -75,6 +81,8 @@ struct AcquireOp final : ScriptOp, Waiter {
   Clock::time_point deadline;
   Clock::time_point attempt_started;
   bool queues = false;  // attempts join the wait queue when the lease is held (not Redlock)
+  LeaseKind kind = LeaseKind::mutex;  // a mutex, or a hold of a lease set (acquire_set.lua)
+  std::string marker;                 // a lease set's kind and limit ('#S<limit>' or '#RW')
 
  private:
   /// The lease this attempt may hold (also one a release hands to its queue place), or that

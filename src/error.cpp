@@ -66,6 +66,8 @@ class Category final : public boost::system::error_category {
         return "no sentinel named a reachable master for this name";
       case error::no_quorum:
         return "too few Redlock masters answered for a majority decision";
+      case error::limit_mismatch:
+        return "the semaphore is held or waited for with another limit";
     }
     return "unknown redis_lock error";
   }

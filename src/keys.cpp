@@ -65,7 +65,7 @@ std::string_view slot_tag(std::uint16_t slot) noexcept {
   return table.tags[slot & (slot_count - 1)];
 }
 
-ResourceKeys make_keys(std::string_view prefix, std::string_view resource) {
+ResourceKeys make_keys(std::string_view prefix, std::string_view resource, bool lease_set) {
   ResourceKeys keys;
   keys.lease.reserve(prefix.size() + resource.size() + 2);
   keys.lease.append(prefix).append("{").append(resource).append("}");
@@ -74,8 +74,10 @@ ResourceKeys make_keys(std::string_view prefix, std::string_view resource) {
   // the whole key is hashed). Each kind of key has its own prefix, so no two collide.
   const auto tag = slot_tag(key_slot(keys.lease));
   keys.fence.append(prefix).append("fence:{").append(tag).append("}");
-  keys.queue.append(prefix).append("q:{").append(tag).append("}").append(resource);
-  keys.queue_expiry.append(prefix).append("qx:{").append(tag).append("}").append(resource);
+  const std::string_view queue = lease_set ? "sq:{" : "q:{";
+  const std::string_view queue_expiry = lease_set ? "sqx:{" : "qx:{";
+  keys.queue.append(prefix).append(queue).append(tag).append("}").append(resource);
+  keys.queue_expiry.append(prefix).append(queue_expiry).append(tag).append("}").append(resource);
   return keys;
 }
 

@@ -27,6 +27,8 @@ struct ResourceKeys {
   std::string queue_expiry;  // <prefix>qx:{<tag>}<resource>  when each place lapses (zset)
 };
 
-ResourceKeys make_keys(std::string_view prefix, std::string_view resource);
+/// The keys of `resource`; a lease set's (`lease_set`: a semaphore, a read-write lock) wait in
+/// queues of their own (sq:, sqx:), so that a mutex's waiters never mix with them.
+ResourceKeys make_keys(std::string_view prefix, std::string_view resource, bool lease_set = false);
 
 }  // namespace redis_lock::detail

@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <optional>
@@ -18,6 +19,15 @@
 namespace redis_lock::detail {
 
 struct ScriptOp;
+
+/// What a lease is one of: a mutex's (the lease key holds its token), or one hold of a lease
+/// set (acquire_set.lua): a semaphore's permit or a read-write lock's shared hold, or a
+/// read-write lock's exclusive hold.
+enum class LeaseKind : std::uint8_t { mutex, shared, exclusive };
+
+/// The mode letter of a lease set's hold ('s' or 'x'); not for a mutex.
+inline char mode_letter(LeaseKind kind) noexcept { return kind == LeaseKind::exclusive ? 'x' : 's'; }
+
 using ErrorHandler = boost::asio::any_completion_handler<void(boost::system::error_code)>;
 
 /// One held lease. Atomics may be read from the guard's thread; everything else lives on
@@ -28,6 +38,7 @@ struct LeaseState {
 
   std::string resource;
   std::string token;
+  LeaseKind kind = LeaseKind::mutex;
   std::chrono::milliseconds ttl{};
   std::chrono::milliseconds renew_every{};
   Clock::time_point hold_until = Clock::time_point::max();

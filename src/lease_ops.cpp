@@ -73,17 +73,23 @@ void CompareOp::finish(error_code ec, Reply reply) {
 }
 
 void prepare_release(LockService& service, CompareOp& op, std::string resource, std::string token,
-                     std::string_view member_suffix) {
+                     LeaseKind kind, std::string_view member_suffix) {
   op.service = service.shared_from_this();
-  op.keys = service.keys_of(resource);
+  op.keys = service.keys_of(resource, kind);
   op.slot = service.slot_of(op.keys.lease);
   op.token = std::move(token);
-  // '<our member suffix> <P|S><channel prefix>' (release.lua): the channel of the next
-  // waiter's manager is the prefix + its manager id.
-  op.arg.assign(member_suffix.empty() ? std::string_view(service.waiters().manager_id())
-                                      : member_suffix);
+  // '<our member suffix> <P|S><channel prefix>' (release.lua, release_set.lua): the channel
+  // of the next waiter's manager is the prefix + its manager id. A holder's suffix is its
+  // manager id (and in a lease set, its mode, which names its hold).
+  if (member_suffix.empty()) {
+    op.arg.assign(service.waiters().manager_id());
+    if (kind != LeaseKind::mutex) op.arg += mode_letter(kind);
+  } else {
+    op.arg.assign(member_suffix);
+  }
   op.arg.append(service.cluster() ? " S" : " P").append(service.waiters().channel_prefix(op.slot));
-  op.set_args(release_script, {op.keys.lease, op.keys.queue, op.keys.queue_expiry, op.keys.fence},
+  op.set_args(kind == LeaseKind::mutex ? release_script : release_set_script,
+              {op.keys.lease, op.keys.queue, op.keys.queue_expiry, op.keys.fence},
               {op.token, op.arg});
 }
 
@@ -113,7 +119,7 @@ void give_back_on(LockService& service, std::size_t node, std::string_view resou
   if (!service.running()) return;
   // The same release command as any other, with its own copy of the bytes.
   CompareOp release{BoolHandler{}};
-  prepare_release(service, release, std::string(resource), std::string(token));
+  prepare_release(service, release, std::string(resource), std::string(token), LeaseKind::mutex);
   give_back_on(service.shared_from_this(), node,
                std::make_shared<const OwnedCommand>(release.Routed::command()), until,
                give_back_first_retry);

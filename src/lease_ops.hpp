@@ -55,11 +55,11 @@ struct CompareOp final : ScriptOp {
   void finish(boost::system::error_code ec, Reply reply);
 };
 
-/// Fills in a release of `token`'s lease: compare-and-delete, hand the lease to the next
-/// waiter (published on its manager's channel), leave the queue (as member token +
+/// Fills in a release of `token`'s lease of `kind`: compare-and-delete, hand the lease to the
+/// next waiter (published on its manager's channel), leave the queue (as member token +
 /// `member_suffix`; empty: a holder's, who is not queued).
 void prepare_release(LockService& service, CompareOp& op, std::string resource, std::string token,
-                     std::string_view member_suffix = {});
+                     LeaseKind kind, std::string_view member_suffix = {});
 
 /// Redlock: gives back on master `node` what `token` may hold there, resent through link
 /// failures until `until`.

@@ -88,8 +88,10 @@ void LockGuard::release_detached() noexcept {
   if (!service_) return;
   auto service = std::move(service_);
   service_.reset();
+  const auto kind = lease_ ? lease_->kind : detail::LeaseKind::mutex;
   const auto patience = let_go(*service, std::exchange(lease_, nullptr));
-  service->release_detached(std::move(resource_), std::move(token_), /*by_guard=*/true, patience);
+  service->release_detached(std::move(resource_), std::move(token_), kind, /*by_guard=*/true,
+                            patience);
   resource_.clear();
   token_.clear();
   fencing_token_ = 0;
@@ -99,8 +101,9 @@ void LockGuard::release_impl(LockGuard guard, detail::BoolHandler handler) {
   // The header completes empty guards itself: `guard` holds a lock here. Taking everything
   // out leaves it empty, so its destructor posts nothing more.
   auto service = std::exchange(guard.service_, nullptr);
+  const auto kind = guard.lease_ ? guard.lease_->kind : detail::LeaseKind::mutex;
   const auto patience = let_go(*service, std::exchange(guard.lease_, nullptr));
-  service->release(std::move(guard.resource_), std::move(guard.token_), std::move(handler),
+  service->release(std::move(guard.resource_), std::move(guard.token_), kind, std::move(handler),
                    /*by_guard=*/true, patience);
 }
 
@@ -138,8 +141,15 @@ std::string LockManager::last_server_error() const {
 }
 
 void LockManager::acquire_impl(std::shared_ptr<detail::LockService> service, std::string resource,
-                               LockOptions options, detail::AcquireHandler handler) {
-  service->acquire(std::move(resource), options, std::move(handler));
+                               LockOptions options, detail::LockKind kind,
+                               detail::AcquireHandler handler) {
+  service->acquire(std::move(resource), options, kind, std::move(handler));
+}
+
+void LockManager::acquire_all_impl(std::shared_ptr<detail::LockService> service,
+                                   std::vector<std::string> resources, LockOptions options,
+                                   detail::AcquireAllHandler handler) {
+  service->acquire_all(std::move(resources), options, std::move(handler));
 }
 
 }  // namespace redis_lock

@@ -2,6 +2,7 @@
 // The engine's facade: what LockManager and LockGuard call, and what the ops share.
 #include "lock_service.hpp"
 
+#include "acquire_all.hpp"
 #include "acquire_op.hpp"
 #include "completion.hpp"
 #include "decimal.hpp"
@@ -53,7 +54,15 @@ LockService::LockService(asio::any_io_executor ex, ConnectionConfig config, Mana
   // would run after commands sent later (a Redlock give-back after the next attempt's grant).
   std::vector<std::string_view> scripts = {acquire_script.body, release_script.body,
                                            extend_script.body};
-  if (redlock()) scripts.push_back(raise_fence_script.body);
+  if (redlock()) {
+    scripts.push_back(raise_fence_script.body);
+  } else {
+    // The lease sets' and the group acquire's, which Redlock does not offer.
+    for (const auto* s : {&acquire_set_script, &release_set_script, &extend_set_script,
+                          &acquire_group_script}) {
+      scripts.push_back(s->body);
+    }
+  }
   router_->set_preload(std::move(scripts));
 }
 
@@ -97,8 +106,8 @@ error_code LockService::server_error(const Reply& reply) {
   return error_from_reply(reply.str);
 }
 
-ResourceKeys LockService::keys_of(std::string_view resource) const {
-  return make_keys(options_.key_prefix, resource);
+ResourceKeys LockService::keys_of(std::string_view resource, LeaseKind kind) const {
+  return make_keys(options_.key_prefix, resource, kind != LeaseKind::mutex);
 }
 
 std::uint16_t LockService::slot_of(std::string_view lease_key) const noexcept {
@@ -151,28 +160,48 @@ void LockService::remove_waiter(const std::string& token) { waiters_->remove(tok
 // ---------------------------------------------------------------------------------------
 // The operations
 
+void LockService::report_refusal(std::string resource, error_code ec, std::string_view why) {
+  if (!observer()) return;
+  on_strand([self = shared_from_this(), resource = std::move(resource), ec, why] {
+    AcquireEvent e{resource, AcquireOutcome::failed, ec, Clock::duration::zero(), 0, false, 0};
+    e.detail = why;
+    self->observer()->on_acquire(e);
+  });
+}
+
 void LockService::refuse(std::string resource, error_code ec, std::string_view why,
                          AcquireHandler handler) {
-  if (observer()) {
-    on_strand([self = shared_from_this(), resource = std::move(resource), ec, why] {
-      AcquireEvent e{resource, AcquireOutcome::failed, ec, Clock::duration::zero(), 0, false, 0};
-      e.detail = why;
-      self->observer()->on_acquire(e);
-    });
-  }
+  report_refusal(std::move(resource), ec, why);
   deliver(executor_, Defer::yes, std::move(handler), ec, LockGuard{});
 }
 
-void LockService::acquire(std::string resource, LockOptions options, AcquireHandler handler) {
+void LockService::acquire(std::string resource, LockOptions options, LockKind kind,
+                          AcquireHandler handler) {
   if (!alive_.load()) return;  // the context is gone: drop the handler, as Asio does
   if (config_error_)
     return refuse(std::move(resource), config_error_, config_rule_, std::move(handler));
-  if (auto broken = check(resource, options, config_.topology)) {
-    return refuse(std::move(resource), broken.error, broken.rule, std::move(handler));
-  }
+  auto broken = check(resource, options, config_.topology);
+  if (!broken) broken = check(kind, config_.topology);
+  if (broken) return refuse(std::move(resource), broken.error, broken.rule, std::move(handler));
   auto op = std::make_shared<AcquireOp>(std::move(handler), std::move(resource), options);
+  switch (kind.type) {
+    case LockKind::Type::mutex:
+      break;
+    case LockKind::Type::permit:
+      op->kind = LeaseKind::shared;
+      op->marker = "#S" + to_decimal(kind.limit);
+      break;
+    case LockKind::Type::shared:
+      op->kind = LeaseKind::shared;
+      op->marker = "#RW";
+      break;
+    case LockKind::Type::exclusive:
+      op->kind = LeaseKind::exclusive;
+      op->marker = "#RW";
+      break;
+  }
   op->service = shared_from_this();
-  op->keys = keys_of(op->resource);
+  op->keys = keys_of(op->resource, op->kind);
   op->slot = slot_of(op->keys.lease);
   op->durable = options.min_replicas > 0;
   op->queues = options.wait.count() > 0 && !redlock();
@@ -205,33 +234,65 @@ void LockService::acquire(std::string resource, LockOptions options, AcquireHand
   on_strand([op = std::move(op)]() mutable { op->attempt(); });
 }
 
-void LockService::release(std::string resource, std::string token, BoolHandler handler,
-                          bool by_guard, Clock::time_point patience,
+void LockService::acquire_all(std::vector<std::string> resources, LockOptions options,
+                              AcquireAllHandler handler) {
+  if (!alive_.load()) return;  // the context is gone: drop the handler, as Asio does
+  auto broken = config_error_ ? Violation{config_error_, config_rule_} : check_all(resources);
+  for (std::size_t i = 0; !broken && i < resources.size(); ++i) {
+    broken = check(resources[i], options, config_.topology);
+  }
+  if (broken) {
+    report_refusal(resources.empty() ? std::string() : resources.front(), broken.error,
+                   broken.rule);
+    return deliver(executor_, Defer::yes, std::move(handler), broken.error,
+                   std::vector<LockGuard>{});
+  }
+  auto op = std::make_shared<AcquireAllOp>(std::move(handler), std::move(resources), options);
+  op->service = shared_from_this();
+  const auto now = Clock::now();
+  op->deadline =
+      options.wait >= std::chrono::duration_cast<milliseconds>(Clock::time_point::max() - now)
+          ? Clock::time_point::max()
+          : now + options.wait;
+  // Installed in the initiating call, as for acquire (see there).
+  auto slot = asio::get_associated_cancellation_slot(op->handler);
+  if (slot.is_connected()) {
+    slot.assign([weak = std::weak_ptr<AcquireAllOp>(op), strand = strand()](asio::cancellation_type) {
+      asio::post(strand, [weak] {
+        if (auto alive = weak.lock()) alive->cancel();
+      });
+    });
+  }
+  on_strand([op = std::move(op)]() mutable { op->start(); });
+}
+
+void LockService::release(std::string resource, std::string token, LeaseKind kind,
+                          BoolHandler handler, bool by_guard, Clock::time_point patience,
                           Clock::time_point give_back_until, std::string_view member_suffix) {
   if (!alive_.load()) return;
   auto op = std::make_shared<CompareOp>(std::move(handler));
   if (by_guard && observer()) op->resource = resource;
-  prepare_release(*this, *op, std::move(resource), std::move(token), member_suffix);
+  prepare_release(*this, *op, std::move(resource), std::move(token), kind, member_suffix);
   op->patience = patience;
   op->give_back_until = give_back_until;
   on_strand(
       [self = shared_from_this(), op = std::move(op)]() mutable { self->send(std::move(op)); });
 }
 
-void LockService::release_detached(std::string resource, std::string token, bool by_guard,
-                                   Clock::time_point patience) noexcept {
+void LockService::release_detached(std::string resource, std::string token, LeaseKind kind,
+                                   bool by_guard, Clock::time_point patience) noexcept {
   try {
     // A guard's release on destruction: also resent through link failures while its lease
     // may still be valid.
-    release(std::move(resource), std::move(token), BoolHandler{}, by_guard, patience,
+    release(std::move(resource), std::move(token), kind, BoolHandler{}, by_guard, patience,
             /*give_back_until=*/std::min(patience, Clock::now() + give_back_horizon));
   } catch (...) {
     // Out of memory while posting: the lease expires after its ttl instead.
   }
 }
 
-void LockService::give_back(std::string resource, std::string token, Clock::time_point until,
-                            std::string_view member_suffix) noexcept {
+void LockService::give_back(std::string resource, std::string token, LeaseKind kind,
+                            Clock::time_point until, std::string_view member_suffix) noexcept {
   if (!alive_.load()) return;
   try {
     if (redlock()) {
@@ -245,8 +306,8 @@ void LockService::give_back(std::string resource, std::string token, Clock::time
     }
     // Routed like any release (Cluster redirects), retried through moving slots and link
     // failures until `until`.
-    release(std::move(resource), std::move(token), BoolHandler{}, /*by_guard=*/false, until, until,
-            member_suffix);
+    release(std::move(resource), std::move(token), kind, BoolHandler{}, /*by_guard=*/false, until,
+            until, member_suffix);
   } catch (...) {
     // Out of memory: the lease expires after its ttl instead.
   }
@@ -259,10 +320,12 @@ void LockService::extend(std::string resource, std::string token, std::shared_pt
     return deliver(executor_, Defer::yes, std::move(handler), broken.error, false);
   }
   auto op = std::make_shared<CompareOp>(std::move(handler));
+  const auto kind = lease ? lease->kind : LeaseKind::mutex;
   op->service = shared_from_this();
-  op->keys = keys_of(resource);
+  op->keys = keys_of(resource, kind);
   op->slot = slot_of(op->keys.lease);
   op->token = std::move(token);
+  if (kind != LeaseKind::mutex) op->token += mode_letter(kind);  // the holder, in the set
   op->arg = to_decimal(ttl.count());
   op->lease = std::move(lease);
   op->new_ttl = ttl;
@@ -270,7 +333,8 @@ void LockService::extend(std::string resource, std::string token, std::shared_pt
   // min_replicas: on the connection whose WAIT counts it (the acquire's).
   op->durable = op->lease && op->lease->min_replicas > 0;
   if (observer()) op->resource = resource;
-  op->set_args(extend_script, {op->keys.lease}, {op->token, op->arg});
+  op->set_args(kind == LeaseKind::mutex ? extend_script : extend_set_script, {op->keys.lease},
+               {op->token, op->arg});
   on_strand(
       [self = shared_from_this(), op = std::move(op)]() mutable { self->send(std::move(op)); });
 }

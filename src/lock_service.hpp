@@ -21,6 +21,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace redis_lock::detail {
 
@@ -49,21 +50,23 @@ class LockService : public std::enable_shared_from_this<LockService> {
   bool running() const noexcept { return router_ != nullptr; }
 
   // The operations, callable from any thread.
-  void acquire(std::string resource, LockOptions options, AcquireHandler handler);
+  void acquire(std::string resource, LockOptions options, LockKind kind, AcquireHandler handler);
+  void acquire_all(std::vector<std::string> resources, LockOptions options,
+                   AcquireAllHandler handler);
   /// `by_guard`: a guard's own release (reported to the observer), not a clean-up.
   /// `patience`: a Cluster refusal for a slot in motion (TRYAGAIN, CLUSTERDOWN) is retried
   /// until then at least (the lease's valid_until(): past it the release no longer matters).
   /// `give_back_until` (detached releases only): resent through link failures until then.
   /// `member_suffix`: an acquire's give-back leaves the queue as token + this.
-  void release(std::string resource, std::string token, BoolHandler handler, bool by_guard = false,
-               Clock::time_point patience = {}, Clock::time_point give_back_until = {},
-               std::string_view member_suffix = {});
-  void release_detached(std::string resource, std::string token, bool by_guard = false,
-                        Clock::time_point patience = {}) noexcept;
+  void release(std::string resource, std::string token, LeaseKind kind, BoolHandler handler,
+               bool by_guard = false, Clock::time_point patience = {},
+               Clock::time_point give_back_until = {}, std::string_view member_suffix = {});
+  void release_detached(std::string resource, std::string token, LeaseKind kind,
+                        bool by_guard = false, Clock::time_point patience = {}) noexcept;
   /// Gives back what an acquire with `token` may hold, or the queue place it may have:
   /// a release that is sent again through link failures until `until`, past which the
   /// lease (and the queue entry) has expired anyway. On Redlock, on every master.
-  void give_back(std::string resource, std::string token, Clock::time_point until,
+  void give_back(std::string resource, std::string token, LeaseKind kind, Clock::time_point until,
                  std::string_view member_suffix) noexcept;
   void extend(std::string resource, std::string token, std::shared_ptr<LeaseState> lease,
               std::chrono::milliseconds ttl, BoolHandler handler);
@@ -88,7 +91,7 @@ class LockService : public std::enable_shared_from_this<LockService> {
   /// The error an error reply stands for (and the manager's last_server_error()).
   boost::system::error_code server_error(const Reply& reply);
 
-  ResourceKeys keys_of(std::string_view resource) const;
+  ResourceKeys keys_of(std::string_view resource, LeaseKind kind = LeaseKind::mutex) const;
   /// The slot that routes the commands on `lease_key` (0 unless on a Cluster).
   std::uint16_t slot_of(std::string_view lease_key) const noexcept;
   bool redlock() const noexcept { return config_.topology == Topology::redlock; }
@@ -106,6 +109,8 @@ class LockService : public std::enable_shared_from_this<LockService> {
   /// Reports a refused acquire to the observer and completes it (nothing was sent).
   void refuse(std::string resource, boost::system::error_code ec, std::string_view why,
               AcquireHandler handler);
+  /// Reports a refused acquire to the observer (nothing was sent).
+  void report_refusal(std::string resource, boost::system::error_code ec, std::string_view why);
 
   boost::asio::any_io_executor executor_;
   ManagerOptions options_;

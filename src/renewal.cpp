@@ -184,7 +184,8 @@ void Watchdog::renew(const std::shared_ptr<LeaseState>& lease) {
     op->service = service_.shared_from_this();
     op->lease = lease;
     op->token = lease->token;
-    op->keys = service_.keys_of(lease->resource);
+    if (lease->kind != LeaseKind::mutex) op->token += mode_letter(lease->kind);  // its hold
+    op->keys = service_.keys_of(lease->resource, lease->kind);
     op->slot = service_.slot_of(op->keys.lease);
     op->ttl_ms = to_decimal(lease->ttl.count());
     op->durable = lease->min_replicas > 0;
@@ -193,7 +194,8 @@ void Watchdog::renew(const std::shared_ptr<LeaseState>& lease) {
   auto& op = static_cast<RenewOp&>(*lease->renewal);
   op.sent = Clock::now();
   op.sent_body = false;
-  op.set_args(extend_script, {op.keys.lease}, {op.token, op.ttl_ms});
+  op.set_args(lease->kind == LeaseKind::mutex ? extend_script : extend_set_script, {op.keys.lease},
+              {op.token, op.ttl_ms});
   lease->renewing = true;
   service_.send(lease->renewal);
 }

@@ -57,6 +57,7 @@ boost::system::error_code error_from_reply(std::string_view text) noexcept {
   };
   static constexpr Prefix table[] = {
       {"WRONGTYPE", error::wrong_type},
+      {"LIMITMISMATCH", error::limit_mismatch},  // acquire_set.lua
       {"NOAUTH", error::not_authenticated},
       {"WRONGPASS", error::auth_failed},
       {"NOPERM", error::no_permission},

@@ -152,8 +152,8 @@ bool Router::resent(std::shared_ptr<Routed>& op, const Reply& reply) {
     case Kind::with_body:
       // The script cache was flushed (or this is a new server): send the body, once.
       op->sent_body = true;
-      op->argv[0] = "EVAL";
-      op->argv[1] = op->script_body;
+      op->words()[0] = "EVAL";
+      op->words()[1] = op->script_body;
       send(std::move(op));
       return true;
     case Kind::ask: {

@@ -35,12 +35,18 @@ struct Routed {
   /// Where a reply that comes after the command timed out goes (none by default).
   virtual std::shared_ptr<LateReplies> late_replies() { return nullptr; }
 
-  std::span<const std::string_view> command() const noexcept { return {argv.data(), argc}; }
+  std::span<const std::string_view> command() const noexcept {
+    return {long_argv.empty() ? argv.data() : long_argv.data(), argc};
+  }
+  /// The command's words, to change in place (argv, or long_argv when that is used).
+  std::string_view* words() noexcept { return long_argv.empty() ? argv.data() : long_argv.data(); }
   /// Before the same command is sent again from the start (a retry by its owner).
   void rearm() noexcept { tries = {}; }
 
   std::array<std::string_view, 16> argv{};
   std::size_t argc = 0;
+  /// A command of more than 16 words (a group acquire) has them here instead of in argv.
+  std::vector<std::string_view> long_argv;
   std::string_view script_body;  ///< NOSCRIPT: sent once more as EVAL with this body
   std::uint16_t slot = 0;        ///< routes the command (Cluster)
   std::size_t pinned = no_node;  ///< or: always to this node (a Redlock master)

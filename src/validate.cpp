@@ -3,6 +3,9 @@
 
 #include <redis_lock/error.hpp>
 
+#include <algorithm>
+#include <vector>
+
 namespace redis_lock::detail {
 
 namespace {
@@ -108,6 +111,28 @@ Violation check(std::string_view resource, const LockOptions& options, Topology 
   // WAIT with a zero timeout blocks until the replicas answer, however long.
   if (options.min_replicas > 0 && options.replication_timeout.count() == 0) {
     return broken("LockOptions::replication_timeout must be > 0 with min_replicas");
+  }
+  return {};
+}
+
+Violation check(LockKind kind, Topology topology) {
+  if (kind.type == LockKind::Type::mutex) return {};
+  if (kind.type == LockKind::Type::permit && kind.limit == 0) {
+    return broken("a semaphore's limit must be > 0");
+  }
+  // A lease set per master would need its own quorum rules (docs/safety.md).
+  if (topology == Topology::redlock) {
+    return broken("semaphores and read-write locks are not offered on Redlock");
+  }
+  return {};
+}
+
+Violation check_all(std::span<const std::string> resources) {
+  if (resources.empty()) return broken("async_acquire_all needs at least one resource");
+  std::vector<std::string_view> names(resources.begin(), resources.end());
+  std::sort(names.begin(), names.end());
+  if (std::adjacent_find(names.begin(), names.end()) != names.end()) {
+    return broken("async_acquire_all names each resource once");
   }
   return {};
 }

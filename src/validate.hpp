@@ -5,10 +5,13 @@
 #pragma once
 
 #include <redis_lock/config.hpp>
+#include <redis_lock/detail/lock_kind.hpp>
 
 #include <boost/system/error_code.hpp>
 
 #include <chrono>
+#include <span>
+#include <string>
 #include <string_view>
 
 namespace redis_lock::detail {
@@ -35,6 +38,10 @@ Violation check(const ConnectionConfig& config);
 Violation check(const ManagerOptions& options);
 /// An acquire of `resource` with `options` on `topology`.
 Violation check(std::string_view resource, const LockOptions& options, Topology topology);
+/// The kind of lock an acquire asks for, on `topology`.
+Violation check(LockKind kind, Topology topology);
+/// async_acquire_all's list of resources (each is checked as an acquire's, too).
+Violation check_all(std::span<const std::string> resources);
 /// An extension's new ttl.
 Violation check_extension(std::chrono::milliseconds ttl);
 

@@ -146,8 +146,10 @@ std::string Waiters::channel_prefix(std::uint16_t slot) const {
   return prefix;
 }
 
-std::string Waiters::member_suffix(std::chrono::milliseconds ttl) const {
-  return manager_id_ + to_decimal(ttl.count());
+std::string Waiters::member_suffix(std::chrono::milliseconds ttl, char mode) const {
+  std::string suffix = manager_id_;
+  if (mode != 0) suffix += mode;
+  return suffix.append(to_decimal(ttl.count()));
 }
 
 void Waiters::add(const std::string& token, std::weak_ptr<Waiter> waiter, std::uint16_t slot) {

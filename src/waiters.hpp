@@ -125,9 +125,10 @@ class Waiters : public std::enable_shared_from_this<Waiters> {
   /// manager_id() read only what the constructor set: callable from any thread.)
   std::string channel_prefix(std::uint16_t slot) const;
   const std::string& manager_id() const noexcept { return manager_id_; }
-  /// A queue member is token + this: the manager id and the waiter's ttl in ms (how long a
-  /// lease handed to it lasts).
-  std::string member_suffix(std::chrono::milliseconds ttl) const;
+  /// A queue member is token + this: the manager id, the mode of a lease set's waiter ('s'
+  /// or 'x'; none for a mutex's) and the waiter's ttl in ms (how long a lease handed to it
+  /// lasts).
+  std::string member_suffix(std::chrono::milliseconds ttl, char mode = 0) const;
   void shutdown() noexcept;
 
  private:

@@ -20,7 +20,8 @@ enum class error {
   connection_lost,       ///< the connection broke while a command was in flight
   protocol_error,        ///< the server sent bytes that are not valid RESP
   server_error,          ///< any other error reply (see `LockManager::last_server_error()`)
-  wrong_type,            ///< WRONGTYPE: the lock key holds a value of another type
+  wrong_type,            ///< WRONGTYPE: the lock key holds another type, or the resource is in
+                         ///< use as another kind of lock (mutex, semaphore, read-write lock)
   not_authenticated,     ///< NOAUTH: the server requires a password and none was given
   auth_failed,           ///< WRONGPASS / AUTH rejected: bad user name or password
   no_permission,         ///< NOPERM: the ACL user may not run the lock commands
@@ -36,6 +37,7 @@ enum class error {
   cluster_down,          ///< the Cluster cannot serve the key's slot now (CLUSTERDOWN, resharding)
   master_not_found,      ///< no sentinel named a reachable master (or it was not a master)
   no_quorum,             ///< Redlock: too few masters answered to decide (nothing is left held)
+  limit_mismatch,        ///< the semaphore is held or waited for with another limit
 };
 
 /// The category of `redis_lock::error`; its name() is "redis_lock".

@@ -22,6 +22,7 @@
 #include <string_view>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 namespace redis_lock {
 
@@ -272,13 +273,91 @@ class REDIS_LOCK_EXPORT LockManager {
     return async_acquire(resource, LockOptions{}, boost::asio::deferred);
   }
 
+  /// Takes one of `limit` permits of the semaphore `resource`: at most `limit` guards hold
+  /// one at any instant, across processes, each with its own lease of `options.ttl`.
+  ///
+  /// Completion signature: `void(boost::system::error_code, LockGuard)`, as async_acquire:
+  /// an empty guard when no permit came free within `options.wait` (waiters are served in
+  /// arrival order, one per freed permit). The guard is an ordinary LockGuard (release,
+  /// extend, auto_renew, lost_slot(), a fencing token larger than every earlier one on
+  /// `resource`). Errors as async_acquire, and: `invalid_argument` for `limit == 0` or on a
+  /// Redlock manager (nothing is sent); `limit_mismatch` when the semaphore is held or waited
+  /// for with another limit (the first acquire of an idle semaphore sets it); `wrong_type`
+  /// when `resource` is in use as a mutex or a read-write lock.
+  /// Cancellation, thread safety and lifetimes as async_acquire.
+  ///
+  /// \code
+  /// LockGuard permit = co_await locks.async_acquire_permit("provider:acme", 3,
+  ///                                                         {.ttl = 10s, .wait = 2s},
+  ///                                                         asio::use_awaitable);
+  /// \endcode
+  template <class CompletionToken = boost::asio::deferred_t>
+  auto async_acquire_permit(std::string_view resource, std::uint32_t limit, LockOptions options = {},
+                            CompletionToken&& token = {}) {
+    return boost::asio::async_initiate<CompletionToken, void(boost::system::error_code, LockGuard)>(
+        detail::initiate_acquire(executor_, context_alive_), token, service_, std::string(resource),
+        options, detail::LockKind{detail::LockKind::Type::permit, limit});
+  }
+
+  /// Takes a shared (read) hold of the read-write lock `resource`: any number of shared
+  /// holders together, never with an exclusive holder. Fair: a reader does not overtake an
+  /// exclusive waiter queued before it, and readers queued together are let in together.
+  ///
+  /// Completion signature, errors and the rest as async_acquire_permit (without a limit):
+  /// `wrong_type` when `resource` is in use as a mutex or a semaphore; `invalid_argument` on
+  /// Redlock.
+  template <class CompletionToken = boost::asio::deferred_t>
+  auto async_acquire_shared(std::string_view resource, LockOptions options = {},
+                            CompletionToken&& token = {}) {
+    return boost::asio::async_initiate<CompletionToken, void(boost::system::error_code, LockGuard)>(
+        detail::initiate_acquire(executor_, context_alive_), token, service_, std::string(resource),
+        options, detail::LockKind{detail::LockKind::Type::shared, 0});
+  }
+
+  /// Takes the exclusive (write) hold of the read-write lock `resource`: no other holder,
+  /// shared or exclusive, at the same time. As async_acquire_shared otherwise.
+  template <class CompletionToken = boost::asio::deferred_t>
+  auto async_acquire_exclusive(std::string_view resource, LockOptions options = {},
+                               CompletionToken&& token = {}) {
+    return boost::asio::async_initiate<CompletionToken, void(boost::system::error_code, LockGuard)>(
+        detail::initiate_acquire(executor_, context_alive_), token, service_, std::string(resource),
+        options, detail::LockKind{detail::LockKind::Type::exclusive, 0});
+  }
+
+  /// Takes the mutexes of all `resources` (the locks async_acquire takes), or none.
+  ///
+  /// Completion signature: `void(boost::system::error_code, std::vector<LockGuard>)`: either
+  /// one guard per resource, in the order given, each owning its lock; or an empty vector
+  /// and nothing held or queued anywhere (a resource still held elsewhere after
+  /// `options.wait` is no error, as for async_acquire). Resources are taken in one global
+  /// order (Cluster slot, then name), so callers whose sets overlap in any order never
+  /// deadlock; those of one slot (a shared `{tag}`; all of them on a single server) are
+  /// taken in one script when all are free, else one by one, waiting fairly in each
+  /// resource's queue; `options.wait` bounds the whole. Errors as async_acquire, and
+  /// `invalid_argument` for an empty list or a resource named twice.
+  /// Cancellation: supported; what was taken is released. Thread safety and lifetimes as
+  /// async_acquire; `resources` is moved in.
+  template <class CompletionToken = boost::asio::deferred_t>
+  auto async_acquire_all(std::vector<std::string> resources, LockOptions options = {},
+                         CompletionToken&& token = {}) {
+    return boost::asio::async_initiate<CompletionToken,
+                                       void(boost::system::error_code, std::vector<LockGuard>)>(
+        detail::initiate_acquire_all(executor_, context_alive_), token, service_,
+        std::move(resources), options);
+  }
+
   /// The full text of the most recent error reply from the server (thread-safe copy).
   std::string last_server_error() const;
 
  private:
   friend struct detail::initiate_acquire;
+  friend struct detail::initiate_acquire_all;
   static void acquire_impl(std::shared_ptr<detail::LockService> service, std::string resource,
-                           LockOptions options, detail::AcquireHandler handler);
+                           LockOptions options, detail::LockKind kind,
+                           detail::AcquireHandler handler);
+  static void acquire_all_impl(std::shared_ptr<detail::LockService> service,
+                               std::vector<std::string> resources, LockOptions options,
+                               detail::AcquireAllHandler handler);
 
   executor_type executor_;
   detail::ContextAlive context_alive_;  // kept by a moved-from manager, like the executor

@@ -3,6 +3,7 @@
 // a queued waiter killed with SIGKILL, and idle-means-idle after waiting.
 #include "live.hpp"
 
+#include "background.hpp"
 #include "child_process.hpp"
 #include "keys.hpp"
 
@@ -25,31 +26,6 @@ using namespace redis_lock::test;
 using boost::system::error_code;
 
 namespace {
-
-/// An io_context running on its own thread, so the test thread can watch Redis meanwhile.
-class Background {
- public:
-  Background() : work_(asio::make_work_guard(io)), thread_([this] { io.run_for(120s); }) {}
-  ~Background() {
-    work_.reset();
-    thread_.join();
-  }
-  /// Runs `fn` on the io thread and waits for it.
-  template <class Fn>
-  void run(Fn fn) {
-    std::promise<void> done;
-    asio::post(io, [&] {
-      fn();
-      done.set_value();
-    });
-    done.get_future().wait();
-  }
-  asio::io_context io;
-
- private:
-  asio::executor_work_guard<asio::io_context::executor_type> work_;
-  std::thread thread_;
-};
 
 detail::ResourceKeys keys_of(const std::string& resource) {
   return detail::make_keys("lock:", resource);

@@ -44,6 +44,7 @@ constexpr Expected every_code[] = {
     {error::cluster_down, "Cluster"},
     {error::master_not_found, "sentinel"},
     {error::no_quorum, "Redlock"},
+    {error::limit_mismatch, "another limit"},
 };
 
 }  // namespace
@@ -82,6 +83,10 @@ TEST(ErrorCategory, ServerReplyMapping) {
   using redis_lock::detail::error_from_reply;
   EXPECT_EQ(error_from_reply("WRONGTYPE Operation against a key holding the wrong kind of value"),
             error::wrong_type);
+  // What acquire_set.lua answers for a lock of another kind, or a semaphore of another limit.
+  EXPECT_EQ(error_from_reply("WRONGTYPE the resource is a semaphore"), error::wrong_type);
+  EXPECT_EQ(error_from_reply("LIMITMISMATCH the semaphore is held with limit 3, not 5"),
+            error::limit_mismatch);
   EXPECT_EQ(error_from_reply("NOAUTH Authentication required."), error::not_authenticated);
   EXPECT_EQ(error_from_reply("ERR Protocol error: unauthenticated multibulk length"),
             error::not_authenticated);

@@ -14,6 +14,7 @@
 #include <atomic>
 #include <memory>
 #include <utility>
+#include <vector>
 
 namespace redis_lock {
 
@@ -23,6 +24,8 @@ namespace detail {
 
 using AcquireHandler =
     boost::asio::any_completion_handler<void(boost::system::error_code, LockGuard)>;
+using AcquireAllHandler =
+    boost::asio::any_completion_handler<void(boost::system::error_code, std::vector<LockGuard>)>;
 using BoolHandler = boost::asio::any_completion_handler<void(boost::system::error_code, bool)>;
 using ErrorHandler = boost::asio::any_completion_handler<void(boost::system::error_code)>;
 

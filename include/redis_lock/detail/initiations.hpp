@@ -10,6 +10,7 @@
 
 #include <redis_lock/config.hpp>
 #include <redis_lock/detail/handlers.hpp>
+#include <redis_lock/detail/lock_kind.hpp>
 
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/system_executor.hpp>
@@ -18,6 +19,7 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace redis_lock {
 
@@ -53,13 +55,22 @@ class initiation_base {
   ContextAlive alive_;
 };
 
-/// LockManager::async_acquire. A moved-from manager (no `service`) completes with
-/// `error::invalid_argument` and an empty guard without touching Redis.
+/// LockManager::async_acquire and its kinds. A moved-from manager (no `service`) completes
+/// with `error::invalid_argument` and an empty guard without touching Redis.
 struct initiate_acquire : initiation_base {
   using initiation_base::initiation_base;
   template <class Handler>
   void operator()(Handler handler, std::shared_ptr<LockService> service, std::string resource,
-                  LockOptions options) const;
+                  LockOptions options, LockKind kind = {}) const;
+};
+
+/// LockManager::async_acquire_all. A moved-from manager completes with
+/// `error::invalid_argument` and no guards without touching Redis.
+struct initiate_acquire_all : initiation_base {
+  using initiation_base::initiation_base;
+  template <class Handler>
+  void operator()(Handler handler, std::shared_ptr<LockService> service,
+                  std::vector<std::string> resources, LockOptions options) const;
 };
 
 /// LockGuard::async_release: takes the guard over. An empty guard completes with

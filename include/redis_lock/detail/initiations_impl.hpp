@@ -18,18 +18,33 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace redis_lock::detail {
 
 template <class Handler>
 void initiate_acquire::operator()(Handler handler, std::shared_ptr<LockService> service,
-                                  std::string resource, LockOptions options) const {
+                                  std::string resource, LockOptions options,
+                                  LockKind kind) const {
   if (!service) {  // a moved-from manager
     return complete_without_lock(io_, alive_, std::move(handler),
                                  boost::system::error_code(error::invalid_argument), LockGuard{});
   }
-  LockManager::acquire_impl(std::move(service), std::move(resource), options,
+  LockManager::acquire_impl(std::move(service), std::move(resource), options, kind,
                             AcquireHandler(std::move(handler)));
+}
+
+template <class Handler>
+void initiate_acquire_all::operator()(Handler handler, std::shared_ptr<LockService> service,
+                                      std::vector<std::string> resources,
+                                      LockOptions options) const {
+  if (!service) {  // a moved-from manager
+    return complete_without_lock(io_, alive_, std::move(handler),
+                                 boost::system::error_code(error::invalid_argument),
+                                 std::vector<LockGuard>{});
+  }
+  LockManager::acquire_all_impl(std::move(service), std::move(resources), options,
+                                AcquireAllHandler(std::move(handler)));
 }
 
 template <class Handler>

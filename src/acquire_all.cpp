@@ -1,0 +1,213 @@
+// SPDX-License-Identifier: MIT
+#include "acquire_all.hpp"
+
+#include "acquire_op.hpp"
+#include "completion.hpp"
+#include "decimal.hpp"
+#include "lease_ops.hpp"
+#include "lock_service.hpp"
+#include "replies.hpp"
+#include "token.hpp"
+
+#include <redis_lock/error.hpp>
+#include <redis_lock/observer.hpp>
+
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/bind_executor.hpp>
+
+#include <algorithm>
+#include <numeric>
+
+namespace redis_lock::detail {
+
+namespace asio = boost::asio;
+using boost::system::error_code;
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+std::vector<std::size_t> taking_order(std::span<const std::string> resources,
+                                      std::span<const std::uint16_t> slots) {
+  std::vector<std::size_t> order(resources.size());
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    if (slots[a] != slots[b]) return slots[a] < slots[b];
+    return resources[a] < resources[b];
+  });
+  return order;
+}
+
+// ---------------------------------------------------------------------------------------
+// GroupOp
+
+void GroupOp::prepare() {
+  // EVALSHA sha numkeys fence (lease queue)... token ttl
+  const auto key_count = 1 + 2 * group_keys.size();
+  numkeys = std::to_string(key_count);
+  long_argv.clear();
+  long_argv.reserve(3 + key_count + 2);
+  long_argv.insert(long_argv.end(), {"EVALSHA", acquire_group_script.sha1, numkeys,
+                                     group_keys.front().fence});
+  for (const auto& k : group_keys) long_argv.insert(long_argv.end(), {k.lease, k.queue});
+  long_argv.insert(long_argv.end(), {token, arg});
+  argc = long_argv.size();
+  script_body = acquire_group_script.body;
+  sent_body = false;
+  rearm();
+}
+
+void GroupOp::on_reply(error_code ec, Reply reply) {
+  if (done) std::exchange(done, nullptr)(ec, std::move(reply));
+}
+
+void GroupOp::on_late_reply(error_code ec, const Reply& reply) {
+  // Timed out, then answered (or never will be): what it took goes back.
+  if (!ec && reply.is_error()) return;
+  if (ec || replies::may_have_granted(reply)) give_back();
+}
+
+void GroupOp::give_back() {
+  const auto until = sent + std::min(ttl, give_back_horizon);
+  for (const auto& resource : resources) {
+    service->give_back(resource, token, LeaseKind::mutex, until, {});
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// AcquireAllOp
+
+void AcquireAllOp::start() {
+  guards.resize(resources.size());
+  slots.reserve(resources.size());
+  for (const auto& r : resources) slots.push_back(service->slot_of(service->keys_of(r).lease));
+  order = taking_order(resources, slots);
+  step();
+}
+
+void AcquireAllOp::cancel() {
+  if (done || cancelled) return;
+  cancelled = true;
+  // An acquire under way completes with operation_aborted (and gives back what it holds);
+  // a group script's reply is awaited, and what it took given back.
+  acquire_cancel.emit(asio::cancellation_type::terminal);
+  if (!in_flight) finish(asio::error::operation_aborted);
+}
+
+void AcquireAllOp::step() {
+  if (done) return;
+  if (cancelled) return finish(asio::error::operation_aborted);
+  if (next == order.size()) return finish({});
+  // A slot's resources, up to group_max of them (a reply's array has a bounded length).
+  constexpr std::size_t group_max = 256;
+  auto end = next + 1;
+  while (end < order.size() && end - next < group_max && slots[order[end]] == slots[order[next]]) {
+    ++end;
+  }
+  // The group script: several resources of one slot, tried once; min_replicas confirms
+  // each lease on its own acquire's connection, and Redlock has no single script.
+  if (end - next >= 2 && group_tried <= next && options.min_replicas == 0 && !service->redlock()) {
+    group_tried = end;
+    return take_group(end);
+  }
+  take_one();
+}
+
+void AcquireAllOp::take_group(std::size_t end) {
+  auto op = std::make_shared<GroupOp>();
+  op->service = service;
+  try {
+    op->token = random_token();
+  } catch (const std::exception&) {
+    return finish(error::server_error);
+  }
+  op->arg = to_decimal(options.ttl.count());
+  op->ttl = options.ttl;
+  for (auto i = next; i < end; ++i) {
+    op->resources.push_back(resources[order[i]]);
+    op->group_keys.push_back(service->keys_of(resources[order[i]]));
+  }
+  op->slot = slots[order[next]];
+  op->wants_late = true;
+  op->prepare();
+  op->sent = Clock::now();
+  op->patience = deadline;
+  in_flight = true;
+  op->done = [self = shared_from_this(), op = op.get(), end](error_code ec, Reply reply) {
+    self->in_flight = false;
+    if (!ec && reply.is_error()) {
+      return self->finish(self->service->server_error(reply));
+    }
+    if (ec) {
+      // The link failed after it was written: it may have run (a timeout has its late reply).
+      if (replies::may_have_run(ec)) op->give_back();
+      return self->finish(ec);
+    }
+    const auto& e = reply.elements;
+    if (replies::may_have_granted(reply)) {
+      const bool well_formed = e.size() == op->resources.size() + 1 &&
+                               std::all_of(e.begin() + 1, e.end(), [](const Reply& r) {
+                                 return r.type == Reply::Type::integer && r.integer > 0;
+                               });
+      if (!well_formed) {
+        op->give_back();
+        return self->finish(error::unexpected_reply);
+      }
+      for (auto i = self->next; i < end; ++i) {
+        self->guards[self->order[i]] =
+            make_guard(*self->service, self->resources[self->order[i]], op->token,
+                       LeaseKind::mutex, self->options, e[i - self->next + 1].integer, op->sent);
+        if (auto* observer = self->service->observer()) {
+          AcquireEvent event{self->resources[self->order[i]], AcquireOutcome::acquired, {},
+                             Clock::now() - self->called, 1, false,
+                             static_cast<std::uint64_t>(e[i - self->next + 1].integer)};
+          observer->on_acquire(event);
+        }
+      }
+      self->next = end;
+    }
+    // Held or waited for: one by one from here, each waiting fairly in its queue.
+    self->step();
+  };
+  service->send(std::move(op));
+}
+
+void AcquireAllOp::take_one() {
+  auto sub = options;
+  if (options.wait.count() > 0) {
+    const auto now = Clock::now();
+    sub.wait = now >= deadline ? milliseconds(0)
+               : deadline == Clock::time_point::max()
+                   ? options.wait
+                   : std::chrono::duration_cast<milliseconds>(deadline - now) + milliseconds(1);
+  }
+  const auto index = order[next];
+  in_flight = true;
+  // Completes on the strand (bind_executor), where this op lives; cancellable by cancel().
+  auto completion = asio::bind_cancellation_slot(
+      acquire_cancel.slot(),
+      asio::bind_executor(service->strand(), [self = shared_from_this(), index](error_code ec,
+                                                                                LockGuard guard) {
+        self->in_flight = false;
+        if (ec) return self->finish(self->cancelled ? asio::error::operation_aborted : ec);
+        if (!guard) return self->finish({});  // held until the wait ran out: not an error
+        self->guards[index] = std::move(guard);
+        ++self->next;
+        self->step();
+      }));
+  service->acquire(resources[index], sub, LockKind{}, AcquireHandler(std::move(completion)));
+}
+
+void AcquireAllOp::finish(error_code ec) {
+  if (done) return;
+  done = true;
+  std::vector<LockGuard> result;
+  if (!ec && next == order.size()) {
+    result = std::move(guards);
+  } else {
+    // Each guard's release is queued now, before the completion runs (it retries through
+    // link failures while the lease may be valid).
+    guards.clear();
+  }
+  deliver(service->executor(), Defer::no, std::move(handler), ec, std::move(result));
+}
+
+}  // namespace redis_lock::detail

@@ -1,0 +1,63 @@
+-- Give back one hold of a lease set (acquire_set.lua) if it is still ours, and hand what is
+-- free to the queue's head: permits one per free permit, a read-write lock's readers queued
+-- together all at once, its exclusive hold to a writer once nobody holds. Each waiter handed
+-- a hold gets it for its own ttl and its fencing token, published on its manager's channel
+-- as '<token> <fencing token> <place>' (release.lua). Also takes our own member out of the
+-- queue: a waiter that gives up leaves this way.
+-- KEYS[1] lease set, KEYS[2] queue, KEYS[3] queue expiry, KEYS[4] fencing counter (one
+-- slot); ARGV[1] token, ARGV[2] '<member suffix> <P|S><channel prefix>', the suffix being
+-- at least our manager id (16) and mode. Returns 1 if the hold was ours and live, else 0.
+local lease, queue, expiry, fence = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local token = ARGV[1]
+local space = string.find(ARGV[2], ' ', 1, true)
+local suffix = string.sub(ARGV[2], 1, space - 1)
+local queued = redis.call('EXISTS', queue) == 1
+if queued then
+  redis.call('ZREM', queue, token .. suffix)
+  redis.call('ZREM', expiry, token .. suffix)
+end
+local now = now_ms()
+local holder = token .. string.sub(suffix, 17, 17)
+local score = redis.call('ZSCORE', lease, holder)  -- WRONGTYPE on a mutex's lease
+local ours = false
+if score then
+  ours = tonumber(score) >= now
+  redis.call('ZREM', lease, holder)
+end
+redis.call('ZREMRANGEBYSCORE', lease, '-inf', '(' .. now)
+local kind = redis.call('ZRANGE', lease, -1, -1)[1]
+if kind and queued then
+  drop_dead_waiters(queue, expiry)
+  local limit = string.byte(kind, 2) == 83 and tonumber(string.sub(kind, 3)) or math.huge
+  local count = redis.call('ZCARD', lease) - 1
+  local exclusive = count == 1 and string.byte(redis.call('ZRANGE', lease, 0, 0)[1], 33) == 120
+  local command = string.byte(ARGV[2], space + 1) == 83 and 'SPUBLISH' or 'PUBLISH'
+  local channel = string.sub(ARGV[2], space + 2)
+  for _ = 1, 256 do
+    if exclusive then break end
+    local head = redis.call('ZRANGE', queue, 0, 0)[1]
+    if not head then break end
+    local mode = string.sub(head, 49, 49)
+    if (mode == 'x' and count > 0) or (mode ~= 'x' and count >= limit) then break end
+    local place = redis.call('ZSCORE', expiry, head)
+    redis.call('ZREM', queue, head)
+    redis.call('ZREM', expiry, head)
+    local ttl = string.sub(head, 50)
+    if #ttl <= 15 and string.find(ttl, '^[1-9]%d*$') then
+      local next_token = string.sub(head, 1, 32)
+      redis.call('ZADD', lease, now + tonumber(ttl), next_token .. mode)
+      if redis.call('PTTL', lease) < tonumber(ttl) then redis.call('PEXPIRE', lease, ttl) end
+      local message = next_token
+      local f = mint(fence, false)
+      if f and place then
+        message = message .. ' ' .. string.format('%.0f', f) .. ' ' .. place
+      end  -- else the waiter claims it with acquire_set.lua, which mints or reports the error
+      redis.call(command, channel .. string.sub(head, 33, 48), message)
+      count = count + 1
+      exclusive = mode == 'x'
+    end
+  end
+end
+if redis.call('ZCARD', lease) == 1 then redis.call('DEL', lease) end  -- the marker alone
+if ours then return 1 end
+return 0

@@ -1,0 +1,331 @@
+// SPDX-License-Identifier: MIT
+// Semaphores (async_acquire_permit): at most `limit` holders, each permit its own lease,
+// FIFO waiters woken one per freed permit, one limit per semaphore, one kind per resource.
+#include "live.hpp"
+
+#include "background.hpp"
+#include "keys.hpp"
+
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/use_future.hpp>
+
+#include <future>
+#include <vector>
+
+using namespace redis_lock;
+using namespace redis_lock::test;
+using boost::system::error_code;
+
+namespace {
+
+detail::ResourceKeys set_keys(const std::string& resource) {
+  return detail::make_keys("lock:", resource, /*lease_set=*/true);
+}
+
+/// Holders of the semaphore on the server (its zset less the kind's marker).
+int holders(std::uint16_t port, const std::string& resource) {
+  const auto n = std::stoi(redis_command(port, {"ZCARD", lease_key(resource)}));
+  return n > 0 ? n - 1 : 0;
+}
+
+int queued(std::uint16_t port, const std::string& resource) {
+  return std::stoi(redis_command(port, {"ZCARD", set_keys(resource).queue}));
+}
+
+using Pending = std::future<LockGuard>;
+
+/// The error and guard an acquire completes with: `start(handler)` starts it (on a
+/// Background's io_context). Bounded: 10 s.
+template <class Start>
+std::pair<error_code, LockGuard> outcome(Start start) {
+  auto promise = std::make_shared<std::promise<std::pair<error_code, LockGuard>>>();
+  auto result = promise->get_future();
+  start([promise](error_code ec, LockGuard g) { promise->set_value({ec, std::move(g)}); });
+  if (result.wait_for(10s) != std::future_status::ready) {
+    ADD_FAILURE() << "the acquire did not complete";
+    return {error::timeout, LockGuard{}};
+  }
+  return result.get();
+}
+
+}  // namespace
+
+TEST(Semaphore, AtMostLimitHoldersEachWithALargerFencingToken) {
+  auto cfg = shared_server_config();
+  const auto resource = unique_resource();
+  Background bg;
+  LockManager locks(bg.io.get_executor(), cfg);
+  std::vector<LockGuard> permits;
+  std::uint64_t last = 0;
+  for (int i = 0; i < 3; ++i) {
+    auto g = locks.async_acquire_permit(resource, 3, {.ttl = 10s}, asio::use_future).get();
+    ASSERT_TRUE(g) << i;
+    EXPECT_GT(g.fencing_token(), last);
+    last = g.fencing_token();
+    EXPECT_EQ(g.resource(), resource);
+    permits.push_back(std::move(g));
+  }
+  EXPECT_EQ(holders(cfg.port, resource), 3);
+  auto fourth = locks.async_acquire_permit(resource, 3, {.ttl = 10s}, asio::use_future).get();
+  EXPECT_FALSE(fourth) << "a fourth holder of a semaphore of 3";
+  EXPECT_EQ(holders(cfg.port, resource), 3);
+
+  ASSERT_TRUE(permits[1].async_release(asio::use_future).get());
+  auto again = locks.async_acquire_permit(resource, 3, {.ttl = 10s}, asio::use_future).get();
+  ASSERT_TRUE(again);
+  EXPECT_GT(again.fencing_token(), last);
+  for (auto& p : permits) p.async_release(asio::use_future).get();
+  again.async_release(asio::use_future).get();
+  EXPECT_EQ(redis_command(cfg.port, {"EXISTS", lease_key(resource)}), "0")
+      << "the last release leaves no key behind";
+}
+
+TEST(Semaphore, WaitersAreWokenOnePerFreedPermitInArrivalOrder) {
+  auto cfg = shared_server_config();
+  const auto resource = unique_resource();
+  Background bg;
+  LockManager holder_mgr(bg.io.get_executor(), cfg);
+  auto a = holder_mgr.async_acquire_permit(resource, 2, {.ttl = 30s}, asio::use_future).get();
+  auto b = holder_mgr.async_acquire_permit(resource, 2, {.ttl = 30s}, asio::use_future).get();
+  ASSERT_TRUE(a && b);
+
+  constexpr int n = 4;
+  std::vector<std::unique_ptr<LockManager>> managers;
+  std::vector<Pending> waiters;
+  for (int i = 0; i < n; ++i) {
+    managers.push_back(std::make_unique<LockManager>(bg.io.get_executor(), cfg));
+    waiters.push_back(managers.back()->async_acquire_permit(resource, 2, {.ttl = 30s, .wait = 20s},
+                                                            asio::use_future));
+    wait_until([&] { return queued(cfg.port, resource) == i + 1; }, 10s, "the waiter to queue");
+  }
+  ASSERT_TRUE(a.async_release(asio::use_future).get());
+  ASSERT_EQ(waiters[0].wait_for(10s), std::future_status::ready);
+  auto first = waiters[0].get();
+  ASSERT_TRUE(first) << "the first waiter takes the freed permit";
+  EXPECT_EQ(holders(cfg.port, resource), 2);
+  EXPECT_EQ(queued(cfg.port, resource), n - 1) << "one permit wakes one waiter";
+  for (int i = 1; i < n; ++i) {
+    EXPECT_EQ(waiters[i].wait_for(0s), std::future_status::timeout) << i;
+  }
+
+  ASSERT_TRUE(b.async_release(asio::use_future).get());
+  ASSERT_EQ(waiters[1].wait_for(10s), std::future_status::ready);
+  auto second = waiters[1].get();
+  ASSERT_TRUE(second);
+  EXPECT_GT(second.fencing_token(), first.fencing_token());
+  EXPECT_EQ(queued(cfg.port, resource), n - 2);
+
+  // Both permits freed at once: the next two go in together.
+  first.async_release(asio::use_future).get();
+  second.async_release(asio::use_future).get();
+  for (int i = 2; i < n; ++i) {
+    ASSERT_EQ(waiters[i].wait_for(10s), std::future_status::ready) << i;
+    EXPECT_TRUE(waiters[i].get()) << i;
+  }
+}
+
+TEST(Semaphore, AZeroLimitIsRefusedBeforeAnythingIsSent) {
+  auto cfg = shared_server_config();
+  const auto resource = unique_resource();
+  asio::io_context io;
+  LockManager locks(io.get_executor(), cfg);
+  std::optional<error_code> result;
+  locks.async_acquire_permit(resource, 0, {.ttl = 1s}, [&](error_code ec, LockGuard g) {
+    EXPECT_FALSE(g);
+    result = ec;
+  });
+  io.run_for(5s);
+  ASSERT_TRUE(result);
+  EXPECT_EQ(*result, error::invalid_argument);
+  EXPECT_EQ(redis_command(cfg.port, {"EXISTS", lease_key(resource)}), "0");
+}
+
+TEST(Semaphore, AnotherLimitIsRefusedWhileItIsHeldAndTakenOnceItIsIdle) {
+  auto cfg = shared_server_config();
+  const auto resource = unique_resource();
+  Background bg;
+  LockManager locks(bg.io.get_executor(), cfg);
+  auto held = locks.async_acquire_permit(resource, 3, {.ttl = 10s}, asio::use_future).get();
+  ASSERT_TRUE(held);
+  auto [ec, other] =
+      outcome([&](auto h) { locks.async_acquire_permit(resource, 5, {.ttl = 10s}, h); });
+  EXPECT_EQ(ec, error::limit_mismatch) << ec.message();
+  EXPECT_FALSE(other);
+  EXPECT_EQ(holders(cfg.port, resource), 1) << "the refused acquire changed nothing";
+  ASSERT_TRUE(held.async_release(asio::use_future).get());
+  auto five = locks.async_acquire_permit(resource, 5, {.ttl = 10s}, asio::use_future).get();
+  EXPECT_TRUE(five) << "an idle semaphore takes the next caller's limit";
+}
+
+TEST(Semaphore, AResourceIsOneKindOfLockAtATime) {
+  auto cfg = shared_server_config();
+  Background bg;
+  LockManager locks(bg.io.get_executor(), cfg);
+  const auto mutex = unique_resource("mutex");
+  auto m = locks.async_acquire(mutex, {.ttl = 10s}, asio::use_future).get();
+  ASSERT_TRUE(m);
+  for (auto kind : {0, 1, 2}) {
+    SCOPED_TRACE(kind);
+    auto [ec, g] = outcome([&](auto h) {
+      if (kind == 0) locks.async_acquire_permit(mutex, 2, {.ttl = 1s}, h);
+      if (kind == 1) locks.async_acquire_shared(mutex, {.ttl = 1s}, h);
+      if (kind == 2) locks.async_acquire_exclusive(mutex, {.ttl = 1s}, h);
+    });
+    EXPECT_EQ(ec, error::wrong_type) << ec.message();
+    EXPECT_FALSE(g);
+  }
+  EXPECT_EQ(redis_command(cfg.port, {"GET", lease_key(mutex)}), m.token()) << "the mutex is intact";
+
+  const auto semaphore = unique_resource("semaphore");
+  auto p = locks.async_acquire_permit(semaphore, 2, {.ttl = 10s}, asio::use_future).get();
+  ASSERT_TRUE(p);
+  {
+    auto [ec, g] = outcome([&](auto h) { locks.async_acquire(semaphore, {.ttl = 1s}, h); });
+    EXPECT_EQ(ec, error::wrong_type) << ec.message();
+  }
+  {
+    auto [ec, g] = outcome([&](auto h) { locks.async_acquire_shared(semaphore, {.ttl = 1s}, h); });
+    EXPECT_EQ(ec, error::wrong_type) << ec.message();
+    EXPECT_NE(locks.last_server_error().find("semaphore"), std::string::npos)
+        << locks.last_server_error();
+  }
+  EXPECT_EQ(holders(cfg.port, semaphore), 1);
+  EXPECT_TRUE(p.async_release(asio::use_future).get());
+}
+
+TEST(Semaphore, AnExpiredPermitIsNeitherReleasedNorExtendedAndFreesNobodyElse) {
+  auto cfg = shared_server_config();
+  const auto resource = unique_resource();
+  Background bg;
+  LockManager locks(bg.io.get_executor(), cfg);
+  auto old = locks.async_acquire_permit(resource, 1, {.ttl = 300ms}, asio::use_future).get();
+  ASSERT_TRUE(old);
+  // The key lives as long as its longest lease: gone, the permit has expired on the server.
+  wait_until([&] { return redis_command(cfg.port, {"EXISTS", lease_key(resource)}) == "0"; }, 5s,
+             "the permit to expire");
+  auto next = locks.async_acquire_permit(resource, 1, {.ttl = 10s}, asio::use_future).get();
+  ASSERT_TRUE(next);
+  EXPECT_GT(next.fencing_token(), old.fencing_token());
+  EXPECT_FALSE(old.async_extend(10s, asio::use_future).get());
+  EXPECT_FALSE(old.async_release(asio::use_future).get());
+  EXPECT_EQ(holders(cfg.port, resource), 1) << "the expired permit's release freed another";
+  EXPECT_NE(redis_command(cfg.port, {"ZSCORE", lease_key(resource), next.token() + "s"}), "");
+  EXPECT_TRUE(next.async_extend(10s, asio::use_future).get());
+  EXPECT_TRUE(next.async_release(asio::use_future).get());
+}
+
+TEST(Semaphore, AnExpiredPermitNotYetPurgedIsNotExtended) {
+  auto cfg = shared_server_config();
+  const auto resource = unique_resource();
+  Background bg;
+  LockManager locks(bg.io.get_executor(), cfg);
+  auto longer = locks.async_acquire_permit(resource, 2, {.ttl = 20s}, asio::use_future).get();
+  auto brief = locks.async_acquire_permit(resource, 2, {.ttl = 200ms}, asio::use_future).get();
+  ASSERT_TRUE(longer && brief);
+  // The key outlives the brief permit (its entry stays until someone purges it): wait on the
+  // server's clock until the entry's score has passed.
+  const auto member = brief.token() + "s";
+  wait_until(
+      [&] {
+        const auto time = redis_command(cfg.port, {"TIME"});  // "seconds micros"
+        const auto now_ms = std::stoll(time.substr(0, time.find(' '))) * 1000 +
+                            std::stoll(time.substr(time.find(' ') + 1)) / 1000;
+        return std::stoll(redis_command(cfg.port, {"ZSCORE", lease_key(resource), member})) < now_ms;
+      },
+      5s, "the brief permit's lease to end");
+  EXPECT_FALSE(brief.async_extend(10s, asio::use_future).get());
+  EXPECT_FALSE(brief.async_release(asio::use_future).get());
+  EXPECT_TRUE(longer.async_release(asio::use_future).get());
+}
+
+TEST(Semaphore, AnAutoRenewedPermitOutlivesItsTtl) {
+  auto cfg = shared_server_config();
+  const auto resource = unique_resource();
+  Background bg;
+  LockManager locks(bg.io.get_executor(), cfg);
+  auto p = locks.async_acquire_permit(resource, 1, {.ttl = 300ms, .auto_renew = true},
+                                      asio::use_future)
+               .get();
+  ASSERT_TRUE(p);
+  const auto first_valid = p.valid_until();
+  // Renewed at least twice: its validity moved a full ttl on.
+  wait_until([&] { return p.valid_until() > first_valid + 300ms; }, 5s, "two renewals");
+  EXPECT_FALSE(p.lost());
+  auto other = locks.async_acquire_permit(resource, 1, {.ttl = 1s}, asio::use_future).get();
+  EXPECT_FALSE(other) << "the renewed permit is still held";
+  EXPECT_TRUE(p.async_release(asio::use_future).get());
+}
+
+TEST(Semaphore, ACancelledWaiterLeavesTheQueueAndTheNextTakesThePermit) {
+  auto cfg = shared_server_config();
+  const auto resource = unique_resource();
+  Background bg;
+  LockManager locks(bg.io.get_executor(), cfg);
+  auto held = locks.async_acquire_permit(resource, 1, {.ttl = 30s}, asio::use_future).get();
+  ASSERT_TRUE(held);
+  asio::cancellation_signal cancel;
+  std::promise<error_code> cancelled;
+  bg.run([&] {
+    locks.async_acquire_permit(resource, 1, {.ttl = 30s, .wait = 20s},
+                               asio::bind_cancellation_slot(cancel.slot(), [&](error_code ec, LockGuard g) {
+                                 EXPECT_FALSE(g);
+                                 cancelled.set_value(ec);
+                               }));
+  });
+  wait_until([&] { return queued(cfg.port, resource) == 1; }, 10s, "the waiter to queue");
+  auto next = locks.async_acquire_permit(resource, 1, {.ttl = 30s, .wait = 20s}, asio::use_future);
+  wait_until([&] { return queued(cfg.port, resource) == 2; }, 10s, "the second waiter to queue");
+  bg.run([&] { cancel.emit(asio::cancellation_type::terminal); });
+  auto f = cancelled.get_future();
+  ASSERT_EQ(f.wait_for(10s), std::future_status::ready);
+  EXPECT_EQ(f.get(), asio::error::operation_aborted);
+  wait_until([&] { return queued(cfg.port, resource) == 1; }, 5s, "the cancelled waiter to leave");
+  ASSERT_TRUE(held.async_release(asio::use_future).get());
+  ASSERT_EQ(next.wait_for(10s), std::future_status::ready);
+  EXPECT_TRUE(next.get());
+}
+
+TEST(Semaphore, IsRefusedOnRedlock) {
+  ConnectionConfig cfg;
+  cfg.topology = Topology::redlock;
+  cfg.nodes = {{"127.0.0.1", 1}, {"127.0.0.1", 2}, {"127.0.0.1", 3}};
+  asio::io_context io;
+  LockManager locks(io.get_executor(), cfg);
+  std::vector<error_code> results;
+  const auto record = [&](error_code ec, LockGuard) { results.push_back(ec); };
+  locks.async_acquire_permit("r", 2, {}, record);
+  locks.async_acquire_shared("r", {}, record);
+  locks.async_acquire_exclusive("r", {}, record);
+  io.run_for(5s);
+  ASSERT_EQ(results.size(), 3u);
+  for (auto ec : results) EXPECT_EQ(ec, error::invalid_argument) << ec.message();
+}
+
+TEST(Semaphore, IdleMeansIdleAfterAWait) {
+  auto cfg = shared_server_config();
+  const auto resource = unique_resource();
+  asio::io_context io;
+  LockManager locks(io.get_executor(), cfg);
+  LockManager other(io.get_executor(), cfg);
+  int done = 0;
+  LockGuard held;
+  other.async_acquire_permit(resource, 1, {.ttl = 5s}, [&](error_code ec, LockGuard g) {
+    ASSERT_FALSE(ec);
+    ASSERT_TRUE(g);
+    held = std::move(g);
+    locks.async_acquire_permit(resource, 1, {.ttl = 5s, .wait = 5s},
+                               [&](error_code ec2, LockGuard mine) {
+                                 EXPECT_FALSE(ec2);
+                                 EXPECT_TRUE(mine);
+                                 mine.async_release([&](error_code, bool) { ++done; });
+                               });
+    // The waiter's first attempt goes out before this release: it is handed the permit.
+    held = LockGuard{};
+  });
+  const auto start = std::chrono::steady_clock::now();
+  io.run_for(10s);
+  EXPECT_EQ(done, 1);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
+  EXPECT_TRUE(io.stopped()) << "a timer or read stayed armed after the work was done";
+}
