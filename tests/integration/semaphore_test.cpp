@@ -4,52 +4,17 @@
 #include "live.hpp"
 
 #include "background.hpp"
-#include "keys.hpp"
+#include "lease_sets.hpp"
 
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/use_future.hpp>
 
-#include <future>
 #include <vector>
 
 using namespace redis_lock;
 using namespace redis_lock::test;
 using boost::system::error_code;
-
-namespace {
-
-detail::ResourceKeys set_keys(const std::string& resource) {
-  return detail::make_keys("lock:", resource, /*lease_set=*/true);
-}
-
-/// Holders of the semaphore on the server (its zset less the kind's marker).
-int holders(std::uint16_t port, const std::string& resource) {
-  const auto n = std::stoi(redis_command(port, {"ZCARD", lease_key(resource)}));
-  return n > 0 ? n - 1 : 0;
-}
-
-int queued(std::uint16_t port, const std::string& resource) {
-  return std::stoi(redis_command(port, {"ZCARD", set_keys(resource).queue}));
-}
-
-using Pending = std::future<LockGuard>;
-
-/// The error and guard an acquire completes with: `start(handler)` starts it (on a
-/// Background's io_context). Bounded: 10 s.
-template <class Start>
-std::pair<error_code, LockGuard> outcome(Start start) {
-  auto promise = std::make_shared<std::promise<std::pair<error_code, LockGuard>>>();
-  auto result = promise->get_future();
-  start([promise](error_code ec, LockGuard g) { promise->set_value({ec, std::move(g)}); });
-  if (result.wait_for(10s) != std::future_status::ready) {
-    ADD_FAILURE() << "the acquire did not complete";
-    return {error::timeout, LockGuard{}};
-  }
-  return result.get();
-}
-
-}  // namespace
 
 TEST(Semaphore, AtMostLimitHoldersEachWithALargerFencingToken) {
   auto cfg = shared_server_config();
