@@ -620,3 +620,69 @@ TEST(Cluster, ClusterDownIsRetriedThenEndsInClusterDown) {
   EXPECT_TRUE(g) << "the slot came back within the wait";
   EXPECT_EQ(cluster.node(owner).command({"GET", lease_key(resource)}), g.token());
 }
+
+// Issue 15: semaphores, read-write locks and async_acquire_all on a Cluster. A permit
+// freed on one master is handed to a waiter through that slot's sharded channel; resources
+// of several slots (on several masters) are taken together, those sharing a {tag} in one
+// script on their slot's master.
+TEST(Cluster, SemaphoresReadWriteLocksAndAcquireAllAcrossSlots) {
+  RedisCluster cluster;
+  Background bg;
+  LockManager a(bg.io.get_executor(), cluster.config());
+  LockManager b(bg.io.get_executor(), cluster.config(1));
+
+  const auto semaphore = unique_resource("semaphore");
+  auto held = a.async_acquire_permit(semaphore, 1, {.ttl = 10s}, asio::use_future).get();
+  ASSERT_TRUE(held);
+  auto waiting = b.async_acquire_permit(semaphore, 1, {.ttl = 10s, .wait = 8s}, asio::use_future);
+  const auto owner = cluster.master_of(slot_of(semaphore));
+  wait_until(
+      [&] {
+        return cluster.node(owner).command({"PUBSUB", "SHARDCHANNELS", "lock:notify:*"}) != "";
+      },
+      5s, "the waiter to subscribe on the slot's master");
+  const auto released_at = Clock::now();
+  ASSERT_TRUE(held.async_release(asio::use_future).get());
+  ASSERT_EQ(waiting.wait_for(5s), std::future_status::ready);
+  auto permit = waiting.get();
+  ASSERT_TRUE(permit);
+  EXPECT_LT(Clock::now() - released_at, 300ms) << "the waiter was not handed the permit";
+  EXPECT_GT(permit.fencing_token(), held.fencing_token());
+
+  const auto rw = unique_resource("rw");
+  auto reader = a.async_acquire_shared(rw, {.ttl = 10s}, asio::use_future).get();
+  ASSERT_TRUE(reader);
+  EXPECT_TRUE(b.async_acquire_shared(rw, {.ttl = 10s}, asio::use_future).get());
+  EXPECT_FALSE(b.async_acquire_exclusive(rw, {.ttl = 10s}, asio::use_future).get());
+
+  // Nine resources: six over the slots of every master, three sharing one {tag}.
+  std::vector<std::string> resources;
+  std::set<std::size_t> masters;
+  for (int i = 0; resources.size() < 6; ++i) {
+    auto r = unique_resource() + ":" + std::to_string(i);
+    if (masters.size() < 3 && masters.count(cluster.master_of(slot_of(r))) && i < 100) continue;
+    masters.insert(cluster.master_of(slot_of(r)));
+    resources.push_back(std::move(r));
+  }
+  const auto tag = "{" + unique_resource("tag") + "}";
+  for (const char* s : {"a", "b", "c"}) resources.push_back(tag + s);
+  EXPECT_EQ(slot_of(resources[6]), slot_of(resources[8]));
+  auto guards = a.async_acquire_all(resources, {.ttl = 10s}, asio::use_future).get();
+  ASSERT_EQ(guards.size(), resources.size());
+  for (std::size_t i = 0; i < resources.size(); ++i) {
+    EXPECT_EQ(guards[i].resource(), resources[i]);
+    EXPECT_EQ(get_lease(cluster, resources[i]), guards[i].token()) << resources[i];
+  }
+  EXPECT_EQ(masters.size(), 3u);
+  // One of them held: b gets none of them, and leaves none held.
+  auto one = std::move(guards[7]);
+  guards.clear();
+  wait_until([&] { return get_lease(cluster, resources[0]) == "(nil)"; }, 5s, "the releases");
+  EXPECT_TRUE(b.async_acquire_all(resources, {.ttl = 10s}, asio::use_future).get().empty());
+  for (std::size_t i = 0; i < resources.size(); ++i) {
+    if (i != 7) {
+      EXPECT_EQ(get_lease(cluster, resources[i]), "(nil)") << resources[i];
+    }
+  }
+  EXPECT_EQ(get_lease(cluster, resources[7]), one.token());
+}

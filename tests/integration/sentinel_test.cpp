@@ -264,3 +264,32 @@ TEST(Sentinel, MinReplicasOnAMasterThatLostItsReplicaIsNotReplicated) {
   EXPECT_FALSE(after.owned);
   EXPECT_EQ(set.command(0, {"EXISTS", lease_key(resource)}), "0") << "the lease was not released";
 }
+
+// Issue 15: semaphores, read-write locks and async_acquire_all on the master the sentinels
+// name.
+TEST(Sentinel, SemaphoresReadWriteLocksAndAcquireAll) {
+  RedisSentinelSet set(passwords);
+  asio::io_context io;
+  LockManager locks(io.get_executor(), set.config());
+  LockManager other(io.get_executor(), set.config());
+  const auto semaphore = unique_resource("semaphore");
+  const auto rw = unique_resource("rw");
+  const auto several = resources(3);
+  run_co(io, [&]() -> asio::awaitable<void> {
+    auto p = co_await locks.async_acquire_permit(semaphore, 1, {.ttl = 10s}, asio::use_awaitable);
+    CO_ASSERT_TRUE(p);
+    EXPECT_FALSE(co_await other.async_acquire_permit(semaphore, 1, {.ttl = 10s}, asio::use_awaitable));
+    auto r = co_await locks.async_acquire_shared(rw, {.ttl = 10s}, asio::use_awaitable);
+    CO_ASSERT_TRUE(r);
+    EXPECT_FALSE(co_await other.async_acquire_exclusive(rw, {.ttl = 10s}, asio::use_awaitable));
+    auto all = co_await locks.async_acquire_all(several, {.ttl = 10s}, asio::use_awaitable);
+    CO_ASSERT_TRUE(all.size() == 3);
+    for (std::size_t i = 0; i < 3; ++i) {
+      EXPECT_EQ(set.command(set.master(), {"GET", lease_key(several[i])}), all[i].token());
+    }
+    // The permit given back, the other manager takes it.
+    p = LockGuard{};
+    EXPECT_TRUE(co_await other.async_acquire_permit(semaphore, 1, {.ttl = 10s, .wait = 5s},
+                                                    asio::use_awaitable));
+  }());
+}
