@@ -95,7 +95,7 @@ void AcquireAllOp::cancel() {
 void AcquireAllOp::step() {
   if (done) return;
   if (cancelled) return finish(asio::error::operation_aborted);
-  if (next == order.size()) return finish({});
+  if (next == order.size()) return confirm();
   // A slot's resources, up to group_max of them (a reply's array has a bounded length).
   constexpr std::size_t group_max = 256;
   auto end = next + 1;
@@ -133,12 +133,21 @@ void AcquireAllOp::take_group(std::size_t end) {
   in_flight = true;
   op->done = [self = shared_from_this(), op = op.get(), end](error_code ec, Reply reply) {
     self->in_flight = false;
+    if (self->cancelled) {
+      if (ec ? replies::may_have_run(ec) : replies::may_have_granted(reply)) op->give_back();
+      return self->finish(asio::error::operation_aborted);
+    }
     if (!ec && reply.is_error()) {
       return self->finish(self->service->server_error(reply));
     }
     if (ec) {
       // The link failed after it was written: it may have run (a timeout has its late reply).
       if (replies::may_have_run(ec)) op->give_back();
+      // An outage within the wait: one by one from here, each acquire riding it out.
+      if (replies::is_outage(ec) && self->options.wait.count() > 0 &&
+          Clock::now() < self->deadline) {
+        return self->step();
+      }
       return self->finish(ec);
     }
     const auto& e = reply.elements;
@@ -196,11 +205,33 @@ void AcquireAllOp::take_one() {
   service->acquire(resources[index], sub, LockKind{}, AcquireHandler(std::move(completion)));
 }
 
-void AcquireAllOp::finish(error_code ec) {
+void AcquireAllOp::confirm() {
+  const auto now = Clock::now();
+  const auto enough = options.ttl * 2 / 3;
+  for (auto& guard : guards) {
+    if (guard.valid_until() - now >= enough) continue;
+    ++extending;
+    guard.async_extend(
+        options.ttl,
+        asio::bind_executor(service->strand(), [self = shared_from_this()](error_code ec, bool ok) {
+          if (ec && !self->extend_error) self->extend_error = ec;
+          if (!ec && !ok) self->lapsed = true;
+          if (--self->extending > 0) return;
+          self->in_flight = false;
+          if (self->cancelled) return self->finish(asio::error::operation_aborted);
+          if (self->extend_error) return self->finish(self->extend_error);
+          self->finish({}, !self->lapsed);  // a lapsed lease: as if it were held elsewhere
+        }));
+  }
+  if (extending == 0) return finish({}, true);
+  in_flight = true;
+}
+
+void AcquireAllOp::finish(error_code ec, bool all) {
   if (done) return;
   done = true;
   std::vector<LockGuard> result;
-  if (!ec && next == order.size()) {
+  if (!ec && all) {
     result = std::move(guards);
   } else {
     // Each guard's release is queued now, before the completion runs (it retries through

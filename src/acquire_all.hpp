@@ -68,14 +68,22 @@ struct AcquireAllOp final : std::enable_shared_from_this<AcquireAllOp> {
   void step();
   void take_group(std::size_t end);
   void take_one();
-  void finish(boost::system::error_code ec);
+  /// All taken: a lock taken early in a long wait may have little of its lease left. Each
+  /// with less than 2/3 of its ttl left (what a single acquire hands out at least) is
+  /// extended before the guards are handed out; one that lapsed meanwhile means none is.
+  void confirm();
+  /// `all`: every guard is handed out; else none (each is released).
+  void finish(boost::system::error_code ec, bool all = false);
 
   std::vector<std::size_t> order;
   std::vector<std::uint16_t> slots;  // by index into resources
   std::vector<LockGuard> guards;     // by index into resources
   std::size_t next = 0;              // the next position in `order` to take
   std::size_t group_tried = 0;       // positions before this had their group script
-  bool in_flight = false;            // a group script or an acquire is under way
+  bool in_flight = false;            // a group script, an acquire or extensions are under way
+  std::size_t extending = 0;         // confirm(): extensions under way
+  boost::system::error_code extend_error;
+  bool lapsed = false;               // confirm(): a lease was no longer ours
   bool cancelled = false;
   bool done = false;
   boost::asio::cancellation_signal acquire_cancel;  // the single acquire under way

@@ -107,7 +107,8 @@ void AcquireOp::attempt() {
     set_args(acquire_script, {keys.lease, keys.fence, keys.queue, keys.queue_expiry},
              {token, arg, how});
   } else {
-    set_args(acquire_set_script, {keys.lease, keys.fence, keys.queue, keys.queue_expiry},
+    set_args(acquire_set_script,
+             {keys.lease, keys.fence, keys.queue, keys.queue_expiry, mutex_queue},
              {token, arg, how, marker});
   }
   service->send(std::static_pointer_cast<ScriptOp>(shared_from_this()));

@@ -83,6 +83,7 @@ struct AcquireOp final : ScriptOp, Waiter {
   bool queues = false;  // attempts join the wait queue when the lease is held (not Redlock)
   LeaseKind kind = LeaseKind::mutex;  // a mutex, or a hold of a lease set (acquire_set.lua)
   std::string marker;                 // a lease set's kind and limit ('#S<limit>' or '#RW')
+  std::string mutex_queue;            // a lease set's: the same resource's mutex queue key
 
  private:
   /// The lease this attempt may hold (also one a release hands to its queue place), or that

@@ -202,6 +202,7 @@ void LockService::acquire(std::string resource, LockOptions options, LockKind ki
   }
   op->service = shared_from_this();
   op->keys = keys_of(op->resource, op->kind);
+  if (op->kind != LeaseKind::mutex) op->mutex_queue = keys_of(op->resource).queue;
   op->slot = slot_of(op->keys.lease);
   op->durable = options.min_replicas > 0;
   op->queues = options.wait.count() > 0 && !redlock();

@@ -35,7 +35,7 @@ struct ScriptOp : Routed, LateReplies, std::enable_shared_from_this<ScriptOp> {
     rearm();
     argv[0] = "EVALSHA";
     argv[1] = s.sha1;
-    static constexpr std::string_view counts[] = {"0", "1", "2", "3", "4"};
+    static constexpr std::string_view counts[] = {"0", "1", "2", "3", "4", "5"};
     argv[2] = counts[script_keys.size()];
     argc = 3;
     for (auto k : script_keys) argv[argc++] = k;

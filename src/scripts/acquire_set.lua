@@ -7,11 +7,12 @@
 -- (a read-write lock). The key itself expires with its longest lease. A mutex's lease is a
 -- string at the same key, so each command on it fails with WRONGTYPE here, and ours there.
 -- KEYS[1] lease set, KEYS[2] fencing counter, KEYS[3] queue, KEYS[4] queue expiry (the lease
--- sets' own, keys.cpp); ARGV[1] token, ARGV[2] ttl ms, ARGV[3] '<0|1><place ms> <member
+-- sets' own, keys.cpp), KEYS[5] a mutex's queue of the same resource; ARGV[1] token, ARGV[2] ttl ms, ARGV[3] '<0|1><place ms> <member
 -- suffix>' as for acquire.lua, the suffix being manager id (16), mode, ttl; ARGV[4] marker.
--- The kind and limit are the resource's while anyone holds or waits: an acquire that asks
--- for another kind fails with WRONGTYPE, for another limit with LIMITMISMATCH; an idle
--- resource takes whatever the next acquire asks for.
+-- The kind and limit are the resource's while anyone holds or waits (the marker stays while
+-- the queue does): an acquire that asks for another kind fails with WRONGTYPE, for another
+-- limit with LIMITMISMATCH; an idle resource takes whatever the next acquire asks for. A
+-- mutex's waiters keep it a mutex the same way (its lease may have lapsed meanwhile).
 -- A shared hold (a permit) is taken when no exclusive hold is, fewer than the limit are
 -- (none for a read-write lock), and every waiter queued ahead is a shared one that would fit
 -- too: readers queued together go in together. The exclusive hold needs nobody holding and
@@ -28,6 +29,9 @@ if queued then
   queued = redis.call('EXISTS', queue) == 1
 end
 local kind = redis.call('ZRANGE', lease, -1, -1)[1]
+if not kind and redis.call('EXISTS', KEYS[5]) == 1 then
+  return redis.error_reply('WRONGTYPE the resource is a mutex')
+end
 local count = kind and redis.call('ZCARD', lease) - 1 or 0
 if kind and kind ~= marker then
   if count > 0 or queued then
@@ -60,7 +64,7 @@ if not admit then
       local exclusive = count == 1 and
                         string.byte(redis.call('ZRANGE', lease, 0, 0)[1], 33) == 120
       admit = not exclusive and count + ahead < limit
-      if admit and ahead > 0 then
+      if admit and ahead > 0 and limit == math.huge then  -- a semaphore queues no writer
         for _, m in ipairs(redis.call('ZRANGE', queue, 0, ahead - 1)) do
           if string.byte(m, 49) == 120 then admit = false break end
         end
@@ -80,7 +84,9 @@ if admit then
   local f, err = mint(fence, false)
   if not f then
     redis.call('ZREM', lease, holder)  -- never keep a hold whose fencing token failed
-    if redis.call('ZCARD', lease) == 1 then redis.call('DEL', lease) end
+    if redis.call('ZCARD', lease) == 1 and redis.call('EXISTS', queue) == 0 then
+      redis.call('DEL', lease)
+    end
     return err
   end
   return {1, f}
@@ -101,4 +107,8 @@ local place = now + tonumber(place_ms)
 redis.call('ZADD', expiry, place, member)
 redis.call('PEXPIRE', queue, place_ms)
 redis.call('PEXPIRE', expiry, place_ms)
+-- The marker lives as long as the queue: the resource keeps its kind and limit for its
+-- waiters when every hold has lapsed.
+if not kind then redis.call('ZADD', lease, '+inf', marker) end
+if redis.call('PTTL', lease) < tonumber(place_ms) then redis.call('PEXPIRE', lease, place_ms) end
 return {0, left, place}

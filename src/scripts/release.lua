@@ -12,7 +12,8 @@
 -- last refresh before this release left it: the waiter owns the lock on receipt.
 -- Returns 1 if the lease was ours, else 0.
 local lease, token = KEYS[1], ARGV[1]
-local current = redis.call('GET', lease)
+local current = redis.pcall('GET', lease)
+if type(current) == 'table' then return 0 end  -- WRONGTYPE: it lapsed and became another kind
 if current == token then
   redis.call('DEL', lease)  -- the common path: nobody queued behind us
   return 1

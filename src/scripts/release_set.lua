@@ -18,7 +18,8 @@ if queued then
 end
 local now = now_ms()
 local holder = token .. string.sub(suffix, 17, 17)
-local score = redis.call('ZSCORE', lease, holder)  -- WRONGTYPE on a mutex's lease
+local score = redis.pcall('ZSCORE', lease, holder)
+if type(score) == 'table' then return 0 end  -- WRONGTYPE: it lapsed and became a mutex
 local ours = false
 if score then
   ours = tonumber(score) >= now
@@ -58,6 +59,9 @@ if kind and queued then
     end
   end
 end
-if redis.call('ZCARD', lease) == 1 then redis.call('DEL', lease) end  -- the marker alone
+-- The marker alone, and nobody waits: idle.
+if redis.call('ZCARD', lease) == 1 and redis.call('EXISTS', queue) == 0 then
+  redis.call('DEL', lease)
+end
 if ours then return 1 end
 return 0

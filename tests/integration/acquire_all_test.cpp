@@ -215,3 +215,48 @@ TEST(AcquireAll, TheResourcesOfOneSlotGoInOneScript) {
   EXPECT_EQ(calls(server.port(), "evalsha") - before, 1) << "a single server is one slot";
   for (auto& g : guards) g.async_release(asio::use_future).get();
 }
+
+// A lock taken early in a long wait has little of its lease left when the last one comes:
+// it is extended before the guards are handed out, so each has at least 2/3 of its ttl.
+TEST(AcquireAll, LocksTakenEarlyInALongWaitAreExtendedBeforeTheyAreHandedOut) {
+  auto cfg = shared_server_config();
+  const auto resources = names(2);
+  Background bg;
+  LockManager locks(bg.io.get_executor(), cfg);
+  LockManager other(bg.io.get_executor(), cfg);
+  // resources[1] lapses by itself after 450 ms: the wait takes most of resources[0]'s 600.
+  auto held = other.async_acquire(resources[1], {.ttl = 450ms}, asio::use_future).get();
+  ASSERT_TRUE(held);
+  auto guards = locks.async_acquire_all(resources, {.ttl = 600ms, .wait = 5s}, asio::use_future).get();
+  const auto now = std::chrono::steady_clock::now();
+  ASSERT_EQ(guards.size(), 2u);
+  for (const auto& g : guards) {
+    EXPECT_GE(g.valid_until() - now, 350ms) << g.resource();
+    EXPECT_GE(std::stoll(redis_command(cfg.port, {"PTTL", lease_key(g.resource())})), 350);
+  }
+}
+
+// A lock that lapsed while the next was waited for means none: nothing is handed out or
+// left held.
+TEST(AcquireAll, ALockThatLapsedWhileTheNextWasWaitedForMeansNone) {
+  auto cfg = shared_server_config();
+  const auto resources = names(2);
+  Background bg;
+  LockManager locks(bg.io.get_executor(), cfg);
+  LockManager other(bg.io.get_executor(), cfg);
+  auto held = other.async_acquire(resources[1], {.ttl = 900ms}, asio::use_future).get();
+  ASSERT_TRUE(held);
+  auto all = locks.async_acquire_all(resources, {.ttl = 300ms, .wait = 5s}, asio::use_future);
+  wait_until([&] { return redis_command(cfg.port, {"ZCARD", mutex_queue(resources[1])}) == "1"; },
+             5s, "resources[0] taken and resources[1] waited for");
+  // Takes resources[0] as soon as its 300 ms lease lapses.
+  auto thief = other.async_acquire(resources[0], {.ttl = 10s, .wait = 5s}, asio::use_future);
+  ASSERT_EQ(all.wait_for(10s), std::future_status::ready);
+  EXPECT_TRUE(all.get().empty()) << "a guard for a lease that had passed to another holder";
+  ASSERT_EQ(thief.wait_for(10s), std::future_status::ready);
+  auto stolen = thief.get();
+  ASSERT_TRUE(stolen);
+  EXPECT_EQ(redis_command(cfg.port, {"GET", lease_key(resources[0])}), stolen.token());
+  wait_until([&] { return redis_command(cfg.port, {"EXISTS", lease_key(resources[1])}) == "0"; },
+             5s, "resources[1] to be given back");
+}

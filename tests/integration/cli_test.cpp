@@ -140,6 +140,63 @@ TEST(Cli, ConcurrentInvocationsNeverOverlap) {
   EXPECT_EQ(shells.size(), 4u);
 }
 
+// --permits N: at most N commands at once; every one of them runs. --shared: readers run
+// together, and never beside a program's exclusive hold.
+TEST(Cli, PermitsBoundTheCommandsRunningAtOnceAndSharedHoldersRunTogether) {
+  const auto resource = unique_resource();
+  char path[] = "/tmp/redis_lock_cli_XXXXXX";
+  const int fd = ::mkstemp(path);
+  ASSERT_GE(fd, 0);
+  ::close(fd);
+  // Each command appends +1 when it starts and -1 when it ends: the running sum, read in
+  // append order, is how many ran at once.
+  const std::string script = std::string("echo 1 >> ") + path + "; sleep 0.5; echo -1 >> " + path;
+  std::vector<std::unique_ptr<ChildProcess>> runs;
+  for (int i = 0; i < 5; ++i) {
+    runs.push_back(std::make_unique<ChildProcess>(
+        cli({"--permits", "2", "--wait", "30s", resource, "--", "sh", "-c", script})));
+  }
+  for (auto& r : runs) EXPECT_EQ(r->wait(), 0);
+  std::ifstream in(path);
+  int running = 0, peak = 0, started = 0;
+  for (int step; in >> step;) {
+    running += step;
+    started += step > 0;
+    peak = std::max(peak, running);
+  }
+  EXPECT_EQ(started, 5);
+  EXPECT_EQ(peak, 2) << "more than 2 at once, or never 2";
+  EXPECT_EQ(redis_command(shared_server_port(), {"EXISTS", lease_key(resource)}), "0");
+
+  // Shared: both readers hold at once (each waits for the other's file), while a writer
+  // in this process cannot get in.
+  const auto rw = unique_resource("rw");
+  const std::string a = std::string(path) + ".a", b = std::string(path) + ".b";
+  const auto reader = [&](const std::string& mine, const std::string& theirs) {
+    return std::make_unique<ChildProcess>(cli(
+        {"--shared", "--wait", "30s", rw, "--", "sh", "-c",
+         "touch " + mine + "; i=0; while [ ! -e " + theirs + " ] && [ $i -lt 100 ]; do sleep 0.05; i=$((i+1)); done; [ -e " + theirs + " ]"}));
+  };
+  auto r1 = reader(a, b);
+  auto r2 = reader(b, a);
+  wait_until([&] { return std::ifstream(a).good() && std::ifstream(b).good(); }, 10s,
+             "both readers to run");
+  asio::io_context io;
+  LockManager locks(io.get_executor(), shared_server_config());
+  std::optional<bool> writer;
+  locks.async_acquire_exclusive(rw, {.ttl = 5s}, [&](boost::system::error_code ec, LockGuard g) {
+    EXPECT_FALSE(ec) << ec.message();
+    writer = g.owns_lock();
+  });
+  io.run_for(5s);
+  EXPECT_EQ(writer, std::optional<bool>(false)) << "a writer beside two readers";
+  EXPECT_EQ(r1->wait(), 0) << "the readers did not run together";
+  EXPECT_EQ(r2->wait(), 0) << "the readers did not run together";
+  std::remove(path);
+  std::remove(a.c_str());
+  std::remove(b.c_str());
+}
+
 TEST(Cli, CommandSeesTheLockInItsEnvironment) {
   const auto resource = unique_resource();
   ChildProcess run(

@@ -294,3 +294,98 @@ TEST(Semaphore, IdleMeansIdleAfterAWait) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
   EXPECT_TRUE(io.stopped()) << "a timer or read stayed armed after the work was done";
 }
+
+// The kind and limit stay with the resource while anyone waits, also once every hold has
+// lapsed: the waiters' queue keeps the marker (and the key) alive. The waiter's manager is
+// frozen (its io thread blocked, as a paused process), so that it cannot take the free
+// permit while the test looks.
+TEST(Semaphore, TheLimitStaysWhileOnlyWaitersRemain) {
+  auto cfg = shared_server_config();
+  const auto resource = unique_resource();
+  Background bg;
+  Background frozen;
+  LockManager locks(bg.io.get_executor(), cfg);
+  LockManager waiter_mgr(frozen.io.get_executor(), cfg);
+  auto held = locks.async_acquire_permit(resource, 1, {.ttl = 300ms}, asio::use_future).get();
+  ASSERT_TRUE(held);
+  auto waiting = waiter_mgr.async_acquire_permit(resource, 1, {.ttl = 10s, .wait = 20s},
+                                                 asio::use_future);
+  wait_until([&] { return queued(cfg.port, resource) == 1; }, 10s, "the waiter to queue");
+  std::promise<void> thaw;
+  asio::post(frozen.io, [f = thaw.get_future().share()] { f.wait(); });
+  const auto member = held.token() + "s";
+  wait_until(
+      [&] {
+        const auto time = redis_command(cfg.port, {"TIME"});  // "seconds micros"
+        const auto now_ms = std::stoll(time.substr(0, time.find(' '))) * 1000 +
+                            std::stoll(time.substr(time.find(' ') + 1)) / 1000;
+        const auto score = redis_command(cfg.port, {"ZSCORE", lease_key(resource), member});
+        return score == "(nil)" || score.empty() || std::stoll(score) < now_ms;
+      },
+      5s, "the holder's lease to lapse");
+  EXPECT_EQ(redis_command(cfg.port, {"ZRANGE", lease_key(resource), "-1", "-1"}), "#S1");
+  auto [ec, other] =
+      outcome([&](auto h) { locks.async_acquire_permit(resource, 5, {.ttl = 10s}, h); });
+  EXPECT_EQ(ec, error::limit_mismatch) << ec.message();
+  std::tie(ec, other) = outcome([&](auto h) { locks.async_acquire(resource, {.ttl = 10s}, h); });
+  EXPECT_EQ(ec, error::wrong_type) << ec.message();
+  std::tie(ec, other) = outcome([&](auto h) { locks.async_acquire_shared(resource, {.ttl = 10s}, h); });
+  EXPECT_EQ(ec, error::wrong_type) << ec.message();
+  thaw.set_value();
+  ASSERT_EQ(waiting.wait_for(10s), std::future_status::ready);
+  EXPECT_TRUE(waiting.get());
+}
+
+// A mutex's waiters keep the resource a mutex: a semaphore cannot take it over while the
+// mutex's lease has lapsed and its waiter has not claimed it yet.
+TEST(Semaphore, AMutexsWaitersKeepItAMutex) {
+  auto cfg = shared_server_config();
+  const auto resource = unique_resource();
+  Background bg;
+  Background frozen;
+  LockManager locks(bg.io.get_executor(), cfg);
+  LockManager waiter_mgr(frozen.io.get_executor(), cfg);
+  auto held = locks.async_acquire(resource, {.ttl = 300ms}, asio::use_future).get();
+  ASSERT_TRUE(held);
+  auto waiting = waiter_mgr.async_acquire(resource, {.ttl = 10s, .wait = 20s}, asio::use_future);
+  const auto queue = detail::make_keys("lock:", resource).queue;
+  wait_until([&] { return redis_command(cfg.port, {"ZCARD", queue}) == "1"; }, 10s,
+             "the waiter to queue");
+  std::promise<void> thaw;
+  asio::post(frozen.io, [f = thaw.get_future().share()] { f.wait(); });
+  wait_until([&] { return redis_command(cfg.port, {"EXISTS", lease_key(resource)}) == "0"; }, 5s,
+             "the holder's lease to lapse");
+  auto [ec, permit] =
+      outcome([&](auto h) { locks.async_acquire_permit(resource, 2, {.ttl = 10s}, h); });
+  EXPECT_EQ(ec, error::wrong_type) << ec.message();
+  EXPECT_FALSE(permit);
+  thaw.set_value();
+  ASSERT_EQ(waiting.wait_for(10s), std::future_status::ready);
+  EXPECT_TRUE(waiting.get());
+}
+
+// A hold that lapsed on a resource that is another kind of lock now: its release and its
+// extension say "not ours" (false), not WRONGTYPE, and touch nothing.
+TEST(Semaphore, ALapsedHoldOfAResourceThatChangedKindIsNotOursAndNoError) {
+  auto cfg = shared_server_config();
+  const auto resource = unique_resource();
+  Background bg;
+  LockManager locks(bg.io.get_executor(), cfg);
+  auto permit = locks.async_acquire_permit(resource, 1, {.ttl = 200ms}, asio::use_future).get();
+  ASSERT_TRUE(permit);
+  wait_until([&] { return redis_command(cfg.port, {"EXISTS", lease_key(resource)}) == "0"; }, 5s,
+             "the permit to lapse");
+  auto mutex = locks.async_acquire(resource, {.ttl = 200ms}, asio::use_future).get();
+  ASSERT_TRUE(mutex);
+  EXPECT_FALSE(permit.async_extend(10s, asio::use_future).get());
+  EXPECT_FALSE(permit.async_release(asio::use_future).get());
+  EXPECT_EQ(redis_command(cfg.port, {"GET", lease_key(resource)}), mutex.token());
+  wait_until([&] { return redis_command(cfg.port, {"EXISTS", lease_key(resource)}) == "0"; }, 5s,
+             "the mutex to lapse");
+  auto again = locks.async_acquire_permit(resource, 1, {.ttl = 10s}, asio::use_future).get();
+  ASSERT_TRUE(again);
+  EXPECT_FALSE(mutex.async_extend(10s, asio::use_future).get());
+  EXPECT_FALSE(mutex.async_release(asio::use_future).get());
+  EXPECT_EQ(holders(cfg.port, resource), 1);
+  EXPECT_TRUE(again.async_release(asio::use_future).get());
+}

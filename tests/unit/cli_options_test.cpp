@@ -126,6 +126,11 @@ TEST(CliOptions, RefusedWithAClearMessage) {
       {{"--ttl", "r", "--", "true"}, "bad duration"},
       {{"--ttl", "1s", "--ttl", "2s", "r", "--", "true"}, "more than once"},
       {{"", "--", "true"}, "RESOURCE"},
+      {{"--permits", "0", "r", "--", "true"}, "1 to 4294967295"},
+      {{"--permits", "-1", "r", "--", "true"}, "1 to 4294967295"},
+      {{"--permits", "4294967296", "r", "--", "true"}, "1 to 4294967295"},
+      {{"--permits", "3x", "r", "--", "true"}, "1 to 4294967295"},
+      {{"--permits", "3", "--shared", "r", "--", "true"}, "exclude"},
   };
   for (const auto& [args, expected] : cases) {
     const auto text = usage_error(args);
@@ -133,6 +138,15 @@ TEST(CliOptions, RefusedWithAClearMessage) {
         << "'" << text << "' lacks '" << expected << "'";
     EXPECT_EQ(text.rfind("redis-lock: ", 0), 0u) << text;
   }
+}
+
+TEST(CliOptions, PermitsAndSharedChooseTheKindOfLock) {
+  const auto mutex = run_options({"r", "--", "true"});
+  EXPECT_EQ(mutex.permits, 0u);
+  EXPECT_FALSE(mutex.shared);
+  EXPECT_EQ(run_options({"--permits", "3", "r", "--", "true"}).permits, 3u);
+  EXPECT_EQ(run_options({"--permits=4294967295", "r", "--", "true"}).permits, 4294967295u);
+  EXPECT_TRUE(run_options({"--shared", "r", "--", "true"}).shared);
 }
 
 TEST(CliOptions, HelpAndVersionPrintAndExit) {

@@ -356,9 +356,11 @@ asio::awaitable<Report> run(const Options& o, redis_lock::ConnectionConfig confi
   // at once (a wrong URL must not wait forever). Once it has answered, a waiting acquire
   // rides out outages within its wait, as the library does.
   const auto acquire = [&](const redis_lock::LockOptions& options) {
-    return locks.async_acquire(o.resource, options,
-                               asio::bind_cancellation_slot(sv->cancel_acquire.slot(),
-                                                            asio::as_tuple(asio::use_awaitable)));
+    auto token = asio::bind_cancellation_slot(sv->cancel_acquire.slot(),
+                                              asio::as_tuple(asio::use_awaitable));
+    if (o.permits != 0) return locks.async_acquire_permit(o.resource, o.permits, options, token);
+    if (o.shared) return locks.async_acquire_shared(o.resource, options, token);
+    return locks.async_acquire(o.resource, options, token);
   };
   const auto wait_started = Clock::now();
   redis_lock::LockOptions first_try = lock_options;

@@ -22,7 +22,8 @@ constexpr const char* usage_text = R"(usage: redis-lock [options] RESOURCE -- CO
        redis-lock [options] RESOURCE -c 'SHELL COMMAND'
 
 Runs COMMAND while holding the lock RESOURCE on Redis, renewing the lease as long as COMMAND
-runs. COMMAND runs in its own process group and gets REDIS_LOCK_RESOURCE and
+runs. RESOURCE is a mutex (one holder at a time), or with --permits a semaphore, with
+--shared a read-write lock. COMMAND runs in its own process group and gets REDIS_LOCK_RESOURCE and
 REDIS_LOCK_FENCING_TOKEN in its environment (never the URL or the password). The lock is
 released when every process of that group has exited.
 
@@ -42,6 +43,11 @@ options:
                          (default 5s; at most ttl/3, so that both come before the
                          lease can expire)
   --max-hold DURATION    time limit for COMMAND: SIGTERM, then SIGKILL after the grace
+  --permits N            take one of N permits of the semaphore RESOURCE: at most N
+                         commands hold one at a time (every caller must pass the same N)
+  --shared               take a shared hold of the read-write lock RESOURCE: any number
+                         of shared holders together, never beside an exclusive one (a
+                         program's async_acquire_exclusive)
   -c, --command STRING   run STRING with /bin/sh -c (instead of COMMAND after --)
   -E, --conflict-exit-code N
                          exit status when the lock is not acquired (default 1)
@@ -135,7 +141,8 @@ Parsed parse_command_line(int argc, const char* const* argv, const char* (*geten
       "nonblock,n", po::bool_switch())("no-renew", po::bool_switch())(
       "kill-after", po::value<std::string>())("max-hold", po::value<std::string>())(
       "command,c", po::value<std::string>())("conflict-exit-code,E", po::value<std::string>())(
-      "print-token", po::bool_switch())("verbose,v", po::bool_switch())("json", po::bool_switch())(
+      "print-token", po::bool_switch())("permits", po::value<std::string>())(
+      "shared", po::bool_switch())("verbose,v", po::bool_switch())("json", po::bool_switch())(
       "version,V", po::bool_switch())("help,h", po::bool_switch());
   po::options_description all;
   all.add(visible).add_options()("resource", po::value<std::vector<std::string>>());
@@ -214,6 +221,16 @@ Parsed parse_command_line(int argc, const char* const* argv, const char* (*geten
     o.conflict_exit_code = *value;
   }
   if (o.nonblock && o.wait) return fail("--nonblock and --wait exclude each other");
+  o.shared = flag("shared");
+  if (auto n = text("permits")) {
+    std::uint32_t value = 0;
+    auto [end, ec] = std::from_chars(n->data(), n->data() + n->size(), value);
+    if (ec != std::errc{} || end != n->data() + n->size() || value == 0) {
+      return fail("--permits must be a number from 1 to 4294967295, not '" + *n + "'");
+    }
+    o.permits = value;
+  }
+  if (o.shared && o.permits != 0) return fail("--permits and --shared exclude each other");
 
   std::vector<std::string> positionals;
   if (vm.count("resource")) positionals = vm["resource"].as<std::vector<std::string>>();

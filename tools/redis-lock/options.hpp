@@ -45,6 +45,8 @@ struct Options {
   bool print_token = false;
   bool verbose = false;
   bool json = false;
+  std::uint32_t permits = 0;  ///< --permits N: a permit of the semaphore RESOURCE; 0: a mutex
+  bool shared = false;        ///< --shared: a shared hold of the read-write lock RESOURCE
   std::string resource;
   std::vector<std::string> command;  ///< argv; `-c STRING` is {"/bin/sh", "-c", STRING}
 };
