@@ -45,8 +45,8 @@ void GroupOp::prepare() {
   numkeys = std::to_string(key_count);
   long_argv.clear();
   long_argv.reserve(3 + key_count + 2);
-  long_argv.insert(long_argv.end(), {"EVALSHA", acquire_group_script.sha1, numkeys,
-                                     group_keys.front().fence});
+  long_argv.insert(long_argv.end(),
+                   {"EVALSHA", acquire_group_script.sha1, numkeys, group_keys.front().fence});
   for (const auto& k : group_keys) long_argv.insert(long_argv.end(), {k.lease, k.queue});
   long_argv.insert(long_argv.end(), {token, arg});
   argc = long_argv.size();
@@ -162,11 +162,15 @@ void AcquireAllOp::take_group(std::size_t end) {
       }
       for (auto i = self->next; i < end; ++i) {
         self->guards[self->order[i]] =
-            make_guard(*self->service, self->resources[self->order[i]], op->token,
-                       LeaseKind::mutex, self->options, e[i - self->next + 1].integer, op->sent);
+            make_guard(*self->service, self->resources[self->order[i]], op->token, LeaseKind::mutex,
+                       self->options, e[i - self->next + 1].integer, op->sent);
         if (auto* observer = self->service->observer()) {
-          AcquireEvent event{self->resources[self->order[i]], AcquireOutcome::acquired, {},
-                             Clock::now() - self->called, 1, false,
+          AcquireEvent event{self->resources[self->order[i]],
+                             AcquireOutcome::acquired,
+                             {},
+                             Clock::now() - self->called,
+                             1,
+                             false,
                              static_cast<std::uint64_t>(e[i - self->next + 1].integer)};
           observer->on_acquire(event);
         }
@@ -193,15 +197,15 @@ void AcquireAllOp::take_one() {
   // Completes on the strand (bind_executor), where this op lives; cancellable by cancel().
   auto completion = asio::bind_cancellation_slot(
       acquire_cancel.slot(),
-      asio::bind_executor(service->strand(), [self = shared_from_this(), index](error_code ec,
-                                                                                LockGuard guard) {
-        self->in_flight = false;
-        if (ec) return self->finish(self->cancelled ? asio::error::operation_aborted : ec);
-        if (!guard) return self->finish({});  // held until the wait ran out: not an error
-        self->guards[index] = std::move(guard);
-        ++self->next;
-        self->step();
-      }));
+      asio::bind_executor(
+          service->strand(), [self = shared_from_this(), index](error_code ec, LockGuard guard) {
+            self->in_flight = false;
+            if (ec) return self->finish(self->cancelled ? asio::error::operation_aborted : ec);
+            if (!guard) return self->finish({});  // held until the wait ran out: not an error
+            self->guards[index] = std::move(guard);
+            ++self->next;
+            self->step();
+          }));
   service->acquire(resources[index], sub, LockKind{}, AcquireHandler(std::move(completion)));
 }
 

@@ -83,7 +83,7 @@ struct AcquireAllOp final : std::enable_shared_from_this<AcquireAllOp> {
   bool in_flight = false;            // a group script, an acquire or extensions are under way
   std::size_t extending = 0;         // confirm(): extensions under way
   boost::system::error_code extend_error;
-  bool lapsed = false;               // confirm(): a lease was no longer ours
+  bool lapsed = false;  // confirm(): a lease was no longer ours
   bool cancelled = false;
   bool done = false;
   boost::asio::cancellation_signal acquire_cancel;  // the single acquire under way

@@ -70,8 +70,7 @@ std::optional<QuorumAcquire> AcquireOp::quorum_acquire() {
   q.fence_key = keys.fence;
   q.ttl = options.ttl;
   q.attempt_started = attempt_started;
-  q.give_back = [service = service, resource = resource, token = token,
-                 until = give_back_until()](
+  q.give_back = [service = service, resource = resource, token = token, until = give_back_until()](
                     std::size_t master) { give_back_on(*service, master, resource, token, until); };
   return q;
 }

@@ -26,7 +26,9 @@ struct ScriptOp;
 enum class LeaseKind : std::uint8_t { mutex, shared, exclusive };
 
 /// The mode letter of a lease set's hold ('s' or 'x'); not for a mutex.
-inline char mode_letter(LeaseKind kind) noexcept { return kind == LeaseKind::exclusive ? 'x' : 's'; }
+inline char mode_letter(LeaseKind kind) noexcept {
+  return kind == LeaseKind::exclusive ? 'x' : 's';
+}
 
 using ErrorHandler = boost::asio::any_completion_handler<void(boost::system::error_code)>;
 

@@ -58,8 +58,8 @@ LockService::LockService(asio::any_io_executor ex, ConnectionConfig config, Mana
     scripts.push_back(raise_fence_script.body);
   } else {
     // The lease sets' and the group acquire's, which Redlock does not offer.
-    for (const auto* s : {&acquire_set_script, &release_set_script, &extend_set_script,
-                          &acquire_group_script}) {
+    for (const auto* s :
+         {&acquire_set_script, &release_set_script, &extend_set_script, &acquire_group_script}) {
       scripts.push_back(s->body);
     }
   }
@@ -258,11 +258,12 @@ void LockService::acquire_all(std::vector<std::string> resources, LockOptions op
   // Installed in the initiating call, as for acquire (see there).
   auto slot = asio::get_associated_cancellation_slot(op->handler);
   if (slot.is_connected()) {
-    slot.assign([weak = std::weak_ptr<AcquireAllOp>(op), strand = strand()](asio::cancellation_type) {
-      asio::post(strand, [weak] {
-        if (auto alive = weak.lock()) alive->cancel();
-      });
-    });
+    slot.assign(
+        [weak = std::weak_ptr<AcquireAllOp>(op), strand = strand()](asio::cancellation_type) {
+          asio::post(strand, [weak] {
+            if (auto alive = weak.lock()) alive->cancel();
+          });
+        });
   }
   on_strand([op = std::move(op)]() mutable { op->start(); });
 }

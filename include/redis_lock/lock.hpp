@@ -292,8 +292,8 @@ class REDIS_LOCK_EXPORT LockManager {
   ///                                                         asio::use_awaitable);
   /// \endcode
   template <class CompletionToken = boost::asio::deferred_t>
-  auto async_acquire_permit(std::string_view resource, std::uint32_t limit, LockOptions options = {},
-                            CompletionToken&& token = {}) {
+  auto async_acquire_permit(std::string_view resource, std::uint32_t limit,
+                            LockOptions options = {}, CompletionToken&& token = {}) {
     return boost::asio::async_initiate<CompletionToken, void(boost::system::error_code, LockGuard)>(
         detail::initiate_acquire(executor_, context_alive_), token, service_, std::string(resource),
         options, detail::LockKind{detail::LockKind::Type::permit, limit});

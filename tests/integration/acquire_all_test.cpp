@@ -75,7 +75,8 @@ TEST(AcquireAll, AResourceHeldElsewhereMeansNothingIsHeldOrQueued) {
   auto held = other.async_acquire(resources[2], {.ttl = 10s}, asio::use_future).get();
   ASSERT_TRUE(held);
   // No wait: one attempt each.
-  auto [ec, guards] = outcome<Guards>([&](auto h) { locks.async_acquire_all(resources, {.ttl = 10s}, h); });
+  auto [ec, guards] =
+      outcome<Guards>([&](auto h) { locks.async_acquire_all(resources, {.ttl = 10s}, h); });
   EXPECT_FALSE(ec) << ec.message();
   EXPECT_TRUE(guards.empty());
   // With a wait that runs out while it waits in the held resource's queue.
@@ -92,8 +93,11 @@ TEST(AcquireAll, AResourceHeldElsewhereMeansNothingIsHeldOrQueued) {
   }
   EXPECT_EQ(redis_command(cfg.port, {"GET", lease_key(resources[2])}), held.token() + "+")
       << "the holder's lease was touched (the '+' says a waiter queued once)";
-  wait_until([&] { return redis_command(cfg.port, {"ZCARD", mutex_queue(resources[2])}) == "0"; },
-             2s, "the queue to be empty");
+  wait_until(
+      [&] {
+        return redis_command(cfg.port, {"ZCARD", mutex_queue(resources[2])}) == "0";
+      },
+      2s, "the queue to be empty");
 }
 
 TEST(AcquireAll, WaitsForAHeldResourceThenHoldsThemAll) {
@@ -105,8 +109,11 @@ TEST(AcquireAll, WaitsForAHeldResourceThenHoldsThemAll) {
   auto held = other.async_acquire(resources[1], {.ttl = 10s}, asio::use_future).get();
   ASSERT_TRUE(held);
   auto all = locks.async_acquire_all(resources, {.ttl = 10s, .wait = 10s}, asio::use_future);
-  wait_until([&] { return redis_command(cfg.port, {"ZCARD", mutex_queue(resources[1])}) == "1"; },
-             5s, "the acquire to queue");
+  wait_until(
+      [&] {
+        return redis_command(cfg.port, {"ZCARD", mutex_queue(resources[1])}) == "1";
+      },
+      5s, "the acquire to queue");
   EXPECT_EQ(redis_command(cfg.port, {"EXISTS", lease_key(resources[0])}), "1")
       << "the first resource (in order) is held while the second is waited for";
   ASSERT_TRUE(held.async_release(asio::use_future).get());
@@ -139,7 +146,8 @@ TEST(AcquireAll, CallersNamingOverlappingSetsInOppositeOrdersNeverDeadlock) {
         if (guards.size() != sets[i].size()) continue;
         ++taken;
         std::vector<int> mine;
-        for (const auto& name : sets[i]) mine.push_back(static_cast<int>(std::find(r.begin(), r.end(), name) - r.begin()));
+        for (const auto& name : sets[i])
+          mine.push_back(static_cast<int>(std::find(r.begin(), r.end(), name) - r.begin()));
         for (int k : mine) overlaps += in_use[k]++ != 0;
         std::this_thread::sleep_for(1ms);
         for (int k : mine) --in_use[k];
@@ -163,13 +171,17 @@ TEST(AcquireAll, CancellationGivesBackWhatWasTaken) {
   asio::cancellation_signal cancel;
   std::promise<std::pair<error_code, std::size_t>> done;
   bg.run([&] {
-    locks.async_acquire_all(resources, {.ttl = 30s, .wait = 20s},
-                            asio::bind_cancellation_slot(cancel.slot(), [&](error_code ec, Guards g) {
-                              done.set_value({ec, g.size()});
-                            }));
+    locks.async_acquire_all(
+        resources, {.ttl = 30s, .wait = 20s},
+        asio::bind_cancellation_slot(cancel.slot(), [&](error_code ec, Guards g) {
+          done.set_value({ec, g.size()});
+        }));
   });
-  wait_until([&] { return redis_command(cfg.port, {"ZCARD", mutex_queue(resources[1])}) == "1"; },
-             5s, "the acquire to queue for the second resource");
+  wait_until(
+      [&] {
+        return redis_command(cfg.port, {"ZCARD", mutex_queue(resources[1])}) == "1";
+      },
+      5s, "the acquire to queue for the second resource");
   ASSERT_EQ(redis_command(cfg.port, {"EXISTS", lease_key(resources[0])}), "1");
   bg.run([&] { cancel.emit(asio::cancellation_type::terminal); });
   auto f = done.get_future();
@@ -177,10 +189,16 @@ TEST(AcquireAll, CancellationGivesBackWhatWasTaken) {
   const auto [ec, n] = f.get();
   EXPECT_EQ(ec, asio::error::operation_aborted);
   EXPECT_EQ(n, 0u);
-  wait_until([&] { return redis_command(cfg.port, {"EXISTS", lease_key(resources[0])}) == "0"; },
-             2s, "the first resource to be given back");
-  wait_until([&] { return redis_command(cfg.port, {"ZCARD", mutex_queue(resources[1])}) == "0"; },
-             2s, "the queue place to be given back");
+  wait_until(
+      [&] {
+        return redis_command(cfg.port, {"EXISTS", lease_key(resources[0])}) == "0";
+      },
+      2s, "the first resource to be given back");
+  wait_until(
+      [&] {
+        return redis_command(cfg.port, {"ZCARD", mutex_queue(resources[1])}) == "0";
+      },
+      2s, "the queue place to be given back");
   EXPECT_TRUE(held.async_release(asio::use_future).get());
 }
 
@@ -191,11 +209,13 @@ TEST(AcquireAll, BadInputIsRefusedBeforeAnythingIsSent) {
   LockManager locks(bg.io.get_executor(), cfg);
   const std::vector<std::vector<std::string>> bad = {{}, {r, r}, {r, ""}};
   for (const auto& resources : bad) {
-    auto [ec, guards] = outcome<Guards>([&](auto h) { locks.async_acquire_all(resources, {.ttl = 1s}, h); });
+    auto [ec, guards] =
+        outcome<Guards>([&](auto h) { locks.async_acquire_all(resources, {.ttl = 1s}, h); });
     EXPECT_EQ(ec, error::invalid_argument) << resources.size();
     EXPECT_TRUE(guards.empty());
   }
-  auto [ec, guards] = outcome<Guards>([&](auto h) { locks.async_acquire_all({r}, {.ttl = 0s}, h); });
+  auto [ec, guards] =
+      outcome<Guards>([&](auto h) { locks.async_acquire_all({r}, {.ttl = 0s}, h); });
   EXPECT_EQ(ec, error::invalid_argument);
   EXPECT_EQ(redis_command(cfg.port, {"EXISTS", lease_key(r)}), "0");
 }
@@ -227,7 +247,8 @@ TEST(AcquireAll, LocksTakenEarlyInALongWaitAreExtendedBeforeTheyAreHandedOut) {
   // resources[1] lapses by itself after 450 ms: the wait takes most of resources[0]'s 600.
   auto held = other.async_acquire(resources[1], {.ttl = 450ms}, asio::use_future).get();
   ASSERT_TRUE(held);
-  auto guards = locks.async_acquire_all(resources, {.ttl = 600ms, .wait = 5s}, asio::use_future).get();
+  auto guards =
+      locks.async_acquire_all(resources, {.ttl = 600ms, .wait = 5s}, asio::use_future).get();
   const auto now = std::chrono::steady_clock::now();
   ASSERT_EQ(guards.size(), 2u);
   for (const auto& g : guards) {
@@ -247,8 +268,11 @@ TEST(AcquireAll, ALockThatLapsedWhileTheNextWasWaitedForMeansNone) {
   auto held = other.async_acquire(resources[1], {.ttl = 900ms}, asio::use_future).get();
   ASSERT_TRUE(held);
   auto all = locks.async_acquire_all(resources, {.ttl = 300ms, .wait = 5s}, asio::use_future);
-  wait_until([&] { return redis_command(cfg.port, {"ZCARD", mutex_queue(resources[1])}) == "1"; },
-             5s, "resources[0] taken and resources[1] waited for");
+  wait_until(
+      [&] {
+        return redis_command(cfg.port, {"ZCARD", mutex_queue(resources[1])}) == "1";
+      },
+      5s, "resources[0] taken and resources[1] waited for");
   // Takes resources[0] as soon as its 300 ms lease lapses.
   auto thief = other.async_acquire(resources[0], {.ttl = 10s, .wait = 5s}, asio::use_future);
   ASSERT_EQ(all.wait_for(10s), std::future_status::ready);
@@ -257,6 +281,9 @@ TEST(AcquireAll, ALockThatLapsedWhileTheNextWasWaitedForMeansNone) {
   auto stolen = thief.get();
   ASSERT_TRUE(stolen);
   EXPECT_EQ(redis_command(cfg.port, {"GET", lease_key(resources[0])}), stolen.token());
-  wait_until([&] { return redis_command(cfg.port, {"EXISTS", lease_key(resources[1])}) == "0"; },
-             5s, "resources[1] to be given back");
+  wait_until(
+      [&] {
+        return redis_command(cfg.port, {"EXISTS", lease_key(resources[1])}) == "0";
+      },
+      5s, "resources[1] to be given back");
 }

@@ -173,9 +173,10 @@ TEST(Cli, PermitsBoundTheCommandsRunningAtOnceAndSharedHoldersRunTogether) {
   const auto rw = unique_resource("rw");
   const std::string a = std::string(path) + ".a", b = std::string(path) + ".b";
   const auto reader = [&](const std::string& mine, const std::string& theirs) {
-    return std::make_unique<ChildProcess>(cli(
-        {"--shared", "--wait", "30s", rw, "--", "sh", "-c",
-         "touch " + mine + "; i=0; while [ ! -e " + theirs + " ] && [ $i -lt 100 ]; do sleep 0.05; i=$((i+1)); done; [ -e " + theirs + " ]"}));
+    return std::make_unique<ChildProcess>(
+        cli({"--shared", "--wait", "30s", rw, "--", "sh", "-c",
+             "touch " + mine + "; i=0; while [ ! -e " + theirs +
+                 " ] && [ $i -lt 100 ]; do sleep 0.05; i=$((i+1)); done; [ -e " + theirs + " ]"}));
   };
   auto r1 = reader(a, b);
   auto r2 = reader(b, a);

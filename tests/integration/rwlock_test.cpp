@@ -51,8 +51,8 @@ TEST(ReadWriteLock, AQueuedWriterIsNotOvertakenByReadersThatCameLater) {
   LockManager late_mgr(bg.io.get_executor(), cfg);
   auto reader = locks.async_acquire_shared(resource, {.ttl = 30s}, asio::use_future).get();
   ASSERT_TRUE(reader);
-  auto writer = writer_mgr.async_acquire_exclusive(resource, {.ttl = 30s, .wait = 20s},
-                                                   asio::use_future);
+  auto writer =
+      writer_mgr.async_acquire_exclusive(resource, {.ttl = 30s, .wait = 20s}, asio::use_future);
   wait_until([&] { return queued(cfg.port, resource) == 1; }, 10s, "the writer to queue");
   EXPECT_FALSE(late_mgr.async_acquire_shared(resource, {.ttl = 30s}, asio::use_future).get())
       << "a reader that came after the queued writer went in before it";
@@ -85,9 +85,10 @@ TEST(ReadWriteLock, ReadersQueuedTogetherGoInTogether) {
   for (int i = 0; i < 5; ++i) {
     managers.push_back(std::make_unique<LockManager>(bg.io.get_executor(), cfg));
     const LockOptions options{.ttl = 30s, .wait = 20s};
-    waiting.push_back(kinds[i] == 'x'
-                          ? managers.back()->async_acquire_exclusive(resource, options, asio::use_future)
-                          : managers.back()->async_acquire_shared(resource, options, asio::use_future));
+    waiting.push_back(
+        kinds[i] == 'x'
+            ? managers.back()->async_acquire_exclusive(resource, options, asio::use_future)
+            : managers.back()->async_acquire_shared(resource, options, asio::use_future));
     wait_until([&] { return queued(cfg.port, resource) == i + 1; }, 10s, "the waiter to queue");
   }
   ASSERT_TRUE(w.async_release(asio::use_future).get());
@@ -117,14 +118,16 @@ TEST(ReadWriteLock, ReadersQueuedTogetherGoInTogether) {
 TEST(ReadWriteLock, AReaderKilledWithSigkillBlocksTheWriterForItsTtlAndNoLonger) {
   auto cfg = shared_server_config();
   const auto resource = unique_resource();
-  ChildProcess reader({REDIS_LOCK_HOLDER_PATH, std::to_string(cfg.port), resource, "1000", "shared"});
+  ChildProcess reader(
+      {REDIS_LOCK_HOLDER_PATH, std::to_string(cfg.port), resource, "1000", "shared"});
   const auto reader_fence = std::stoull("0" + reader.read_line());
   ASSERT_GT(reader_fence, 0u);
   const auto taken_at = std::chrono::steady_clock::now();
   reader.kill9();
   Background bg;
   LockManager locks(bg.io.get_executor(), cfg);
-  auto w = locks.async_acquire_exclusive(resource, {.ttl = 5s, .wait = 10s}, asio::use_future).get();
+  auto w =
+      locks.async_acquire_exclusive(resource, {.ttl = 5s, .wait = 10s}, asio::use_future).get();
   const auto waited = std::chrono::steady_clock::now() - taken_at;
   ASSERT_TRUE(w);
   EXPECT_GT(w.fencing_token(), reader_fence);
@@ -147,7 +150,8 @@ TEST(Semaphore, APermitOfAHolderKilledWithSigkillReturnsAfterItsTtlAndNotBefore)
   LockManager locks(bg.io.get_executor(), cfg);
   EXPECT_FALSE(locks.async_acquire_permit(resource, 2, {.ttl = 5s}, asio::use_future).get())
       << "the dead holder's permit came back before its ttl";
-  auto p = locks.async_acquire_permit(resource, 2, {.ttl = 5s, .wait = 10s}, asio::use_future).get();
+  auto p =
+      locks.async_acquire_permit(resource, 2, {.ttl = 5s, .wait = 10s}, asio::use_future).get();
   const auto waited = std::chrono::steady_clock::now() - taken_at;
   ASSERT_TRUE(p);
   EXPECT_GE(waited, 900ms);

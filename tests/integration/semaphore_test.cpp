@@ -167,8 +167,11 @@ TEST(Semaphore, AnExpiredPermitIsNeitherReleasedNorExtendedAndFreesNobodyElse) {
   auto old = locks.async_acquire_permit(resource, 1, {.ttl = 300ms}, asio::use_future).get();
   ASSERT_TRUE(old);
   // The key lives as long as its longest lease: gone, the permit has expired on the server.
-  wait_until([&] { return redis_command(cfg.port, {"EXISTS", lease_key(resource)}) == "0"; }, 5s,
-             "the permit to expire");
+  wait_until(
+      [&] {
+        return redis_command(cfg.port, {"EXISTS", lease_key(resource)}) == "0";
+      },
+      5s, "the permit to expire");
   auto next = locks.async_acquire_permit(resource, 1, {.ttl = 10s}, asio::use_future).get();
   ASSERT_TRUE(next);
   EXPECT_GT(next.fencing_token(), old.fencing_token());
@@ -196,7 +199,8 @@ TEST(Semaphore, AnExpiredPermitNotYetPurgedIsNotExtended) {
         const auto time = redis_command(cfg.port, {"TIME"});  // "seconds micros"
         const auto now_ms = std::stoll(time.substr(0, time.find(' '))) * 1000 +
                             std::stoll(time.substr(time.find(' ') + 1)) / 1000;
-        return std::stoll(redis_command(cfg.port, {"ZSCORE", lease_key(resource), member})) < now_ms;
+        return std::stoll(redis_command(cfg.port, {"ZSCORE", lease_key(resource), member})) <
+               now_ms;
       },
       5s, "the brief permit's lease to end");
   EXPECT_FALSE(brief.async_extend(10s, asio::use_future).get());
@@ -209,9 +213,9 @@ TEST(Semaphore, AnAutoRenewedPermitOutlivesItsTtl) {
   const auto resource = unique_resource();
   Background bg;
   LockManager locks(bg.io.get_executor(), cfg);
-  auto p = locks.async_acquire_permit(resource, 1, {.ttl = 300ms, .auto_renew = true},
-                                      asio::use_future)
-               .get();
+  auto p =
+      locks.async_acquire_permit(resource, 1, {.ttl = 300ms, .auto_renew = true}, asio::use_future)
+          .get();
   ASSERT_TRUE(p);
   const auto first_valid = p.valid_until();
   // Renewed at least twice: its validity moved a full ttl on.
@@ -232,11 +236,12 @@ TEST(Semaphore, ACancelledWaiterLeavesTheQueueAndTheNextTakesThePermit) {
   asio::cancellation_signal cancel;
   std::promise<error_code> cancelled;
   bg.run([&] {
-    locks.async_acquire_permit(resource, 1, {.ttl = 30s, .wait = 20s},
-                               asio::bind_cancellation_slot(cancel.slot(), [&](error_code ec, LockGuard g) {
-                                 EXPECT_FALSE(g);
-                                 cancelled.set_value(ec);
-                               }));
+    locks.async_acquire_permit(
+        resource, 1, {.ttl = 30s, .wait = 20s},
+        asio::bind_cancellation_slot(cancel.slot(), [&](error_code ec, LockGuard g) {
+          EXPECT_FALSE(g);
+          cancelled.set_value(ec);
+        }));
   });
   wait_until([&] { return queued(cfg.port, resource) == 1; }, 10s, "the waiter to queue");
   auto next = locks.async_acquire_permit(resource, 1, {.ttl = 30s, .wait = 20s}, asio::use_future);
@@ -308,8 +313,8 @@ TEST(Semaphore, TheLimitStaysWhileOnlyWaitersRemain) {
   LockManager waiter_mgr(frozen.io.get_executor(), cfg);
   auto held = locks.async_acquire_permit(resource, 1, {.ttl = 300ms}, asio::use_future).get();
   ASSERT_TRUE(held);
-  auto waiting = waiter_mgr.async_acquire_permit(resource, 1, {.ttl = 10s, .wait = 20s},
-                                                 asio::use_future);
+  auto waiting =
+      waiter_mgr.async_acquire_permit(resource, 1, {.ttl = 10s, .wait = 20s}, asio::use_future);
   wait_until([&] { return queued(cfg.port, resource) == 1; }, 10s, "the waiter to queue");
   std::promise<void> thaw;
   asio::post(frozen.io, [f = thaw.get_future().share()] { f.wait(); });
@@ -329,7 +334,8 @@ TEST(Semaphore, TheLimitStaysWhileOnlyWaitersRemain) {
   EXPECT_EQ(ec, error::limit_mismatch) << ec.message();
   std::tie(ec, other) = outcome([&](auto h) { locks.async_acquire(resource, {.ttl = 10s}, h); });
   EXPECT_EQ(ec, error::wrong_type) << ec.message();
-  std::tie(ec, other) = outcome([&](auto h) { locks.async_acquire_shared(resource, {.ttl = 10s}, h); });
+  std::tie(ec, other) =
+      outcome([&](auto h) { locks.async_acquire_shared(resource, {.ttl = 10s}, h); });
   EXPECT_EQ(ec, error::wrong_type) << ec.message();
   thaw.set_value();
   ASSERT_EQ(waiting.wait_for(10s), std::future_status::ready);
@@ -349,12 +355,18 @@ TEST(Semaphore, AMutexsWaitersKeepItAMutex) {
   ASSERT_TRUE(held);
   auto waiting = waiter_mgr.async_acquire(resource, {.ttl = 10s, .wait = 20s}, asio::use_future);
   const auto queue = detail::make_keys("lock:", resource).queue;
-  wait_until([&] { return redis_command(cfg.port, {"ZCARD", queue}) == "1"; }, 10s,
-             "the waiter to queue");
+  wait_until(
+      [&] {
+        return redis_command(cfg.port, {"ZCARD", queue}) == "1";
+      },
+      10s, "the waiter to queue");
   std::promise<void> thaw;
   asio::post(frozen.io, [f = thaw.get_future().share()] { f.wait(); });
-  wait_until([&] { return redis_command(cfg.port, {"EXISTS", lease_key(resource)}) == "0"; }, 5s,
-             "the holder's lease to lapse");
+  wait_until(
+      [&] {
+        return redis_command(cfg.port, {"EXISTS", lease_key(resource)}) == "0";
+      },
+      5s, "the holder's lease to lapse");
   auto [ec, permit] =
       outcome([&](auto h) { locks.async_acquire_permit(resource, 2, {.ttl = 10s}, h); });
   EXPECT_EQ(ec, error::wrong_type) << ec.message();
@@ -373,15 +385,21 @@ TEST(Semaphore, ALapsedHoldOfAResourceThatChangedKindIsNotOursAndNoError) {
   LockManager locks(bg.io.get_executor(), cfg);
   auto permit = locks.async_acquire_permit(resource, 1, {.ttl = 200ms}, asio::use_future).get();
   ASSERT_TRUE(permit);
-  wait_until([&] { return redis_command(cfg.port, {"EXISTS", lease_key(resource)}) == "0"; }, 5s,
-             "the permit to lapse");
+  wait_until(
+      [&] {
+        return redis_command(cfg.port, {"EXISTS", lease_key(resource)}) == "0";
+      },
+      5s, "the permit to lapse");
   auto mutex = locks.async_acquire(resource, {.ttl = 200ms}, asio::use_future).get();
   ASSERT_TRUE(mutex);
   EXPECT_FALSE(permit.async_extend(10s, asio::use_future).get());
   EXPECT_FALSE(permit.async_release(asio::use_future).get());
   EXPECT_EQ(redis_command(cfg.port, {"GET", lease_key(resource)}), mutex.token());
-  wait_until([&] { return redis_command(cfg.port, {"EXISTS", lease_key(resource)}) == "0"; }, 5s,
-             "the mutex to lapse");
+  wait_until(
+      [&] {
+        return redis_command(cfg.port, {"EXISTS", lease_key(resource)}) == "0";
+      },
+      5s, "the mutex to lapse");
   auto again = locks.async_acquire_permit(resource, 1, {.ttl = 10s}, asio::use_future).get();
   ASSERT_TRUE(again);
   EXPECT_FALSE(mutex.async_extend(10s, asio::use_future).get());

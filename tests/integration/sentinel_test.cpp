@@ -278,7 +278,8 @@ TEST(Sentinel, SemaphoresReadWriteLocksAndAcquireAll) {
   run_co(io, [&]() -> asio::awaitable<void> {
     auto p = co_await locks.async_acquire_permit(semaphore, 1, {.ttl = 10s}, asio::use_awaitable);
     CO_ASSERT_TRUE(p);
-    EXPECT_FALSE(co_await other.async_acquire_permit(semaphore, 1, {.ttl = 10s}, asio::use_awaitable));
+    EXPECT_FALSE(
+        co_await other.async_acquire_permit(semaphore, 1, {.ttl = 10s}, asio::use_awaitable));
     auto r = co_await locks.async_acquire_shared(rw, {.ttl = 10s}, asio::use_awaitable);
     CO_ASSERT_TRUE(r);
     EXPECT_FALSE(co_await other.async_acquire_exclusive(rw, {.ttl = 10s}, asio::use_awaitable));

@@ -95,3 +95,184 @@ TEST_F(Guide, LockedSectionAnswersUnavailableWhenRedisIsDown) {
             "503 " + make_error_code(redis_lock::error::connect_failed).message());
   EXPECT_TRUE(guide_locked_section::work.empty());
 }
+
+// ---- "Semaphores: at most N at once" ------------------------------------------------------
+namespace guide_semaphore {
+
+std::vector<int> holders_seen;  // call_provider: the semaphore's holders on the server
+std::function<int()> count_holders;
+
+std::string unavailable(error_code ec) { return "503 " + ec.message(); }
+std::string busy() { return "429"; }
+asio::awaitable<void> call_provider() {
+  holders_seen.push_back(count_holders());
+  co_return;
+}
+
+asio::awaitable<std::string> handle(redis_lock::LockManager& locks) {
+  //[guide_semaphore
+  auto [ec, permit] = co_await locks.async_acquire_permit(
+      "provider:acme", 3, {.ttl = 10s, .wait = 2s, .auto_renew = true},
+      asio::as_tuple(asio::use_awaitable));
+  if (ec)      co_return unavailable(ec);
+  if (!permit) co_return busy();   // no permit came free within 2 s
+  co_await call_provider();
+  //]
+  co_return "200";
+}
+
+}  // namespace guide_semaphore
+
+// ---- "Read-write locks: many readers or one writer" ---------------------------------------
+namespace guide_rwlock {
+
+std::vector<std::string> done;  // "read <token>" / "write <token>"
+asio::awaitable<void> read(std::uint64_t token) {
+  done.push_back("read " + std::to_string(token));
+  co_return;
+}
+asio::awaitable<void> write(std::uint64_t token) {
+  done.push_back("write " + std::to_string(token));
+  co_return;
+}
+
+//[guide_rwlock
+asio::awaitable<void> read_catalog(redis_lock::LockManager& locks) {
+  // Readers: any number at once, never beside the writer.
+  auto reader = co_await locks.async_acquire_shared("catalog", {.ttl = 5s, .wait = 1s},
+                                                    asio::use_awaitable);
+  if (!reader) co_return;   // the writer kept it (or queued first) for the whole second
+  co_await read(reader.fencing_token());
+}
+
+asio::awaitable<void> write_catalog(redis_lock::LockManager& locks) {
+  // The writer: nobody else, reader or writer.
+  auto writer = co_await locks.async_acquire_exclusive("catalog", {.ttl = 5s, .wait = 1s},
+                                                       asio::use_awaitable);
+  if (!writer) co_return;
+  co_await write(writer.fencing_token());
+}
+//]
+
+}  // namespace guide_rwlock
+
+// ---- "Several resources at once" ----------------------------------------------------------
+namespace guide_acquire_all {
+
+std::vector<std::pair<std::uint64_t, std::uint64_t>> transfers;
+std::function<void()> while_transferring;
+
+std::string busy() { return "429"; }
+asio::awaitable<void> transfer(std::uint64_t from_token, std::uint64_t to_token) {
+  transfers.emplace_back(from_token, to_token);
+  if (while_transferring) while_transferring();
+  co_return;
+}
+
+asio::awaitable<std::string> handle(redis_lock::LockManager& locks) {
+  //[guide_acquire_all
+  std::vector<std::string> accounts = {"account:17", "account:42"};
+  auto guards = co_await locks.async_acquire_all(accounts, {.ttl = 5s, .wait = 2s},
+                                                 asio::use_awaitable);
+  if (guards.empty()) co_return busy();   // nothing is held or queued anywhere
+  // guards[0] owns account:17, guards[1] owns account:42
+  co_await transfer(guards[0].fencing_token(), guards[1].fencing_token());
+  //]
+  co_return "200";
+}
+
+}  // namespace guide_acquire_all
+
+namespace {
+
+class GuideKinds : public Snippet {
+ protected:
+  void SetUp() override {
+    Snippet::SetUp();
+    guide_semaphore::holders_seen.clear();
+    guide_semaphore::count_holders = [] {
+      return std::stoi(command({"ZCARD", lease_key("provider:acme")})) - 1;
+    };
+    guide_rwlock::done.clear();
+    guide_acquire_all::transfers.clear();
+    guide_acquire_all::while_transferring = nullptr;
+  }
+  template <class Fn>
+  std::string run(Fn fn) {
+    std::optional<std::string> reply;
+    run_co(
+        io, [&]() -> asio::awaitable<void> { reply = co_await fn(); }(), 15s);
+    return reply.value_or("no reply");
+  }
+  asio::io_context io;
+  redis_lock::LockManager locks{io.get_executor(), config()};
+};
+
+}  // namespace
+
+TEST_F(GuideKinds, SemaphoreCallsTheProviderWithAPermit) {
+  EXPECT_EQ(run([&] { return guide_semaphore::handle(locks); }), "200");
+  EXPECT_EQ(guide_semaphore::holders_seen, std::vector<int>{1});
+}
+
+// "no permit came free within 2 s": three are held elsewhere.
+TEST_F(GuideKinds, SemaphoreIsBusyWhenEveryPermitIsHeld) {
+  redis_lock::LockManager other(io.get_executor(), config());
+  std::vector<redis_lock::LockGuard> held;
+  run([&]() -> asio::awaitable<std::string> {
+    for (int i = 0; i < 3; ++i) {
+      held.push_back(co_await other.async_acquire_permit("provider:acme", 3, {.ttl = 30s},
+                                                         asio::use_awaitable));
+    }
+    co_return "";
+  });
+  ASSERT_TRUE(held[2]);
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(run([&] { return guide_semaphore::handle(locks); }), "429");
+  EXPECT_GE(std::chrono::steady_clock::now() - start, 2s);
+  EXPECT_TRUE(guide_semaphore::holders_seen.empty());
+}
+
+TEST_F(GuideKinds, ReadersAndTheWriterEachGetTheirTurn) {
+  run([&]() -> asio::awaitable<std::string> {
+    co_await guide_rwlock::read_catalog(locks);
+    co_await guide_rwlock::write_catalog(locks);
+    co_await guide_rwlock::read_catalog(locks);
+    co_return "";
+  });
+  ASSERT_EQ(guide_rwlock::done.size(), 3u);
+  EXPECT_EQ(guide_rwlock::done[0].rfind("read ", 0), 0u);
+  EXPECT_EQ(guide_rwlock::done[1].rfind("write ", 0), 0u);
+  EXPECT_EQ(guide_rwlock::done[2].rfind("read ", 0), 0u);
+}
+
+// "the writer kept it for the whole second": a reader does not read beside the writer.
+TEST_F(GuideKinds, AReaderDoesNotReadBesideTheWriter) {
+  redis_lock::LockManager other(io.get_executor(), config());
+  redis_lock::LockGuard writer;
+  run([&]() -> asio::awaitable<std::string> {
+    writer = co_await other.async_acquire_exclusive("catalog", {.ttl = 30s}, asio::use_awaitable);
+    co_await guide_rwlock::read_catalog(locks);
+    co_return "";
+  });
+  ASSERT_TRUE(writer);
+  EXPECT_TRUE(guide_rwlock::done.empty());
+}
+
+TEST_F(GuideKinds, AcquireAllTransfersUnderBothLocks) {
+  guide_acquire_all::while_transferring = [&] {
+    EXPECT_EQ(command({"EXISTS", lease_key("account:17"), lease_key("account:42")}), "2");
+  };
+  EXPECT_EQ(run([&] { return guide_acquire_all::handle(locks); }), "200");
+  ASSERT_EQ(guide_acquire_all::transfers.size(), 1u);
+  EXPECT_LT(guide_acquire_all::transfers[0].first, guide_acquire_all::transfers[0].second);
+  EXPECT_EQ(command({"EXISTS", lease_key("account:17"), lease_key("account:42")}), "0");
+}
+
+// "nothing is held or queued anywhere": one account held elsewhere.
+TEST_F(GuideKinds, AcquireAllIsBusyAndHoldsNothingWhenOneIsHeldElsewhere) {
+  hold_elsewhere("account:42");
+  EXPECT_EQ(run([&] { return guide_acquire_all::handle(locks); }), "429");
+  EXPECT_TRUE(guide_acquire_all::transfers.empty());
+  EXPECT_EQ(command({"EXISTS", lease_key("account:17")}), "0");
+}

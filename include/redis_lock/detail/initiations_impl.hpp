@@ -24,8 +24,7 @@ namespace redis_lock::detail {
 
 template <class Handler>
 void initiate_acquire::operator()(Handler handler, std::shared_ptr<LockService> service,
-                                  std::string resource, LockOptions options,
-                                  LockKind kind) const {
+                                  std::string resource, LockOptions options, LockKind kind) const {
   if (!service) {  // a moved-from manager
     return complete_without_lock(io_, alive_, std::move(handler),
                                  boost::system::error_code(error::invalid_argument), LockGuard{});
