@@ -7,7 +7,9 @@
 //
 //   checkout_load --port P --provider HOST:PORT --ledger-url URL [--host 127.0.0.1]
 //                 [--requests 400] [--orders 50] [--run-id ID] [--prefix checkout:]
-//                 [--retry-for-s 60]
+//                 [--retry-for-s 60] [--provider-concurrency N]
+// With --provider-concurrency N it also checks, from the provider's own count, that never
+// more than N charges were in flight at once (the service's bound); it prints the peak.
 //   checkout_load --port P --probe-bad-input     malformed requests must get 400/404/405/413
 //   checkout_load --port P --one ORDER_ID [--amount CENTS] [--currency EUR]
 //                 one request: prints "<status> <body>" (plus "replayed" when it was one)
@@ -170,7 +172,7 @@ int main(int argc, char** argv) {
   std::string host = "127.0.0.1", ledger_url, provider, prefix = "checkout:", run, one,
               currency = "EUR";
   unsigned short port = 8080;
-  int requests = 400, orders = 50, retry_for_s = 60;
+  int requests = 400, orders = 50, retry_for_s = 60, provider_bound = 0;
   bool probe = false;
   std::int64_t one_amount = 1000;
   for (int i = 1; i < argc; i += 2) {
@@ -209,6 +211,8 @@ int main(int argc, char** argv) {
       one_amount = std::atoll(value.c_str());
     else if (arg == "--currency")
       currency = value;
+    else if (arg == "--provider-concurrency")
+      provider_bound = std::atoi(value.c_str());
     else {
       std::fprintf(stderr, "checkout_load: unknown option %s\n", arg.c_str());
       return 2;
@@ -291,19 +295,29 @@ int main(int argc, char** argv) {
   }
   again.run();
 
-  // The provider's own records: succeeded charges per order of this run.
+  // The provider's own records: succeeded charges per order of this run, and the most
+  // charges it ever worked on at once.
+  const auto ask_provider = [&](const char* path) {
+    asio::io_context pio;
+    HttpAnswer answer;
+    asio::co_spawn(pio,
+                   checkout::http_call(provider_at, http::verb::get, path, "", Clock::now() + 10s),
+                   [&](std::exception_ptr e, HttpAnswer a) {
+                     if (!e) answer = std::move(a);
+                   });
+    pio.run();
+    return answer;
+  };
   std::map<std::string, int> provider_charges;
   std::map<std::string, std::string> provider_id;
+  long long peak = -1;
   {
-    asio::io_context pio;
-    HttpAnswer list;
-    asio::co_spawn(
-        pio,
-        checkout::http_call(provider_at, http::verb::get, "/v1/charges", "", Clock::now() + 10s),
-        [&](std::exception_ptr e, HttpAnswer a) {
-          if (!e) list = std::move(a);
-        });
-    pio.run();
+    const json::value stats = parse_json(ask_provider("/v1/stats").body);
+    if (const auto* p = stats.is_object() ? stats.as_object().if_contains("peak_in_flight") : nullptr;
+        p && p->is_number()) {
+      peak = p->to_number<long long>();
+    }
+    const HttpAnswer list = ask_provider("/v1/charges");
     const json::value all = parse_json(list.body);
     const auto* results = all.is_object() ? all.as_object().if_contains("results") : nullptr;
     if (list.status != 200 || !results || !results->is_array()) {
@@ -361,9 +375,18 @@ int main(int argc, char** argv) {
       "outcome: %d/%d (%d never heard a final answer); repeats afterwards replayed "
       "byte for byte: %d/%d\n",
       ledger_agrees, orders, clients_agree, orders, unfinished, replay_ok, orders);
+  bool bounded = true;
+  if (provider_bound > 0) {
+    bounded = peak >= 0 && peak <= provider_bound;
+    std::printf("provider: at most %lld charges in flight at once (bound %d): %s\n", peak,
+                provider_bound, bounded ? "within it" : "BOUND EXCEEDED");
+  } else {
+    std::printf("provider: at most %lld charges in flight at once since it started (not checked)\n",
+                peak);
+  }
   const bool ok = at_provider.exactly_once == orders && in_ledger.exactly_once == orders &&
                   ledger_agrees == orders && clients_agree == orders && unfinished == 0 &&
-                  replay_ok == orders;
+                  replay_ok == orders && bounded;
   std::printf("%s\n", ok ? "OK: every order charged exactly once, and every client told so"
                          : "FAILED: see the counts above");
   return ok ? 0 : 1;

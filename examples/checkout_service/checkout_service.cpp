@@ -39,6 +39,13 @@
 //                    [--no-renew] [--provider-timeout-ms 2000] [--retention-s 86400]
 //                    [--reconcile-ms 1000] [--reconcile-max-backoff-ms 300000]
 //                    [--shutdown-grace-ms MS] [--prefix checkout:]
+//                    [--provider-concurrency N]
+//
+// --provider-concurrency N: at most N charges are in flight to the provider at once, from
+// all workers together (a provider's rate or concurrency limit, shared by the fleet): each
+// call holds a permit of the semaphore "payment-provider" (redis_lock's
+// async_acquire_permit), waited for within the order's lease. No permit in time: 503 with
+// Retry-After, nothing was sent (the pending attempt stays for the retry or the reconciler).
 //
 // --url is the lock's Redis; --ledger-url a Redis of its own with appendfsync always (the
 // ledger must not share the lock server's fate: see README). --workers N forks N processes
@@ -110,6 +117,7 @@ struct Options {
   // How long SIGTERM waits for requests in progress before leaving as a crash would; by
   // default longer than any charge can take (the provider deadline), plus the ledger's steps.
   std::optional<std::chrono::milliseconds> shutdown_grace;
+  std::uint32_t provider_concurrency = 0;  // 0: no bound
 };
 
 using Request = http::request<http::string_body>;
@@ -479,7 +487,25 @@ class Worker {
     const auto margin = std::max<std::chrono::milliseconds>(opt_.lock_ttl / 10, 50ms);
     const auto lease_left = guard.valid_until() - margin - now;
     if (guard.lost() || lease_left <= 0ms) co_return Settled{Settled::unknown, {}};
-    const auto deadline = now + std::min<Clock::duration>(opt_.provider_timeout, lease_left);
+    auto deadline = now + std::min<Clock::duration>(opt_.provider_timeout, lease_left);
+    // At most N calls to the provider at once, fleet-wide: a permit for the call, waited for
+    // at most half of what is left (the call needs the rest), and the call's deadline inside
+    // the permit's lease too. Released as soon as the answer is in (or the call gave up).
+    redis_lock::LockGuard permit;
+    if (opt_.provider_concurrency > 0) {
+      const auto patience = std::chrono::duration_cast<std::chrono::milliseconds>(
+          std::min<Clock::duration>(opt_.provider_timeout, lease_left) / 2);
+      auto [pec, granted] = co_await locks_.async_acquire_permit(
+          "payment-provider", opt_.provider_concurrency,
+          {.ttl = opt_.lock_ttl, .wait = patience, .auto_renew = opt_.renew},
+          asio::as_tuple(asio::use_awaitable));
+      if (pec || !granted) co_return Settled{Settled::unavailable, {}};  // nothing was sent
+      permit = std::move(granted);
+      const auto later = Clock::now();
+      const auto left = std::min(guard.valid_until(), permit.valid_until()) - margin - later;
+      if (guard.lost() || left <= 0ms) co_return Settled{Settled::unknown, {}};
+      deadline = later + std::min<Clock::duration>(opt_.provider_timeout, left);
+    }
     std::printf("checkout worker %d (pid %d) calling the provider for %s\n", index_, ::getpid(),
                 order_id.c_str());
     std::fflush(stdout);
@@ -494,6 +520,7 @@ class Worker {
     std::printf("checkout worker %d (pid %d) provider answered %d for %s\n", index_, ::getpid(),
                 answer.status, order_id.c_str());  // 0: no answer
     std::fflush(stdout);
+    if (permit) co_await permit.async_release(asio::as_tuple(asio::use_awaitable));
     const auto result = decided(answer, order);
     if (!result) co_return Settled{Settled::unknown, {}};
 
@@ -658,13 +685,15 @@ int run_worker(const Options& opt, const Configs& configs, int index) {
       "                        [--no-renew] [--provider-timeout-ms MS] [--retention-s S]\n"
       "                        [--reconcile-ms MS] [--reconcile-max-backoff-ms MS]\n"
       "                        [--shutdown-grace-ms MS] [--prefix PREFIX]\n"
+      "                        [--provider-concurrency N]\n"
       "  --url (the lock's Redis) defaults to $REDIS_LOCK_URL or redis://127.0.0.1:6379;\n"
       "  --ledger-url is a Redis of its own (appendfsync always); the provider deadline must\n"
       "  be shorter than the lock's ttl; --shutdown-grace-ms defaults to the provider deadline\n"
       "  plus 10 s; a pending order the reconciler could not finish is retried later each time\n"
       "  (the waits between its retries are 1, 2, 4, 8, ... times the lock ttl), waiting at\n"
       "  most the lock ttl plus --reconcile-max-backoff-ms (5 minutes by default, at most 24 h;\n"
-      "  0: no backoff)\n",
+      "  0: no backoff); --provider-concurrency N: at most N provider calls at once, from all\n"
+      "  workers together (0, the default: no bound)\n",
       code == 0 ? stdout : stderr);
   std::exit(code);
 }
@@ -709,6 +738,8 @@ Options parse(int argc, char** argv) {
         opt.shutdown_grace = ms(value);
       else if (arg == "--prefix")
         opt.prefix = value;
+      else if (arg == "--provider-concurrency")
+        opt.provider_concurrency = static_cast<std::uint32_t>(std::stoul(value));
       else
         usage(2);
     } catch (const std::exception&) {

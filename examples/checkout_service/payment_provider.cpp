@@ -16,6 +16,8 @@
 //     402 {"id": "ch_...", "status": "declined", "decline_code": "card_declined", ...}
 //     409 idempotency_key_in_use, 422 idempotency_key_reused, 400 bad request
 //   GET  /v1/charges     every result, for checkers: {"results": [{..., "idempotency_key"}]}
+//   GET  /v1/stats       {"in_flight": N, "peak_in_flight": P}: charges being worked on now,
+//                        and the most ever at once (what --provider-concurrency bounds)
 //   POST /v1/faults      {"reference": R, "action": "decline" | "delay" | "delay_response" |
 //                         "drop_response" | "error", "delay_ms": N, "status": S, "times": T}
 //                        the next T charges for R (1 if not given) misbehave, on demand:
@@ -165,6 +167,10 @@ class Provider {
       }
       co_return answer(req, 200, {{"results", std::move(all)}});
     }
+    if (req.target() == "/v1/stats" && req.method() == http::verb::get) {
+      co_return answer(req, 200,
+                       {{"in_flight", in_flight_.size()}, {"peak_in_flight", peak_in_flight_}});
+    }
     if (req.target() == "/v1/faults" && req.method() == http::verb::post) {
       co_return add_fault(req);
     }
@@ -226,6 +232,7 @@ class Provider {
     }
     if (!in_flight_.insert(key).second)
       co_return answer(req, 409, error_body("idempotency_key_in_use"));
+    peak_in_flight_ = std::max(peak_in_flight_, in_flight_.size());
     struct Done {  // the key is free again however this ends
       std::set<std::string>& keys;
       const std::string& key;
@@ -329,7 +336,8 @@ class Provider {
   std::chrono::milliseconds latency_;
   int fd_ = -1;
   std::map<std::string, Result> results_;
-  std::set<std::string> in_flight_;
+  std::set<std::string> in_flight_;  // keys whose charge is being worked on
+  std::size_t peak_in_flight_ = 0;    // the most at once
   std::map<std::string, Fault> faults_;
   std::uint64_t sequence_ = 0;
   std::string salt_ = [] {  // charge ids stay unique across restarts and journals

@@ -29,7 +29,10 @@
 #                         off, then the order is charged once
 #   lock_server_restart   the lock's Redis killed and restarted empty mid-charge: fencing
 #                         tokens keep rising across it
-#   demo                  the storm, then a fault round (a worker killed mid-charge, the lock
+#   provider_bound        the storm with --provider-concurrency 3 and a provider that takes
+#                         25 ms per charge: never more than 3 charges in flight at once
+#                         (the provider's own count), and 3 reached
+#   demo                  the storm (with at most 4 provider calls at once), then a fault round (a worker killed mid-charge, the lock
 #                         server restarted, a dropped provider response) on fresh orders
 set -euo pipefail
 scenario=$1 service=$2 load=$3 provider=$4
@@ -84,7 +87,7 @@ start_ledger() {
 
 provider_port=
 start_provider() {
-  "$provider" --journal "$dir/provider.journal" --port 0 >"$dir/provider.log" 2>&1 &
+  "$provider" --journal "$dir/provider.journal" --port 0 "$@" >"$dir/provider.log" 2>&1 &
   pids+=($!)
   wait_for "the provider" grep -q 'listening on' "$dir/provider.log"
   provider_port=$(sed -n 's/.*listening on 127.0.0.1:\([0-9]*\).*/\1/p' "$dir/provider.log")
@@ -127,7 +130,7 @@ holders_at_least() { [ "$(tokens_of "$1" | wc -l)" -ge "$2" ]; }
 # storm RUN_ID ORDERS REQUESTS: the load generator's storm and checks (its exit status)
 storm() {
   "$load" --port "$service_port" --provider "127.0.0.1:$provider_port" \
-    --ledger-url "unix://$dir/ledger.sock" --run-id "$1" --orders "$2" --requests "$3"
+    --ledger-url "unix://$dir/ledger.sock" --run-id "$1" --orders "$2" --requests "$3" "${@:4}"
 }
 order() { echo "run$1-order-$2"; }
 # strike_mid_charge RUN ORDERS REQUESTS SIGNAL [CHARGE_MS]: the storm in the background, and
@@ -162,7 +165,7 @@ EOF
 
 start_lock_server
 start_ledger
-start_provider
+if [ "$scenario" = provider_bound ]; then start_provider --latency-ms 25; else start_provider; fi
 
 case "$scenario" in
   storm)
@@ -388,13 +391,28 @@ case "$scenario" in
     storm_result "after the shutdown grace ran out"
     ;;
 
+  provider_bound)
+    workers=${CHECKOUT_WORKERS:-4}
+    start_service "$workers" --provider-concurrency 3
+    echo "== the storm with at most 3 charges in flight at once, from $workers workers together"
+    storm "p$RANDOM$RANDOM" "${CHECKOUT_ORDERS:-50}" "${CHECKOUT_REQUESTS:-400}" \
+      --provider-concurrency 3 >"$dir/storm.out" || { cat "$dir/storm.out"; fail "the storm"; }
+    cat "$dir/storm.out"
+    # Reached, not only respected: 50 orders at 25 ms each would run many more at once.
+    grep -q '^provider: at most 3 charges in flight at once (bound 3): within it$' "$dir/storm.out" ||
+      fail "the provider never had 3 charges at once: the bound was not what held it back"
+    ;;
+
   lock_server_restart|demo)
     workers=${CHECKOUT_WORKERS:-4}
-    start_service "$workers" --lock-ttl-ms 2000 --provider-timeout-ms 1500
+    bound=()
+    [ "$scenario" = demo ] && bound=(--provider-concurrency 4)
+    start_service "$workers" --lock-ttl-ms 2000 --provider-timeout-ms 1500 "${bound[@]}"
     orders=${CHECKOUT_ORDERS:-50} requests=${CHECKOUT_REQUESTS:-400}
     [ "$scenario" = demo ] || { orders=8 requests=24; }
     echo "== the duplicate storm: $requests concurrent requests for $orders orders, $workers workers"
-    storm "r$RANDOM$RANDOM" "$orders" "$requests" || fail "the storm"
+    [ "$scenario" = demo ] && echo "   (at most 4 provider calls in flight at once, from all workers together)"
+    storm "r$RANDOM$RANDOM" "$orders" "$requests" "${bound[@]}" || fail "the storm"
     echo "== the fault round: a worker killed mid-charge, the lock server restarted empty, a"
     echo "   provider response dropped; every unfinished order retried as a client would"
     run="f$RANDOM$RANDOM"; x=$(order "$run" 0)
