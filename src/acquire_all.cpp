@@ -163,7 +163,7 @@ void AcquireAllOp::take_group(std::size_t end) {
       for (auto i = self->next; i < end; ++i) {
         self->guards[self->order[i]] =
             make_guard(*self->service, self->resources[self->order[i]], op->token, LeaseKind::mutex,
-                       self->options, e[i - self->next + 1].integer, op->sent);
+                       self->collecting(), e[i - self->next + 1].integer, op->sent);
         if (auto* observer = self->service->observer()) {
           AcquireEvent event{self->resources[self->order[i]],
                              AcquireOutcome::acquired,
@@ -183,8 +183,17 @@ void AcquireAllOp::take_group(std::size_t end) {
   service->send(std::move(op));
 }
 
+LockOptions AcquireAllOp::collecting() const noexcept {
+  auto o = options;
+  if (!o.auto_renew) {
+    o.auto_renew = true;
+    o.max_hold = std::chrono::milliseconds(0);
+  }
+  return o;
+}
+
 void AcquireAllOp::take_one() {
-  auto sub = options;
+  auto sub = collecting();
   if (options.wait.count() > 0) {
     const auto now = Clock::now();
     sub.wait = now >= deadline ? milliseconds(0)
@@ -210,6 +219,10 @@ void AcquireAllOp::take_one() {
 }
 
 void AcquireAllOp::confirm() {
+  // A renewal was refused: that lock is someone else's now.
+  for (const auto& guard : guards) {
+    if (guard.lost()) return start_over();
+  }
   const auto now = Clock::now();
   const auto enough = options.ttl * 2 / 3;
   for (auto& guard : guards) {
@@ -224,11 +237,24 @@ void AcquireAllOp::confirm() {
           self->in_flight = false;
           if (self->cancelled) return self->finish(asio::error::operation_aborted);
           if (self->extend_error) return self->finish(self->extend_error);
-          self->finish({}, !self->lapsed);  // a lapsed lease: as if it were held elsewhere
+          if (self->lapsed) return self->start_over();
+          self->finish({}, true);
         }));
   }
   if (extending == 0) return finish({}, true);
   in_flight = true;
+}
+
+void AcquireAllOp::start_over() {
+  // A lapsed lock may have passed to someone else: none of them is handed out. Released,
+  // and taken again from the first within what is left of the wait (or, out of it, the
+  // same as a lock held elsewhere: no error, no guards).
+  for (auto& g : guards) g = LockGuard{};
+  lapsed = false;
+  if (options.wait.count() == 0 || Clock::now() >= deadline) return finish({});
+  next = 0;
+  group_tried = 0;
+  step();
 }
 
 void AcquireAllOp::finish(error_code ec, bool all) {
@@ -236,6 +262,10 @@ void AcquireAllOp::finish(error_code ec, bool all) {
   done = true;
   std::vector<LockGuard> result;
   if (!ec && all) {
+    // Renewed while collected; handed out as asked.
+    if (!options.auto_renew) {
+      for (auto& g : guards) GuardAccess::stop_renewing(g);
+    }
     result = std::move(guards);
   } else {
     // Each guard's release is queued now, before the completion runs (it retries through

@@ -68,12 +68,17 @@ struct AcquireAllOp final : std::enable_shared_from_this<AcquireAllOp> {
   void step();
   void take_group(std::size_t end);
   void take_one();
-  /// All taken: a lock taken early in a long wait may have little of its lease left. Each
-  /// with less than 2/3 of its ttl left (what a single acquire hands out at least) is
-  /// extended before the guards are handed out; one that lapsed meanwhile means none is.
+  /// All taken. The locks were renewed while the others were waited for; each with less than
+  /// 2/3 of its ttl left all the same (what a single acquire hands out at least) is extended
+  /// before the guards are handed out. One that lapsed meanwhile (a renewal that failed)
+  /// means none is: all are released, and taken again from the start if the wait allows.
   void confirm();
+  /// The options of each lock while they are collected: renewed, so that the first ones
+  /// taken do not lapse while the last ones are waited for.
+  LockOptions collecting() const noexcept;
   /// `all`: every guard is handed out; else none (each is released).
   void finish(boost::system::error_code ec, bool all = false);
+  void start_over();
 
   std::vector<std::size_t> order;
   std::vector<std::uint16_t> slots;  // by index into resources

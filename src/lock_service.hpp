@@ -31,6 +31,10 @@ struct GuardAccess {
   static LockGuard make(std::shared_ptr<LockService> service, std::string resource,
                         std::string token, std::uint64_t fencing_token,
                         std::shared_ptr<LeaseState> lease);
+  /// The watchdog stops renewing the guard's lease, which is no longer auto-renewed (after
+  /// async_acquire_all renewed the locks it collected, for a caller that did not ask for
+  /// renewal). On the strand, before the guard is handed out.
+  static void stop_renewing(LockGuard& guard);
 };
 
 class LockService : public std::enable_shared_from_this<LockService> {
@@ -138,6 +142,12 @@ inline LockGuard GuardAccess::make(std::shared_ptr<LockService> service, std::st
   auto alive = service->context_alive();
   return LockGuard(std::move(service), std::move(executor), std::move(alive), std::move(resource),
                    std::move(token), fencing_token, std::move(lease));
+}
+
+inline void GuardAccess::stop_renewing(LockGuard& guard) {
+  if (!guard.service_ || !guard.lease_) return;
+  guard.service_->watchdog().unwatch(*guard.lease_);
+  guard.lease_->auto_renew = false;
 }
 
 }  // namespace redis_lock::detail

@@ -313,7 +313,8 @@ int main(int argc, char** argv) {
   long long peak = -1;
   {
     const json::value stats = parse_json(ask_provider("/v1/stats").body);
-    if (const auto* p = stats.is_object() ? stats.as_object().if_contains("peak_in_flight") : nullptr;
+    if (const auto* p =
+            stats.is_object() ? stats.as_object().if_contains("peak_in_flight") : nullptr;
         p && p->is_number()) {
       peak = p->to_number<long long>();
     }

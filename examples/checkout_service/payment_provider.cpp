@@ -337,7 +337,7 @@ class Provider {
   int fd_ = -1;
   std::map<std::string, Result> results_;
   std::set<std::string> in_flight_;  // keys whose charge is being worked on
-  std::size_t peak_in_flight_ = 0;    // the most at once
+  std::size_t peak_in_flight_ = 0;   // the most at once
   std::map<std::string, Fault> faults_;
   std::uint64_t sequence_ = 0;
   std::string salt_ = [] {  // charge ids stay unique across restarts and journals

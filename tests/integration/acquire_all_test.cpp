@@ -228,7 +228,9 @@ TEST(AcquireAll, TheResourcesOfOneSlotGoInOneScript) {
   Background bg;
   LockManager locks(bg.io.get_executor(), cfg);
   // Once, so that the connection's set-up (its script loads) is not counted.
-  ASSERT_TRUE(locks.async_acquire(unique_resource(), {.ttl = 1s}, asio::use_future).get());
+  auto first = locks.async_acquire(unique_resource(), {.ttl = 1s}, asio::use_future).get();
+  ASSERT_TRUE(first);
+  ASSERT_TRUE(first.async_release(asio::use_future).get());
   const auto before = calls(server.port(), "evalsha");
   auto guards = locks.async_acquire_all(resources, {.ttl = 10s}, asio::use_future).get();
   ASSERT_EQ(guards.size(), resources.size());
@@ -257,30 +259,61 @@ TEST(AcquireAll, LocksTakenEarlyInALongWaitAreExtendedBeforeTheyAreHandedOut) {
   }
 }
 
-// A lock that lapsed while the next was waited for means none: nothing is handed out or
-// left held.
-TEST(AcquireAll, ALockThatLapsedWhileTheNextWasWaitedForMeansNone) {
+// A lock lost while the next was waited for (its renewal refused: someone else has it) is
+// not handed out: everything is released and taken again from the start, within the wait.
+TEST(AcquireAll, ALockLostWhileTheNextWasWaitedForIsTakenAgain) {
   auto cfg = shared_server_config();
   const auto resources = names(2);
   Background bg;
   LockManager locks(bg.io.get_executor(), cfg);
   LockManager other(bg.io.get_executor(), cfg);
-  auto held = other.async_acquire(resources[1], {.ttl = 900ms}, asio::use_future).get();
+  auto held = other.async_acquire(resources[1], {.ttl = 1500ms}, asio::use_future).get();
   ASSERT_TRUE(held);
-  auto all = locks.async_acquire_all(resources, {.ttl = 300ms, .wait = 5s}, asio::use_future);
+  auto all = locks.async_acquire_all(resources, {.ttl = 600ms, .wait = 10s}, asio::use_future);
   wait_until(
       [&] {
         return redis_command(cfg.port, {"ZCARD", mutex_queue(resources[1])}) == "1";
       },
       5s, "resources[0] taken and resources[1] waited for");
-  // Takes resources[0] as soon as its 300 ms lease lapses.
-  auto thief = other.async_acquire(resources[0], {.ttl = 10s, .wait = 5s}, asio::use_future);
+  const auto first = redis_command(cfg.port, {"GET", lease_key(resources[0])});
+  // Someone else takes resources[0] over (as a failover that lost the lease would let them).
+  redis_command(cfg.port, {"SET", lease_key(resources[0]), "intruder", "PX", "700"});
   ASSERT_EQ(all.wait_for(10s), std::future_status::ready);
-  EXPECT_TRUE(all.get().empty()) << "a guard for a lease that had passed to another holder";
-  ASSERT_EQ(thief.wait_for(10s), std::future_status::ready);
-  auto stolen = thief.get();
-  ASSERT_TRUE(stolen);
-  EXPECT_EQ(redis_command(cfg.port, {"GET", lease_key(resources[0])}), stolen.token());
+  auto guards = all.get();
+  ASSERT_EQ(guards.size(), 2u);
+  EXPECT_NE(guards[0].token(), first) << "the lost lock was handed out";
+  EXPECT_EQ(redis_command(cfg.port, {"GET", lease_key(resources[0])}), guards[0].token());
+  EXPECT_EQ(redis_command(cfg.port, {"GET", lease_key(resources[1])}), guards[1].token());
+  EXPECT_FALSE(guards[0].lost());
+}
+
+// The same when the wait runs out first: no guard, nothing left held.
+TEST(AcquireAll, ALockLostWhenTheWaitRunsOutMeansNone) {
+  auto cfg = shared_server_config();
+  const auto resources = names(2);
+  Background bg;
+  LockManager locks(bg.io.get_executor(), cfg);
+  LockManager other(bg.io.get_executor(), cfg);
+  // resources[1] comes free after 400 ms, resources[0] is lost meanwhile, and the 700 ms
+  // wait runs out while it is taken again.
+  auto held = other.async_acquire(resources[1], {.ttl = 400ms}, asio::use_future).get();
+  ASSERT_TRUE(held);
+  auto all = locks.async_acquire_all(resources, {.ttl = 600ms, .wait = 700ms}, asio::use_future);
+  wait_until(
+      [&] {
+        return redis_command(cfg.port, {"ZCARD", mutex_queue(resources[1])}) == "1";
+      },
+      5s, "resources[0] taken and resources[1] waited for");
+  redis_command(cfg.port, {"SET", lease_key(resources[0]), "intruder", "PX", "30000"});
+  ASSERT_EQ(all.wait_for(10s), std::future_status::ready);
+  EXPECT_TRUE(all.get().empty());
+  // (With the '+' of a waiter that queued for it once: the start over, which gave up.)
+  EXPECT_EQ(redis_command(cfg.port, {"GET", lease_key(resources[0])}).rfind("intruder", 0), 0u);
+  wait_until(
+      [&] {
+        return redis_command(cfg.port, {"ZCARD", mutex_queue(resources[0])}) == "0";
+      },
+      5s, "the queue place to be given back");
   wait_until(
       [&] {
         return redis_command(cfg.port, {"EXISTS", lease_key(resources[1])}) == "0";
