@@ -14,7 +14,9 @@ if (!resultsDir || !outDir) {
 }
 const ours = JSON.parse(fs.readFileSync(path.join(resultsDir, 'redis_lock.json'), 'utf8'));
 const peers = fs.readFileSync(path.join(resultsDir, 'peers.jsonl'), 'utf8')
-  .split('\n').filter((l) => l.trim()).map((l) => JSON.parse(l));
+  .split('\n').filter((l) => l.trim()).map((l) => JSON.parse(l))
+  // Mutexes only: npm redis-semaphore's Semaphore is compared with our permits (kinds_bench).
+  .filter((r) => r.library !== 'npm redis-semaphore-semaphore');
 const machine = JSON.parse(fs.readFileSync(path.join(resultsDir, 'machine.json'), 'utf8'));
 const all = [ours, ...peers];
 // One colour per library in every chart.

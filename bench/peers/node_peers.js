@@ -1,6 +1,9 @@
 // SPDX-License-Identifier: MIT
 // Runs the peer workloads for one npm lock library against one redis-server and prints JSON:
-//   node node_peers.js --port P --lib redlock|redis-semaphore [--quick]
+//   node node_peers.js --port P --lib redlock|redis-semaphore|redis-semaphore-semaphore [--quick]
+// redis-semaphore-semaphore is that library's Semaphore (a permit): latency and throughput
+// with a limit of 1000 (never contended), the hand-off with a limit of 1, as bench/kinds_bench
+// measures redis_lock's async_acquire_permit.
 // Workloads (the same as bench/lock_bench's (a)-(c)):
 //   latency     one client, one uncontended acquire+release at a time: p50/p99 in us
 //   throughput  1, 8, 64, 256 acquire+release chains in flight on one client: pairs/s
@@ -37,6 +40,23 @@ function makeLocker(client) {
       },
       async release(lock) {
         await lock.release();
+      },
+    };
+  }
+  if (lib === 'redis-semaphore-semaphore') {
+    const { Semaphore } = require('redis-semaphore');
+    return {
+      version: require('./node_modules/redis-semaphore/package.json').version,
+      polling: true,
+      async acquire(key, ttl, limit = 1000) {
+        const s = new Semaphore(client, key, limit, {
+          lockTimeout: ttl, acquireTimeout: 600000, refreshInterval: 0,
+        });
+        await s.acquire();
+        return s;
+      },
+      async release(s) {
+        await s.release();
       },
     };
   }
@@ -123,7 +143,7 @@ async function handoff(admin, waiters, maxHandoffs, seconds, count) {
         await new Promise((resolve) => blocked.push(resolve));
         continue;
       }
-      const lock = await lockers[id].acquire(key, 10000);
+      const lock = await lockers[id].acquire(key, 10000, 1);  // (a semaphore: one permit)
       if (releasedAt !== null) gaps.push(us(now() - releasedAt));
       ++acquisitions;
       lastHolder = id;
