@@ -249,7 +249,8 @@ int main(int argc, char** argv) {
       p99[k].push_back(p.p99);
       round_p50[k] = p.p50;
     }
-    for (std::size_t k = 0; k < kinds.size(); ++k) lat_ratio[k].push_back(round_p50[k] / round_p50[0]);
+    for (std::size_t k = 0; k < kinds.size(); ++k)
+      lat_ratio[k].push_back(round_p50[k] / round_p50[0]);
   }
   json += ", \"latency\": [";
   for (std::size_t k = 0; k < kinds.size(); ++k) {
@@ -281,8 +282,9 @@ int main(int argc, char** argv) {
       const auto s = bench::spread(ratio[k]);
       std::printf("    %3d in flight %-8s %9.0f   x%.2f (%.2f-%.2f)\n", in_flight,
                   kind_name(kinds[k]), bench::median(tput[k]), s.median, s.min, s.max);
-      json += std::string(first_entry ? "" : ", ") + "{\"in_flight\": " +
-              std::to_string(in_flight) + ", \"kind\": \"" + kind_name(kinds[k]) +
+      json += std::string(first_entry ? "" : ", ") +
+              "{\"in_flight\": " + std::to_string(in_flight) + ", \"kind\": \"" +
+              kind_name(kinds[k]) +
               "\", \"pairs_per_s\": " + std::to_string(bench::median(tput[k])) +
               ", \"vs_mutex\": " + spread_json(s) + "}";
       first_entry = false;

@@ -185,9 +185,12 @@ void AcquireAllOp::take_group(std::size_t end) {
 
 LockOptions AcquireAllOp::collecting() const noexcept {
   auto o = options;
+  // max_hold counts from the hand-out (finish), not from each lock's own acquisition; a
+  // renew_every the caller did not ask for is not used.
+  o.max_hold = std::chrono::milliseconds(0);
   if (!o.auto_renew) {
     o.auto_renew = true;
-    o.max_hold = std::chrono::milliseconds(0);
+    o.renew_every = std::chrono::milliseconds(0);
   }
   return o;
 }
@@ -225,6 +228,7 @@ void AcquireAllOp::confirm() {
   }
   const auto now = Clock::now();
   const auto enough = options.ttl * 2 / 3;
+  in_flight = true;
   for (auto& guard : guards) {
     if (guard.valid_until() - now >= enough) continue;
     ++extending;
@@ -238,11 +242,16 @@ void AcquireAllOp::confirm() {
           if (self->cancelled) return self->finish(asio::error::operation_aborted);
           if (self->extend_error) return self->finish(self->extend_error);
           if (self->lapsed) return self->start_over();
+          // A renewal of another one may have been refused meanwhile.
+          for (const auto& held : self->guards) {
+            if (held.lost()) return self->start_over();
+          }
           self->finish({}, true);
         }));
   }
-  if (extending == 0) return finish({}, true);
-  in_flight = true;
+  if (extending > 0) return;
+  in_flight = false;
+  finish({}, true);
 }
 
 void AcquireAllOp::start_over() {
@@ -265,6 +274,9 @@ void AcquireAllOp::finish(error_code ec, bool all) {
     // Renewed while collected; handed out as asked.
     if (!options.auto_renew) {
       for (auto& g : guards) GuardAccess::stop_renewing(g);
+    } else if (options.max_hold.count() > 0) {
+      const auto until = Clock::now() + options.max_hold;
+      for (auto& g : guards) GuardAccess::hold_until(g, until);
     }
     result = std::move(guards);
   } else {

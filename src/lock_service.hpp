@@ -35,6 +35,8 @@ struct GuardAccess {
   /// async_acquire_all renewed the locks it collected, for a caller that did not ask for
   /// renewal). On the strand, before the guard is handed out.
   static void stop_renewing(LockGuard& guard);
+  /// An auto-renewed guard's renewal stops at `until` (max_hold from the hand-out).
+  static void hold_until(LockGuard& guard, std::chrono::steady_clock::time_point until);
 };
 
 class LockService : public std::enable_shared_from_this<LockService> {
@@ -148,6 +150,10 @@ inline void GuardAccess::stop_renewing(LockGuard& guard) {
   if (!guard.service_ || !guard.lease_) return;
   guard.service_->watchdog().unwatch(*guard.lease_);
   guard.lease_->auto_renew = false;
+}
+
+inline void GuardAccess::hold_until(LockGuard& guard, std::chrono::steady_clock::time_point until) {
+  if (guard.lease_) guard.lease_->hold_until = until;
 }
 
 }  // namespace redis_lock::detail

@@ -497,7 +497,7 @@ class Worker {
           std::min<Clock::duration>(opt_.provider_timeout, lease_left) / 2);
       auto [pec, granted] = co_await locks_.async_acquire_permit(
           "payment-provider", opt_.provider_concurrency,
-          {.ttl = opt_.lock_ttl, .wait = patience, .auto_renew = opt_.renew},
+          {.ttl = opt_.lock_ttl, .wait = patience},  // the call's deadline fits its lease
           asio::as_tuple(asio::use_awaitable));
       if (pec || !granted) co_return Settled{Settled::unavailable, {}};  // nothing was sent
       permit = std::move(granted);

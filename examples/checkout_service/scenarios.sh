@@ -407,12 +407,12 @@ case "$scenario" in
     workers=${CHECKOUT_WORKERS:-4}
     bound=()
     [ "$scenario" = demo ] && bound=(--provider-concurrency 4)
-    start_service "$workers" --lock-ttl-ms 2000 --provider-timeout-ms 1500 "${bound[@]}"
+    start_service "$workers" --lock-ttl-ms 2000 --provider-timeout-ms 1500 ${bound[@]+"${bound[@]}"}
     orders=${CHECKOUT_ORDERS:-50} requests=${CHECKOUT_REQUESTS:-400}
     [ "$scenario" = demo ] || { orders=8 requests=24; }
     echo "== the duplicate storm: $requests concurrent requests for $orders orders, $workers workers"
     [ "$scenario" = demo ] && echo "   (at most 4 provider calls in flight at once, from all workers together)"
-    storm "r$RANDOM$RANDOM" "$orders" "$requests" "${bound[@]}" || fail "the storm"
+    storm "r$RANDOM$RANDOM" "$orders" "$requests" ${bound[@]+"${bound[@]}"} || fail "the storm"
     echo "== the fault round: a worker killed mid-charge, the lock server restarted empty, a"
     echo "   provider response dropped; every unfinished order retried as a client would"
     run="f$RANDOM$RANDOM"; x=$(order "$run" 0)

@@ -300,35 +300,69 @@ TEST(Semaphore, IdleMeansIdleAfterAWait) {
   EXPECT_TRUE(io.stopped()) << "a timer or read stayed armed after the work was done";
 }
 
+namespace {
+
+/// A manager whose io thread the test can block, as a paused process (SIGSTOP) would be: it
+/// sends nothing, and its waiter neither refreshes its place nor takes a free lock.
+struct FreezableManager {
+  explicit FreezableManager(const ConnectionConfig& cfg) : locks(bg.io.get_executor(), cfg) {
+    // Connected (and its scripts loaded) before the test's timings start.
+    auto warm = locks.async_acquire(unique_resource("warm"), {.ttl = 1s}, asio::use_future).get();
+    EXPECT_TRUE(warm.async_release(asio::use_future).get());
+  }
+  ~FreezableManager() { thaw(); }
+  /// Returns once the io thread is blocked.
+  void freeze() {
+    std::promise<void> frozen;
+    asio::post(bg.io, [&frozen, f = thawed.get_future().share()] {
+      frozen.set_value();
+      f.wait();
+    });
+    frozen.get_future().wait();
+  }
+  void thaw() {
+    if (!thawed_set) thawed.set_value();
+    thawed_set = true;
+  }
+  Background bg;
+  LockManager locks;
+  std::promise<void> thawed;
+  bool thawed_set = false;
+};
+
+}  // namespace
+
 // The kind and limit stay with the resource while anyone waits, also once every hold has
-// lapsed: the waiters' queue keeps the marker (and the key) alive. The waiter's manager is
-// frozen (its io thread blocked, as a paused process), so that it cannot take the free
-// permit while the test looks.
+// lapsed: the waiters' queue keeps the marker (and the key) alive. The holder's lease (600
+// ms) is shorter than the waiter's place (1.2 s); the waiter is frozen once queued, so that
+// it can take the free permit only after the test looked.
 TEST(Semaphore, TheLimitStaysWhileOnlyWaitersRemain) {
   auto cfg = shared_server_config();
   const auto resource = unique_resource();
   Background bg;
-  Background frozen;
   LockManager locks(bg.io.get_executor(), cfg);
-  LockManager waiter_mgr(frozen.io.get_executor(), cfg);
-  auto held = locks.async_acquire_permit(resource, 1, {.ttl = 300ms}, asio::use_future).get();
+  FreezableManager waiter(cfg);
+  auto held = locks.async_acquire_permit(resource, 1, {.ttl = 600ms}, asio::use_future).get();
   ASSERT_TRUE(held);
   auto waiting =
-      waiter_mgr.async_acquire_permit(resource, 1, {.ttl = 10s, .wait = 20s}, asio::use_future);
+      waiter.locks.async_acquire_permit(resource, 1, {.ttl = 10s, .wait = 20s}, asio::use_future);
   wait_until([&] { return queued(cfg.port, resource) == 1; }, 10s, "the waiter to queue");
-  std::promise<void> thaw;
-  asio::post(frozen.io, [f = thaw.get_future().share()] { f.wait(); });
+  waiter.freeze();
+  // Past the holder's expiry on the server (when, without the waiter, the key would have
+  // expired with it).
   const auto member = held.token() + "s";
   wait_until(
       [&] {
+        const auto score = redis_command(cfg.port, {"ZSCORE", lease_key(resource), member});
+        if (score == "(nil)" || score.empty()) return true;
         const auto time = redis_command(cfg.port, {"TIME"});  // "seconds micros"
         const auto now_ms = std::stoll(time.substr(0, time.find(' '))) * 1000 +
                             std::stoll(time.substr(time.find(' ') + 1)) / 1000;
-        const auto score = redis_command(cfg.port, {"ZSCORE", lease_key(resource), member});
-        return score == "(nil)" || score.empty() || std::stoll(score) < now_ms;
+        return std::stoll(score) < now_ms;
       },
       5s, "the holder's lease to lapse");
-  EXPECT_EQ(redis_command(cfg.port, {"ZRANGE", lease_key(resource), "-1", "-1"}), "#S1");
+  EXPECT_EQ(redis_command(cfg.port, {"ZRANGE", lease_key(resource), "-1", "-1"}), "#S1")
+      << "the kind and limit went with the last hold";
   auto [ec, other] =
       outcome([&](auto h) { locks.async_acquire_permit(resource, 5, {.ttl = 10s}, h); });
   EXPECT_EQ(ec, error::limit_mismatch) << ec.message();
@@ -337,41 +371,40 @@ TEST(Semaphore, TheLimitStaysWhileOnlyWaitersRemain) {
   std::tie(ec, other) =
       outcome([&](auto h) { locks.async_acquire_shared(resource, {.ttl = 10s}, h); });
   EXPECT_EQ(ec, error::wrong_type) << ec.message();
-  thaw.set_value();
+  waiter.thaw();
   ASSERT_EQ(waiting.wait_for(10s), std::future_status::ready);
   EXPECT_TRUE(waiting.get());
 }
 
 // A mutex's waiters keep the resource a mutex: a semaphore cannot take it over while the
-// mutex's lease has lapsed and its waiter has not claimed it yet.
+// mutex's lease has lapsed and its (frozen) waiter has not claimed it yet.
 TEST(Semaphore, AMutexsWaitersKeepItAMutex) {
   auto cfg = shared_server_config();
   const auto resource = unique_resource();
   Background bg;
-  Background frozen;
   LockManager locks(bg.io.get_executor(), cfg);
-  LockManager waiter_mgr(frozen.io.get_executor(), cfg);
-  auto held = locks.async_acquire(resource, {.ttl = 300ms}, asio::use_future).get();
+  FreezableManager waiter(cfg);
+  auto held = locks.async_acquire(resource, {.ttl = 600ms}, asio::use_future).get();
   ASSERT_TRUE(held);
-  auto waiting = waiter_mgr.async_acquire(resource, {.ttl = 10s, .wait = 20s}, asio::use_future);
+  auto waiting = waiter.locks.async_acquire(resource, {.ttl = 10s, .wait = 20s}, asio::use_future);
   const auto queue = detail::make_keys("lock:", resource).queue;
   wait_until(
       [&] {
         return redis_command(cfg.port, {"ZCARD", queue}) == "1";
       },
       10s, "the waiter to queue");
-  std::promise<void> thaw;
-  asio::post(frozen.io, [f = thaw.get_future().share()] { f.wait(); });
+  waiter.freeze();
   wait_until(
       [&] {
         return redis_command(cfg.port, {"EXISTS", lease_key(resource)}) == "0";
       },
       5s, "the holder's lease to lapse");
+  ASSERT_EQ(redis_command(cfg.port, {"ZCARD", queue}), "1") << "the frozen waiter's place lapsed";
   auto [ec, permit] =
       outcome([&](auto h) { locks.async_acquire_permit(resource, 2, {.ttl = 10s}, h); });
   EXPECT_EQ(ec, error::wrong_type) << ec.message();
   EXPECT_FALSE(permit);
-  thaw.set_value();
+  waiter.thaw();
   ASSERT_EQ(waiting.wait_for(10s), std::future_status::ready);
   EXPECT_TRUE(waiting.get());
 }
@@ -390,7 +423,7 @@ TEST(Semaphore, ALapsedHoldOfAResourceThatChangedKindIsNotOursAndNoError) {
         return redis_command(cfg.port, {"EXISTS", lease_key(resource)}) == "0";
       },
       5s, "the permit to lapse");
-  auto mutex = locks.async_acquire(resource, {.ttl = 200ms}, asio::use_future).get();
+  auto mutex = locks.async_acquire(resource, {.ttl = 2s}, asio::use_future).get();
   ASSERT_TRUE(mutex);
   EXPECT_FALSE(permit.async_extend(10s, asio::use_future).get());
   EXPECT_FALSE(permit.async_release(asio::use_future).get());

@@ -40,12 +40,15 @@ using namespace std::chrono_literals;
 namespace {
 
 // Enters the holders' set: drops entries whose lease has ended (a killed holder's), adds
-// ours until our lease ends (ARGV[2] ms from now), and keeps the largest count seen.
+// ours until our lease ends on the server (its score in the lease set KEYS[3], member
+// ARGV[2]), and keeps the largest count seen.
 constexpr const char* enter = R"lua(
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. now)
-redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
+local ends = redis.call('ZSCORE', KEYS[3], ARGV[2])
+if not ends then return -1 end
+redis.call('ZADD', KEYS[1], ends, ARGV[1])
 local n = redis.call('ZCARD', KEYS[1])
 if n > tonumber(redis.call('GET', KEYS[2]) or '0') then redis.call('SET', KEYS[2], n) end
 return n
@@ -163,28 +166,40 @@ int main(int argc, char** argv) {
             continue;
           }
           if (guards.empty() || !guards.front()) throw std::runtime_error("not acquired in 60 s");
-          const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-              guards.front().valid_until() - std::chrono::steady_clock::now());
+          const std::string lease_key = "lock:{" + resource + "}";
+          // A holder whose lease ran out (a stall longer than the ttl) writes nothing more:
+          // that is the protected resource's job (fencing), not the lock's; counted apart.
+          const auto still_mine = [&] {
+            const bool valid = std::chrono::steady_clock::now() < guards.front().valid_until();
+            if (!valid) redis.number({"INCR", data + "lapsed"});
+            return valid;
+          };
 
           if (mode == "semaphore") {
-            redis.number({"EVAL", enter, "2", data + "holders", data + "peak", me,
-                          std::to_string(std::max<long long>(left.count(), 0))});
+            redis.number({"EVAL", enter, "3", data + "holders", data + "peak", lease_key, me,
+                          guards.front().token() + "s"});
             co_await nap(3000);
             redis.number({"ZREM", data + "holders", me});
           } else if (mode == "rw" && writer) {
             const auto v = std::to_string(guards.front().fencing_token());
-            redis.text({"SET", data + "a", v});
+            if (still_mine()) redis.text({"SET", data + "a", v});
             co_await nap(2000);
-            redis.text({"SET", data + "b", v});
+            if (still_mine()) redis.text({"SET", data + "b", v});
             redis.number({"INCR", data + "writes"});
           } else if (mode == "rw") {
+            // Readers enter a holders' set too: that they do share is part of the test.
+            redis.number({"EVAL", enter, "3", data + "readers", data + "readers_peak", lease_key,
+                          me, guards.front().token() + "s"});
             const auto a1 = redis.text({"GET", data + "a"});
             const auto b1 = redis.text({"GET", data + "b"});
             co_await nap(2000);
             const auto a2 = redis.text({"GET", data + "a"});
             const auto b2 = redis.text({"GET", data + "b"});
-            if (a1 != a2 || b1 != b2) redis.number({"INCR", data + "changed"});
-            if (a1 != b1) redis.number({"INCR", data + "half"});
+            redis.number({"ZREM", data + "readers", me});
+            if (still_mine()) {
+              if (a1 != a2 || b1 != b2) redis.number({"INCR", data + "changed"});
+              if (a1 != b1) redis.number({"INCR", data + "half"});
+            }
             redis.number({"INCR", data + "reads"});
           } else {
             const auto& from = guards[0].resource();
@@ -193,8 +208,10 @@ int main(int argc, char** argv) {
             const auto b = redis.number({"GET", data + to});
             co_await nap(2000);
             const auto amount = static_cast<long long>(rng() % 100);
-            redis.text({"MSET", data + from, std::to_string(a - amount), data + to,
-                        std::to_string(b + amount)});
+            if (still_mine()) {
+              redis.text({"MSET", data + from, std::to_string(a - amount), data + to,
+                          std::to_string(b + amount)});
+            }
             redis.number({"INCR", data + "transfers"});
           }
           // A failed release (a connection failure) is left to the ttl.
