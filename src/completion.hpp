@@ -21,28 +21,33 @@ enum class Defer { no, yes };
 
 template <class Handler, class... Args>
 void deliver(const boost::asio::any_io_executor& io, Defer defer, Handler handler, Args&&... args) {
-  auto ex = boost::asio::get_associated_executor(handler, io);
-  if (defer == Defer::no) {
-    // Fast path, same semantics as dispatch: the handler's executor is a plain io_context
-    // executor and this thread is running that io_context, so it may run right here.
-    // (Asio's generic dispatch would wrap the type-erased executor for work tracking,
-    // which allocated twice per completion in the throughput benchmark.)
-    using io_executor = boost::asio::io_context::executor_type;
-    if (const auto* target = ex.template target<io_executor>();
-        target != nullptr && target->running_in_this_thread()) {
-      std::move(handler)(std::forward<Args>(args)...);
-      return;
-    }
-  }
-  auto fn = boost::asio::bind_executor(
-      std::move(ex), [h = std::move(handler), ... a = std::forward<Args>(args)]() mutable {
-        std::move(h)(std::move(a)...);
-      });
   if (defer == Defer::yes) {
-    boost::asio::post(io, std::move(fn));
-  } else {
-    boost::asio::dispatch(io, std::move(fn));
+    // Onto `io` first, and from there (no longer inside the initiating call) to the
+    // handler's executor: the handler's associated executor is made, copied and destroyed
+    // on `io`'s thread only. (Made here, on the caller's thread, its shared target was freed
+    // by whichever thread dropped it last: a reference count that ThreadSanitizer, which
+    // does not see Asio's fence, reported as a race.)
+    boost::asio::post(io, [io, h = std::move(handler), ... a = std::forward<Args>(args)]() mutable {
+      deliver(io, Defer::no, std::move(h), std::move(a)...);
+    });
+    return;
   }
+  auto ex = boost::asio::get_associated_executor(handler, io);
+  // Fast path, same semantics as dispatch: the handler's executor is a plain io_context
+  // executor and this thread is running that io_context, so it may run right here. (Asio's
+  // generic dispatch would wrap the type-erased executor for work tracking, which allocated
+  // twice per completion in the throughput benchmark.)
+  using io_executor = boost::asio::io_context::executor_type;
+  if (const auto* target = ex.template target<io_executor>();
+      target != nullptr && target->running_in_this_thread()) {
+    std::move(handler)(std::forward<Args>(args)...);
+    return;
+  }
+  boost::asio::dispatch(
+      io, boost::asio::bind_executor(
+              std::move(ex), [h = std::move(handler), ... a = std::forward<Args>(args)]() mutable {
+                std::move(h)(std::move(a)...);
+              }));
 }
 
 }  // namespace redis_lock::detail

@@ -172,11 +172,16 @@ TEST(Cli, PermitsBoundTheCommandsRunningAtOnceAndSharedHoldersRunTogether) {
   // in this process cannot get in.
   const auto rw = unique_resource("rw");
   const std::string a = std::string(path) + ".a", b = std::string(path) + ".b";
+  // Each reader waits (10 s at most) for the other's file, then for the test's "done": both
+  // hold their shared lock while the test tries the writer.
+  const std::string done = std::string(path) + ".done";
+  const auto wait_for = [](const std::string& file) {
+    return "i=0; while [ ! -e " + file + " ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done; ";
+  };
   const auto reader = [&](const std::string& mine, const std::string& theirs) {
-    return std::make_unique<ChildProcess>(
-        cli({"--shared", "--wait", "30s", rw, "--", "sh", "-c",
-             "touch " + mine + "; i=0; while [ ! -e " + theirs +
-                 " ] && [ $i -lt 100 ]; do sleep 0.05; i=$((i+1)); done; [ -e " + theirs + " ]"}));
+    return std::make_unique<ChildProcess>(cli(
+        {"--shared", "--wait", "30s", rw, "--", "sh", "-c",
+         "touch " + mine + "; " + wait_for(theirs) + wait_for(done) + "[ -e " + theirs + " ]"}));
   };
   auto r1 = reader(a, b);
   auto r2 = reader(b, a);
@@ -191,8 +196,10 @@ TEST(Cli, PermitsBoundTheCommandsRunningAtOnceAndSharedHoldersRunTogether) {
   });
   io.run_for(5s);
   EXPECT_EQ(writer, std::optional<bool>(false)) << "a writer beside two readers";
+  std::ofstream(done).put('\n');
   EXPECT_EQ(r1->wait(), 0) << "the readers did not run together";
   EXPECT_EQ(r2->wait(), 0) << "the readers did not run together";
+  std::remove(done.c_str());
   std::remove(path);
   std::remove(a.c_str());
   std::remove(b.c_str());
