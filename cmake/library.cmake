@@ -9,7 +9,8 @@ set(_rl_script_defs "")
 set(_rl_shared "${PROJECT_SOURCE_DIR}/src/scripts/shared.lua")
 set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS "${_rl_shared}")
 file(READ "${_rl_shared}" _rl_shared_body)
-foreach(name acquire release extend raise_fence acquire_set release_set extend_set acquire_group)
+foreach(name acquire release extend raise_fence acquire_set release_set extend_set acquire_group
+             inspect force_release)
   set(_file "${PROJECT_SOURCE_DIR}/src/scripts/${name}.lua")
   set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS "${_file}")
   file(READ "${_file}" _body)
@@ -32,8 +33,10 @@ configure_file(src/scripts.hpp.in "${PROJECT_BINARY_DIR}/generated/redis_lock_sc
 add_library(redis_lock_internal OBJECT
   src/acquire_all.cpp
   src/acquire_op.cpp
+  src/admin.cpp
   src/config.cpp
   src/connection.cpp
+  src/election.cpp
   src/error.cpp
   src/keys.cpp
   src/lease_ops.cpp

@@ -40,15 +40,15 @@ std::vector<std::size_t> taking_order(std::span<const std::string> resources,
 // GroupOp
 
 void GroupOp::prepare() {
-  // EVALSHA sha numkeys fence (lease queue)... token ttl
-  const auto key_count = 1 + 2 * group_keys.size();
+  // EVALSHA sha numkeys fence (lease queue info)... token ttl label
+  const auto key_count = 1 + 3 * group_keys.size();
   numkeys = std::to_string(key_count);
   long_argv.clear();
-  long_argv.reserve(3 + key_count + 2);
+  long_argv.reserve(3 + key_count + 3);
   long_argv.insert(long_argv.end(),
                    {"EVALSHA", acquire_group_script.sha1, numkeys, group_keys.front().fence});
-  for (const auto& k : group_keys) long_argv.insert(long_argv.end(), {k.lease, k.queue});
-  long_argv.insert(long_argv.end(), {token, arg});
+  for (const auto& k : group_keys) long_argv.insert(long_argv.end(), {k.lease, k.queue, k.info});
+  long_argv.insert(long_argv.end(), {token, arg, service->holder_label()});
   argc = long_argv.size();
   script_body = acquire_group_script.body;
   sent_body = false;

@@ -98,17 +98,25 @@ void AcquireOp::attempt() {
     // '<mode><place ms> <member suffix>' (acquire.lua). Redlock waits by backing off: a fair
     // queue on each master would not be one queue.
     member_suffix = service->waiters().member_suffix(
-        options.ttl, kind == LeaseKind::mutex ? '\0' : mode_letter(kind));
+        options.ttl, is_lease_set(kind) ? mode_letter(kind) : '\0', data);
     how = service->redlock() ? "R" : queues ? "1" : "0";
     how.append(waiter_ttl_ms).append(" ").append(member_suffix);
+    if (kind == LeaseKind::leader) announce = service->announce_of(resource);
   }
-  if (kind == LeaseKind::mutex) {
-    set_args(acquire_script, {keys.lease, keys.fence, keys.queue, keys.queue_expiry},
-             {token, arg, how});
-  } else {
+  if (is_lease_set(kind)) {
     set_args(acquire_set_script,
              {keys.lease, keys.fence, keys.queue, keys.queue_expiry, mutex_queue},
              {token, arg, how, marker});
+  } else if (service->redlock()) {
+    // No info: each master's fencing token is its own (the quorum's is their maximum).
+    set_args(acquire_script, {keys.lease, keys.fence, keys.queue, keys.queue_expiry},
+             {token, arg, how});
+  } else if (kind == LeaseKind::leader) {
+    set_args(acquire_script, {keys.lease, keys.fence, keys.queue, keys.queue_expiry, keys.info},
+             {token, arg, how, announce});
+  } else {
+    set_args(acquire_script, {keys.lease, keys.fence, keys.queue, keys.queue_expiry, keys.info},
+             {token, arg, how});
   }
   service->send(std::static_pointer_cast<ScriptOp>(shared_from_this()));
 }

@@ -84,6 +84,7 @@ struct AcquireOp final : ScriptOp, Waiter {
   LeaseKind kind = LeaseKind::mutex;  // a mutex, or a hold of a lease set (acquire_set.lua)
   std::string marker;                 // a lease set's kind and limit ('#S<limit>' or '#RW')
   std::string mutex_queue;            // a lease set's: the same resource's mutex queue key
+  std::string data;  // a mutex's: recorded with the lease (label, and a leader's value)
 
  private:
   /// The lease this attempt may hold (also one a release hands to its queue place), or that

@@ -78,6 +78,7 @@ ResourceKeys make_keys(std::string_view prefix, std::string_view resource, bool 
   const std::string_view queue_expiry = lease_set ? "sqx:{" : "qx:{";
   keys.queue.append(prefix).append(queue).append(tag).append("}").append(resource);
   keys.queue_expiry.append(prefix).append(queue_expiry).append(tag).append("}").append(resource);
+  keys.info.append(prefix).append("h:{").append(tag).append("}").append(resource);
   return keys;
 }
 

@@ -25,6 +25,7 @@ struct ResourceKeys {
   std::string fence;         // <prefix>fence:{<tag>}, same slot as lease
   std::string queue;         // <prefix>q:{<tag>}<resource>   waiters in arrival order (zset)
   std::string queue_expiry;  // <prefix>qx:{<tag>}<resource>  when each place lapses (zset)
+  std::string info;          // <prefix>h:{<tag>}<resource>   a mutex's holder: fence, label
 };
 
 /// The keys of `resource`; a lease set's (`lease_set`: a semaphore, a read-write lock) wait in

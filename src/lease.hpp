@@ -22,8 +22,14 @@ struct ScriptOp;
 
 /// What a lease is one of: a mutex's (the lease key holds its token), or one hold of a lease
 /// set (acquire_set.lua): a semaphore's permit or a read-write lock's shared hold, or a
-/// read-write lock's exclusive hold.
-enum class LeaseKind : std::uint8_t { mutex, shared, exclusive };
+/// read-write lock's exclusive hold; or an election's leadership, a mutex whose changes are
+/// announced to the election's observers.
+enum class LeaseKind : std::uint8_t { mutex, shared, exclusive, leader };
+
+/// A hold of a lease set (a zset at the lease key), not a mutex's string lease.
+inline bool is_lease_set(LeaseKind kind) noexcept {
+  return kind == LeaseKind::shared || kind == LeaseKind::exclusive;
+}
 
 /// The mode letter of a lease set's hold ('s' or 'x'); not for a mutex.
 inline char mode_letter(LeaseKind kind) noexcept {

@@ -83,14 +83,48 @@ void prepare_release(LockService& service, CompareOp& op, std::string resource, 
   // manager id (and in a lease set, its mode, which names its hold).
   if (member_suffix.empty()) {
     op.arg.assign(service.waiters().manager_id());
-    if (kind != LeaseKind::mutex) op.arg += mode_letter(kind);
+    if (is_lease_set(kind)) op.arg += mode_letter(kind);
   } else {
     op.arg.assign(member_suffix);
   }
   op.arg.append(service.cluster() ? " S" : " P").append(service.waiters().channel_prefix(op.slot));
-  op.set_args(kind == LeaseKind::mutex ? release_script : release_set_script,
-              {op.keys.lease, op.keys.queue, op.keys.queue_expiry, op.keys.fence},
+  if (is_lease_set(kind)) {
+    return op.set_args(release_set_script,
+                       {op.keys.lease, op.keys.queue, op.keys.queue_expiry, op.keys.fence},
+                       {op.token, op.arg});
+  }
+  if (kind == LeaseKind::leader) {
+    op.announce = service.announce_of(resource);
+    return op.set_args(
+        release_script,
+        {op.keys.lease, op.keys.queue, op.keys.queue_expiry, op.keys.fence, op.keys.info},
+        {op.token, op.arg, op.announce});
+  }
+  op.set_args(release_script,
+              {op.keys.lease, op.keys.queue, op.keys.queue_expiry, op.keys.fence, op.keys.info},
               {op.token, op.arg});
+}
+
+void prepare_extend(LockService& service, ScriptOp& op, const std::string& resource,
+                    std::string token, LeaseKind kind, std::string ttl_ms) {
+  op.service = service.shared_from_this();
+  op.keys = service.keys_of(resource, kind);
+  op.slot = service.slot_of(op.keys.lease);
+  op.token = std::move(token);
+  op.arg = std::move(ttl_ms);
+  if (is_lease_set(kind)) op.token += mode_letter(kind);  // the holder, in the set
+  if (kind == LeaseKind::leader) op.announce = service.announce_of(resource);
+  set_extend_args(op, kind);
+}
+
+void set_extend_args(ScriptOp& op, LeaseKind kind) {
+  if (is_lease_set(kind))
+    return op.set_args(extend_set_script, {op.keys.lease}, {op.token, op.arg});
+  if (kind == LeaseKind::leader) {
+    return op.set_args(extend_script, {op.keys.lease, op.keys.info},
+                       {op.token, op.arg, op.announce});
+  }
+  op.set_args(extend_script, {op.keys.lease, op.keys.info}, {op.token, op.arg});
 }
 
 namespace {

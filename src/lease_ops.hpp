@@ -61,6 +61,13 @@ struct CompareOp final : ScriptOp {
 void prepare_release(LockService& service, CompareOp& op, std::string resource, std::string token,
                      LeaseKind kind, std::string_view member_suffix = {});
 
+/// Fills in an extension of `token`'s lease of `kind` to `ttl_ms` (compare-and-PEXPIRE; a
+/// leader's also tells the election's observers).
+void prepare_extend(LockService& service, ScriptOp& op, const std::string& resource,
+                    std::string token, LeaseKind kind, std::string ttl_ms);
+/// The arguments of an extension prepare_extend filled in, set again (before a resend).
+void set_extend_args(ScriptOp& op, LeaseKind kind);
+
 /// Redlock: gives back on master `node` what `token` may hold there, resent through link
 /// failures until `until`.
 void give_back_on(LockService& service, std::size_t node, std::string_view resource,

@@ -152,4 +152,14 @@ void LockManager::acquire_all_impl(std::shared_ptr<detail::LockService> service,
   service->acquire_all(std::move(resources), options, std::move(handler));
 }
 
+void LockManager::inspect_impl(std::shared_ptr<detail::LockService> service, std::string resource,
+                               detail::InspectHandler handler) {
+  service->inspect(std::move(resource), std::move(handler));
+}
+
+void LockManager::force_release_impl(std::shared_ptr<detail::LockService> service,
+                                     std::string resource, detail::BoolHandler handler) {
+  service->force_release(std::move(resource), std::move(handler));
+}
+
 }  // namespace redis_lock

@@ -107,7 +107,13 @@ error_code LockService::server_error(const Reply& reply) {
 }
 
 ResourceKeys LockService::keys_of(std::string_view resource, LeaseKind kind) const {
-  return make_keys(options_.key_prefix, resource, kind != LeaseKind::mutex);
+  return make_keys(options_.key_prefix, resource, is_lease_set(kind));
+}
+
+std::string LockService::announce_of(std::string_view resource) const {
+  // PUBLISH, also on a Cluster (which forwards it to every node): an observer's subscription
+  // then never moves with a slot, and SUBSCRIBE / UNSUBSCRIBE are answered as commands.
+  return std::string("P").append(options_.key_prefix).append("leader:").append(resource);
 }
 
 std::uint16_t LockService::slot_of(std::string_view lease_key) const noexcept {
@@ -186,6 +192,7 @@ void LockService::acquire(std::string resource, LockOptions options, LockKind ki
   auto op = std::make_shared<AcquireOp>(std::move(handler), std::move(resource), options);
   switch (kind.type) {
     case LockKind::Type::mutex:
+      op->data = options_.holder_label;
       break;
     case LockKind::Type::permit:
       op->kind = LeaseKind::shared;
@@ -200,9 +207,31 @@ void LockService::acquire(std::string resource, LockOptions options, LockKind ki
       op->marker = "#RW";
       break;
   }
+  start(std::move(op));
+}
+
+void LockService::campaign(std::string resource, std::string value, LockOptions options,
+                           AcquireHandler handler) {
+  if (!alive_.load()) return;  // the context is gone: drop the handler, as Asio does
+  if (config_error_)
+    return refuse(std::move(resource), config_error_, config_rule_, std::move(handler));
+  options.auto_renew = true;  // the leadership lasts while the guard is held
+  auto broken = check(resource, options, config_.topology);
+  if (!broken) broken = check_admin(resource, config_.topology);
+  if (!broken) broken = check_value(value);
+  if (broken) return refuse(std::move(resource), broken.error, broken.rule, std::move(handler));
+  auto op = std::make_shared<AcquireOp>(std::move(handler), std::move(resource), options);
+  op->kind = LeaseKind::leader;
+  op->data.reserve(options_.holder_label.size() + 1 + value.size());
+  op->data.append(options_.holder_label).append("\n").append(value);
+  start(std::move(op));
+}
+
+void LockService::start(std::shared_ptr<AcquireOp> op) {
+  const auto& options = op->options;
   op->service = shared_from_this();
   op->keys = keys_of(op->resource, op->kind);
-  if (op->kind != LeaseKind::mutex) op->mutex_queue = keys_of(op->resource).queue;
+  if (is_lease_set(op->kind)) op->mutex_queue = keys_of(op->resource).queue;
   op->slot = slot_of(op->keys.lease);
   op->durable = options.min_replicas > 0;
   op->queues = options.wait.count() > 0 && !redlock();
@@ -268,6 +297,78 @@ void LockService::acquire_all(std::vector<std::string> resources, LockOptions op
   on_strand([op = std::move(op)]() mutable { op->start(); });
 }
 
+Violation LockService::check_admin_call(std::string_view resource) const {
+  if (config_error_) return {config_error_, config_rule_};
+  return check_admin(resource, config_.topology);
+}
+
+void LockService::read_state(const std::string& resource,
+                             std::function<void(error_code, Inspection)> done) {
+  auto op = std::make_shared<AdminOp>();
+  op->service = shared_from_this();
+  op->keys = keys_of(resource);
+  op->slot = slot_of(op->keys.lease);
+  // The lease sets' queue expiry, in `arg` (the op's strings hold what its words point to).
+  op->arg = keys_of(resource, LeaseKind::shared).queue_expiry;
+  op->set_args(inspect_script, {op->keys.lease, op->keys.info, op->keys.queue_expiry, op->arg}, {});
+  op->done = [self = shared_from_this(), done = std::move(done)](error_code ec, Reply reply) {
+    if (!ec && reply.is_error()) ec = self->server_error(reply);
+    if (ec) return done(ec, Inspection{});
+    auto read = read_inspection(reply);
+    if (!read) return done(error::unexpected_reply, Inspection{});
+    done({}, std::move(*read));
+  };
+  on_strand(
+      [self = shared_from_this(), op = std::move(op)]() mutable { self->send(std::move(op)); });
+}
+
+void LockService::inspect(std::string resource, InspectHandler handler) {
+  if (!alive_.load()) return;
+  if (auto broken = check_admin_call(resource)) {
+    return deliver(executor_, Defer::yes, std::move(handler), broken.error, LockInfo{});
+  }
+  auto shared = std::make_shared<InspectHandler>(std::move(handler));
+  read_state(resource, [self = shared_from_this(), shared](error_code ec, Inspection state) {
+    deliver(self->executor_, Defer::no, std::move(*shared), ec, std::move(state.info));
+  });
+}
+
+void LockService::force_release(std::string resource, BoolHandler handler) {
+  if (!alive_.load()) return;
+  if (auto broken = check_admin_call(resource)) {
+    return deliver(executor_, Defer::yes, std::move(handler), broken.error, false);
+  }
+  auto op = std::make_shared<AdminOp>();
+  op->service = shared_from_this();
+  op->keys = keys_of(resource);
+  op->slot = slot_of(op->keys.lease);
+  const auto sets = keys_of(resource, LeaseKind::shared);
+  op->token = sets.queue;  // (the op's own strings: its words point into them)
+  op->arg = sets.queue_expiry;
+  op->announce = std::string(cluster() ? "S" : "P").append(waiters_->channel_prefix(op->slot));
+  op->resource_announce = announce_of(resource);
+  op->set_args(force_release_script,
+               {op->keys.lease, op->keys.queue, op->keys.queue_expiry, op->keys.fence,
+                op->keys.info, op->token, op->arg},
+               {op->announce, op->resource_announce});
+  auto shared = std::make_shared<BoolHandler>(std::move(handler));
+  op->done = [self = shared_from_this(), shared](error_code ec, Reply reply) {
+    bool released = false;
+    if (!ec && reply.is_error()) {
+      ec = self->server_error(reply);
+    } else if (!ec) {
+      if (reply.type != Reply::Type::integer) {
+        ec = error::unexpected_reply;
+      } else {
+        released = reply.integer == 1;
+      }
+    }
+    deliver(self->executor_, Defer::no, std::move(*shared), ec, released);
+  };
+  on_strand(
+      [self = shared_from_this(), op = std::move(op)]() mutable { self->send(std::move(op)); });
+}
+
 void LockService::release(std::string resource, std::string token, LeaseKind kind,
                           BoolHandler handler, bool by_guard, Clock::time_point patience,
                           Clock::time_point give_back_until, std::string_view member_suffix) {
@@ -323,20 +424,13 @@ void LockService::extend(std::string resource, std::string token, std::shared_pt
   }
   auto op = std::make_shared<CompareOp>(std::move(handler));
   const auto kind = lease ? lease->kind : LeaseKind::mutex;
-  op->service = shared_from_this();
-  op->keys = keys_of(resource, kind);
-  op->slot = slot_of(op->keys.lease);
-  op->token = std::move(token);
-  if (kind != LeaseKind::mutex) op->token += mode_letter(kind);  // the holder, in the set
-  op->arg = to_decimal(ttl.count());
+  prepare_extend(*this, *op, resource, std::move(token), kind, to_decimal(ttl.count()));
   op->lease = std::move(lease);
   op->new_ttl = ttl;
   op->command = LeaseCommand::extend;
   // min_replicas: on the connection whose WAIT counts it (the acquire's).
   op->durable = op->lease && op->lease->min_replicas > 0;
   if (observer()) op->resource = resource;
-  op->set_args(kind == LeaseKind::mutex ? extend_script : extend_set_script, {op->keys.lease},
-               {op->token, op->arg});
   on_strand(
       [self = shared_from_this(), op = std::move(op)]() mutable { self->send(std::move(op)); });
 }

@@ -4,11 +4,13 @@
 // starts the ops (acquire_op, lease_ops) that do the work. See docs/architecture.md.
 #pragma once
 
+#include "admin.hpp"
 #include "connection.hpp"
 #include "keys.hpp"
 #include "lease.hpp"
 #include "renewal.hpp"
 #include "router.hpp"
+#include "validate.hpp"
 #include "waiters.hpp"
 
 #include <redis_lock/lock.hpp>
@@ -26,6 +28,7 @@
 namespace redis_lock::detail {
 
 struct ScriptOp;
+struct AcquireOp;
 
 struct GuardAccess {
   static LockGuard make(std::shared_ptr<LockService> service, std::string resource,
@@ -59,6 +62,18 @@ class LockService : public std::enable_shared_from_this<LockService> {
   void acquire(std::string resource, LockOptions options, LockKind kind, AcquireHandler handler);
   void acquire_all(std::vector<std::string> resources, LockOptions options,
                    AcquireAllHandler handler);
+  /// An election's candidate: an acquire of `resource` that records `value` and announces
+  /// each change of leader.
+  void campaign(std::string resource, std::string value, LockOptions options,
+                AcquireHandler handler);
+  void inspect(std::string resource, InspectHandler handler);
+  void force_release(std::string resource, BoolHandler handler);
+  /// Election::async_leader (`wait` false) and async_observe.
+  void observe(std::string resource, bool wait, std::uint64_t after_term, EndedTerm ended,
+               LeaderHandler handler);
+  /// inspect.lua on `resource`; `done` on the strand (malformed: error::unexpected_reply).
+  void read_state(const std::string& resource,
+                  std::function<void(boost::system::error_code, Inspection)> done);
   /// `by_guard`: a guard's own release (reported to the observer), not a clean-up.
   /// `patience`: a Cluster refusal for a slot in motion (TRYAGAIN, CLUSTERDOWN) is retried
   /// until then at least (the lease's valid_until(): past it the release no longer matters).
@@ -98,6 +113,10 @@ class LockService : public std::enable_shared_from_this<LockService> {
   boost::system::error_code server_error(const Reply& reply);
 
   ResourceKeys keys_of(std::string_view resource, LeaseKind kind = LeaseKind::mutex) const;
+  /// '<P|S><channel>' on which `resource`'s changes of leader are announced (an election's).
+  std::string announce_of(std::string_view resource) const;
+  /// ManagerOptions::holder_label.
+  const std::string& holder_label() const noexcept { return options_.holder_label; }
   /// The slot that routes the commands on `lease_key` (0 unless on a Cluster).
   std::uint16_t slot_of(std::string_view lease_key) const noexcept;
   bool redlock() const noexcept { return config_.topology == Topology::redlock; }
@@ -112,6 +131,10 @@ class LockService : public std::enable_shared_from_this<LockService> {
  private:
   template <class Fn>
   void on_strand(Fn&& fn);
+  /// Starts a checked acquire (the token, the deadline, cancellation, the first attempt).
+  void start(std::shared_ptr<AcquireOp> op);
+  /// An admin op's refusal (config, resource, Redlock), or none.
+  Violation check_admin_call(std::string_view resource) const;
   /// Reports a refused acquire to the observer and completes it (nothing was sent).
   void refuse(std::string resource, boost::system::error_code ec, std::string_view why,
               AcquireHandler handler);

@@ -3,6 +3,7 @@
 
 #include "completion.hpp"
 #include "decimal.hpp"
+#include "lease_ops.hpp"
 #include "lock_service.hpp"
 #include "replies.hpp"
 #include "script_op.hpp"
@@ -89,7 +90,6 @@ std::optional<Clock::time_point> RenewalSchedule::next() const {
 /// One lease's renewal command, built once and sent again each time.
 struct RenewOp final : ScriptOp {
   std::weak_ptr<LeaseState> lease;  // weakly: the lease holds this op
-  std::string ttl_ms;
   Clock::time_point sent;
   void on_reply(error_code ec, Reply reply) override {
     auto held = lease.lock();
@@ -181,21 +181,16 @@ void Watchdog::renew(const std::shared_ptr<LeaseState>& lease) {
     // Keys and arguments are the same every time: build them once per lease. The op holds
     // the lease weakly, or the two would keep each other alive.
     auto op = std::make_shared<RenewOp>();
-    op->service = service_.shared_from_this();
     op->lease = lease;
-    op->token = lease->token;
-    if (lease->kind != LeaseKind::mutex) op->token += mode_letter(lease->kind);  // its hold
-    op->keys = service_.keys_of(lease->resource, lease->kind);
-    op->slot = service_.slot_of(op->keys.lease);
-    op->ttl_ms = to_decimal(lease->ttl.count());
+    prepare_extend(service_, *op, lease->resource, lease->token, lease->kind,
+                   to_decimal(lease->ttl.count()));
     op->durable = lease->min_replicas > 0;
     lease->renewal = op;
   }
   auto& op = static_cast<RenewOp&>(*lease->renewal);
   op.sent = Clock::now();
   op.sent_body = false;
-  op.set_args(lease->kind == LeaseKind::mutex ? extend_script : extend_set_script, {op.keys.lease},
-              {op.token, op.ttl_ms});
+  set_extend_args(op, lease->kind);
   lease->renewing = true;
   service_.send(lease->renewal);
 }

@@ -29,13 +29,14 @@ struct ScriptOp : Routed, LateReplies, std::enable_shared_from_this<ScriptOp> {
   /// Redlock: what the fan-out needs to decide an acquire (nothing for other scripts).
   virtual std::optional<QuorumAcquire> quorum_acquire() { return std::nullopt; }
 
+  /// Up to 7 keys, and 16 words in all.
   void set_args(const Script& s, std::initializer_list<std::string_view> script_keys,
                 std::initializer_list<std::string_view> script_args) {
     script_body = s.body;
     rearm();
     argv[0] = "EVALSHA";
     argv[1] = s.sha1;
-    static constexpr std::string_view counts[] = {"0", "1", "2", "3", "4", "5"};
+    static constexpr std::string_view counts[] = {"0", "1", "2", "3", "4", "5", "6", "7"};
     argv[2] = counts[script_keys.size()];
     argc = 3;
     for (auto k : script_keys) argv[argc++] = k;
@@ -45,7 +46,8 @@ struct ScriptOp : Routed, LateReplies, std::enable_shared_from_this<ScriptOp> {
   std::shared_ptr<LockService> service;
   ResourceKeys keys;
   std::string token;
-  std::string arg;  // ttl in ms (acquire, extend) or the release's packed ARGV[2]
+  std::string arg;       // ttl in ms (acquire, extend) or the release's packed ARGV[2]
+  std::string announce;  // an election's leadership: '<P|S><channel>' of its observers
   bool wants_late = false;
 };
 

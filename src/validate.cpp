@@ -91,6 +91,28 @@ Violation check(const ManagerOptions& options) {
   if (!is_printable_word(options.client_name)) {
     return broken("client_name must be printable characters without spaces");
   }
+  if (options.holder_label.size() > max_label_size) {
+    return broken("holder_label must be at most 128 characters");
+  }
+  if (!std::all_of(options.holder_label.begin(), options.holder_label.end(),
+                   [](char c) { return c >= 0x20 && c <= 0x7e; })) {
+    return broken("holder_label must be printable ASCII characters");
+  }
+  return {};
+}
+
+Violation check_value(std::string_view value) {
+  if (value.size() > max_value_size) {
+    return broken("an election's value must be at most 1024 bytes");
+  }
+  return {};
+}
+
+Violation check_admin(std::string_view resource, Topology topology) {
+  if (resource.empty()) return broken("the resource name must not be empty");
+  if (topology == Topology::redlock) {
+    return broken("inspection, force-release and elections are not offered on Redlock");
+  }
   return {};
 }
 

@@ -44,5 +44,12 @@ Violation check(LockKind kind, Topology topology);
 Violation check_all(std::span<const std::string> resources);
 /// An extension's new ttl.
 Violation check_extension(std::chrono::milliseconds ttl);
+/// A holder label's and an election value's bounds.
+inline constexpr std::size_t max_label_size = 128;
+inline constexpr std::size_t max_value_size = 1024;
+/// An election's value.
+Violation check_value(std::string_view value);
+/// async_inspect's, async_force_release's and an election's resource, on `topology`.
+Violation check_admin(std::string_view resource, Topology topology);
 
 }  // namespace redis_lock::detail

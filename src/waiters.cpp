@@ -134,7 +134,10 @@ void Waiters::attach() {
           if (auto self = weak.lock()) self->on_notify(push);
         },
         [weak, node] {
-          if (auto self = weak.lock()) self->book_.link_down(node);
+          if (auto self = weak.lock()) {
+            self->book_.link_down(node);
+            self->channels_down(node);
+          }
         });
   });
 }
@@ -146,10 +149,13 @@ std::string Waiters::channel_prefix(std::uint16_t slot) const {
   return prefix;
 }
 
-std::string Waiters::member_suffix(std::chrono::milliseconds ttl, char mode) const {
+std::string Waiters::member_suffix(std::chrono::milliseconds ttl, char mode,
+                                   std::string_view data) const {
   std::string suffix = manager_id_;
   if (mode != 0) suffix += mode;
-  return suffix.append(to_decimal(ttl.count()));
+  suffix.append(to_decimal(ttl.count()));
+  if (!data.empty()) suffix.append(" ").append(data);
+  return suffix;
 }
 
 void Waiters::add(const std::string& token, std::weak_ptr<Waiter> waiter, std::uint16_t slot) {
@@ -165,9 +171,95 @@ void Waiters::add(const std::string& token, std::weak_ptr<Waiter> waiter, std::u
 void Waiters::remove(const std::string& token) {
   // Stay subscribed (no SUBSCRIBE per acquisition), but stop reading: an idle manager
   // holds no work, and no message is published to us while none of our tokens is queued.
-  if (book_.remove(token) && router_) {
-    router_->for_each_subscriber([](std::size_t, Connection& c) { c.keep_reading(false); });
+  if (book_.remove(token)) stop_reading_if_idle();
+}
+
+void Waiters::stop_reading_if_idle() {
+  if (!router_ || !book_.empty() || !channels_.empty()) return;
+  router_->for_each_subscriber([](std::size_t, Connection& c) { c.keep_reading(false); });
+}
+
+void Waiters::watch(const std::string& channel, std::uint16_t slot,
+                    std::shared_ptr<Watcher> watcher) {
+  if (!router_) return;
+  auto& entry = channels_[channel];
+  entry.watchers.push_back(watcher);
+  switch (entry.state) {
+    case HandOffBook::Subscription::State::none:
+      return subscribe_channel(channel, slot);
+    case HandOffBook::Subscription::State::pending:
+      return;  // listening() when it is confirmed
+    case HandOffBook::Subscription::State::confirmed:
+      return watcher->listening();
   }
+}
+
+void Waiters::unwatch(const std::string& channel, const Watcher* watcher) {
+  const auto it = channels_.find(channel);
+  if (it == channels_.end()) return;
+  auto& watchers = it->second.watchers;
+  std::erase_if(watchers, [watcher](const auto& w) { return w.get() == watcher; });
+  if (!watchers.empty()) return;
+  const bool subscribed = it->second.state == HandOffBook::Subscription::State::confirmed;
+  const auto node = it->second.node;
+  if (it->second.state == HandOffBook::Subscription::State::pending) return;  // see its answer
+  channels_.erase(it);
+  if (subscribed) unsubscribe_channel(channel, node);
+  stop_reading_if_idle();
+}
+
+void Waiters::subscribe_channel(const std::string& channel, std::uint16_t slot) {
+  const auto node = router_->node_for(slot);
+  auto& entry = channels_[channel];
+  entry.state = HandOffBook::Subscription::State::pending;
+  entry.node = node;
+  const std::string_view command[] = {"SUBSCRIBE", channel};
+  Connection& subscriber = router_->connection(node, Router::Pool::subscriber);
+  subscriber.keep_reading(true);
+  subscriber.execute(command, Connection::Callback([weak = weak_from_this(), channel, node](
+                                                       error_code ec, Reply reply) {
+                       auto self = weak.lock();
+                       if (!self || !self->router_) return;
+                       const auto it = self->channels_.find(channel);
+                       if (it == self->channels_.end() || it->second.node != node ||
+                           it->second.state != HandOffBook::Subscription::State::pending) {
+                         return;
+                       }
+                       auto watchers = it->second.watchers;  // they may unwatch from inside
+                       if (watchers.empty()) {
+                         // Everyone left while we subscribed.
+                         self->channels_.erase(it);
+                         if (!ec && !reply.is_error()) self->unsubscribe_channel(channel, node);
+                         return self->stop_reading_if_idle();
+                       }
+                       if (ec || reply.is_error()) {
+                         self->channels_.erase(it);
+                         for (auto& w : watchers) w->unheard();
+                         return;
+                       }
+                       it->second.state = HandOffBook::Subscription::State::confirmed;
+                       for (auto& w : watchers) w->listening();
+                     }));
+}
+
+void Waiters::unsubscribe_channel(const std::string& channel, std::size_t node) {
+  // Read until its answer comes (an in-flight command keeps the connection reading).
+  const std::string_view command[] = {"UNSUBSCRIBE", channel};
+  router_->connection(node, Router::Pool::subscriber)
+      .execute(command, Connection::Callback([](error_code, Reply) {}));
+}
+
+void Waiters::channels_down(std::size_t node) {
+  std::vector<std::shared_ptr<Watcher>> unheard;
+  for (auto it = channels_.begin(); it != channels_.end();) {
+    if (it->second.node != node) {
+      ++it;
+      continue;
+    }
+    unheard.insert(unheard.end(), it->second.watchers.begin(), it->second.watchers.end());
+    it = channels_.erase(it);
+  }
+  for (auto& w : unheard) w->unheard();
 }
 
 void Waiters::subscribe(std::uint16_t slot, int redirects) {
@@ -200,6 +292,11 @@ void Waiters::on_notify(const Reply& push) {
     if (router_) router_->refresh();
     return;
   }
+  if (const auto it = channels_.find(push.elements[1].str); it != channels_.end()) {
+    auto watchers = it->second.watchers;  // they may unwatch from inside
+    for (auto& w : watchers) w->heard(push.elements[2].str);
+    return;
+  }
   const auto hand_off = read_hand_off(push.elements[2].str);
   if (auto waiter = book_.handed_to(std::string(hand_off.token))) {
     waiter->handed(hand_off);
@@ -211,6 +308,7 @@ void Waiters::on_notify(const Reply& push) {
 void Waiters::shutdown() noexcept {
   router_.reset();
   book_.clear();
+  channels_.clear();
 }
 
 }  // namespace redis_lock::detail

@@ -54,6 +54,22 @@ class Waiter {
   ~Waiter() = default;
 };
 
+/// Hears an election's announcements (Election::async_observe), as Waiters delivers them.
+/// All on the strand.
+class Watcher {
+ public:
+  /// A message on the watched channel.
+  virtual void heard(std::string_view message) = 0;
+  /// Subscribed (at once if the channel already was): what was announced before may have
+  /// been missed, so the state is read now.
+  virtual void listening() = 0;
+  /// The subscription failed or its link went down: messages are missed until watched again.
+  virtual void unheard() = 0;
+
+ protected:
+  ~Watcher() = default;
+};
+
 /// Who waits for which slot, and whether we listen there. No I/O.
 class HandOffBook {
  public:
@@ -128,11 +144,30 @@ class Waiters : public std::enable_shared_from_this<Waiters> {
   /// A queue member is token + this: the manager id, the mode of a lease set's waiter ('s'
   /// or 'x'; none for a mutex's) and the waiter's ttl in ms (how long a lease handed to it
   /// lasts).
-  std::string member_suffix(std::chrono::milliseconds ttl, char mode = 0) const;
+  /// `data` (the holder's label, an election's value: acquire.lua) follows a space.
+  std::string member_suffix(std::chrono::milliseconds ttl, char mode = 0,
+                            std::string_view data = {}) const;
+  /// `watcher` hears the messages of `channel` (SUBSCRIBE, on the subscriber connection of
+  /// the node serving `slot`: a Cluster forwards PUBLISH to every node) until unwatch().
+  void watch(const std::string& channel, std::uint16_t slot, std::shared_ptr<Watcher> watcher);
+  /// The channel's last watcher gone: UNSUBSCRIBE.
+  void unwatch(const std::string& channel, const Watcher* watcher);
   void shutdown() noexcept;
 
  private:
+  struct Channel {
+    HandOffBook::Subscription::State state = HandOffBook::Subscription::State::none;
+    std::size_t node = no_node;
+    std::vector<std::shared_ptr<Watcher>> watchers;
+  };
+
   void subscribe(std::uint16_t slot, int redirects = 0);
+  void subscribe_channel(const std::string& channel, std::uint16_t slot);
+  void unsubscribe_channel(const std::string& channel, std::size_t node);
+  void channels_down(std::size_t node);
+  /// Subscriber connections read while anybody waits or watches (else an idle manager
+  /// holds no work).
+  void stop_reading_if_idle();
   void on_notify(const Reply& push);
 
   std::shared_ptr<Router> router_;   // null once shut down
@@ -140,6 +175,7 @@ class Waiters : public std::enable_shared_from_this<Waiters> {
   const std::string manager_id_;     // 16 hex digits
   const bool cluster_ = false;
   HandOffBook book_;
+  std::unordered_map<std::string, Channel> channels_;  // watched (an election's observers)
 };
 
 }  // namespace redis_lock::detail

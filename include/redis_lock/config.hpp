@@ -114,6 +114,11 @@ struct LockOptions {
 struct ManagerOptions {
   std::string key_prefix = "lock:";        ///< lease key of resource R is `<prefix>{R}`
   std::string client_name = "redis_lock";  ///< CLIENT SETNAME; empty sends nothing
+  /// Stored with each mutex lease this manager takes, for LockManager::async_inspect (and
+  /// `redis-lock status`) to say who holds it, e.g. `host:pid`. Empty: none. At most 128
+  /// printable ASCII characters (spaces allowed). Anyone who can read the keys reads it:
+  /// never put a secret in it.
+  std::string holder_label{};
   /// Metrics and log hooks (see observer.hpp); null: none, at the cost of one branch.
   std::shared_ptr<Observer> observer{};
 };

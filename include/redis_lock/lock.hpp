@@ -186,6 +186,30 @@ class REDIS_LOCK_EXPORT LockGuard {
   detail::ContextAlive context_alive_;
 };
 
+/// What LockManager::async_inspect saw of one resource, in one atomic read.
+struct LockInfo {
+  /// Somebody holds it (a mutex's lease, or at least one hold of a semaphore or read-write
+  /// lock).
+  bool held = false;
+  /// The holder's ManagerOptions::holder_label ("" when it set none, or for a semaphore's or
+  /// read-write lock's holds, which record none).
+  std::string holder;
+  /// How long until the lease expires unless renewed (the longest of a lease set's holds).
+  std::chrono::milliseconds ttl_left{0};
+  /// The holder's fencing token (0 when not held, and for a semaphore's or read-write
+  /// lock's holds, which record none).
+  std::uint64_t fencing_token = 0;
+  /// Waiters queued for it, alive (refreshing their place).
+  std::size_t waiters = 0;
+
+  /// What the resource is in use as (none: free, and nobody waits).
+  enum class Kind : std::uint8_t { none, mutex, semaphore, read_write };
+  Kind kind = Kind::none;
+  std::uint32_t limit = 0;  ///< a semaphore's number of permits
+  std::size_t holders = 0;  ///< how many hold it (a mutex: 0 or 1)
+  bool exclusive = false;   ///< a read-write lock held exclusively
+};
+
 /// Takes locks on one Redis server. Many requests share one pipelined connection.
 ///
 /// Thread safety: all member functions may be called concurrently, including from several
@@ -346,12 +370,56 @@ class REDIS_LOCK_EXPORT LockManager {
         std::move(resources), options);
   }
 
+  /// Who holds `resource`, for how long, and how many wait: one atomic read of the lease,
+  /// its holder's record and its queue. Nothing is changed. Works for mutexes (and elections:
+  /// resource `election:<name>`), semaphores and read-write locks.
+  ///
+  /// Completion signature: `void(boost::system::error_code, LockInfo)`. Errors as
+  /// async_acquire's I/O and server errors; `invalid_argument` for an empty resource or on a
+  /// Redlock manager (each master has its own view; nothing is sent).
+  /// Per-operation cancellation: not supported; bounded by `command_timeout`.
+  /// Thread safety and lifetimes as async_acquire.
+  ///
+  /// \code
+  /// LockInfo info = co_await locks.async_inspect("order:42", asio::use_awaitable);
+  /// \endcode
+  template <class CompletionToken = boost::asio::deferred_t>
+  auto async_inspect(std::string_view resource, CompletionToken&& token = {}) {
+    return boost::asio::async_initiate<CompletionToken, void(boost::system::error_code, LockInfo)>(
+        detail::initiate_inspect(executor_, context_alive_), token, service_,
+        std::string(resource));
+  }
+
+  /// Takes `resource` away from whoever holds it, for an operator facing a stuck holder: the
+  /// lease (every hold of a semaphore or read-write lock) is deleted and the next waiter
+  /// served, as a release would. The next holder's fencing token is larger than the evicted
+  /// holder's, so a protected resource refuses the evicted holder's fenced writes; the
+  /// evicted guard's release and extensions return false, and its next renewal reports the
+  /// loss (lost_slot()). The evicted holder's work may still be running: fencing, not this
+  /// call, is what keeps it from doing harm (docs/safety.md).
+  ///
+  /// Completion signature: `void(boost::system::error_code, bool released)`: false when
+  /// nothing held it (nothing is changed). Errors and the rest as async_inspect.
+  template <class CompletionToken = boost::asio::deferred_t>
+  auto async_force_release(std::string_view resource, CompletionToken&& token = {}) {
+    return boost::asio::async_initiate<CompletionToken, void(boost::system::error_code, bool)>(
+        detail::initiate_force_release(executor_, context_alive_), token, service_,
+        std::string(resource));
+  }
+
   /// The full text of the most recent error reply from the server (thread-safe copy).
   std::string last_server_error() const;
 
  private:
+  friend class Election;
   friend struct detail::initiate_acquire;
   friend struct detail::initiate_acquire_all;
+  friend struct detail::initiate_inspect;
+  friend struct detail::initiate_force_release;
+  static void inspect_impl(std::shared_ptr<detail::LockService> service, std::string resource,
+                           detail::InspectHandler handler);
+  static void force_release_impl(std::shared_ptr<detail::LockService> service, std::string resource,
+                                 detail::BoolHandler handler);
   static void acquire_impl(std::shared_ptr<detail::LockService> service, std::string resource,
                            LockOptions options, detail::LockKind kind,
                            detail::AcquireHandler handler);

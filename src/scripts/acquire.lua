@@ -1,12 +1,15 @@
 -- Take the lease and mint a fencing token in one atomic step, fairly: waiters queued before
 -- us come first, and a lease handed over to us by a release is ours to claim.
 -- KEYS[1] lease, KEYS[2] fencing counter (same slot), KEYS[3] queue (zset: member -> arrival),
--- KEYS[4] queue expiry (zset: member -> ms); ARGV[1] token (32 hex digits), ARGV[2] ttl ms,
+-- KEYS[4] queue expiry (zset: member -> ms), KEYS[5] the lease's info (who holds it, see
+-- shared.lua's record; none on Redlock); ARGV[1] token (32 hex digits), ARGV[2] ttl ms,
 -- ARGV[3] '<mode><place ms> <member suffix>': mode '1' joins the queue when held, '0' does
 -- not, 'R' does not and floors only a fresh counter (Redlock, see mint); place ms: how long
 -- a queued waiter keeps its place without retrying; the member suffix: the waiter's manager
--- id (16 hex digits: its notify channel) and its ttl in ms (for a lease handed to it).
--- A queue member is token .. member suffix.
+-- id (16 hex digits: its notify channel) and its ttl in ms (for a lease handed to it), then
+-- optionally a space and the data recorded in the info when the lease is its (the holder's
+-- label, and an election's value); ARGV[4] (an election's candidate only) '<P|S><channel>'
+-- on which a new leader is announced. A queue member is token .. member suffix.
 -- The lease's value is its holder's token, followed by '+' once a waiter may be queued
 -- behind it: the release's GET then says whether it must look at the queue at all.
 -- Returns {1, fencing_token} when taken; {0, pttl} when not (pttl -2: free but reserved),
@@ -14,12 +17,17 @@
 -- the lease to this waiter tells it which of its refreshes it saw by that number).
 local lease, fence, queue, expiry = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local token, ttl, how = ARGV[1], ARGV[2], ARGV[3]
+local space = string.find(how, ' ', 2, true) or #how + 1
 
 local function take()
   local f, err = mint(fence, string.byte(how, 1) == 82)  -- 'R'
   if not f then
     redis.call('DEL', lease)  -- never keep a lease whose fencing token could not be minted
     return err
+  end
+  if KEYS[5] then
+    local gap = string.find(how, ' ', space + 1, true)
+    record(KEYS[5], f, gap and string.sub(how, gap + 1) or '', ttl, ARGV[4])
   end
   return {1, f}
 end
@@ -28,7 +36,6 @@ local queued = redis.call('EXISTS', queue) == 1
 if not queued and redis.call('SET', lease, token, 'NX', 'PX', ttl) then
   return take()  -- the common, uncontended path
 end
-local space = string.find(how, ' ', 2, true) or #how + 1
 local member = token .. string.sub(how, space + 1)
 if queued then drop_dead_waiters(queue, expiry) end
 local current = redis.call('GET', lease)  -- WRONGTYPE if the key holds something else

@@ -2,24 +2,25 @@
 -- async_acquire_all. Taken only when every lease is free and nobody queues for it, so it
 -- never overtakes a waiter; otherwise nothing is written, and the caller takes them one by
 -- one in their order with acquire.lua (which waits fairly).
--- KEYS[1] fencing counter, then each resource's lease and queue (acquire.lua's keys);
--- ARGV[1] token, ARGV[2] ttl ms.
+-- KEYS[1] fencing counter, then each resource's lease, queue and info (acquire.lua's keys);
+-- ARGV[1] token, ARGV[2] ttl ms, ARGV[3] the data each info records (the holder's label).
 -- Returns {1, fencing token of each lease in KEYS' order} when taken, {0, i} when the i-th
 -- resource is held or waited for.
-local n = (#KEYS - 1) / 2
+local n = (#KEYS - 1) / 3
 for i = 1, n do
-  if redis.call('EXISTS', KEYS[2 * i + 1]) == 1 or redis.call('EXISTS', KEYS[2 * i]) == 1 then
+  if redis.call('EXISTS', KEYS[3 * i]) == 1 or redis.call('EXISTS', KEYS[3 * i - 1]) == 1 then
     return {0, i}
   end
 end
 local reply = {1}
 for i = 1, n do
-  redis.call('SET', KEYS[2 * i], ARGV[1], 'PX', ARGV[2])
+  redis.call('SET', KEYS[3 * i - 1], ARGV[1], 'PX', ARGV[2])
   local f, err = mint(KEYS[1], false)
   if not f then
-    for j = 1, i do redis.call('DEL', KEYS[2 * j]) end
+    for j = 1, i do redis.call('DEL', KEYS[3 * j - 1], KEYS[3 * j + 1]) end
     return err
   end
+  record(KEYS[3 * i + 1], f, ARGV[3], ARGV[2], nil)
   reply[i + 1] = f
 end
 return reply

@@ -1,21 +1,20 @@
 -- Give the lease up if it still holds our token: hand it to the first live waiter, or
 -- delete it. Also takes our own member out of the queue, so this is how a waiter that gives
 -- up leaves.
--- KEYS[1] lease, KEYS[2] queue, KEYS[3] queue expiry, KEYS[4] fencing counter (one slot);
--- ARGV[1] token, ARGV[2] '<our member suffix> <P|S><channel prefix>': P publishes with
--- PUBLISH, S with SPUBLISH (a Cluster: the channel then carries this slot's hash tag).
+-- KEYS[1] lease, KEYS[2] queue, KEYS[3] queue expiry, KEYS[4] fencing counter, KEYS[5] the
+-- lease's info (who holds it; none on Redlock), all of one slot; ARGV[1] token, ARGV[2]
+-- '<our member suffix> <P|S><channel prefix>': P publishes with PUBLISH, S with SPUBLISH (a
+-- Cluster: the channel then carries this slot's hash tag); ARGV[3] (an election's leader
+-- only) '<P|S><channel>' on which the change of leader is announced.
 -- The lease's value is the holder's token, with '+' appended once a waiter may be queued
 -- (acquire.lua): without it, nobody is, and neither is our own member.
--- A hand-off is complete in this one step: the waiter's lease is set for its ttl (the ms its
--- member ends with), its fencing token minted, and '<token> <fencing token> <place>'
--- published on its manager's channel, place being the queue entry's expiry as the waiter's
--- last refresh before this release left it: the waiter owns the lock on receipt.
+-- A hand-off is complete in this one step (hand_on): the waiter owns the lock on receipt.
 -- Returns 1 if the lease was ours, else 0.
-local lease, token = KEYS[1], ARGV[1]
+local lease, token, info, announce = KEYS[1], ARGV[1], KEYS[5], ARGV[3]
 local current = redis.pcall('GET', lease)
 if type(current) == 'table' then return 0 end  -- WRONGTYPE: it lapsed and became another kind
 if current == token then
-  redis.call('DEL', lease)  -- the common path: nobody queued behind us
+  ended(lease, info, announce)  -- the common path: nobody queued behind us
   return 1
 end
 local queue, expiry = KEYS[2], KEYS[3]
@@ -29,32 +28,9 @@ end
 if current ~= token .. '+' then
   return 0
 end
-if queued then
-  drop_dead_waiters(queue, expiry)
-  local head = redis.call('ZRANGE', queue, 0, 0)[1]
-  if head then
-    local place = redis.call('ZSCORE', expiry, head)
-    redis.call('ZREM', queue, head)
-    redis.call('ZREM', expiry, head)
-    local next_token = string.sub(head, 1, 32)
-    local mark = redis.call('EXISTS', queue) == 1 and '+' or ''
-    local ttl = string.sub(head, 49)
-    local message = next_token
-    if #ttl <= 15 and string.find(ttl, '^[1-9]%d*$') then
-      redis.call('SET', lease, next_token .. mark, 'PX', ttl)
-      local f = mint(KEYS[4], false)
-      if f and place then
-        message = message .. ' ' .. string.format('%.0f', f) .. ' ' .. place
-      end  -- else the waiter claims it with acquire.lua, which mints or reports the error
-    else
-      -- A member of an older client ends at its manager id: it claims the lease (within its
-      -- next refresh, 400 ms) on this message, its token alone.
-      redis.call('SET', lease, next_token .. mark, 'PX', 600)
-    end
-    local command = string.byte(ARGV[2], space + 1) == 83 and 'SPUBLISH' or 'PUBLISH'
-    redis.call(command, string.sub(ARGV[2], space + 2) .. string.sub(head, 33, 48), message)
-    return 1
-  end
+if queued and hand_on(lease, queue, expiry, KEYS[4], info, string.sub(ARGV[2], space + 1),
+                      announce) then
+  return 1
 end
-redis.call('DEL', lease)
+ended(lease, info, announce)
 return 1

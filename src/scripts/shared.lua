@@ -39,3 +39,70 @@ local function drop_dead_waiters(queue, expiry)
     redis.call('ZREM', queue, unpack(dead))
   end
 end
+
+-- PUBLISH (how 'P') or SPUBLISH (how 'S': a Cluster's shard channel, of this slot) `message`
+-- on the channel that follows the letter in `how`, plus `tail`.
+local function publish(how, tail, message)
+  local command = string.byte(how, 1) == 83 and 'SPUBLISH' or 'PUBLISH'
+  redis.call(command, string.sub(how, 2) .. tail, message)
+end
+
+-- Who holds a mutex's lease: its info key holds '<fencing token> <data>' for the lease's ttl,
+-- data being the holder's label ('' when it has none), and for an election's leader a newline
+-- and what it proclaimed. `announce` (an election's: '<P|S><channel>', or nil) tells the
+-- observers '<fencing token> <ttl ms> <data>'.
+local function record(info, f, data, ttl, announce)
+  local term = string.format('%.0f', f)
+  if info then redis.call('SET', info, term .. ' ' .. data, 'PX', ttl) end
+  if announce then publish(announce, '', term .. ' ' .. ttl .. ' ' .. data) end
+end
+
+-- A mutex's lease ended with nobody after it: its info goes, and an election's observers
+-- hear '- <fencing token>' (the leader that ended).
+local function ended(lease, info, announce)
+  if not info then return redis.call('DEL', lease) end
+  if announce then
+    local text = redis.call('GET', info)
+    local term = text and string.match(text, '^%d+') or '0'
+    publish(announce, '', '- ' .. term)
+  end
+  return redis.call('DEL', lease, info)
+end
+
+-- Hands a mutex's lease to the first live waiter of `queue`, if any (returns true then): the
+-- lease is set for the waiter's ttl (the digits after its manager id, at member byte 49, up
+-- to a space), its fencing token minted, its info recorded (the member's data follows that
+-- space) and '<token> <fencing token> <place>' published on its manager's channel
+-- (`how`: '<P|S><channel prefix>', the manager id completing it), place being the queue
+-- entry's expiry as the waiter's last refresh left it: the waiter owns the lock on receipt.
+local function hand_on(lease, queue, expiry, fence, info, how, announce)
+  drop_dead_waiters(queue, expiry)
+  local head = redis.call('ZRANGE', queue, 0, 0)[1]
+  if not head then return false end
+  local place = redis.call('ZSCORE', expiry, head)
+  redis.call('ZREM', queue, head)
+  redis.call('ZREM', expiry, head)
+  local next_token = string.sub(head, 1, 32)
+  local mark = redis.call('EXISTS', queue) == 1 and '+' or ''
+  local rest = string.sub(head, 49)
+  local gap = string.find(rest, ' ', 1, true)
+  local ttl = gap and string.sub(rest, 1, gap - 1) or rest
+  local message = next_token
+  if #ttl <= 15 and string.find(ttl, '^[1-9]%d*$') then
+    redis.call('SET', lease, next_token .. mark, 'PX', ttl)
+    local f = mint(fence, false)
+    if f then
+      record(info, f, gap and string.sub(rest, gap + 1) or '', ttl, announce)
+      if place then message = message .. ' ' .. string.format('%.0f', f) .. ' ' .. place end
+    elseif info then
+      redis.call('DEL', info)  -- the waiter claims it with acquire.lua, which reports the error
+    end
+  else
+    -- A member of an older client ends at its manager id: it claims the lease (within its
+    -- next refresh, 400 ms) on this message, its token alone.
+    redis.call('SET', lease, next_token .. mark, 'PX', 600)
+    if info then redis.call('DEL', info) end
+  end
+  publish(how, string.sub(head, 33, 48), message)
+  return true
+end

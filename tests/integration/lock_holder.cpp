@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
-// A process that takes one lock (a mutex, or with KIND a semaphore's permit "permit:N", or
-// a read-write lock's "shared" or "exclusive" hold), prints its fencing token and then hangs
+// A process that takes one lock (a mutex, or with KIND a semaphore's permit "permit:N", a
+// read-write lock's "shared" or "exclusive" hold, or "leader:VALUE" the leadership of the
+// election RESOURCE, renewed), prints its fencing token and then hangs
 // until killed: the tests kill it with SIGKILL to show that a dead holder's lease expires.
 #include <redis_lock/redis_lock.hpp>
 
@@ -36,6 +37,10 @@ int main(int argc, char** argv) {
   if (kind.rfind("permit:", 0) == 0) {
     const auto limit = static_cast<std::uint32_t>(std::atol(kind.c_str() + 7));
     locks.async_acquire_permit(argv[2], limit, options, done);
+  } else if (kind.rfind("leader:", 0) == 0) {
+    // argv[2] is then the election's name; its leadership is renewed until the kill.
+    redis_lock::Election election(locks, argv[2]);
+    election.async_campaign(kind.substr(7), options, done);
   } else if (kind == "shared") {
     locks.async_acquire_shared(argv[2], options, done);
   } else if (kind == "exclusive") {

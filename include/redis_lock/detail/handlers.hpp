@@ -13,12 +13,15 @@
 
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <utility>
 #include <vector>
 
 namespace redis_lock {
 
 class LockGuard;
+struct LockInfo;
+struct Leader;
 
 namespace detail {
 
@@ -28,6 +31,10 @@ using AcquireAllHandler =
     boost::asio::any_completion_handler<void(boost::system::error_code, std::vector<LockGuard>)>;
 using BoolHandler = boost::asio::any_completion_handler<void(boost::system::error_code, bool)>;
 using ErrorHandler = boost::asio::any_completion_handler<void(boost::system::error_code)>;
+using InspectHandler =
+    boost::asio::any_completion_handler<void(boost::system::error_code, LockInfo)>;
+using LeaderHandler =
+    boost::asio::any_completion_handler<void(boost::system::error_code, std::optional<Leader>)>;
 
 /// Whether the manager's execution context still runs: cleared when it shuts down. Kept by
 /// guards and moved-from managers, like the executor.

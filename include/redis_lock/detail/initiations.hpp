@@ -15,7 +15,9 @@
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/system_executor.hpp>
 
+#include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <utility>
@@ -98,6 +100,43 @@ struct initiate_wait_lost : initiation_base {
   template <class Handler>
   void operator()(Handler handler, std::shared_ptr<LockService> service,
                   std::shared_ptr<LeaseState> lease) const;
+};
+
+/// LockManager::async_inspect. A moved-from manager completes with
+/// `error::invalid_argument` without touching Redis.
+struct initiate_inspect : initiation_base {
+  using initiation_base::initiation_base;
+  template <class Handler>
+  void operator()(Handler handler, std::shared_ptr<LockService> service,
+                  std::string resource) const;
+};
+
+/// LockManager::async_force_release. A moved-from manager completes with
+/// `error::invalid_argument` without touching Redis.
+struct initiate_force_release : initiation_base {
+  using initiation_base::initiation_base;
+  template <class Handler>
+  void operator()(Handler handler, std::shared_ptr<LockService> service,
+                  std::string resource) const;
+};
+
+/// Election::async_campaign: an acquire of the election's lease that announces its leader.
+struct initiate_campaign : initiation_base {
+  using initiation_base::initiation_base;
+  template <class Handler>
+  void operator()(Handler handler, std::shared_ptr<LockService> service, std::string resource,
+                  std::string value, LockOptions options) const;
+};
+
+/// The largest term an Election's observe reported ended (shared with its operations).
+using EndedTerm = std::shared_ptr<std::atomic<std::uint64_t>>;
+
+/// Election::async_leader (`after_term` unused) and Election::async_observe.
+struct initiate_observe : initiation_base {
+  using initiation_base::initiation_base;
+  template <class Handler>
+  void operator()(Handler handler, std::shared_ptr<LockService> service, std::string resource,
+                  bool wait, std::uint64_t after_term, EndedTerm ended) const;
 };
 
 }  // namespace detail

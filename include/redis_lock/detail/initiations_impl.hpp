@@ -78,4 +78,26 @@ void initiate_wait_lost::operator()(Handler handler, std::shared_ptr<LockService
   LockGuard::wait_lost_impl(std::move(service), std::move(lease), ErrorHandler(std::move(handler)));
 }
 
+template <class Handler>
+void initiate_inspect::operator()(Handler handler, std::shared_ptr<LockService> service,
+                                  std::string resource) const {
+  if (!service) {
+    return complete_without_lock(io_, alive_, std::move(handler),
+                                 boost::system::error_code(error::invalid_argument), LockInfo{});
+  }
+  LockManager::inspect_impl(std::move(service), std::move(resource),
+                            InspectHandler(std::move(handler)));
+}
+
+template <class Handler>
+void initiate_force_release::operator()(Handler handler, std::shared_ptr<LockService> service,
+                                        std::string resource) const {
+  if (!service) {
+    return complete_without_lock(io_, alive_, std::move(handler),
+                                 boost::system::error_code(error::invalid_argument), false);
+  }
+  LockManager::force_release_impl(std::move(service), std::move(resource),
+                                  BoolHandler(std::move(handler)));
+}
+
 }  // namespace redis_lock::detail

@@ -1,0 +1,39 @@
+// SPDX-License-Identifier: MIT
+// Layer 4 (engine): reading and clearing a resource's state for operators and elections:
+// inspect.lua (LockManager::async_inspect, Election::async_leader and the observers' reads)
+// and force_release.lua (LockManager::async_force_release).
+#pragma once
+
+#include "script_op.hpp"
+
+#include <redis_lock/election.hpp>
+#include <redis_lock/lock.hpp>
+
+#include <functional>
+#include <optional>
+#include <string>
+
+namespace redis_lock::detail {
+
+/// One script call whose reply goes to `done`, on the strand.
+struct AdminOp final : ScriptOp {
+  std::function<void(boost::system::error_code, Reply)> done;
+  std::string resource_announce;  // force_release.lua's ARGV[2]
+  void on_reply(boost::system::error_code ec, Reply reply) override {
+    if (done) std::exchange(done, nullptr)(ec, std::move(reply));
+  }
+};
+
+/// What inspect.lua saw: the public LockInfo, and a leader's value (its data after the
+/// label's newline).
+struct Inspection {
+  LockInfo info;
+  std::string value;
+  /// The election's leader, if a mutex lease with a recorded holder is held.
+  std::optional<Leader> leader() const;
+};
+
+/// inspect.lua's reply; nullopt when malformed.
+std::optional<Inspection> read_inspection(const Reply& reply);
+
+}  // namespace redis_lock::detail

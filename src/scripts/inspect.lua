@@ -1,0 +1,27 @@
+-- Read who holds a resource, for how long, and how many wait, in one atomic step that
+-- changes nothing (LockManager::async_inspect, Election::async_leader).
+-- KEYS[1] lease, KEYS[2] its info (a mutex's holder: '<fencing token> <data>', shared.lua's
+-- record), KEYS[3] the mutex queue's expiry, KEYS[4] the lease sets' queue expiry.
+-- Returns {what, ms left, info, live waiters, holders, exclusive}: what is 'none', 'mutex',
+-- or a lease set's marker ('#S<limit>', '#RW'); ms left -2 when nobody holds it.
+local lease = KEYS[1]
+local now = now_ms()
+local what = redis.call('TYPE', lease)['ok']
+local waiters = redis.call('ZCOUNT', KEYS[3], now, '+inf') + redis.call('ZCOUNT', KEYS[4], now, '+inf')
+if what == 'string' then
+  return {'mutex', redis.call('PTTL', lease), redis.call('GET', KEYS[2]) or '', waiters, 1, 0}
+end
+if what ~= 'zset' then return {'none', -2, '', waiters, 0, 0} end
+local marker, holders, last, exclusive = '', 0, -1, 0
+local entries = redis.call('ZRANGEBYSCORE', lease, now, '+inf', 'WITHSCORES')
+for i = 1, #entries, 2 do
+  local member = entries[i]
+  if string.byte(member, 1) == 35 then  -- '#': the kind's marker
+    marker = member
+  else
+    holders = holders + 1
+    last = math.max(last, tonumber(entries[i + 1]))
+    if string.byte(member, 33) == 120 then exclusive = 1 end  -- 'x'
+  end
+end
+return {marker, holders > 0 and last - now or -2, '', waiters, holders, exclusive}

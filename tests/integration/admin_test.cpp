@@ -1,0 +1,208 @@
+// SPDX-License-Identifier: MIT
+// Introspection and administration: async_inspect (who holds a resource, for how long, with
+// which fencing token, how many wait) and async_force_release (take it from a stuck holder,
+// the next holder's token larger), for mutexes, semaphores and read-write locks; holder
+// labels.
+#include "live.hpp"
+
+#include "background.hpp"
+#include "lease_sets.hpp"
+
+#include <boost/asio/use_future.hpp>
+
+#include <future>
+
+using namespace redis_lock;
+using namespace redis_lock::test;
+using boost::system::error_code;
+
+namespace {
+
+LockInfo inspect(LockManager& locks, const std::string& resource) {
+  auto [ec, info] = outcome<LockInfo>([&](auto h) { locks.async_inspect(resource, std::move(h)); });
+  EXPECT_FALSE(ec) << ec.message();
+  return info;
+}
+
+bool force_release(LockManager& locks, const std::string& resource) {
+  auto [ec, released] =
+      outcome<bool>([&](auto h) { locks.async_force_release(resource, std::move(h)); });
+  EXPECT_FALSE(ec) << ec.message();
+  return released;
+}
+
+}  // namespace
+
+TEST(Inspect, AHeldMutexShowsItsHolderTtlFencingTokenAndWaiters) {
+  auto cfg = shared_server_config();
+  const auto resource = unique_resource();
+  Background bg;
+  LockManager holder(bg.io.get_executor(), cfg, {.holder_label = "web-3:4242"});
+  LockManager other(bg.io.get_executor(), cfg);
+  auto g = holder.async_acquire(resource, {.ttl = 10s}, asio::use_future).get();
+  ASSERT_TRUE(g);
+  auto waiter = other.async_acquire(resource, {.ttl = 5s, .wait = 10s}, asio::use_future);
+  wait_until([&] { return inspect(other, resource).waiters == 1; }, 5s, "one waiter");
+
+  const auto info = inspect(other, resource);
+  EXPECT_TRUE(info.held);
+  EXPECT_EQ(info.kind, LockInfo::Kind::mutex);
+  EXPECT_EQ(info.holder, "web-3:4242");
+  EXPECT_EQ(info.fencing_token, g.fencing_token());
+  EXPECT_GT(info.ttl_left, 8s);
+  EXPECT_LE(info.ttl_left, 10s);
+  EXPECT_EQ(info.waiters, 1u);
+  EXPECT_EQ(info.holders, 1u);
+
+  // Handed to the waiter (which has no label): the record follows the lease.
+  ASSERT_TRUE(g.async_release(asio::use_future).get());
+  ASSERT_EQ(waiter.wait_for(5s), std::future_status::ready);
+  auto next = waiter.get();
+  ASSERT_TRUE(next);
+  const auto after = inspect(holder, resource);
+  EXPECT_TRUE(after.held);
+  EXPECT_EQ(after.holder, "");
+  EXPECT_EQ(after.fencing_token, next.fencing_token());
+  EXPECT_EQ(after.waiters, 0u);
+  EXPECT_GT(after.ttl_left, 3s);
+  ASSERT_TRUE(next.async_release(asio::use_future).get());
+  const auto free = inspect(holder, resource);
+  EXPECT_FALSE(free.held);
+  EXPECT_EQ(free.kind, LockInfo::Kind::none);
+  EXPECT_EQ(free.fencing_token, 0u);
+  EXPECT_EQ(free.ttl_left, 0ms);
+  EXPECT_EQ(redis_command(cfg.port, {"EXISTS", detail::make_keys("lock:", resource).info}), "0")
+      << "the record goes with the lease";
+}
+
+TEST(Inspect, RenewalsKeepTheRecordAsLongAsTheLease) {
+  auto cfg = shared_server_config();
+  const auto resource = unique_resource();
+  Background bg;
+  LockManager locks(bg.io.get_executor(), cfg, {.holder_label = "renewed"});
+  auto g =
+      locks.async_acquire(resource, {.ttl = 600ms, .auto_renew = true}, asio::use_future).get();
+  ASSERT_TRUE(g);
+  std::this_thread::sleep_for(1500ms);  // several ttls: the record lives only by the renewals
+  const auto info = inspect(locks, resource);
+  EXPECT_TRUE(info.held);
+  EXPECT_EQ(info.holder, "renewed");
+  EXPECT_EQ(info.fencing_token, g.fencing_token());
+  g.async_release(asio::use_future).get();
+}
+
+TEST(Inspect, SemaphoresAndReadWriteLocksShowTheirHolders) {
+  auto cfg = shared_server_config();
+  const auto sem = unique_resource("sem");
+  const auto rw = unique_resource("rw");
+  Background bg;
+  LockManager locks(bg.io.get_executor(), cfg);
+  auto p1 = locks.async_acquire_permit(sem, 3, {.ttl = 10s}, asio::use_future).get();
+  auto p2 = locks.async_acquire_permit(sem, 3, {.ttl = 5s}, asio::use_future).get();
+  ASSERT_TRUE(p1 && p2);
+  auto info = inspect(locks, sem);
+  EXPECT_TRUE(info.held);
+  EXPECT_EQ(info.kind, LockInfo::Kind::semaphore);
+  EXPECT_EQ(info.limit, 3u);
+  EXPECT_EQ(info.holders, 2u);
+  EXPECT_GT(info.ttl_left, 8s) << "the longest hold's";
+  EXPECT_EQ(info.fencing_token, 0u) << "a lease set's holds record no token";
+
+  auto w = locks.async_acquire_exclusive(rw, {.ttl = 10s}, asio::use_future).get();
+  ASSERT_TRUE(w);
+  info = inspect(locks, rw);
+  EXPECT_EQ(info.kind, LockInfo::Kind::read_write);
+  EXPECT_TRUE(info.exclusive);
+  EXPECT_EQ(info.holders, 1u);
+  ASSERT_TRUE(w.async_release(asio::use_future).get());
+  auto r1 = locks.async_acquire_shared(rw, {.ttl = 10s}, asio::use_future).get();
+  auto r2 = locks.async_acquire_shared(rw, {.ttl = 10s}, asio::use_future).get();
+  ASSERT_TRUE(r1 && r2);
+  info = inspect(locks, rw);
+  EXPECT_FALSE(info.exclusive);
+  EXPECT_EQ(info.holders, 2u);
+  for (auto* g : {&p1, &p2, &r1, &r2}) g->async_release(asio::use_future).get();
+}
+
+TEST(ForceRelease, AFreeResourceReturnsFalseAndNothingChanges) {
+  auto cfg = shared_server_config();
+  const auto resource = unique_resource();
+  Background bg;
+  LockManager locks(bg.io.get_executor(), cfg);
+  const auto fence = detail::make_keys("lock:", resource).fence;
+  redis_command(cfg.port, {"SET", fence, "7"});
+  EXPECT_FALSE(force_release(locks, resource));
+  EXPECT_EQ(redis_command(cfg.port, {"GET", fence}), "7") << "no token was minted";
+  EXPECT_EQ(redis_command(cfg.port, {"EXISTS", lease_key(resource)}), "0");
+  redis_command(cfg.port, {"DEL", fence});
+}
+
+TEST(ForceRelease, EvictsTheHolderTheNextHolderHasALargerTokenAndTheGuardLearnsIt) {
+  auto cfg = shared_server_config();
+  const auto resource = unique_resource();
+  Background bg;
+  LockManager stuck_mgr(bg.io.get_executor(), cfg), next_mgr(bg.io.get_executor(), cfg);
+  auto stuck =
+      stuck_mgr.async_acquire(resource, {.ttl = 900ms, .auto_renew = true}, asio::use_future).get();
+  ASSERT_TRUE(stuck);
+  std::promise<error_code> lost;
+  bg.run([&] { stuck.async_wait_lost([&](error_code ec) { lost.set_value(ec); }); });
+  auto waiter = next_mgr.async_acquire(resource, {.ttl = 5s, .wait = 10s}, asio::use_future);
+  wait_until([&] { return inspect(next_mgr, resource).waiters == 1; }, 5s, "one waiter");
+
+  EXPECT_TRUE(force_release(next_mgr, resource));
+  ASSERT_EQ(waiter.wait_for(2s), std::future_status::ready) << "the waiter is served at once";
+  auto next = waiter.get();
+  ASSERT_TRUE(next);
+  EXPECT_GT(next.fencing_token(), stuck.fencing_token());
+  auto lost_ec = lost.get_future();
+  ASSERT_EQ(lost_ec.wait_for(2s), std::future_status::ready) << "at its next renewal";
+  EXPECT_EQ(lost_ec.get(), error::lock_lost);
+  EXPECT_TRUE(stuck.lost());
+  EXPECT_FALSE(stuck.async_release(asio::use_future).get()) << "no longer its lease";
+  EXPECT_EQ(inspect(next_mgr, resource).fencing_token, next.fencing_token());
+
+  // With nobody waiting, the lease and its record are gone.
+  EXPECT_TRUE(force_release(stuck_mgr, resource));
+  EXPECT_EQ(redis_command(cfg.port, {"EXISTS", lease_key(resource)}), "0");
+  EXPECT_FALSE(inspect(stuck_mgr, resource).held);
+  EXPECT_FALSE(next.async_release(asio::use_future).get());
+}
+
+TEST(ForceRelease, ALeaseSetLosesEveryHoldAndItsWaitersGetIn) {
+  auto cfg = shared_server_config();
+  const auto resource = unique_resource();
+  Background bg;
+  LockManager locks(bg.io.get_executor(), cfg), other(bg.io.get_executor(), cfg);
+  auto p1 = locks.async_acquire_permit(resource, 2, {.ttl = 30s}, asio::use_future).get();
+  auto p2 = locks.async_acquire_permit(resource, 2, {.ttl = 30s}, asio::use_future).get();
+  ASSERT_TRUE(p1 && p2);
+  auto waiter = other.async_acquire_permit(resource, 2, {.ttl = 5s, .wait = 10s}, asio::use_future);
+  wait_until([&] { return queued(cfg.port, resource) == 1; }, 5s, "one waiter");
+  EXPECT_TRUE(force_release(other, resource));
+  ASSERT_EQ(waiter.wait_for(2s), std::future_status::ready);
+  auto next = waiter.get();
+  ASSERT_TRUE(next);
+  EXPECT_GT(next.fencing_token(), std::max(p1.fencing_token(), p2.fencing_token()));
+  EXPECT_EQ(holders(cfg.port, resource), 1);
+  EXPECT_FALSE(p1.async_release(asio::use_future).get());
+  EXPECT_FALSE(p2.async_release(asio::use_future).get());
+  ASSERT_TRUE(next.async_release(asio::use_future).get());
+  EXPECT_EQ(redis_command(cfg.port, {"EXISTS", lease_key(resource)}), "0");
+}
+
+TEST(HolderLabel, ALabelThatCouldNotBeStoredIsRefusedBeforeAnythingIsSent) {
+  ConnectionConfig nowhere;
+  nowhere.port = free_port();
+  Background bg;
+  for (const std::string& label : {std::string(129, 'x'), std::string("two\nlines")}) {
+    LockManager locks(bg.io.get_executor(), nowhere, {.holder_label = label});
+    auto [ec, g] = outcome([&](auto h) { locks.async_acquire("r", {}, std::move(h)); });
+    EXPECT_EQ(ec, error::invalid_argument) << label;
+    auto [ec2, info] = outcome<LockInfo>([&](auto h) { locks.async_inspect("r", std::move(h)); });
+    EXPECT_EQ(ec2, error::invalid_argument);
+  }
+  LockManager locks(bg.io.get_executor(), nowhere);
+  auto [ec, released] = outcome<bool>([&](auto h) { locks.async_force_release("", std::move(h)); });
+  EXPECT_EQ(ec, error::invalid_argument) << "an empty resource";
+}
