@@ -178,9 +178,10 @@ struct ObserveOp final : Watcher, std::enable_shared_from_this<ObserveOp> {
     done = true;
     timer.cancel();
     if (!ec && !leader) {
-      // Observing this term again waits for the next leader.
+      // Observing this term again (term 1 after observe(0)) waits for the next leader.
+      const auto term = std::max<std::uint64_t>(after_term, 1);
       auto seen = ended->load();
-      while (seen < after_term && !ended->compare_exchange_weak(seen, after_term)) {
+      while (seen < term && !ended->compare_exchange_weak(seen, term)) {
       }
     }
     service->waiters().unwatch(channel, this);
@@ -212,11 +213,16 @@ void LockService::observe(std::string resource, bool wait, std::uint64_t after_t
   }
   if (!wait) {
     auto shared = std::make_shared<LeaderHandler>(std::move(handler));
-    return read_state(resource,
-                      [self = shared_from_this(), shared](error_code ec, Inspection state) {
-                        deliver(self->executor_, Defer::no, std::move(*shared), ec,
-                                ec ? std::optional<Leader>{} : state.leader());
-                      });
+    return read_state(
+        resource, [self = shared_from_this(), shared, ended](error_code ec, Inspection state) {
+          auto leader = ec ? std::optional<Leader>{} : state.leader();
+          // observe(0) saw nobody: observe(1) then waits for the next leader.
+          if (!ec && !leader && ended) {
+            std::uint64_t none = 0;
+            ended->compare_exchange_strong(none, 1);
+          }
+          deliver(self->executor_, Defer::no, std::move(*shared), ec, std::move(leader));
+        });
   }
   auto op = std::make_shared<ObserveOp>(shared_from_this(), std::move(resource), after_term,
                                         std::move(ended), std::move(handler));

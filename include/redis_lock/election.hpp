@@ -73,14 +73,15 @@ class REDIS_LOCK_EXPORT Election {
     return boost::asio::async_initiate<CompletionToken,
                                        void(boost::system::error_code, std::optional<Leader>)>(
         detail::initiate_observe(executor_, context_alive_), token, service_, resource_,
-        /*wait=*/false, std::uint64_t{0}, ended_);
+        /*wait=*/false, std::uint64_t{0}, detail::EndedTerm{});
   }
 
   /// Completes when the leadership differs from `after_term`: a leader with a larger term,
   /// or no leader while `after_term` was leading. Pass 0 to learn the current state at once.
-  /// Once this Election has reported `after_term` ended (no leader), observing the same term
-  /// again waits for the next leader instead, so that a loop
-  /// `leader = observe(leader ? leader->term : last)` never spins while nobody leads.
+  /// Once this Election has reported that nobody leads after `after_term` (after 0: term
+  /// 1), observing that term again waits for the next leader instead, so that a loop that
+  /// passes the last term it got (1 after nobody led at the start) never spins while
+  /// nobody leads.
   ///
   /// Woken by the server's messages: while the leader stays, an observer sends no command
   /// (each renewal of the leader's lease is announced; only when renewals stop does it read
@@ -118,32 +119,7 @@ class REDIS_LOCK_EXPORT Election {
   detail::EndedTerm ended_;  // the largest term an observe reported ended
 };
 
-namespace detail {
-
-template <class Handler>
-void initiate_campaign::operator()(Handler handler, std::shared_ptr<LockService> service,
-                                   std::string resource, std::string value,
-                                   LockOptions options) const {
-  if (!service) {
-    return complete_without_lock(io_, alive_, std::move(handler),
-                                 boost::system::error_code(error::invalid_argument), LockGuard{});
-  }
-  Election::campaign_impl(std::move(service), std::move(resource), std::move(value), options,
-                          AcquireHandler(std::move(handler)));
-}
-
-template <class Handler>
-void initiate_observe::operator()(Handler handler, std::shared_ptr<LockService> service,
-                                  std::string resource, bool wait, std::uint64_t after_term,
-                                  EndedTerm ended) const {
-  if (!service) {
-    return complete_without_lock(io_, alive_, std::move(handler),
-                                 boost::system::error_code(error::invalid_argument),
-                                 std::optional<Leader>{});
-  }
-  Election::observe_impl(std::move(service), std::move(resource), wait, after_term,
-                         std::move(ended), LeaderHandler(std::move(handler)));
-}
-
-}  // namespace detail
 }  // namespace redis_lock
+
+// The initiations' call operators, which need the complete Election.
+#include <redis_lock/detail/election_impl.hpp>

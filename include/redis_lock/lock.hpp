@@ -202,9 +202,14 @@ struct LockInfo {
   /// Waiters queued for it, alive (refreshing their place).
   std::size_t waiters = 0;
 
-  /// What the resource is in use as (none: free, and nobody waits).
-  enum class Kind : std::uint8_t { none, mutex, semaphore, read_write };
-  Kind kind = Kind::none;
+  /// What a resource is in use as.
+  enum class Kind : std::uint8_t {
+    none,       ///< nothing is held (waiters may still be queued)
+    mutex,      ///< a mutex's lease (async_acquire, and an election's leadership)
+    semaphore,  ///< a semaphore's permits (async_acquire_permit)
+    read_write  ///< a read-write lock's holds (async_acquire_shared / _exclusive)
+  };
+  Kind kind = Kind::none;   ///< what the resource is in use as
   std::uint32_t limit = 0;  ///< a semaphore's number of permits
   std::size_t holders = 0;  ///< how many hold it (a mutex: 0 or 1)
   bool exclusive = false;   ///< a read-write lock held exclusively

@@ -321,10 +321,13 @@ TEST(Cluster, AskAndTryAgainWhileASlotMigrates) {
   auto during = locks.async_acquire(resources[3], waiting, asio::use_future);
   wait_until([&] { return tryagain(source) > 0; }, 10s, "TRYAGAIN from the migrating source");
 
-  // One held lease moves alone: its renewal (a one-key script) meets ASK on the source and
-  // runs on the target after ASKING. (The acquire above still names the counter, which is on
+  // One held lease moves with its holder's record: its renewal (a script on those two keys)
+  // meets ASK on the source and runs on the target after ASKING (TRYAGAIN there while only
+  // one of them has moved, retried). (The acquire above still names the counter, which is on
   // the source: TRYAGAIN there, never run on the target.)
   ASSERT_TRUE(cluster.migrate_key(source, target, lease_key(resources[0])));
+  ASSERT_TRUE(cluster.migrate_key(source, target,
+                                  redis_lock::detail::make_keys("lock:", resources[0]).info));
   wait_until([&] { return scripts_run(target) > 0; }, 10s, "a renewal to follow ASK");
   EXPECT_GT(info_count(cluster, target, "commandstats", "cmdstat_asking:calls="), 0);
 

@@ -12,14 +12,14 @@ LAYERS = {
     2: ["connection", "tls"],
     3: ["router", "redirect", "sentinel_locator", "quorum", "quorum_call", "replies"],
     4: ["lock_service", "acquire_all", "acquire_op", "lease_ops", "renewal", "waiters", "script_op", "lease",
-        "validate", "shutdown_watch"],
+        "validate", "shutdown_watch", "admin", "election"],
     5: ["lock", "config"],
 }
 NAMES = {1: "protocol", 2: "connection", 3: "topology", 4: "engine", 5: "public API"}
 LAYER_OF = {stem: layer for layer, stems in LAYERS.items() for stem in stems}
 # Public headers: the types every layer may use, LockGuard's header that the engine builds
 # guards with, and the API on top of it.
-PUBLIC = {"config": 1, "error": 1, "observer": 1, "export": 1, "version": 1, "lock": 4,
+PUBLIC = {"config": 1, "error": 1, "observer": 1, "export": 1, "version": 1, "lock": 4, "election": 4,
           "with_lock": 5, "redis_lock": 5}
 
 

@@ -8,6 +8,7 @@
 
 #include <boost/asio/as_tuple.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -275,4 +276,122 @@ TEST_F(GuideKinds, AcquireAllIsBusyAndHoldsNothingWhenOneIsHeldElsewhere) {
   EXPECT_EQ(run([&] { return guide_acquire_all::handle(locks); }), "429");
   EXPECT_TRUE(guide_acquire_all::transfers.empty());
   EXPECT_EQ(command({"EXISTS", lease_key("account:17")}), "0");
+}
+
+// ---- "Leader election" ----------------------------------------------------------------------
+namespace guide_election {
+
+std::vector<std::uint64_t> runs;  // the term each run of the job was fenced with
+std::function<bool()> keep_going;
+
+asio::awaitable<void> run_nightly_report(std::uint64_t term) {
+  runs.push_back(term);
+  co_return;
+}
+
+asio::awaitable<void> lead(redis_lock::LockManager& locks) {
+  //[guide_election_campaign
+  redis_lock::Election election(locks, "nightly-report");
+  while (keep_going()) {
+    // Waits in line with the other candidates; the guard keeps the leadership renewed.
+    redis_lock::LockGuard leadership = co_await election.async_campaign(
+        "10.0.0.7:8080", {.ttl = 10s, .wait = 1min}, asio::use_awaitable);
+    if (!leadership) continue;  // somebody else led the whole minute
+    // Work bound to lost_slot() is cancelled if the leadership is lost.
+    co_await run_nightly_report(leadership.fencing_token());  // the term fences its writes
+  }  // leaving the scope resigns: the next candidate leads at once
+  //]
+}
+
+std::vector<std::string> seen;
+
+asio::awaitable<void> watch(redis_lock::LockManager& locks, int changes) {
+  //[guide_election_observe
+  redis_lock::Election election(locks, "nightly-report");
+  std::uint64_t term = 0;  // 0: the current state at once
+  for (int i = 0; i < changes; ++i) {
+    std::optional<redis_lock::Leader> leader =
+        co_await election.async_observe(term, asio::use_awaitable);
+    // After "nobody leads", the same term (1 at the start) waits for the next leader.
+    term = leader ? leader->term : std::max<std::uint64_t>(term, 1);
+    seen.push_back(leader ? leader->value : "(nobody)");
+  }
+  //]
+}
+
+}  // namespace guide_election
+
+// ---- "Who holds it" --------------------------------------------------------------------------
+namespace guide_inspect {
+
+asio::awaitable<std::string> describe(redis_lock::LockManager& locks) {
+  //[guide_inspect
+  redis_lock::LockInfo info = co_await locks.async_inspect("order:42", asio::use_awaitable);
+  if (!info.held) co_return "free";
+  co_return info.holder + " holds it with token " + std::to_string(info.fencing_token) + ", " +
+      std::to_string(info.ttl_left.count()) + " ms left, " + std::to_string(info.waiters) +
+      " waiting";
+  //]
+}
+
+asio::awaitable<bool> take_away(redis_lock::LockManager& locks) {
+  //[guide_force_release
+  bool released = co_await locks.async_force_release("order:42", asio::use_awaitable);
+  //]
+  co_return released;
+}
+
+}  // namespace guide_inspect
+
+TEST_F(GuideKinds, TheCampaignLoopLeadsAndFencesEachRunWithItsTerm) {
+  int rounds = 0;
+  guide_election::runs.clear();
+  guide_election::keep_going = [&] { return rounds++ < 2; };
+  run([&]() -> asio::awaitable<std::string> {
+    co_await guide_election::lead(locks);
+    co_return "";
+  });
+  ASSERT_EQ(guide_election::runs.size(), 2u);
+  EXPECT_LT(guide_election::runs[0], guide_election::runs[1]) << "a new term each time";
+  EXPECT_EQ(command({"EXISTS", lease_key("election:nightly-report")}), "0") << "resigned";
+}
+
+TEST_F(GuideKinds, TheObserveLoopSeesTheLeaderComeAndGo) {
+  guide_election::seen.clear();
+  redis_lock::LockManager other(io.get_executor(), config());
+  redis_lock::Election election(other, "nightly-report");
+  bool done = false;
+  asio::co_spawn(io, guide_election::watch(locks, 3), [&](std::exception_ptr) { done = true; });
+  run([&]() -> asio::awaitable<std::string> {
+    co_await sleep_for(100ms);  // the observer saw nobody and waits for a leader
+    auto g = co_await election.async_campaign("10.0.0.9:8080", {.ttl = 5s}, asio::use_awaitable);
+    co_await sleep_for(100ms);
+    co_await g.async_release(asio::use_awaitable);
+    co_await sleep_for(100ms);
+    co_return "";
+  });
+  EXPECT_TRUE(done);
+  EXPECT_EQ(guide_election::seen,
+            (std::vector<std::string>{"(nobody)", "10.0.0.9:8080", "(nobody)"}));
+}
+
+TEST_F(GuideKinds, InspectSaysWhoHoldsItAndForceReleaseTakesItAway) {
+  redis_lock::LockManager labelled(io.get_executor(), config(), {.holder_label = "web-3:4242"});
+  redis_lock::LockGuard held;
+  run([&]() -> asio::awaitable<std::string> {
+    held = co_await labelled.async_acquire("order:42", {.ttl = 30s}, asio::use_awaitable);
+    co_return "";
+  });
+  ASSERT_TRUE(held);
+  const auto text = run([&] { return guide_inspect::describe(locks); });
+  EXPECT_EQ(text.rfind("web-3:4242 holds it with token " + std::to_string(held.fencing_token()), 0),
+            0u)
+      << text;
+  bool released = false;
+  run([&]() -> asio::awaitable<std::string> {
+    released = co_await guide_inspect::take_away(locks);
+    co_return "";
+  });
+  EXPECT_TRUE(released);
+  EXPECT_EQ(run([&] { return guide_inspect::describe(locks); }), "free");
 }
