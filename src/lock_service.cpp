@@ -9,6 +9,7 @@
 #include "lease_ops.hpp"
 #include "quorum_call.hpp"
 #include "redis_lock_scripts.hpp"
+#include "replies.hpp"
 #include "shutdown_watch.hpp"
 #include "tls.hpp"
 #include "token.hpp"
@@ -357,11 +358,9 @@ void LockService::force_release(std::string resource, BoolHandler handler) {
     if (!ec && reply.is_error()) {
       ec = self->server_error(reply);
     } else if (!ec) {
-      if (reply.type != Reply::Type::integer) {
-        ec = error::unexpected_reply;
-      } else {
-        released = reply.integer == 1;
-      }
+      const auto read = replies::read_compare(reply);  // 1: somebody held it, 0: nobody
+      if (read == replies::Compare::malformed) ec = error::unexpected_reply;
+      released = read == replies::Compare::done;
     }
     deliver(self->executor_, Defer::no, std::move(*shared), ec, released);
   };

@@ -32,8 +32,7 @@ if kind and queued then
   local limit = string.byte(kind, 2) == 83 and tonumber(string.sub(kind, 3)) or math.huge
   local count = redis.call('ZCARD', lease) - 1
   local exclusive = count == 1 and string.byte(redis.call('ZRANGE', lease, 0, 0)[1], 33) == 120
-  local command = string.byte(ARGV[2], space + 1) == 83 and 'SPUBLISH' or 'PUBLISH'
-  local channel = string.sub(ARGV[2], space + 2)
+  local how = string.sub(ARGV[2], space + 1)
   for _ = 1, 256 do
     if exclusive then break end
     local head = redis.call('ZRANGE', queue, 0, 0)[1]
@@ -53,7 +52,7 @@ if kind and queued then
       if f and place then
         message = message .. ' ' .. string.format('%.0f', f) .. ' ' .. place
       end  -- else the waiter claims it with acquire_set.lua, which mints or reports the error
-      redis.call(command, channel .. string.sub(head, 33, 48), message)
+      publish(how, string.sub(head, 33, 48), message)
       count = count + 1
       exclusive = mode == 'x'
     end
