@@ -286,13 +286,13 @@ class Raw {
   // One acquire or release of each shape; `k` the resource's keys, `t` a fresh token.
   void acquire(const detail::ResourceKeys& k, const std::string& t) {
     send(Expect::granted, "acquire.lua",
-         {"EVALSHA", detail::acquire_script.sha1, "4", k.lease, k.fence, k.queue, k.queue_expiry, t,
-          "10000", acquire_how});
+         {"EVALSHA", detail::acquire_script.sha1, "5", k.lease, k.fence, k.queue, k.queue_expiry,
+          k.info, t, "10000", acquire_how});
   }
   void release(const detail::ResourceKeys& k, const std::string& t) {
     send(Expect::one, "release.lua",
-         {"EVALSHA", detail::release_script.sha1, "4", k.lease, k.queue, k.queue_expiry, k.fence, t,
-          release_how});
+         {"EVALSHA", detail::release_script.sha1, "5", k.lease, k.queue, k.queue_expiry, k.fence,
+          k.info, t, manager_id, notify_prefix});
   }
   void fenced_acquire(const detail::ResourceKeys& k, const std::string& t) {
     send(Expect::positive, "minimal fenced acquire",
@@ -316,12 +316,13 @@ class Raw {
   }
   void noop_acquire(const detail::ResourceKeys& k, const std::string& t) {
     send(Expect::one, "no-op acquire",
-         {"EVALSHA", noop_, "4", k.lease, k.fence, k.queue, k.queue_expiry, t, "10000",
+         {"EVALSHA", noop_, "5", k.lease, k.fence, k.queue, k.queue_expiry, k.info, t, "10000",
           acquire_how});
   }
   void noop_release(const detail::ResourceKeys& k, const std::string& t) {
     send(Expect::one, "no-op release",
-         {"EVALSHA", noop_, "4", k.lease, k.queue, k.queue_expiry, k.fence, t, release_how});
+         {"EVALSHA", noop_, "5", k.lease, k.queue, k.queue_expiry, k.fence, k.info, t, manager_id,
+          notify_prefix});
   }
 
   /// Reads the reply to the oldest command not yet answered and checks it.
@@ -333,10 +334,12 @@ class Raw {
   redisContext* context() const noexcept { return c_; }
 
  private:
-  // What a manager with id 0123456789abcdef sends for a 10 s ttl (acquire.lua's ARGV[3]:
-  // no queue, waiter place 1200 ms, member suffix; release.lua's ARGV[2]).
+  // What a manager with id 0123456789abcdef and no holder label sends for a 10 s ttl
+  // (acquire.lua's ARGV[3]: no queue, waiter place 1200 ms, member suffix; a holder's
+  // release.lua ARGV[2] and ARGV[3]: its member suffix, the waiters' channel prefix).
   static constexpr const char acquire_how[] = "01200 0123456789abcdef10000";
-  static constexpr const char release_how[] = "0123456789abcdef10000 Plock:notify:";
+  static constexpr const char manager_id[] = "0123456789abcdef";
+  static constexpr const char notify_prefix[] = "Plock:notify:";
 
   std::string load(const std::string& body) {
     const auto sha = bench::command(c_, {"SCRIPT", "LOAD", body});

@@ -46,6 +46,7 @@ struct CompareOp final : ScriptOp {
   std::chrono::steady_clock::time_point give_back_until{};
   std::chrono::milliseconds backoff{give_back_first_retry};
   BoolHandler handler;
+  std::string notify;  // a release: '<P|S><channel prefix>' of the next waiter's manager
 
   void on_reply(boost::system::error_code ec, Reply reply) override;
 

@@ -2,15 +2,16 @@
 -- delete it. Also takes our own member out of the queue, so this is how a waiter that gives
 -- up leaves.
 -- KEYS[1] lease, KEYS[2] queue, KEYS[3] queue expiry, KEYS[4] fencing counter, KEYS[5] the
--- lease's info (who holds it; none on Redlock), all of one slot; ARGV[1] token, ARGV[2]
--- '<our member suffix> <P|S><channel prefix>': P publishes with PUBLISH, S with SPUBLISH (a
--- Cluster: the channel then carries this slot's hash tag); ARGV[3] (an election's leader
--- only) '<P|S><channel>' on which the change of leader is announced.
+-- lease's info (who holds it; none on Redlock), all of one slot; ARGV[1] token, ARGV[2] our
+-- member suffix (after a space, a waiter's data: its label, a candidate's value), ARGV[3] '<P|S><channel
+-- prefix>': P publishes with PUBLISH, S with SPUBLISH (a Cluster: the channel then carries
+-- this slot's hash tag); ARGV[4] (an election's leader only) '<P|S><channel>' on which the
+-- change of leader is announced.
 -- The lease's value is the holder's token, with '+' appended once a waiter may be queued
 -- (acquire.lua): without it, nobody is, and neither is our own member.
 -- A hand-off is complete in this one step (hand_on): the waiter owns the lock on receipt.
 -- Returns 1 if the lease was ours, else 0.
-local lease, token, info, announce = KEYS[1], ARGV[1], KEYS[5], ARGV[3]
+local lease, token, info, announce = KEYS[1], ARGV[1], KEYS[5], ARGV[4]
 local current = redis.pcall('GET', lease)
 if type(current) == 'table' then return 0 end  -- WRONGTYPE: it lapsed and became another kind
 if current == token then
@@ -18,17 +19,16 @@ if current == token then
   return 1
 end
 local queue, expiry = KEYS[2], KEYS[3]
-local space = string.find(ARGV[2], ' ', 1, true)
 local queued = redis.call('EXISTS', queue) == 1
 if queued then
-  local member = token .. string.sub(ARGV[2], 1, space - 1)
+  local member = token .. ARGV[2]
   redis.call('ZREM', queue, member)
   redis.call('ZREM', expiry, member)
 end
 if current ~= token .. '+' then
   return 0
 end
-if queued and hand_on(lease, queue, expiry, KEYS[4], info, string.sub(ARGV[2], space + 1),
+if queued and hand_on(lease, queue, expiry, KEYS[4], info, ARGV[3],
                       announce) then
   return 1
 end

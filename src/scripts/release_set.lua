@@ -5,12 +5,11 @@
 -- as '<token> <fencing token> <place>' (release.lua). Also takes our own member out of the
 -- queue: a waiter that gives up leaves this way.
 -- KEYS[1] lease set, KEYS[2] queue, KEYS[3] queue expiry, KEYS[4] fencing counter (one
--- slot); ARGV[1] token, ARGV[2] '<member suffix> <P|S><channel prefix>', the suffix being
--- at least our manager id (16) and mode. Returns 1 if the hold was ours and live, else 0.
+-- slot); ARGV[1] token, ARGV[2] our member suffix, at least our manager id (16) and mode,
+-- ARGV[3] '<P|S><channel prefix>'. Returns 1 if the hold was ours and live, else 0.
 local lease, queue, expiry, fence = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local token = ARGV[1]
-local space = string.find(ARGV[2], ' ', 1, true)
-local suffix = string.sub(ARGV[2], 1, space - 1)
+local suffix = ARGV[2]
 local queued = redis.call('EXISTS', queue) == 1
 if queued then
   redis.call('ZREM', queue, token .. suffix)
@@ -32,7 +31,7 @@ if kind and queued then
   local limit = string.byte(kind, 2) == 83 and tonumber(string.sub(kind, 3)) or math.huge
   local count = redis.call('ZCARD', lease) - 1
   local exclusive = count == 1 and string.byte(redis.call('ZRANGE', lease, 0, 0)[1], 33) == 120
-  local how = string.sub(ARGV[2], space + 1)
+  local how = ARGV[3]
   for _ = 1, 256 do
     if exclusive then break end
     local head = redis.call('ZRANGE', queue, 0, 0)[1]

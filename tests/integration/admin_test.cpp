@@ -206,3 +206,46 @@ TEST(HolderLabel, ALabelThatCouldNotBeStoredIsRefusedBeforeAnythingIsSent) {
   auto [ec, released] = outcome<bool>([&](auto h) { locks.async_force_release("", std::move(h)); });
   EXPECT_EQ(ec, error::invalid_argument) << "an empty resource";
 }
+
+TEST(HolderLabel, ALabelledWaiterThatGivesUpLeavesTheQueueAndTheNextWaiterIsServedAtOnce) {
+  // A waiter's label travels in its queue member ('<token><suffix> <label>'): giving up must
+  // remove that whole member, or the next release hands the lease to the departed waiter
+  // and the one behind it waits a whole ttl.
+  auto cfg = shared_server_config();
+  const auto resource = unique_resource();
+  const auto queue = detail::make_keys("lock:", resource).queue;
+  Background bg;
+  LockManager holder(bg.io.get_executor(), cfg);
+  LockManager labelled(bg.io.get_executor(), cfg, {.holder_label = "web 1:7 (canary)"});
+  LockManager other(bg.io.get_executor(), cfg);
+  auto g = holder.async_acquire(resource, {.ttl = 10s}, asio::use_future).get();
+  ASSERT_TRUE(g);
+  auto quitter = labelled.async_acquire(resource, {.ttl = 10s, .wait = 1500ms}, asio::use_future);
+  wait_until(
+      [&] {
+        return redis_command(cfg.port, {"ZCARD", queue}) == "1";
+      },
+      5s, "the labelled waiter queued");
+  auto next = other.async_acquire(resource, {.ttl = 10s, .wait = 20s}, asio::use_future);
+  wait_until(
+      [&] {
+        return redis_command(cfg.port, {"ZCARD", queue}) == "2";
+      },
+      5s, "the second waiter queued");
+  ASSERT_EQ(quitter.wait_for(5s), std::future_status::ready);
+  EXPECT_FALSE(quitter.get()) << "its wait ran out";
+  // Its give-back is one round trip; its place would be dropped as dead only 1.2 s later.
+  const auto left_by = std::chrono::steady_clock::now() + 300ms;
+  while (redis_command(cfg.port, {"ZCARD", queue}) != "1" &&
+         std::chrono::steady_clock::now() < left_by) {
+    std::this_thread::sleep_for(5ms);  // polling Redis: there is no signal for "left"
+  }
+  EXPECT_EQ(redis_command(cfg.port, {"ZCARD", queue}), "1") << "the labelled waiter stayed queued";
+  const auto released = std::chrono::steady_clock::now();
+  ASSERT_TRUE(g.async_release(asio::use_future).get());
+  ASSERT_EQ(next.wait_for(5s), std::future_status::ready) << "handed to the departed waiter";
+  auto served = next.get();
+  EXPECT_TRUE(served);
+  EXPECT_LT(std::chrono::steady_clock::now() - released, 1s);
+  ASSERT_TRUE(served.async_release(asio::use_future).get());
+}
