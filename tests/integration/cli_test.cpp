@@ -755,3 +755,152 @@ TEST(Cli, AStoppedRedisLockCannotLetTheCommandOutliveTheLease) {
   const int status = run.wait();
   EXPECT_TRUE(status == 4 || status == 128 + SIGTERM) << status;
 }
+
+namespace {
+
+/// The label a redis-lock process stores with its leases: HOSTNAME:PID.
+std::string label_of(pid_t pid) {
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  return std::string(host) + ":" + std::to_string(pid);
+}
+
+/// A redis-lock subcommand's exit status and its stdout.
+std::pair<int, std::string> run_cli(std::vector<std::string> args) {
+  ChildProcess child(cli(std::move(args)));
+  auto out = child.read_all();
+  return {child.wait(), std::move(out)};
+}
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+}  // namespace
+
+TEST(CliAdmin, StatusShowsWhoHoldsItForHowLongInTextAndJson) {
+  const auto resource = unique_resource();
+  auto [free_code, free_json] = run_cli({"status", resource, "--json"});
+  EXPECT_EQ(free_code, 0);
+  EXPECT_EQ(free_json, "{\"resource\":\"" + resource +
+                           "\",\"held\":false,\"kind\":\"none\",\"holder\":\"\",\"ttl_left_ms\":0,"
+                           "\"fencing_token\":0,\"waiters\":0,\"holders\":0,\"limit\":0,"
+                           "\"exclusive\":false}\n");
+
+  ChildProcess holder(cli({"--ttl", "5s", resource, "--", "sh", "-c",
+                           "echo $REDIS_LOCK_FENCING_TOKEN; exec sleep 30"}));
+  const auto token = holder.read_line();
+  ASSERT_FALSE(token.empty());
+  auto [code, json] = run_cli({"status", resource, "--json"});
+  EXPECT_EQ(code, 0);
+  EXPECT_TRUE(contains(
+      json, "\"held\":true,\"kind\":\"mutex\",\"holder\":\"" + label_of(holder.pid()) + "\""))
+      << json;
+  EXPECT_TRUE(contains(json, "\"fencing_token\":" + token + ",")) << json;
+  EXPECT_TRUE(contains(json, "\"waiters\":0,\"holders\":1,")) << json;
+  const auto ttl_at = json.find("\"ttl_left_ms\":");
+  ASSERT_NE(ttl_at, std::string::npos);
+  const long ttl_left = std::stol(json.substr(ttl_at + 14));
+  EXPECT_GT(ttl_left, 0);
+  EXPECT_LE(ttl_left, 5000);
+
+  auto [text_code, text] = run_cli({"status", resource});
+  EXPECT_EQ(text_code, 0);
+  EXPECT_TRUE(contains(text, "held:          yes\nkind:          mutex\nholder:        " +
+                                 label_of(holder.pid()) + "\nfencing token: " + token + "\n"))
+      << text;
+  holder.signal(SIGTERM);
+  EXPECT_EQ(holder.wait(), 128 + SIGTERM);
+
+  // A semaphore's holds: their count and the limit.
+  ChildProcess permit(
+      cli({"--permits", "3", resource + "-s", "--", "sh", "-c", "echo held; exec sleep 30"}));
+  ASSERT_EQ(permit.read_line(), "held");
+  auto [sem_code, sem] = run_cli({"status", "--json", resource + "-s"});
+  EXPECT_EQ(sem_code, 0);
+  EXPECT_TRUE(contains(sem, "\"held\":true,\"kind\":\"semaphore\"")) << sem;
+  EXPECT_TRUE(contains(sem, "\"holders\":1,\"limit\":3,")) << sem;
+  permit.signal(SIGTERM);
+  EXPECT_EQ(permit.wait(), 128 + SIGTERM);
+
+  // Nothing listens: exit 3, nothing on stdout.
+  ChildProcess nowhere({REDIS_LOCK_CLI_PATH, "--url",
+                        "redis://127.0.0.1:" + std::to_string(free_port()), "status", resource});
+  EXPECT_EQ(nowhere.read_all(), "");
+  EXPECT_EQ(nowhere.wait(), 3);
+}
+
+TEST(CliAdmin, ForceReleaseStopsTheHoldersCommandAndTheNextTokenIsLarger) {
+  const auto resource = unique_resource();
+  ChildProcess holder(cli({"--ttl", "3s", "--kill-after", "200ms", resource, "--", "sh", "-c",
+                           "echo $REDIS_LOCK_FENCING_TOKEN; exec sleep 30"}));
+  const auto evicted = std::stoull(holder.read_line());
+  auto [code, out] = run_cli({"force-release", resource});
+  EXPECT_EQ(code, 0);
+  EXPECT_EQ(out, resource + ": released\n");
+  const auto released_at = std::chrono::steady_clock::now();
+  // Its next renewal (every second) learns of the loss: SIGTERM to the command, exit 4.
+  EXPECT_EQ(holder.wait(), 4);
+  EXPECT_LT(std::chrono::steady_clock::now() - released_at, 2500ms);
+  auto [again, again_out] = run_cli({"force-release", "--json", resource});
+  EXPECT_EQ(again, 1) << "nobody held it";
+  EXPECT_EQ(again_out, "{\"resource\":\"" + resource + "\",\"released\":false}\n");
+  ChildProcess next(cli({resource, "--", "sh", "-c", "echo $REDIS_LOCK_FENCING_TOKEN"}));
+  EXPECT_GT(std::stoull(next.read_line()), evicted);
+  EXPECT_EQ(next.wait(), 0);
+}
+
+TEST(CliAdmin, ElectRunsTheCommandOnlyWhileLeadingAndObserveSeesEachLeader) {
+  const auto name = unique_resource();
+  const auto list = name + ":marks";
+  ChildProcess observer(cli({"observe", "--json", name}));
+  EXPECT_EQ(observer.read_line(),
+            "{\"election\":\"" + name + "\",\"leader\":false,\"term\":null,\"value\":null}");
+  // Two candidates: the second leads only after the first's command has ended.
+  const std::string job =
+      mark(list, "start:$REDIS_LOCK_FENCING_TOKEN") + "; echo leading; exec sleep 30";
+  ChildProcess first(cli({"elect", name, "--value", "first", "-c", job}));
+  ASSERT_EQ(first.read_line(), "leading");
+  const auto led = observer.read_line();
+  EXPECT_TRUE(contains(led, "\"leader\":true,")) << led;
+  EXPECT_TRUE(contains(led, "\"value\":\"first\"}")) << led;
+  ChildProcess second(cli({"elect", name, "--value", "second", "--", "sh", "-c", job}));
+  const auto queue = detail::make_keys("lock:", "election:" + name).queue;
+  ASSERT_TRUE(wait_until_exists(queue, true)) << "the second candidate did not queue";
+  EXPECT_EQ(marks(list).size(), 1u) << "the second candidate ran without leading";
+  first.signal(SIGTERM);  // passed on: its command ends, and it resigns
+  EXPECT_EQ(first.wait(), 128 + SIGTERM);
+  ASSERT_EQ(second.read_line(), "leading");
+  const auto next = observer.read_line();
+  EXPECT_TRUE(contains(next, "\"value\":\"second\"}")) << next;
+  second.signal(SIGTERM);
+  EXPECT_EQ(second.wait(), 128 + SIGTERM);
+  EXPECT_TRUE(contains(observer.read_line(), "\"leader\":false,")) << "the resignation";
+  observer.signal(SIGTERM);
+  EXPECT_EQ(observer.wait(), 0);
+
+  const auto seen = marks(list);
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_EQ(seen[0].rfind("start:", 0), 0u);
+  EXPECT_EQ(seen[1].rfind("start:", 0), 0u);
+  EXPECT_LT(std::stoull(seen[0].substr(6)), std::stoull(seen[1].substr(6))) << "terms increase";
+  EXPECT_TRUE(contains(led, "\"term\":" + seen[0].substr(6) + ",")) << "the term is the token";
+}
+
+TEST(CliAdmin, ElectStopsTheCommandWhenTheLeadershipIsLost) {
+  const auto name = unique_resource();
+  ChildProcess leader(cli({"--ttl", "3s", "--kill-after", "200ms", "elect", name, "--", "sh", "-c",
+                           "echo leading; exec sleep 30"}));
+  ASSERT_EQ(leader.read_line(), "leading");
+  auto [code, out] = run_cli({"force-release", "election:" + name});
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_EQ(leader.wait(), 4);
+  // Options that make no sense for an election are refused before anything is sent.
+  for (const char* refused : {"--no-renew", "--shared"}) {
+    EXPECT_EQ(ChildProcess(cli({refused, "elect", name, "--", "true"})).wait(), 2) << refused;
+  }
+  ChildProcess unreachable({REDIS_LOCK_CLI_PATH, "--url",
+                            "redis://127.0.0.1:" + std::to_string(free_port()), "observe", name});
+  EXPECT_EQ(unreachable.read_all(), "");
+  EXPECT_EQ(unreachable.wait(), 3);
+}

@@ -157,3 +157,64 @@ TEST(CliOptions, HelpAndVersionPrintAndExit) {
   EXPECT_EQ(version.action, Parsed::Action::print_and_exit);
   EXPECT_EQ(version.text.rfind("redis-lock ", 0), 0u);
 }
+
+TEST(CliOptions, SubcommandsAreTheFirstPositionalArgument) {
+  const auto status = run_options({"--url", "redis://h:1", "status", "orders:42", "--json"});
+  EXPECT_EQ(status.mode, Mode::status);
+  EXPECT_EQ(status.resource, "orders:42");
+  EXPECT_TRUE(status.json);
+  EXPECT_EQ(run_options({"force-release", "r"}).mode, Mode::force_release);
+  const auto elect = run_options({"--ttl", "5s", "elect", "web", "--value", "10.0.0.1:80", "-n",
+                                  "--", "serve", "--port", "80"});
+  EXPECT_EQ(elect.mode, Mode::elect);
+  EXPECT_EQ(elect.name, "web");
+  EXPECT_EQ(elect.resource, "election:web");
+  EXPECT_EQ(elect.value, "10.0.0.1:80");
+  EXPECT_TRUE(elect.nonblock);
+  EXPECT_EQ(elect.command, (std::vector<std::string>{"serve", "--port", "80"}));
+  const auto observe = run_options({"observe", "web"});
+  EXPECT_EQ(observe.mode, Mode::observe);
+  EXPECT_EQ(observe.name, "web");
+  EXPECT_EQ(observe.resource, "election:web");
+  // A lock named like a subcommand: --resource; a subcommand's name later is a name.
+  const auto named = run_options({"--resource", "status", "--", "true"});
+  EXPECT_EQ(named.mode, Mode::run);
+  EXPECT_EQ(named.resource, "status");
+  EXPECT_EQ(run_options({"status", "elect"}).resource, "elect");
+  EXPECT_EQ(run_options({"status", "--resource", "-dashed"}).resource, "-dashed");
+  EXPECT_EQ(run_options({"elect", "e", "-c", "x"}).command,
+            (std::vector<std::string>{"/bin/sh", "-c", "x"}));
+  EXPECT_EQ(run_options({"elect", "e", "--value", std::string(1024, 'v'), "--", "x"}).value.size(),
+            1024u);
+}
+
+TEST(CliOptions, SubcommandsRefuseWhatDoesNotApplyToThem) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"status"}, "status needs a RESOURCE"},
+      {{"observe"}, "observe needs a NAME"},
+      {{"elect", "--", "true"}, "elect needs a NAME"},
+      {{"elect", "e"}, "COMMAND"},
+      {{"elect", "e", "x", "--", "true"}, "put COMMAND after -- (redis-lock elect NAME"},
+      {{"status", "a", "b"}, "status takes one RESOURCE"},
+      {{"status", "r", "--", "true"}, "--resource status"},
+      {{"force-release", "r", "-c", "true"}, "--command does not apply to force-release"},
+      {{"status", "r", "--ttl", "5s"}, "--ttl does not apply to status"},
+      {{"observe", "n", "-n"}, "--nonblock does not apply to observe"},
+      {{"elect", "e", "--no-renew", "--", "true"}, "--no-renew does not apply to elect"},
+      {{"elect", "e", "--permits", "2", "--", "true"}, "--permits does not apply to elect"},
+      {{"elect", "e", "--shared", "--", "true"}, "--shared does not apply to elect"},
+      {{"--value", "v", "r", "--", "true"}, "--value applies to a subcommand only (elect)"},
+      {{"elect", "e", "--value", std::string(1025, 'v'), "--", "x"}, "at most 1024"},
+      {{"status", ""}, "RESOURCE must not be empty"},
+      {{"observe", "--resource", ""}, "NAME must not be empty"},
+      {{"--resource", "r", "s", "--", "true"}, "--resource names the RESOURCE already"},
+  };
+  for (const auto& [args, expected] : cases) {
+    const auto text = usage_error(args);
+    EXPECT_NE(text.find(expected), std::string::npos)
+        << "'" << text << "' lacks '" << expected << "'";
+  }
+  auto help = parse({"status", "--help"});
+  EXPECT_EQ(help.action, Parsed::Action::print_and_exit);
+  EXPECT_NE(help.text.find("force-release RESOURCE"), std::string::npos);
+}

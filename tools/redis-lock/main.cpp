@@ -109,6 +109,25 @@ std::string json_string(std::string_view s) {
   return out + "\"";
 }
 
+/// HOSTNAME:PID, the label stored with each lease this redis-lock takes (what `status`
+/// shows): printable ASCII only, at most the library's 128 characters.
+std::string holder_label() {
+  char host[256] = {};
+  if (::gethostname(host, sizeof host - 1) != 0) std::strcpy(host, "unknown");
+  const std::string pid = ":" + std::to_string(::getpid());
+  std::string label;
+  for (const char* c = host; *c != '\0' && label.size() + pid.size() < 128; ++c) {
+    label += (*c >= 0x20 && *c < 0x7f) ? *c : '?';
+  }
+  return label + pid;
+}
+
+redis_lock::ManagerOptions manager_options() {
+  redis_lock::ManagerOptions options;
+  options.holder_label = holder_label();
+  return options;
+}
+
 void print_json(const Options& o, const Report& r) {
   const auto number = [](const auto& v) { return v ? std::to_string(*v) : std::string("null"); };
   std::string line = "{\"resource\":" + json_string(o.resource) +
@@ -336,7 +355,10 @@ asio::awaitable<Released> release_and_report(redis_lock::LockGuard& guard, const
 asio::awaitable<Report> run(const Options& o, redis_lock::ConnectionConfig config) {
   auto ex = co_await asio::this_coro::executor;
   Report report;
-  redis_lock::LockManager locks(ex, config);
+  redis_lock::LockManager locks(ex, config, manager_options());
+  std::optional<redis_lock::Election> election;
+  if (o.mode == Mode::elect) election.emplace(locks, o.name);
+  const char* const held_thing = election ? "leadership" : "lock";
   redis_lock::LockOptions lock_options{.ttl = o.ttl, .auto_renew = o.renew};
   lock_options.wait = o.nonblock ? 0ms : o.wait.value_or(std::chrono::hours(24 * 365 * 10));
 
@@ -358,6 +380,7 @@ asio::awaitable<Report> run(const Options& o, redis_lock::ConnectionConfig confi
   const auto acquire = [&](const redis_lock::LockOptions& options) {
     auto token = asio::bind_cancellation_slot(sv->cancel_acquire.slot(),
                                               asio::as_tuple(asio::use_awaitable));
+    if (election) return election->async_campaign(o.value, options, token);
     if (o.permits != 0) return locks.async_acquire_permit(o.resource, o.permits, options, token);
     if (o.shared) return locks.async_acquire_shared(o.resource, options, token);
     return locks.async_acquire(o.resource, options, token);
@@ -367,7 +390,10 @@ asio::awaitable<Report> run(const Options& o, redis_lock::ConnectionConfig confi
   first_try.wait = 0ms;
   auto [ec, guard] = co_await acquire(first_try);
   if (!ec && !guard && sv->early_signal == 0 && lock_options.wait.count() > 0) {
-    if (o.verbose) say("%s is held elsewhere; waiting", o.resource.c_str());
+    if (o.verbose) {
+      say(election ? "%s has another leader; waiting" : "%s is held elsewhere; waiting",
+          o.resource.c_str());
+    }
     std::tie(ec, guard) = co_await acquire(lock_options);
   }
   report.waited_ms = ms_between(wait_started, Clock::now());
@@ -387,15 +413,21 @@ asio::awaitable<Report> run(const Options& o, redis_lock::ConnectionConfig confi
   if (!guard) {
     report.outcome = "not_acquired";
     report.exit_code = o.conflict_exit_code;
-    say(o.nonblock || lock_options.wait.count() == 0 ? "%s is held elsewhere"
-                                                     : "%s is held elsewhere; --wait ran out",
-        o.resource.c_str());
+    const bool at_once = o.nonblock || lock_options.wait.count() == 0;
+    if (election) {
+      say(at_once ? "%s has another leader" : "%s has another leader; --wait ran out",
+          o.resource.c_str());
+    } else {
+      say(at_once ? "%s is held elsewhere" : "%s is held elsewhere; --wait ran out",
+          o.resource.c_str());
+    }
     co_return report;
   }
   report.fencing_token = guard.fencing_token();
   if (o.verbose) {
-    say("acquired %s: fencing token %llu, lease valid for %lldms", o.resource.c_str(),
-        static_cast<unsigned long long>(guard.fencing_token()),
+    say(election ? "leading %s: term %llu, lease valid for %lldms"
+                 : "acquired %s: fencing token %llu, lease valid for %lldms",
+        o.resource.c_str(), static_cast<unsigned long long>(guard.fencing_token()),
         static_cast<long long>(ms_between(Clock::now(), guard.valid_until())));
   }
 
@@ -462,9 +494,11 @@ asio::awaitable<Report> run(const Options& o, redis_lock::ConnectionConfig confi
   };
   if (o.verbose) say("started the command: process group %d", sv->group.pgid());
 
-  guard.async_wait_lost([sv](boost::system::error_code lost_ec) {
+  guard.async_wait_lost([sv, held_thing](boost::system::error_code lost_ec) {
     if (lost_ec != redis_lock::error::lock_lost || sv->finished) return;
-    sv->stop_group(sv, Stop::lost, "lost the lock (its lease expired or passed to another holder)");
+    const std::string why =
+        std::string("lost the ") + held_thing + " (its lease expired or passed to another holder)";
+    sv->stop_group(sv, Stop::lost, why.c_str());
   });
   sv->watch_lease(sv);
   if (o.max_hold) {
@@ -507,6 +541,176 @@ asio::awaitable<Report> run(const Options& o, redis_lock::ConnectionConfig confi
     say("released %s", o.resource.c_str());
   }
   co_return report;
+}
+
+/// Writes `text` to stdout at once; false when stdout is gone (a closed pipe).
+bool print(const std::string& text) {
+  return std::fputs(text.c_str(), stdout) >= 0 && std::fflush(stdout) == 0;
+}
+
+const char* kind_name(redis_lock::LockInfo::Kind kind) {
+  switch (kind) {
+    case redis_lock::LockInfo::Kind::mutex:
+      return "mutex";
+    case redis_lock::LockInfo::Kind::semaphore:
+      return "semaphore";
+    case redis_lock::LockInfo::Kind::read_write:
+      return "read_write";
+    case redis_lock::LockInfo::Kind::none:
+      break;
+  }
+  return "none";
+}
+
+std::string seconds(std::chrono::milliseconds ms) {
+  char text[64];
+  std::snprintf(text, sizeof text, "%lld.%03llds", static_cast<long long>(ms.count() / 1000),
+                static_cast<long long>(ms.count() % 1000));
+  return text;
+}
+
+std::string describe_status(const Options& o, const redis_lock::LockInfo& info) {
+  using Kind = redis_lock::LockInfo::Kind;
+  if (o.json) {
+    return "{\"resource\":" + json_string(o.resource) +
+           ",\"held\":" + (info.held ? "true" : "false") + ",\"kind\":\"" + kind_name(info.kind) +
+           "\",\"holder\":" + json_string(info.holder) +
+           ",\"ttl_left_ms\":" + std::to_string(info.ttl_left.count()) +
+           ",\"fencing_token\":" + std::to_string(info.fencing_token) +
+           ",\"waiters\":" + std::to_string(info.waiters) +
+           ",\"holders\":" + std::to_string(info.holders) +
+           ",\"limit\":" + std::to_string(info.limit) +
+           ",\"exclusive\":" + (info.exclusive ? "true" : "false") + "}\n";
+  }
+  std::string out = "resource:      " + o.resource + "\n";
+  out += std::string("held:          ") + (info.held ? "yes" : "no") + "\n";
+  if (info.held) {
+    switch (info.kind) {
+      case Kind::mutex:
+        out += "kind:          mutex\n";
+        out += "holder:        " + (info.holder.empty() ? "(no label)" : info.holder) + "\n";
+        out += "fencing token: " + std::to_string(info.fencing_token) + "\n";
+        break;
+      case Kind::semaphore:
+        out += "kind:          semaphore of " + std::to_string(info.limit) + " permits\n";
+        out += "holders:       " + std::to_string(info.holders) + "\n";
+        break;
+      case Kind::read_write:
+        out += "kind:          read-write lock\n";
+        out += "holders:       " +
+               (info.exclusive ? std::string("1 (exclusive)")
+                               : std::to_string(info.holders) + " (shared)") +
+               "\n";
+        break;
+      case Kind::none:
+        break;
+    }
+    out += "ttl left:      " + seconds(info.ttl_left) +
+           (info.kind == Kind::mutex ? "" : " (the longest hold)") + "\n";
+  }
+  out += "waiters:       " + std::to_string(info.waiters) + "\n";
+  return out;
+}
+
+/// A failed operation of status, force-release or observe: said, and the exit status.
+int failed(const Options& o, const redis_lock::ConnectionConfig& config,
+           const redis_lock::LockManager& locks, boost::system::error_code ec) {
+  say("%s: %s", o.resource.c_str(),
+      describe_failure(config, ec, locks.last_server_error()).c_str());
+  return ec == redis_lock::error::invalid_argument ? exit_usage : exit_redis_error;
+}
+
+asio::awaitable<int> status(const Options& o, redis_lock::ConnectionConfig config) {
+  redis_lock::LockManager locks(co_await asio::this_coro::executor, config, manager_options());
+  const auto [ec, info] =
+      co_await locks.async_inspect(o.resource, asio::as_tuple(asio::use_awaitable));
+  if (ec) co_return failed(o, config, locks, ec);
+  print(describe_status(o, info));
+  co_return 0;
+}
+
+asio::awaitable<int> force_release(const Options& o, redis_lock::ConnectionConfig config) {
+  redis_lock::LockManager locks(co_await asio::this_coro::executor, config, manager_options());
+  if (o.verbose) {
+    say("force-releasing %s on %s", o.resource.c_str(), describe_target(config).c_str());
+  }
+  const auto [ec, released] =
+      co_await locks.async_force_release(o.resource, asio::as_tuple(asio::use_awaitable));
+  if (ec) co_return failed(o, config, locks, ec);
+  if (o.json) {
+    print("{\"resource\":" + json_string(o.resource) +
+          ",\"released\":" + (released ? "true" : "false") + "}\n");
+  } else {
+    print(o.resource + (released ? ": released\n" : ": was not held\n"));
+  }
+  co_return released ? 0 : exit_not_held;
+}
+
+/// One line for a state of the election: a leader, or nobody after `last_term` (0: none
+/// known).
+std::string describe_leader(const Options& o, const std::optional<redis_lock::Leader>& leader,
+                            std::uint64_t last_term) {
+  const std::string term = std::to_string(leader ? leader->term : last_term);
+  if (o.json) {
+    return "{\"election\":" + json_string(o.name) + ",\"leader\":" + (leader ? "true" : "false") +
+           ",\"term\":" + (leader || last_term != 0 ? term : "null") +
+           ",\"value\":" + (leader ? json_string(leader->value) : "null") + "}\n";
+  }
+  if (leader) return "term " + term + ": leader " + json_string(leader->value) + "\n";
+  return last_term == 0 ? "nobody leads\n" : "term " + term + " ended: nobody leads\n";
+}
+
+/// Prints the election's leader, then each change, until a signal (0), a closed stdout
+/// (128+SIGPIPE, as a program killed by it), or (before anything was printed) an error.
+asio::awaitable<int> observe(const Options& o, redis_lock::ConnectionConfig config) {
+  auto ex = co_await asio::this_coro::executor;
+  redis_lock::LockManager locks(ex, config, manager_options());
+  redis_lock::Election election(locks, o.name);
+  asio::signal_set signals(ex, SIGINT, SIGTERM, SIGHUP);
+  asio::cancellation_signal cancel;
+  asio::steady_timer pause(ex);
+  bool stopping = false;
+  signals.async_wait([&](boost::system::error_code ec, int sig) {
+    if (ec) return;
+    if (o.verbose) say("SIG%s: stopping", sigabbrev_np(sig));
+    stopping = true;
+    cancel.emit(asio::cancellation_type::terminal);
+    pause.cancel();
+  });
+  struct CancelAtEnd {
+    asio::signal_set& signals;
+    ~CancelAtEnd() { signals.cancel(); }
+  } cancel_at_end{signals};
+
+  std::uint64_t after = 0;
+  std::optional<std::string> printed;  // the last line printed
+  std::uint64_t last_term = 0;
+  bool failing = false;
+  while (!stopping) {
+    auto [ec, leader] = co_await election.async_observe(
+        after, asio::bind_cancellation_slot(cancel.slot(), asio::as_tuple(asio::use_awaitable)));
+    if (stopping) break;
+    if (ec) {
+      if (!printed) co_return failed(o, config, locks, ec);
+      if (!failing) {
+        say("%s: %s; trying again every second", o.resource.c_str(),
+            describe_failure(config, ec, locks.last_server_error()).c_str());
+      }
+      failing = true;
+      pause.expires_after(1s);
+      co_await pause.async_wait(asio::as_tuple(asio::use_awaitable));
+      continue;
+    }
+    if (failing && o.verbose) say("%s: reachable again", o.resource.c_str());
+    failing = false;
+    if (leader) last_term = leader->term;
+    after = leader ? leader->term : std::max<std::uint64_t>(after, 1);
+    auto line = describe_leader(o, leader, last_term);
+    if (line == printed) continue;  // the same state, read again after an outage
+    if (!print(line)) co_return 128 + SIGPIPE;
+    printed = std::move(line);
+  }
+  co_return 0;
 }
 
 /// Overwrites the password of a --url argument in our own argv, so that `ps` stops
@@ -580,6 +784,25 @@ int main(int argc, char** argv) {
   ::signal(SIGPIPE, SIG_IGN);
 
   asio::io_context io(1);
+  if (o.mode == Mode::status || o.mode == Mode::force_release || o.mode == Mode::observe) {
+    int code = exit_redis_error;
+    auto task = o.mode == Mode::status          ? status(o, *config)
+                : o.mode == Mode::force_release ? force_release(o, *config)
+                                                : observe(o, *config);
+    asio::co_spawn(io, std::move(task), [&](std::exception_ptr e, int c) {
+      if (!e) {
+        code = c;
+        return;
+      }
+      try {
+        std::rethrow_exception(e);
+      } catch (const std::exception& ex) {
+        say("%s", ex.what());
+      }
+    });
+    io.run();
+    return code;
+  }
   Report report;
   bool done = false;
   asio::co_spawn(io, run(o, *config), [&](std::exception_ptr e, Report r) {

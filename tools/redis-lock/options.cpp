@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 namespace po = boost::program_options;
@@ -20,12 +21,36 @@ constexpr std::string_view default_url = "redis://127.0.0.1:6379";
 
 constexpr const char* usage_text = R"(usage: redis-lock [options] RESOURCE -- COMMAND [ARGS...]
        redis-lock [options] RESOURCE -c 'SHELL COMMAND'
+       redis-lock [options] elect NAME [--value V] -- COMMAND [ARGS...]
+       redis-lock [options] status RESOURCE [--json]
+       redis-lock [options] force-release RESOURCE [--json]
+       redis-lock [options] observe NAME [--json]
 
 Runs COMMAND while holding the lock RESOURCE on Redis, renewing the lease as long as COMMAND
 runs. RESOURCE is a mutex (one holder at a time), or with --permits a semaphore, with
 --shared a read-write lock. COMMAND runs in its own process group and gets REDIS_LOCK_RESOURCE and
 REDIS_LOCK_FENCING_TOKEN in its environment (never the URL or the password). The lock is
-released when every process of that group has exited.
+released when every process of that group has exited. Each lease is labelled with the
+HOSTNAME:PID of the redis-lock holding it (status shows it).
+
+subcommands (the first argument that is not an option; a RESOURCE named like one of them
+is given with --resource):
+  elect NAME             campaign in the election NAME, waiting fairly with the other
+                         candidates, and run COMMAND only while leading: it gets the term
+                         as REDIS_LOCK_FENCING_TOKEN, and is stopped as for a lost lock
+                         (exit 4) when the leadership is lost. The options of a lock
+                         apply, except --permits, --shared and --no-renew
+  status RESOURCE        who holds RESOURCE (any kind; an election NAME is the lock
+                         election:NAME), its fencing token, the time left, the waiters.
+                         Exit 0 (held or not), or 3
+  force-release RESOURCE end the hold of whoever holds RESOURCE now: the next holder gets
+                         a larger fencing token, and the evicted holder learns of the loss
+                         at its next renewal (a redis-lock stops its command, exit 4).
+                         Exit 0 if it was released, 1 if nobody held it
+  observe NAME           print the election's leader, then a line for each change of
+                         leader, until SIGINT, SIGTERM or SIGHUP (exit 0); it rides out
+                         lost connections (said on stderr). Exit 3 if Redis cannot be
+                         reached at the start
 
 options:
   --url URL              redis://[user@]host[:port][/db], rediss://..., unix:///path, or
@@ -48,12 +73,17 @@ options:
   --shared               take a shared hold of the read-write lock RESOURCE: any number
                          of shared holders together, never beside an exclusive one (a
                          program's async_acquire_exclusive)
+  --value V              elect: what the leader proclaims (an address, say; at most 1024
+                         bytes), shown by observe
+  --resource RESOURCE    RESOURCE (or NAME) as an option: for a name that starts with '-'
+                         or is a subcommand's
   -c, --command STRING   run STRING with /bin/sh -c (instead of COMMAND after --)
   -E, --conflict-exit-code N
                          exit status when the lock is not acquired (default 1)
   --print-token          print the fencing token on stdout before COMMAND starts
   -v, --verbose          say on stderr what happens (connect, wait, acquire, release)
-  --json                 at exit, print one JSON status line on stderr
+  --json                 at exit, print one JSON status line on stderr; with status,
+                         force-release and observe: JSON on stdout instead of text
   -V, --version          print the version
   -h, --help             this text
 DURATION: a number, fractions allowed, with ms, s, m or h (a bare number is seconds).
@@ -66,7 +96,8 @@ redis-lock itself dies (even by SIGKILL), a watcher process does the same to the
 
 exit status:
   COMMAND's status when it ran under the lock (128+N if killed by signal N)
-  1    not acquired: held elsewhere (--nonblock) or --wait ran out (see -E)
+  1    not acquired: held elsewhere (--nonblock) or --wait ran out (see -E);
+       force-release: nobody held RESOURCE
   2    usage error (nothing was sent to Redis)
   3    Redis could not be reached, or refused (authentication, permissions, ...)
   4    COMMAND was stopped because the lease was lost, its renewal was not confirmed
@@ -92,7 +123,54 @@ std::optional<int> parse_exit_code(const std::string& text) {
   return value;
 }
 
+/// The options each mode accepts (--help and --version are handled before the mode).
+bool allowed(Mode mode, const std::string& name) {
+  static const std::set<std::string> everywhere = {
+      "url", "password-file", "verbose", "json", "version", "help", "resource", "positional"};
+  static const std::set<std::string> running = {
+      "ttl",      "wait",    "nonblock",           "kill-after",
+      "max-hold", "command", "conflict-exit-code", "print-token"};
+  if (everywhere.count(name)) return true;
+  switch (mode) {
+    case Mode::run:
+      return running.count(name) || name == "no-renew" || name == "permits" || name == "shared";
+    case Mode::elect:
+      return running.count(name) || name == "value";
+    case Mode::status:
+    case Mode::force_release:
+    case Mode::observe:
+      break;
+  }
+  return false;
+}
+
+/// The subcommands an option applies to (for the message when it is given without one).
+std::string applies_to(const std::string& name) {
+  std::string out;
+  for (const Mode m : {Mode::elect, Mode::status, Mode::force_release, Mode::observe}) {
+    if (!allowed(m, name)) continue;
+    out += (out.empty() ? "" : ", ") + std::string(mode_name(m));
+  }
+  return out;
+}
+
 }  // namespace
+
+const char* mode_name(Mode mode) {
+  switch (mode) {
+    case Mode::elect:
+      return "elect";
+    case Mode::status:
+      return "status";
+    case Mode::force_release:
+      return "force-release";
+    case Mode::observe:
+      return "observe";
+    case Mode::run:
+      break;
+  }
+  return "";
+}
 
 std::string usage() { return usage_text; }
 
@@ -135,19 +213,19 @@ Parsed parse_command_line(int argc, const char* const* argv, const char* (*geten
     }
   }
 
-  po::options_description visible;
-  visible.add_options()("url", po::value<std::string>())("password-file", po::value<std::string>())(
+  po::options_description all;
+  all.add_options()("url", po::value<std::string>())("password-file", po::value<std::string>())(
       "ttl", po::value<std::string>())("wait,w", po::value<std::string>())(
       "nonblock,n", po::bool_switch())("no-renew", po::bool_switch())(
       "kill-after", po::value<std::string>())("max-hold", po::value<std::string>())(
       "command,c", po::value<std::string>())("conflict-exit-code,E", po::value<std::string>())(
       "print-token", po::bool_switch())("permits", po::value<std::string>())(
-      "shared", po::bool_switch())("verbose,v", po::bool_switch())("json", po::bool_switch())(
-      "version,V", po::bool_switch())("help,h", po::bool_switch());
-  po::options_description all;
-  all.add(visible).add_options()("resource", po::value<std::vector<std::string>>());
+      "shared", po::bool_switch())("value", po::value<std::string>())(
+      "resource", po::value<std::string>())("verbose,v", po::bool_switch())(
+      "json", po::bool_switch())("version,V", po::bool_switch())("help,h", po::bool_switch())(
+      "positional", po::value<std::vector<std::string>>());
   po::positional_options_description positional;
-  positional.add("resource", -1);
+  positional.add("positional", -1);
   po::variables_map vm;
   try {
     // No guessing of abbreviations: `--no` must not quietly mean `--nonblock`.
@@ -167,6 +245,28 @@ Parsed parse_command_line(int argc, const char* const* argv, const char* (*geten
   if (flag("help")) return {Parsed::Action::print_and_exit, {}, usage_text};
   if (flag("version")) {
     return {Parsed::Action::print_and_exit, {}, "redis-lock " REDIS_LOCK_VERSION "\n"};
+  }
+
+  std::vector<std::string> positionals;
+  if (vm.count("positional")) positionals = vm["positional"].as<std::vector<std::string>>();
+  if (!positionals.empty()) {
+    for (const Mode m : {Mode::elect, Mode::status, Mode::force_release, Mode::observe}) {
+      if (positionals.front() != mode_name(m)) continue;
+      o.mode = m;
+      positionals.erase(positionals.begin());
+      break;
+    }
+  }
+  const std::string sub = mode_name(o.mode);
+  for (const auto& [name, value] : vm) {
+    if (value.defaulted() || allowed(o.mode, name)) continue;
+    return fail("--" + name +
+                (o.mode == Mode::run ? " applies to a subcommand only (" + applies_to(name) + ")"
+                                     : " does not apply to " + sub));
+  }
+  if (o.mode != Mode::run && o.mode != Mode::elect && !o.command.empty()) {
+    return fail(sub + " runs no COMMAND (to lock a RESOURCE named '" + sub +
+                "', give it as --resource " + sub + ")");
   }
 
   if (auto url = text("url")) {
@@ -232,15 +332,45 @@ Parsed parse_command_line(int argc, const char* const* argv, const char* (*geten
   }
   if (o.shared && o.permits != 0) return fail("--permits and --shared exclude each other");
 
-  std::vector<std::string> positionals;
-  if (vm.count("resource")) positionals = vm["resource"].as<std::vector<std::string>>();
-  if (positionals.empty()) return fail("a RESOURCE is required");
-  if (positionals.size() > 1) {
-    return fail("unexpected argument '" + positionals[1] +
-                "': put COMMAND after -- (redis-lock RESOURCE -- COMMAND ARGS...)");
+  const bool election = o.mode == Mode::elect || o.mode == Mode::observe;
+  const std::string what = election ? "NAME" : "RESOURCE";
+  std::string target;
+  if (auto given = text("resource")) {
+    if (!positionals.empty()) {
+      return fail("unexpected argument '" + positionals.front() + "': --resource names the " +
+                  what + " already");
+    }
+    target = *given;
+  } else if (positionals.empty()) {
+    return fail(o.mode == Mode::run
+                    ? "a RESOURCE is required"
+                    : sub + " needs a " + what + " (redis-lock " + sub + " " + what + ")");
+  } else {
+    target = positionals.front();
   }
-  o.resource = positionals.front();
-  if (o.resource.empty()) return fail("RESOURCE must not be empty");
+  if (positionals.size() > 1) {
+    return fail("unexpected argument '" + positionals[1] + "': " +
+                (o.mode == Mode::run || o.mode == Mode::elect
+                     ? "put COMMAND after -- (redis-lock " +
+                           (o.mode == Mode::elect ? std::string("elect NAME") : what) +
+                           " -- COMMAND ARGS...)"
+                     : sub + " takes one " + what));
+  }
+  if (target.empty()) return fail(what + " must not be empty");
+  if (election) {
+    o.name = target;
+    o.resource = "election:" + target;
+  } else {
+    o.resource = target;
+  }
+  if (auto value = text("value")) {
+    if (value->size() > max_value_size) {
+      return fail("--value is " + std::to_string(value->size()) + " bytes; at most " +
+                  std::to_string(max_value_size));
+    }
+    o.value = *value;
+  }
+  if (o.mode != Mode::run && o.mode != Mode::elect) return {Parsed::Action::run, std::move(o), {}};
   if (auto shell = text("command")) {
     if (!o.command.empty()) return fail("-c and a COMMAND after -- exclude each other");
     o.command = {"/bin/sh", "-c", *shell};

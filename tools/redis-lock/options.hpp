@@ -16,6 +16,7 @@ using std::chrono::milliseconds;
 
 // Exit codes (also in --help and the README).
 inline constexpr int exit_not_acquired = 1;  // --nonblock, or --wait ran out (-E changes it)
+inline constexpr int exit_not_held = 1;      // force-release: nobody held it
 inline constexpr int exit_usage = 2;
 inline constexpr int exit_redis_error = 3;   // could not reach Redis, or it refused
 inline constexpr int exit_lock_lost = 4;     // lost, unconfirmed or (--no-renew) ending lease
@@ -31,7 +32,24 @@ inline constexpr milliseconds default_kill_after{5000};
 /// The longest duration anywhere (the library's ttl limit).
 inline constexpr milliseconds max_duration{315'360'000'000};  // 10 years
 
+/// What redis-lock is asked to do: the first positional argument names a subcommand, else
+/// it is RESOURCE and the mode is `run`.
+enum class Mode {
+  run,            ///< RESOURCE -- COMMAND: run COMMAND while holding the lock
+  elect,          ///< elect NAME -- COMMAND: run COMMAND while leading the election NAME
+  status,         ///< status RESOURCE: who holds it, for how long
+  force_release,  ///< force-release RESOURCE: take it away from whoever holds it
+  observe,        ///< observe NAME: one line per change of the election's leader
+};
+
+/// The subcommand's name as typed ("" for run).
+const char* mode_name(Mode mode);
+
+/// The longest --value of `elect` (the library's limit for an election's value).
+inline constexpr std::size_t max_value_size = 1024;
+
 struct Options {
+  Mode mode = Mode::run;
   std::string url;  ///< --url, else $REDIS_LOCK_URL, else the local default
   bool url_from_flag = false;
   std::optional<std::string> password;  ///< --password-file, else $REDIS_LOCK_PASSWORD
@@ -47,7 +65,11 @@ struct Options {
   bool json = false;
   std::uint32_t permits = 0;  ///< --permits N: a permit of the semaphore RESOURCE; 0: a mutex
   bool shared = false;        ///< --shared: a shared hold of the read-write lock RESOURCE
+  /// The lock (run, status, force-release); for elect and observe, the election's lock
+  /// "election:NAME" (what `status` shows of it).
   std::string resource;
+  std::string name;                  ///< elect, observe: the election's NAME
+  std::string value;                 ///< elect: --value, what the leader proclaims
   std::vector<std::string> command;  ///< argv; `-c STRING` is {"/bin/sh", "-c", STRING}
 };
 
