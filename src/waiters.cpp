@@ -216,10 +216,18 @@ void Waiters::subscribe_channel(const std::string& channel, std::uint16_t slot) 
   const std::string_view command[] = {"SUBSCRIBE", channel};
   Connection& subscriber = router_->connection(node, Router::Pool::subscriber);
   subscriber.keep_reading(true);
-  subscriber.execute(command, Connection::Callback([weak = weak_from_this(), channel, node](
+  subscriber.execute(command, Connection::Callback([weak = weak_from_this(), channel, node,
+                                                    connection = subscriber.weak_from_this()](
                                                        error_code ec, Reply reply) {
                        auto self = weak.lock();
-                       if (!self || !self->router_) return;
+                       if (!self) {
+                         // The manager went while its last watcher's SUBSCRIBE was unanswered
+                         // (unwatch left this answer to close the subscription): nobody will
+                         // stop this connection's reads but us, and nothing needs them.
+                         if (auto c = connection.lock()) c->keep_reading(false);
+                         return;
+                       }
+                       if (!self->router_) return;
                        const auto it = self->channels_.find(channel);
                        if (it == self->channels_.end() || it->second.node != node ||
                            it->second.state != HandOffBook::Subscription::State::pending) {

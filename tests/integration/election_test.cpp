@@ -364,6 +364,35 @@ TEST(Election, AnObserveIsCancelled) {
   leader.async_release(asio::use_future).get();
 }
 
+TEST(Election, AnObserveCancelledBeforeItsSubscriptionIsConfirmedLeavesNoWorkBehind) {
+  // The observe gives up while its SUBSCRIBE is still unanswered (the connection is not even
+  // up yet), and the manager goes: when the answer comes, nothing may keep reading, so
+  // io_context::run() returns (as redis-lock observe's exit on SIGTERM depends on).
+  auto cfg = shared_server_config();
+  for (int round = 0; round < 5; ++round) {
+    asio::io_context io;
+    bool completed = false;
+    {
+      LockManager locks(io.get_executor(), cfg);
+      Election election(locks, unique_name());
+      asio::cancellation_signal cancel;
+      // (Nobody leads: if the server is quick enough to answer within the polls, it
+      // completes with "nobody" instead; then the answer came in time, also fine.)
+      election.async_observe(
+          1, asio::bind_cancellation_slot(
+                 cancel.slot(), [&](error_code, std::optional<Leader>) { completed = true; }));
+      io.poll();  // the observe subscribes: its SUBSCRIBE waits for the connection
+      cancel.emit(asio::cancellation_type::terminal);
+      io.poll();
+    }
+    const auto started = std::chrono::steady_clock::now();
+    io.run_for(3s);
+    EXPECT_TRUE(completed);
+    EXPECT_LT(std::chrono::steady_clock::now() - started, 2s)
+        << "round " << round << ": work was left pending on the io_context";
+  }
+}
+
 TEST(Election, BadInputIsRefusedBeforeAnythingIsSent) {
   ConnectionConfig nowhere;
   nowhere.port = free_port();  // nothing listens: a command sent would fail otherwise
