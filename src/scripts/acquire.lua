@@ -58,6 +58,17 @@ if ours or head_is_us then
   else
     redis.call('SET', lease, others and marked or token, 'PX', ttl)
   end
+  if ours and KEYS[5] then
+    -- The release that handed it to us minted our token and recorded it (an election's
+    -- observers heard it as the term): keep that one, unless a token was minted since (an
+    -- older client's hand-off records none), so that one holding has one token.
+    local text = redis.call('GET', KEYS[5])
+    local f = text and tonumber(string.match(text, '^%d+'))
+    if f and f == tonumber(redis.call('GET', fence)) then
+      redis.call('PEXPIRE', KEYS[5], ttl)
+      return {1, f}
+    end
+  end
   return take()
 end
 if string.byte(how, 1) ~= 49 then  -- '1'

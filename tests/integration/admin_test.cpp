@@ -7,6 +7,7 @@
 
 #include "background.hpp"
 #include "lease_sets.hpp"
+#include "redis_lock_scripts.hpp"
 
 #include <boost/asio/use_future.hpp>
 
@@ -248,4 +249,39 @@ TEST(HolderLabel, ALabelledWaiterThatGivesUpLeavesTheQueueAndTheNextWaiterIsServ
   EXPECT_TRUE(served);
   EXPECT_LT(std::chrono::steady_clock::now() - released, 1s);
   ASSERT_TRUE(served.async_release(asio::use_future).get());
+}
+
+TEST(HolderLabel, AWaiterClaimingTheLeaseHandedToItKeepsTheTokenTheHandOffMinted) {
+  // A waiter's attempt may reach the server just after a release handed it the lease (the
+  // release's message on its way): acquire.lua then claims what is already its own. It
+  // must report the token the hand-off minted and recorded (an election announced it as the
+  // term), not mint a second one: one holding, one token. The waiter is played here by
+  // acquire.lua sent by hand, so that its claim surely comes after the hand-off.
+  auto cfg = shared_server_config();
+  const auto resource = unique_resource();
+  const auto keys = detail::make_keys("lock:", resource);
+  Background bg;
+  LockManager holder(bg.io.get_executor(), cfg, {.holder_label = "a"});
+  auto g = holder.async_acquire(resource, {.ttl = 10s}, asio::use_future).get();
+  ASSERT_TRUE(g);
+  const std::string token(32, 'b');
+  // Queue if held ('1'), a place of 5 s; member suffix: a manager id, the ttl, its label.
+  const std::string how = "15000 0123456789abcdef5000 waiter-b";
+  const auto attempt = [&] {
+    return redis_command(
+        cfg.port, {"EVAL", std::string(detail::acquire_script.body), "5", keys.lease, keys.fence,
+                   keys.queue, keys.queue_expiry, keys.info, token, "5000", how});
+  };
+  ASSERT_EQ(attempt().rfind("0 ", 0), 0u) << "queued behind the holder";
+  ASSERT_TRUE(g.async_release(asio::use_future).get());  // hands the lease to the waiter
+  const auto record = redis_command(cfg.port, {"GET", keys.info});
+  const auto handed = record.substr(0, record.find(' '));
+  EXPECT_EQ(record, handed + " waiter-b");
+  EXPECT_GT(std::stoull(handed), g.fencing_token());
+  EXPECT_EQ(attempt(), "1 " + handed) << "the claim minted another token";
+  EXPECT_EQ(redis_command(cfg.port, {"GET", keys.fence}), handed);
+  EXPECT_EQ(redis_command(cfg.port, {"GET", keys.info}), record);
+  const auto left = std::stoll(redis_command(cfg.port, {"PTTL", keys.info}));
+  EXPECT_GT(left, 4000) << "the record lasts as long as the claimed lease";
+  redis_command(cfg.port, {"DEL", keys.lease, keys.info});
 }

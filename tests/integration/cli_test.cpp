@@ -875,7 +875,9 @@ TEST(CliAdmin, ElectRunsTheCommandOnlyWhileLeadingAndObserveSeesEachLeader) {
   EXPECT_TRUE(contains(next, "\"value\":\"second\"}")) << next;
   second.signal(SIGTERM);
   EXPECT_EQ(second.wait(), 128 + SIGTERM);
-  EXPECT_TRUE(contains(observer.read_line(), "\"leader\":false,")) << "the resignation";
+  const auto resigned = observer.read_line();
+  EXPECT_TRUE(contains(resigned, "\"leader\":false,"))
+      << "the resignation: " << resigned << " after " << next << " after " << led;
   observer.signal(SIGTERM);
   EXPECT_EQ(observer.wait(), 0);
 
