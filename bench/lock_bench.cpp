@@ -294,6 +294,18 @@ class Raw {
          {"EVALSHA", detail::release_script.sha1, "5", k.lease, k.queue, k.queue_expiry, k.fence,
           k.info, t, manager_id, notify_prefix});
   }
+  // The same scripts without the holder's record (KEYS[5] absent: what they ran before
+  // 2026-12-02, and still run on Redlock), to price the record.
+  void acquire_unrecorded(const detail::ResourceKeys& k, const std::string& t) {
+    send(Expect::granted, "acquire.lua without the record",
+         {"EVALSHA", detail::acquire_script.sha1, "4", k.lease, k.fence, k.queue, k.queue_expiry, t,
+          "10000", acquire_how});
+  }
+  void release_unrecorded(const detail::ResourceKeys& k, const std::string& t) {
+    send(Expect::one, "release.lua without the record",
+         {"EVALSHA", detail::release_script.sha1, "4", k.lease, k.queue, k.queue_expiry, k.fence, t,
+          manager_id, notify_prefix});
+  }
   void fenced_acquire(const detail::ResourceKeys& k, const std::string& t) {
     send(Expect::positive, "minimal fenced acquire",
          {"EVALSHA", fenced_acquire_, "2", k.lease, k.fence, t, "10000"});
@@ -365,8 +377,9 @@ struct Kind {
 };
 
 const Kind own_scripts{"redis_lock",
-                       "acquire.lua (EXISTS queue, SET NX PX, INCR fence, TIME, SET fence) + "
-                       "release.lua (GET, DEL; the queue only when the lease says someone waits)",
+                       "acquire.lua (EXISTS queue, SET NX PX, INCR fence, TIME, SET fence, SET "
+                       "record PX) + release.lua (GET, DEL lease record; the queue only when the "
+                       "lease says someone waits)",
                        &Raw::acquire, &Raw::release};
 const Kind minimal_fenced{"minimal fenced lock",
                           "script (SET NX PX, INCR fence) + script (GET, DEL)",
@@ -467,6 +480,9 @@ std::vector<Shape> server_ceiling(const Args& a, int rounds, double seconds) {
   Raw raw(a.port);
   const std::vector<Kind> kinds = {
       own_scripts,
+      {"redis_lock without the holder record",
+       "the same two scripts, one key fewer each: no SET of the record, DEL of the lease alone",
+       &Raw::acquire_unrecorded, &Raw::release_unrecorded},
       minimal_fenced,
       {"minimal fenced lock + clock floor",
        "script (SET NX PX, INCR fence, TIME, SET fence) + script (GET, DEL)", &Raw::floored_acquire,
