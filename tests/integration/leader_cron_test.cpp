@@ -81,9 +81,9 @@ TEST(LeaderCron, KilledLeadersAreReplacedWithinTheTtlAndNoPeriodRunsTwice) {
   EXPECT_EQ(verdict.broken, "");
   EXPECT_GE(verdict.terms, 3u) << "two successors";
   // The longest pause: the killed leader's last run, then its lease's ttl, then the
-  // successor's run at once (its period had not run). 150 ms of slack for the hand-off and
-  // for scheduling on a busy machine.
-  EXPECT_LE(verdict.longest_gap_ms, (ttl + period + 150ms).count());
+  // successor's run at once (its period had not run). 300 ms of slack for the hand-off and
+  // for scheduling on a busy machine (sanitized processes, the suite beside them).
+  EXPECT_LE(verdict.longest_gap_ms, (ttl + period + 300ms).count());
   EXPECT_EQ(redis_command(shared_server_port(), {"LLEN", "cron:" + cron.name + ":refused"}), "0")
       << "a deposed leader tried to commit: the election let two lead at once";
   std::printf("%zu runs, %zu terms, longest gap %lld ms (ttl %lld ms + period %lld ms)\n",
