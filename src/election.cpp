@@ -124,6 +124,8 @@ struct ObserveOp final : Watcher, std::enable_shared_from_this<ObserveOp> {
     });
   }
 
+  void refused(const Reply& error) override { finish(service->server_error(error), std::nullopt); }
+
   void heard(std::string_view message) override {
     if (done) return;
     const auto a = read_announcement(message);

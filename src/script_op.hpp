@@ -46,7 +46,7 @@ struct ScriptOp : Routed, LateReplies, std::enable_shared_from_this<ScriptOp> {
   std::shared_ptr<LockService> service;
   ResourceKeys keys;
   std::string token;
-  std::string arg;       // ttl in ms (acquire, extend) or the release's packed ARGV[2]
+  std::string arg;       // ttl in ms (acquire, extend) or the release's member suffix
   std::string announce;  // an election's leadership: '<P|S><channel>' of its observers
   bool wants_late = false;
 };

@@ -175,7 +175,12 @@ void Waiters::remove(const std::string& token) {
 }
 
 void Waiters::stop_reading_if_idle() {
-  if (!router_ || !book_.empty() || !channels_.empty()) return;
+  if (!router_ || !book_.empty()) return;
+  // A channel nobody watches any more (its SUBSCRIBE unanswered yet) needs no reads: that
+  // SUBSCRIBE keeps its own connection reading until it is answered.
+  for (const auto& [name, channel] : channels_) {
+    if (!channel.watchers.empty()) return;
+  }
   router_->for_each_subscriber([](std::size_t, Connection& c) { c.keep_reading(false); });
 }
 
@@ -202,7 +207,9 @@ void Waiters::unwatch(const std::string& channel, const Watcher* watcher) {
   if (!watchers.empty()) return;
   const bool subscribed = it->second.state == HandOffBook::Subscription::State::confirmed;
   const auto node = it->second.node;
-  if (it->second.state == HandOffBook::Subscription::State::pending) return;  // see its answer
+  if (it->second.state == HandOffBook::Subscription::State::pending) {
+    return stop_reading_if_idle();  // its answer unsubscribes
+  }
   channels_.erase(it);
   if (subscribed) unsubscribe_channel(channel, node);
   stop_reading_if_idle();
@@ -242,8 +249,14 @@ void Waiters::subscribe_channel(const std::string& channel, std::uint16_t slot) 
                        }
                        if (ec || reply.is_error()) {
                          self->channels_.erase(it);
-                         for (auto& w : watchers) w->unheard();
-                         return;
+                         for (auto& w : watchers) {
+                           if (ec) {
+                             w->unheard();
+                           } else {
+                             w->refused(reply);
+                           }
+                         }
+                         return self->stop_reading_if_idle();
                        }
                        it->second.state = HandOffBook::Subscription::State::confirmed;
                        for (auto& w : watchers) w->listening();

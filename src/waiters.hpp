@@ -65,6 +65,9 @@ class Watcher {
   virtual void listening() = 0;
   /// The subscription failed or its link went down: messages are missed until watched again.
   virtual void unheard() = 0;
+  /// The server refused the SUBSCRIBE (an ACL without the channel, say): asking again would
+  /// get the same answer. No longer watched.
+  virtual void refused(const Reply& error) = 0;
 
  protected:
   ~Watcher() = default;

@@ -3,10 +3,10 @@
 -- up leaves.
 -- KEYS[1] lease, KEYS[2] queue, KEYS[3] queue expiry, KEYS[4] fencing counter, KEYS[5] the
 -- lease's info (who holds it; none on Redlock), all of one slot; ARGV[1] token, ARGV[2] our
--- member suffix (after a space, a waiter's data: its label, a candidate's value), ARGV[3] '<P|S><channel
--- prefix>': P publishes with PUBLISH, S with SPUBLISH (a Cluster: the channel then carries
--- this slot's hash tag); ARGV[4] (an election's leader only) '<P|S><channel>' on which the
--- change of leader is announced.
+-- member suffix (after a space, a waiter's data: its label, a candidate's value), ARGV[3]
+-- '<P|S><channel prefix>': P publishes with PUBLISH, S with SPUBLISH (a Cluster: the channel
+-- then carries this slot's hash tag); ARGV[4] (an election's leader only) '<P|S><channel>'
+-- on which the change of leader is announced.
 -- The lease's value is the holder's token, with '+' appended once a waiter may be queued
 -- (acquire.lua): without it, nobody is, and neither is our own member.
 -- A hand-off is complete in this one step (hand_on): the waiter owns the lock on receipt.

@@ -393,6 +393,32 @@ TEST(Election, AnObserveCancelledBeforeItsSubscriptionIsConfirmedLeavesNoWorkBeh
   }
 }
 
+TEST(Election, AnObserverRefusedTheChannelFailsInsteadOfAskingForever) {
+  // An ACL user that may read the keys but not subscribe to the election's channel: the
+  // observe fails with the server's refusal (asking again gets the same answer), and leaves
+  // no work behind.
+  RedisServer server;  // its own: the ACL user is made there
+  ASSERT_EQ(redis_command(server.port(), {"ACL", "SETUSER", "reader", "on", ">pw", "~*",
+                                          "resetchannels", "+@all"}),
+            "OK");
+  ConnectionConfig cfg;
+  cfg.port = server.port();
+  cfg.username = "reader";
+  cfg.password = "pw";
+  asio::io_context io;
+  std::optional<error_code> got;
+  {
+    LockManager locks(io.get_executor(), cfg);
+    Election election(locks, unique_name());
+    election.async_observe(1, [&](error_code ec, std::optional<Leader>) { got = ec; });
+  }
+  const auto started = std::chrono::steady_clock::now();
+  io.run_for(5s);
+  ASSERT_TRUE(got.has_value()) << "the observe never completed";
+  EXPECT_EQ(*got, error::no_permission) << got->message();
+  EXPECT_LT(std::chrono::steady_clock::now() - started, 2s) << "work was left pending";
+}
+
 TEST(Election, BadInputIsRefusedBeforeAnythingIsSent) {
   ConnectionConfig nowhere;
   nowhere.port = free_port();  // nothing listens: a command sent would fail otherwise
