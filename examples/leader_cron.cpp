@@ -12,9 +12,10 @@
 //
 // The job's effect is one write to a store that knows fencing tokens (here a Redis hash on
 // the lock's server; in production, your database): the write carries the leader's term and
-// the store refuses it when it has seen a larger one. That is what keeps a deposed leader
-// (paused by GC, a full disk, SIGSTOP) from committing a period its successor ran already.
-// The store also keeps the log the tests read: one entry per period that ran.
+// the store refuses it when it has seen a larger one. A new leader's first step tells the
+// store its term and reads which period ran last, in one atomic step: from then on a deposed
+// leader (paused by GC, a full disk, SIGSTOP) cannot commit, so no period runs twice. The
+// store also keeps the log the tests read: one entry per period that ran.
 #include <redis_lock/redis_lock.hpp>
 
 #include <boost/asio/as_tuple.hpp>
@@ -93,17 +94,28 @@ class FencedStore {
   FencedStore(const FencedStore&) = delete;
   FencedStore& operator=(const FencedStore&) = delete;
 
-  /// The last period that ran, -1 if none did; nullopt if the store cannot be reached.
-  std::optional<long long> last_period() {
-    redisReply* r = command({"HGET", state_, "period"});
-    if (r == nullptr) return std::nullopt;
-    const long long last = r->type == REDIS_REPLY_STRING ? std::atoll(r->str) : -1;
-    freeReplyObject(r);
+  /// A new leader's first step: the store learns `term` (from now on it refuses a smaller
+  /// one, so a deposed leader's late commit cannot land after this) and says which period
+  /// ran last (-1: none). nullopt if `term` is smaller than one it has seen (a newer leader
+  /// began) or the store cannot be reached (`reachable` says which).
+  std::optional<long long> begin_term(std::uint64_t term, bool& reachable) {
+    static const char* const script =
+        "local seen = tonumber(redis.call('HGET', KEYS[1], 'fence') or '0')\n"
+        "if tonumber(ARGV[1]) < seen then return -2 end\n"
+        "redis.call('HSET', KEYS[1], 'fence', ARGV[1])\n"
+        "return tonumber(redis.call('HGET', KEYS[1], 'period') or '-1')\n";
+    redisReply* r = command({"EVAL", script, "1", state_, std::to_string(term)});
+    reachable = r != nullptr && r->type == REDIS_REPLY_INTEGER;
+    std::optional<long long> last;
+    if (reachable && r->integer != -2) last = r->integer;
+    if (r != nullptr) freeReplyObject(r);
     return last;
   }
 
   enum class Commit { done, stale, failed };
-  /// Records that `period` ran under `term`, unless a larger term was seen (a newer leader).
+  /// Records that `period` ran under `term`, unless a larger term was seen (a newer leader:
+  /// the write is refused, and kept aside for the tests). A period recorded already is not
+  /// recorded again (a retry whose first answer was lost): done.
   Commit commit(std::uint64_t term, long long period) {
     static const char* const script =
         "local seen = tonumber(redis.call('HGET', KEYS[1], 'fence') or '0')\n"
@@ -114,6 +126,8 @@ class FencedStore {
         "  redis.call('RPUSH', KEYS[3], entry)\n"
         "  return 0\n"
         "end\n"
+        "local last = tonumber(redis.call('HGET', KEYS[1], 'period') or '-1')\n"
+        "if tonumber(ARGV[2]) <= last then return 1 end\n"
         "redis.call('HSET', KEYS[1], 'fence', ARGV[1], 'period', ARGV[2])\n"
         "redis.call('RPUSH', KEYS[2], entry)\n"
         "return 1\n";
@@ -203,19 +217,29 @@ asio::awaitable<void> run(const Settings& s, redis_lock::ConnectionConfig config
     const std::uint64_t term = leadership.fencing_token();
     say("leading term %llu", static_cast<unsigned long long>(term));
 
-    // Where the previous leader stopped: the current period runs now if it has not.
-    std::optional<long long> last = co_await on_job_thread([&] { return store.last_period(); });
+    // The store learns the new term, and says where the previous leader stopped: the
+    // current period runs now if it has not.
+    std::optional<long long> last;
+    bool newer_leader = false;
+    while (!stopping && !leadership.lost() && !last && !newer_leader) {
+      bool reachable = false;
+      last = co_await on_job_thread([&] { return store.begin_term(term, reachable); });
+      newer_leader = reachable && !last;
+      if (!reachable) {
+        timer.expires_after(std::min(s.period, 100ms));  // the store is down: again soon
+        co_await timer.async_wait(stoppable());
+      }
+    }
     int runs = 0;
-    while (!stopping && !leadership.lost()) {
+    while (!stopping && !leadership.lost() && last) {
       const long long p = period_now(s.period);
-      if (last && p > *last &&
-          std::chrono::steady_clock::now() + s.work < leadership.valid_until()) {
+      if (p > *last && std::chrono::steady_clock::now() + s.work < leadership.valid_until()) {
         const auto outcome = co_await on_job_thread([&] {
           std::this_thread::sleep_for(s.work);  // the job's own work
           return store.commit(term, p);
         });
         if (outcome == FencedStore::Commit::stale) {
-          say("period %lld refused: a newer leader ran it", p);
+          say("period %lld refused: a newer leader began", p);
           break;
         }
         if (outcome == FencedStore::Commit::done) {
@@ -223,9 +247,8 @@ asio::awaitable<void> run(const Settings& s, redis_lock::ConnectionConfig config
           say("ran period %lld (term %llu)", p, static_cast<unsigned long long>(term));
           if (s.resign_after != 0 && ++runs >= s.resign_after) break;
         }
-      } else if (!last) {
-        last = co_await on_job_thread([&] { return store.last_period(); });
       }
+      if (stopping) break;
       // Until the next period, or until the lease would end unrenewed (then a little longer:
       // the renewal's answer, or the loss, is on its way).
       const auto now = std::chrono::steady_clock::now();
@@ -284,8 +307,13 @@ int main(int argc, char** argv) {
   }
   auto config = redis_lock::ConnectionConfig::from_url(s.url);
   if (!config) return 2;
+  // The holder label (what `redis-lock status election:NAME` shows): HOSTNAME:PID, printable.
   char host[256] = {};
   ::gethostname(host, sizeof host - 1);
+  for (char* c = host; *c != '\0'; ++c) {
+    if (*c < 0x21 || *c > 0x7e) *c = '?';
+  }
+  host[100] = '\0';
   asio::io_context io;
   asio::thread_pool job_thread(1);
   redis_lock::LockManager locks(
