@@ -887,6 +887,8 @@ TEST(CliAdmin, ElectRunsTheCommandOnlyWhileLeadingAndObserveSeesEachLeader) {
   EXPECT_EQ(seen[1].rfind("start:", 0), 0u);
   EXPECT_LT(std::stoull(seen[0].substr(6)), std::stoull(seen[1].substr(6))) << "terms increase";
   EXPECT_TRUE(contains(led, "\"term\":" + seen[0].substr(6) + ",")) << "the term is the token";
+  EXPECT_TRUE(contains(next, "\"term\":" + seen[1].substr(6) + ","))
+      << "the second leader's token is the term observed: " << next;
 }
 
 TEST(CliAdmin, ElectStopsTheCommandWhenTheLeadershipIsLost) {

@@ -182,6 +182,7 @@ TEST(CliOptions, SubcommandsAreTheFirstPositionalArgument) {
   EXPECT_EQ(named.resource, "status");
   EXPECT_EQ(run_options({"status", "elect"}).resource, "elect");
   EXPECT_EQ(run_options({"status", "--resource", "-dashed"}).resource, "-dashed");
+  EXPECT_EQ(run_options({"status", "--resource=-n"}).resource, "-n");
   EXPECT_EQ(run_options({"elect", "e", "-c", "x"}).command,
             (std::vector<std::string>{"/bin/sh", "-c", "x"}));
   EXPECT_EQ(run_options({"elect", "e", "--value", std::string(1024, 'v'), "--", "x"}).value.size(),
@@ -208,6 +209,7 @@ TEST(CliOptions, SubcommandsRefuseWhatDoesNotApplyToThem) {
       {{"status", ""}, "RESOURCE must not be empty"},
       {{"observe", "--resource", ""}, "NAME must not be empty"},
       {{"--resource", "r", "s", "--", "true"}, "--resource names the RESOURCE already"},
+      {{"--positional", "r", "--", "true"}, "unrecognised option '--positional'"},
   };
   for (const auto& [args, expected] : cases) {
     const auto text = usage_error(args);

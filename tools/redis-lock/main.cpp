@@ -92,19 +92,59 @@ struct Report {
   std::optional<bool> released;
 };
 
+/// The length of the UTF-8 sequence at the start of `s`, 0 if it is not a valid one.
+std::size_t utf8_sequence(std::string_view s) {
+  const auto byte = [&](std::size_t i) { return static_cast<unsigned char>(s[i]); };
+  const unsigned char lead = byte(0);
+  std::size_t n = 0;
+  unsigned min = 0;
+  unsigned code = 0;
+  if (lead >= 0xc2 && lead <= 0xdf) {
+    n = 2, min = 0x80, code = lead & 0x1fu;
+  } else if (lead >= 0xe0 && lead <= 0xef) {
+    n = 3, min = 0x800, code = lead & 0x0fu;
+  } else if (lead >= 0xf0 && lead <= 0xf4) {
+    n = 4, min = 0x10000, code = lead & 0x07u;
+  } else {
+    return 0;
+  }
+  if (s.size() < n) return 0;
+  for (std::size_t i = 1; i < n; ++i) {
+    if ((byte(i) & 0xc0u) != 0x80u) return 0;
+    code = (code << 6) | (byte(i) & 0x3fu);
+  }
+  if (code < min || code > 0x10ffff || (code >= 0xd800 && code <= 0xdfff)) return 0;
+  return n;
+}
+
+/// A JSON string: UTF-8 passes through, control characters are escaped, and a byte that is
+/// not part of valid UTF-8 (an election's value may be any bytes) becomes U+FFFD.
 std::string json_string(std::string_view s) {
   std::string out = "\"";
-  for (const unsigned char c : s) {
+  for (std::size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c >= 0x80) {
+      const auto n = utf8_sequence(s.substr(i));
+      if (n == 0) {
+        out += "\\ufffd";
+        ++i;
+      } else {
+        out.append(s.substr(i, n));
+        i += n;
+      }
+      continue;
+    }
     if (c == '"' || c == '\\') {
       out += '\\';
       out += static_cast<char>(c);
-    } else if (c < 0x20) {
+    } else if (c < 0x20 || c == 0x7f) {
       char buf[8];
       std::snprintf(buf, sizeof buf, "\\u%04x", c);
       out += buf;
     } else {
       out += static_cast<char>(c);
     }
+    ++i;
   }
   return out + "\"";
 }
@@ -789,7 +829,9 @@ int main(int argc, char** argv) {
     auto task = o.mode == Mode::status          ? status(o, *config)
                 : o.mode == Mode::force_release ? force_release(o, *config)
                                                 : observe(o, *config);
+    bool finished = false;
     asio::co_spawn(io, std::move(task), [&](std::exception_ptr e, int c) {
+      finished = true;
       if (!e) {
         code = c;
         return;
@@ -800,7 +842,11 @@ int main(int argc, char** argv) {
         say("%s", ex.what());
       }
     });
-    io.run();
+    while (!finished && io.run_one() > 0) {
+    }
+    // What the library posted on the way out, bounded: nothing may hold up the exit.
+    io.restart();
+    io.run_for(1s);
     return code;
   }
   Report report;

@@ -33,8 +33,9 @@ REDIS_LOCK_FENCING_TOKEN in its environment (never the URL or the password). The
 released when every process of that group has exited. Each lease is labelled with the
 HOSTNAME:PID of the redis-lock holding it (status shows it).
 
-subcommands (the first argument that is not an option; a RESOURCE named like one of them
-is given with --resource):
+subcommands (the first argument that is not an option; a RESOURCE named like one of them,
+or starting with '-', is given with --resource=RESOURCE). Not on a redis+redlock:// URL
+(exit 2):
   elect NAME             campaign in the election NAME, waiting fairly with the other
                          candidates, and run COMMAND only while leading: it gets the term
                          as REDIS_LOCK_FENCING_TOKEN, and is stopped as for a lost lock
@@ -49,8 +50,8 @@ is given with --resource):
                          Exit 0 if it was released, 1 if nobody held it
   observe NAME           print the election's leader, then a line for each change of
                          leader, until SIGINT, SIGTERM or SIGHUP (exit 0); it rides out
-                         lost connections (said on stderr). Exit 3 if Redis cannot be
-                         reached at the start
+                         lost connections. Exit 3 if Redis cannot be reached at the start,
+                         141 (128+SIGPIPE) once its stdout is closed
 
 options:
   --url URL              redis://[user@]host[:port][/db], rediss://..., unix:///path, or
@@ -75,7 +76,7 @@ options:
                          program's async_acquire_exclusive)
   --value V              elect: what the leader proclaims (an address, say; at most 1024
                          bytes), shown by observe
-  --resource RESOURCE    RESOURCE (or NAME) as an option: for a name that starts with '-'
+  --resource=RESOURCE    RESOURCE (or NAME) as an option: for a name that starts with '-'
                          or is a subcommand's
   -c, --command STRING   run STRING with /bin/sh -c (instead of COMMAND after --)
   -E, --conflict-exit-code N
@@ -231,8 +232,15 @@ Parsed parse_command_line(int argc, const char* const* argv, const char* (*geten
     // No guessing of abbreviations: `--no` must not quietly mean `--nonblock`.
     const int style =
         po::command_line_style::default_style & ~po::command_line_style::allow_guessing;
-    po::store(po::command_line_parser(ours).options(all).positional(positional).style(style).run(),
-              vm);
+    const auto parsed =
+        po::command_line_parser(ours).options(all).positional(positional).style(style).run();
+    for (const auto& option : parsed.options) {
+      // The positional arguments' option is ours, not one to type.
+      if (option.string_key == "positional" && option.position_key < 0) {
+        return fail("unrecognised option '--positional'");
+      }
+    }
+    po::store(parsed, vm);
   } catch (const po::error& e) {
     return fail(e.what());
   }
