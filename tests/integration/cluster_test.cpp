@@ -3,6 +3,7 @@
 // from one seed, a slot map of 16384 ranges, sharded pub/sub hand-off, MOVED after a slot
 // moved, ASK and TRYAGAIN while a slot migrates, lock traffic on a migrating slot, and lock
 // traffic through CLUSTER FAILOVER and through a master killed with kill -9.
+#include "election_round.hpp"
 #include "keys.hpp"
 #include "live.hpp"
 #include "lock_load.hpp"
@@ -260,6 +261,14 @@ TEST(Cluster, WaiterIsWokenBySpublishOnTheSlotsMaster) {
         EXPECT_GT(fence, held_fence);
       }(),
       20s);
+}
+
+TEST(Cluster, ElectionsObserversInspectAndForceRelease) {
+  // The election's lease lives on its slot's master; its announcements are PUBLISHed (the
+  // Cluster forwards them to every node), so the observer's subscription may be anywhere.
+  RedisCluster cluster;
+  asio::io_context io;
+  election_round(io, cluster.config());
 }
 
 TEST(Cluster, FollowsMovedWhenASlotMovedToAnotherMaster) {

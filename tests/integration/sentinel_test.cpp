@@ -2,6 +2,7 @@
 // Sentinel: a master, a replica and three sentinels per test (real processes). The manager
 // asks the sentinels for the master (with their own password), confirms it with ROLE, and
 // finds the new master after SENTINEL FAILOVER and after the master is killed.
+#include "election_round.hpp"
 #include "live.hpp"
 #include "lock_load.hpp"
 #include "redis_sentinel.hpp"
@@ -267,6 +268,12 @@ TEST(Sentinel, MinReplicasOnAMasterThatLostItsReplicaIsNotReplicated) {
 
 // Issue 15: semaphores, read-write locks and async_acquire_all on the master the sentinels
 // name.
+TEST(Sentinel, ElectionsObserversInspectAndForceRelease) {
+  RedisSentinelSet set(passwords);
+  asio::io_context io;
+  election_round(io, set.config());
+}
+
 TEST(Sentinel, SemaphoresReadWriteLocksAndAcquireAll) {
   RedisSentinelSet set(passwords);
   asio::io_context io;
