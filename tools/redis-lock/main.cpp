@@ -392,6 +392,22 @@ asio::awaitable<Released> release_and_report(redis_lock::LockGuard& guard, const
   co_return release;
 }
 
+/// A failed operation (the lock's or a subcommand's): what it says on stderr, and its exit
+/// status.
+struct Failure {
+  std::string message;
+  int exit_code;
+};
+
+Failure failed(const Options& o, const redis_lock::ConnectionConfig& config,
+               const redis_lock::LockManager& locks, boost::system::error_code ec) {
+  Failure f{describe_failure(config, ec, locks.last_server_error()),
+            // (A database the server does not have comes back as invalid_argument too.)
+            ec == redis_lock::error::invalid_argument ? exit_usage : exit_redis_error};
+  say("%s: %s", o.resource.c_str(), f.message.c_str());
+  return f;
+}
+
 asio::awaitable<Report> run(const Options& o, redis_lock::ConnectionConfig config) {
   auto ex = co_await asio::this_coro::executor;
   Report report;
@@ -444,10 +460,9 @@ asio::awaitable<Report> run(const Options& o, redis_lock::ConnectionConfig confi
     co_return report;
   }
   if (ec) {
-    report.error = describe_failure(config, ec, locks.last_server_error());
-    // (A database the server does not have comes back as invalid_argument too.)
-    report.exit_code = ec == redis_lock::error::invalid_argument ? exit_usage : exit_redis_error;
-    say("%s: %s", o.resource.c_str(), report.error.c_str());
+    auto failure = failed(o, config, locks, ec);
+    report.error = std::move(failure.message);
+    report.exit_code = failure.exit_code;
     co_return report;
   }
   if (!guard) {
@@ -652,19 +667,11 @@ std::string describe_status(const Options& o, const redis_lock::LockInfo& info) 
   return out;
 }
 
-/// A failed operation of status, force-release or observe: said, and the exit status.
-int failed(const Options& o, const redis_lock::ConnectionConfig& config,
-           const redis_lock::LockManager& locks, boost::system::error_code ec) {
-  say("%s: %s", o.resource.c_str(),
-      describe_failure(config, ec, locks.last_server_error()).c_str());
-  return ec == redis_lock::error::invalid_argument ? exit_usage : exit_redis_error;
-}
-
 asio::awaitable<int> status(const Options& o, redis_lock::ConnectionConfig config) {
   redis_lock::LockManager locks(co_await asio::this_coro::executor, config, manager_options());
   const auto [ec, info] =
       co_await locks.async_inspect(o.resource, asio::as_tuple(asio::use_awaitable));
-  if (ec) co_return failed(o, config, locks, ec);
+  if (ec) co_return failed(o, config, locks, ec).exit_code;
   print(describe_status(o, info));
   co_return 0;
 }
@@ -676,7 +683,7 @@ asio::awaitable<int> force_release(const Options& o, redis_lock::ConnectionConfi
   }
   const auto [ec, released] =
       co_await locks.async_force_release(o.resource, asio::as_tuple(asio::use_awaitable));
-  if (ec) co_return failed(o, config, locks, ec);
+  if (ec) co_return failed(o, config, locks, ec).exit_code;
   if (o.json) {
     print("{\"resource\":" + json_string(o.resource) +
           ",\"released\":" + (released ? "true" : "false") + "}\n");
@@ -731,7 +738,7 @@ asio::awaitable<int> observe(const Options& o, redis_lock::ConnectionConfig conf
         after, asio::bind_cancellation_slot(cancel.slot(), asio::as_tuple(asio::use_awaitable)));
     if (stopping) break;
     if (ec) {
-      if (!printed) co_return failed(o, config, locks, ec);
+      if (!printed) co_return failed(o, config, locks, ec).exit_code;
       if (!failing) {
         say("%s: %s; trying again every second", o.resource.c_str(),
             describe_failure(config, ec, locks.last_server_error()).c_str());
@@ -751,6 +758,33 @@ asio::awaitable<int> observe(const Options& o, redis_lock::ConnectionConfig conf
     printed = std::move(line);
   }
   co_return 0;
+}
+
+/// Runs `task` on `io` to its end (an exception is said, and `if_thrown` returned); then
+/// what the library posted on the way out (the give-back of a lease granted to a wait a
+/// signal cancelled, a queue place left) goes out, bounded: a release that got no reply is
+/// given up on, and nothing holds up the exit.
+template <class T>
+T run_to_end(asio::io_context& io, asio::awaitable<T> task, T if_thrown) {
+  T result = std::move(if_thrown);
+  bool done = false;
+  asio::co_spawn(io, std::move(task), [&](std::exception_ptr e, T r) {
+    done = true;
+    if (!e) {
+      result = std::move(r);
+      return;
+    }
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::exception& ex) {
+      say("%s", ex.what());
+    }
+  });
+  while (!done && io.run_one() > 0) {
+  }
+  io.restart();
+  io.run_for(1s);
+  return result;
 }
 
 /// Overwrites the password of a --url argument in our own argv, so that `ps` stops
@@ -825,51 +859,12 @@ int main(int argc, char** argv) {
 
   asio::io_context io(1);
   if (o.mode == Mode::status || o.mode == Mode::force_release || o.mode == Mode::observe) {
-    int code = exit_redis_error;
     auto task = o.mode == Mode::status          ? status(o, *config)
                 : o.mode == Mode::force_release ? force_release(o, *config)
                                                 : observe(o, *config);
-    bool finished = false;
-    asio::co_spawn(io, std::move(task), [&](std::exception_ptr e, int c) {
-      finished = true;
-      if (!e) {
-        code = c;
-        return;
-      }
-      try {
-        std::rethrow_exception(e);
-      } catch (const std::exception& ex) {
-        say("%s", ex.what());
-      }
-    });
-    while (!finished && io.run_one() > 0) {
-    }
-    // What the library posted on the way out, bounded: nothing may hold up the exit.
-    io.restart();
-    io.run_for(1s);
-    return code;
+    return run_to_end(io, std::move(task), exit_redis_error);
   }
-  Report report;
-  bool done = false;
-  asio::co_spawn(io, run(o, *config), [&](std::exception_ptr e, Report r) {
-    done = true;
-    if (e) {
-      try {
-        std::rethrow_exception(e);
-      } catch (const std::exception& ex) {
-        say("%s", ex.what());
-      }
-    } else {
-      report = std::move(r);
-    }
-  });
-  while (!done && io.run_one() > 0) {
-  }
-  // What the library posted on the way out (the give-back of a lease granted to a wait a
-  // signal cancelled, a queue place left) goes out; a release that got no reply is given
-  // up on after a bounded time.
-  io.restart();
-  io.run_for(1s);
+  const Report report = run_to_end(io, run(o, *config), Report{});
   if (o.json) print_json(o, report);
   return report.exit_code;
 }
