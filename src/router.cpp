@@ -110,6 +110,25 @@ struct Pinned final : Routed {
 
 }  // namespace
 
+/// A map query's reply that came after its timeout (a large map read by a loaded machine,
+/// a slow link): the map is still worth applying, unless a later one was meanwhile
+/// (Router::take_map). Nothing else waits for it: the refresh went on without it.
+class Router::LateMap final : public LateReplies {
+ public:
+  LateMap(std::weak_ptr<Router> router, std::size_t node, std::uint64_t query)
+      : router_(std::move(router)), node_(node), query_(query) {}
+  void on_late_reply(error_code ec, const Reply& reply) override {
+    auto router = router_.lock();
+    if (ec || !router || router->shut_down_) return;
+    router->take_map(reply, node_, query_);
+  }
+
+ private:
+  std::weak_ptr<Router> router_;
+  std::size_t node_;
+  std::uint64_t query_;
+};
+
 void Router::send(std::shared_ptr<Routed> op, std::size_t ask_node) {
   if (shut_down_) return;  // dropped, as Asio drops pending handlers
   const bool asking = ask_node != no_node;
@@ -257,17 +276,27 @@ void Router::query_slots(std::size_t tried) {
   // Ask the nodes in turn, starting after the one asked last, so a dead node is not
   // asked first every time.
   const auto node = next_candidate_++ % nodes_.size();
+  const auto query = ++map_queries_;
   const std::string_view command[] = {"CLUSTER", "SLOTS"};
   connection(node, Pool::topology)
-      .execute(command, Connection::Callback(
-                            [weak = weak_from_this(), node, tried](error_code ec, Reply reply) {
-                              auto self = weak.lock();
-                              if (!self || self->shut_down_) return;
-                              if (ec || !self->apply_slots(reply, node))
-                                return self->query_slots(tried + 1);
-                              self->fallback_ = node;
-                              self->refresh_done();
-                            }));
+      .execute(command,
+               Connection::Callback(
+                   [weak = weak_from_this(), node, tried, query](error_code ec, Reply reply) {
+                     auto self = weak.lock();
+                     if (!self || self->shut_down_) return;
+                     if (ec || !self->take_map(reply, node, query))
+                       return self->query_slots(tried + 1);
+                     self->refresh_done();
+                   }),
+               std::make_shared<LateMap>(weak_from_this(), node, query));
+}
+
+bool Router::take_map(const Reply& reply, std::size_t from, std::uint64_t query) {
+  if (query < map_applied_) return true;  // a later query's map is applied already
+  if (!apply_slots(reply, from)) return false;
+  map_applied_ = query;
+  fallback_ = from;
+  return true;
 }
 
 void Router::refresh_done() {

@@ -124,6 +124,7 @@ class Router : public std::enable_shared_from_this<Router> {
   static constexpr std::chrono::milliseconds verify_interval{1000};
 
  private:
+  class LateMap;
   struct Node {
     Endpoint endpoint;
     std::string address;  // host:port
@@ -135,6 +136,9 @@ class Router : public std::enable_shared_from_this<Router> {
   bool resent(std::shared_ptr<Routed>& op, const Reply& reply);
   void verify_master();
   void query_slots(std::size_t tried);
+  /// The map that query number `query` got from node `from`, in time or late: applied
+  /// unless a later query's map already was. False if the reply is not a map.
+  bool take_map(const Reply& reply, std::size_t from, std::uint64_t query);
   bool apply_slots(const Reply& reply, std::size_t from);
   void refresh_done();
 
@@ -152,6 +156,8 @@ class Router : public std::enable_shared_from_this<Router> {
   std::vector<std::int32_t> slots_;  // Cluster: node index per slot, -1 unknown
   std::size_t fallback_ = 0;         // a node that answered the last map query
   bool map_loaded_ = false;
+  std::uint64_t map_queries_ = 0;  // map queries sent, numbered from 1
+  std::uint64_t map_applied_ = 0;  // the query whose map slots_ holds
   bool refreshing_ = false;
   bool refresh_again_ = false;
   std::size_t next_candidate_ = 0;

@@ -8,6 +8,7 @@
 #include "live.hpp"
 #include "lock_load.hpp"
 #include "redis_cluster.hpp"
+#include "tcp_proxy.hpp"
 
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/use_future.hpp>
@@ -169,6 +170,45 @@ TEST(Cluster, LockTrafficWithASlotMapOfSixteenThousandRanges) {
   EXPECT_TRUE(third.empty()) << third.size() << " failures, first: " << third.front();
   EXPECT_GT(info_sum(cluster, "commandstats", "cmdstat_cluster|slots:calls="), loads_before)
       << "the MOVED did not reload the map";
+}
+
+TEST(Cluster, ASlotMapThatArrivesAfterItsTimeoutIsStillApplied) {
+  // The map's reply may come after its command timeout (a 16384-range map read by a loaded
+  // machine): it is applied when it comes, unless a later map was applied meanwhile. Here
+  // the one seed is reached through a proxy that answers every CLUSTER SLOTS 1.5 s late
+  // (against a 1 s command timeout), and one master serves every slot (no MOVED teaches the
+  // manager another node). Until the map is applied, every command goes to the seed, through
+  // the proxy; once it is, they go to the master's own address.
+  RedisCluster cluster(1, 0);
+  TcpProxy seed(cluster.node(0).port());
+  seed.delay_replies_after("SLOTS", 1500ms);
+  auto cfg = cluster.config(1);
+  cfg.nodes = {{"127.0.0.1", seed.port()}};
+  asio::io_context io;
+  LockManager locks(io.get_executor(), cfg);
+  run_co(
+      io,
+      [&]() -> asio::awaitable<void> {
+        // Lock traffic (it asks for the map) until an acquire and its release pass the
+        // proxy by (there is no signal for "the map is here"); without the late map, none
+        // ever does.
+        const auto until = std::chrono::steady_clock::now() + 10s;
+        bool direct = false;
+        int rounds = 0;
+        while (!direct && std::chrono::steady_clock::now() < until) {
+          ++rounds;
+          const auto before = seed.bytes_from_clients();
+          auto g =
+              co_await locks.async_acquire(unique_resource(), {.ttl = 5s}, asio::use_awaitable);
+          CO_ASSERT_TRUE(g.owns_lock());
+          EXPECT_TRUE(co_await g.async_release(asio::use_awaitable));
+          direct = seed.bytes_from_clients() == before;
+          if (!direct) co_await sleep_for(50ms);
+        }
+        EXPECT_TRUE(direct) << "the late map was thrown away: " << rounds
+                            << " rounds, each through the seed";
+      },
+      20s);
 }
 
 TEST(Cluster, LocksOnEveryMasterFromOneSeed) {

@@ -28,6 +28,9 @@ struct TcpProxy::Impl {
   std::atomic<long long> delay_ms{0};
   std::atomic<bool> blackhole{false};
   std::atomic<bool> corrupt_reply{false};
+  std::atomic<unsigned long long> client_bytes{0};
+  std::string slow_after;  // set before any connection (delay_replies_after)
+  std::chrono::milliseconds slow_delay{0};
   std::thread thread;
 
   asio::awaitable<void> pause_while_cut() {
@@ -40,8 +43,9 @@ struct TcpProxy::Impl {
 
   // One direction: chunks are stamped when read and written no earlier than stamp + delay,
   // in order, so a delay adds latency without serialising the pipeline.
+  // `slowed` (one per connection): the client has sent `slow_after`; its replies come late.
   asio::awaitable<void> pump(std::shared_ptr<tcp::socket> from, std::shared_ptr<tcp::socket> to,
-                             bool from_server) {
+                             bool from_server, std::shared_ptr<bool> slowed) {
     struct Chunk {
       Clock::time_point due;
       std::string bytes;
@@ -80,8 +84,13 @@ struct TcpProxy::Impl {
       if (ec) break;
       std::string bytes(buf, n);
       if (from_server && corrupt_reply.exchange(false)) bytes = "\x07not RESP\r\n";
-      queue->push_back(
-          {Clock::now() + std::chrono::milliseconds(delay_ms.load()), std::move(bytes)});
+      if (!from_server) {
+        client_bytes += n;
+        if (!slow_after.empty() && bytes.find(slow_after) != std::string::npos) *slowed = true;
+      }
+      auto due = Clock::now() + std::chrono::milliseconds(delay_ms.load());
+      if (from_server && *slowed) due += slow_delay;
+      queue->push_back({due, std::move(bytes)});
       more->cancel();
     }
     *reading_done = true;
@@ -97,8 +106,9 @@ struct TcpProxy::Impl {
       auto [cec] = co_await b->async_connect({asio::ip::make_address("127.0.0.1"), target},
                                              asio::as_tuple(asio::use_awaitable));
       if (cec) continue;  // the server is down: the client sees its connection closed
-      asio::co_spawn(io, pump(a, b, false), asio::detached);
-      asio::co_spawn(io, pump(b, a, true), asio::detached);
+      auto slowed = std::make_shared<bool>(false);
+      asio::co_spawn(io, pump(a, b, false, slowed), asio::detached);
+      asio::co_spawn(io, pump(b, a, true, slowed), asio::detached);
     }
   }
 };
@@ -123,5 +133,14 @@ void TcpProxy::set_delay(std::chrono::milliseconds delay) noexcept {
 void TcpProxy::set_blackhole(bool on) noexcept { impl_->blackhole.store(on); }
 
 void TcpProxy::corrupt_next_reply() noexcept { impl_->corrupt_reply.store(true); }
+
+void TcpProxy::delay_replies_after(std::string needle, std::chrono::milliseconds delay) {
+  impl_->slow_after = std::move(needle);
+  impl_->slow_delay = delay;
+}
+
+unsigned long long TcpProxy::bytes_from_clients() const noexcept {
+  return impl_->client_bytes.load();
+}
 
 }  // namespace redis_lock::test

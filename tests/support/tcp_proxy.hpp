@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <string>
 
 namespace redis_lock::test {
 
@@ -28,6 +29,12 @@ class TcpProxy {
   /// The next chunk the server sends is replaced by bytes that are not RESP (the command
   /// it answers has run on the server; the client sees a protocol error).
   void corrupt_next_reply() noexcept;
+  /// On each connection whose client has sent bytes containing `needle`, every later reply
+  /// comes `delay` late (on top of set_delay): e.g. the replies to a CLUSTER SLOTS. Call it
+  /// before any client connects.
+  void delay_replies_after(std::string needle, std::chrono::milliseconds delay);
+  /// Bytes forwarded from clients to the server so far.
+  unsigned long long bytes_from_clients() const noexcept;
 
  private:
   struct Impl;
