@@ -71,6 +71,12 @@ struct LeaseState {
   Clock::time_point valid_until() const noexcept {
     return Clock::time_point(Clock::duration(valid_until_ticks.load()));
   }
+  /// An auto-renewed lease that reached its validity without a confirmed renewal: lost
+  /// (lock.hpp), whatever the watchdog is doing. `auto_renew` is written only before the
+  /// guard is handed out (GuardAccess::stop_renewing included), so any thread may read it.
+  bool lapsed_unrenewed(Clock::time_point now) const noexcept {
+    return auto_renew && now >= valid_until();
+  }
   /// `started` is when the command that set the ttl was issued; less the drift margin.
   void confirm(Clock::time_point started, std::chrono::milliseconds lease_ttl) noexcept {
     valid_until_ticks.store(

@@ -58,7 +58,13 @@ void CompareOp::finish(error_code ec, Reply reply) {
         break;
       case replies::Compare::done:
         done = true;
-        if (lease) lease->confirm(sent, new_ttl);
+        if (!lease) break;
+        // (An auto-renewed lease whose validity passed before this reply stays lost.)
+        if (lease->lapsed_unrenewed(Clock::now())) {
+          service->watchdog().mark_lost(lease);
+        } else {
+          lease->confirm(sent, new_ttl);
+        }
         break;
       case replies::Compare::not_ours:
         if (lease) service->watchdog().mark_lost(lease);
@@ -120,7 +126,7 @@ void prepare_extend(LockService& service, ScriptOp& op, const std::string& resou
 
 void set_extend_args(ScriptOp& op, LeaseKind kind) {
   if (is_lease_set(kind))
-    return op.set_args(extend_set_script, {op.keys.lease}, {op.token, op.arg});
+    return op.set_args(extend_set_script, {op.keys.lease, op.keys.queue}, {op.token, op.arg});
   if (kind == LeaseKind::leader) {
     return op.set_args(extend_script, {op.keys.lease, op.keys.info},
                        {op.token, op.arg, op.announce});

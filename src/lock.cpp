@@ -65,7 +65,13 @@ std::chrono::steady_clock::time_point LockGuard::valid_until() const noexcept {
   return lease_ ? lease_->valid_until() : std::chrono::steady_clock::time_point{};
 }
 
-bool LockGuard::lost() const noexcept { return lease_ && lease_->lost.load(); }
+bool LockGuard::lost() const noexcept {
+  // The watchdog marks the loss on the manager's strand; an auto-renewed lease whose
+  // validity passed is lost whether or not that strand still runs (its io_context may be
+  // gone), and no renewal confirmed after that instant revives it (Watchdog::renewed).
+  return lease_ &&
+         (lease_->lost.load() || lease_->lapsed_unrenewed(std::chrono::steady_clock::now()));
+}
 
 asio::cancellation_slot LockGuard::lost_slot() const noexcept {
   return lease_ ? lease_->signal.slot() : asio::cancellation_slot{};

@@ -214,6 +214,9 @@ void Watchdog::renewed(const std::shared_ptr<LeaseState>& lease, Clock::time_poi
   if (!ec && !reply.is_error()) {
     switch (replies::read_compare(reply)) {
       case replies::Compare::done:
+        // Confirmed too late: the guard has reported the loss since its validity passed
+        // (lost() reads the clock); it stays lost.
+        if (lease->lapsed_unrenewed(now)) return mark_lost(lease);
         answer = RenewalSchedule::Answer::confirmed;
         lease->confirm(sent, lease->ttl);
         break;

@@ -115,6 +115,33 @@ TEST_F(Lifetime, GuardOutlivesItsIoContext) {
   EXPECT_TRUE(exists(resource)) << "nothing could run the release: the ttl frees it";
 }
 
+TEST_F(Lifetime, AnAutoRenewedGuardIsLostAtItsValidityAlsoOnceItsIoContextIsGone) {
+  // lock.hpp: lost() becomes true when an auto-renewed lease reaches valid_until() without a
+  // confirmed renewal. Also when nothing can renew it any more (its io_context destroyed):
+  // Redis lets the lease go at its ttl, and the guard must not claim it still holds it.
+  auto io = std::make_unique<asio::io_context>();
+  LockGuard g;
+  {
+    LockManager locks(io->get_executor(), cfg);
+    locks.async_acquire(resource, {.ttl = 1s, .auto_renew = true},
+                        [&](error_code ec, LockGuard got) {
+                          EXPECT_FALSE(ec) << ec.message();
+                          g = std::move(got);
+                        });
+    const auto limit = std::chrono::steady_clock::now() + 5s;
+    while (!g && std::chrono::steady_clock::now() < limit) io->run_one_for(100ms);
+    ASSERT_TRUE(g);
+  }
+  io.reset();
+  EXPECT_FALSE(g.lost()) << "lost before its validity ran out";
+  const auto until = g.valid_until();
+  ASSERT_GT(until, std::chrono::steady_clock::now());
+  std::this_thread::sleep_until(until);  // a deadline, not a synchronisation: nothing signals it
+  EXPECT_TRUE(g.lost()) << "valid_until() passed without a renewal, yet not lost";
+  EXPECT_TRUE(g.owns_lock()) << "owns_lock() stays true until the guard is released (lock.hpp)";
+  wait_until([&] { return !exists(resource); }, 5s, "the lease to lapse on the server");
+}
+
 TEST_F(Lifetime, UnlaunchedDeferredReleaseStillReleases) {
   asio::io_context io;
   LockManager locks(io.get_executor(), cfg);
