@@ -44,9 +44,12 @@ or starting with '-', is given with --resource=RESOURCE). Not on a redis+redlock
   status RESOURCE        who holds RESOURCE (any kind; an election NAME is the lock
                          election:NAME), its fencing token, the time left, the waiters.
                          Exit 0 (held or not), or 3
-  force-release RESOURCE end the hold of whoever holds RESOURCE now: the next holder gets
-                         a larger fencing token, and the evicted holder learns of the loss
-                         at its next renewal (a redis-lock stops its command, exit 4).
+  force-release RESOURCE end the hold of whoever holds RESOURCE now. The evicted holder
+                         is not stopped: it learns of the loss at its next renewal (a
+                         redis-lock then stops its command, exit 4) and may write until
+                         then. The next holder's fencing token is larger, so a store that
+                         checks tokens refuses the evicted one's writes only once the next
+                         holder has written; with nobody waiting, none is minted now.
                          Exit 0 if it was released, 1 if nobody held it
   observe NAME           print the election's leader, then a line for each change of
                          leader, until SIGINT, SIGTERM or SIGHUP (exit 0); it rides out
