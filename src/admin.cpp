@@ -40,7 +40,8 @@ std::optional<Inspection> read_inspection(const Reply& reply) {
   info.ttl_left = std::chrono::milliseconds(std::max(ms, 0LL));
   if (what == "mutex") {
     info.kind = LockInfo::Kind::mutex;
-    // '<fencing token> <label>[\n<value>]' (shared.lua's record); none from an older client.
+    // '<fencing token> <label>[\n<value>]' (shared.lua's record, inspect.lua leaves out its
+    // lease token); none from an older client.
     const std::string_view text = e[2].str;
     const auto gap = text.find(' ');
     if (gap != std::string_view::npos) {

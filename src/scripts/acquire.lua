@@ -27,7 +27,7 @@ local function take()
   end
   if KEYS[5] then
     local gap = string.find(how, ' ', space + 1, true)
-    record(KEYS[5], f, gap and string.sub(how, gap + 1) or '', ttl, ARGV[4])
+    record(KEYS[5], f, token, gap and string.sub(how, gap + 1) or '', ttl, ARGV[4])
   end
   return {1, f}
 end
@@ -59,14 +59,17 @@ if ours or head_is_us then
     redis.call('SET', lease, others and marked or token, 'PX', ttl)
   end
   if ours and KEYS[5] then
-    -- The release that handed it to us minted our token and recorded it (an election's
-    -- observers heard it as the term): keep that one, unless a token was minted since (an
-    -- older client's hand-off records none), so that one holding has one token.
+    -- The release that handed it to us minted our token and recorded it beside our lease
+    -- token (an election's observers heard it as the term): keep that one, so that one
+    -- holding has one token. A record of another lease's (an older client's hand-off records
+    -- none and leaves the last holder's) is not ours: mint. The record lives and dies with
+    -- the holding it names, and every grant on this resource writes or deletes it, so no
+    -- token was minted here since.
     local text = redis.call('GET', KEYS[5])
-    local f = text and tonumber(string.match(text, '^%d+'))
-    if f and f == tonumber(redis.call('GET', fence)) then
+    local f = text and string.match(text, '^(%d+)@' .. token .. ' ')
+    if f then
       redis.call('PEXPIRE', KEYS[5], ttl)
-      return {1, f}
+      return {1, tonumber(f)}
     end
   end
   return take()

@@ -20,7 +20,7 @@ for i = 1, n do
     for j = 1, i do redis.call('DEL', KEYS[3 * j - 1], KEYS[3 * j + 1]) end
     return err
   end
-  record(KEYS[3 * i + 1], f, ARGV[3], ARGV[2], nil)
+  record(KEYS[3 * i + 1], f, ARGV[1], ARGV[3], ARGV[2], nil)
   reply[i + 1] = f
 end
 return reply

@@ -8,12 +8,14 @@ if current ~= ARGV[1] and current ~= ARGV[1] .. '+' then return 0 end
 local info = KEYS[2]
 if info then redis.call('PEXPIRE', info, ARGV[2]) end
 if info and ARGV[3] then
+  -- The record is '<fencing token>@<lease token> <data>' (shared.lua's record); the
+  -- observers hear '<fencing token> <ttl ms> <data>'.
   local text = redis.call('GET', info)
+  local term = text and string.match(text, '^%d+')
   local gap = text and string.find(text, ' ', 1, true)
-  if gap then
+  if term and gap then
     local command = string.byte(ARGV[3], 1) == 83 and 'SPUBLISH' or 'PUBLISH'
-    redis.call(command, string.sub(ARGV[3], 2),
-               string.sub(text, 1, gap) .. ARGV[2] .. string.sub(text, gap))
+    redis.call(command, string.sub(ARGV[3], 2), term .. ' ' .. ARGV[2] .. string.sub(text, gap))
   end
 end
 return redis.call('PEXPIRE', KEYS[1], ARGV[2])

@@ -1,6 +1,9 @@
 -- Extend one hold of a lease set (acquire_set.lua) only if it is still ours and live: an
 -- expired hold not yet purged is not revived.
--- KEYS[1] lease set; ARGV[1] holder (token .. mode), ARGV[2] new ttl ms.
+-- The key then lasts as long as its longest live hold and its queue (an extension down may
+-- shorten it: shared.lua's fit_lease_set).
+-- KEYS[1] lease set, KEYS[2] its queue (same slot); ARGV[1] holder (token .. mode), ARGV[2]
+-- new ttl ms.
 -- Returns 1 if extended, else 0.
 local now = now_ms()
 local score = redis.pcall('ZSCORE', KEYS[1], ARGV[1])
@@ -8,5 +11,5 @@ local score = redis.pcall('ZSCORE', KEYS[1], ARGV[1])
 if not score or type(score) == 'table' or tonumber(score) < now then return 0 end
 local ttl = tonumber(ARGV[2])
 redis.call('ZADD', KEYS[1], 'XX', now + ttl, ARGV[1])
-if redis.call('PTTL', KEYS[1]) < ttl then redis.call('PEXPIRE', KEYS[1], ttl) end
+fit_lease_set(KEYS[1], KEYS[2], now)
 return 1

@@ -1,7 +1,7 @@
 -- Read who holds a resource, for how long, and how many wait, in one atomic step that
 -- changes nothing (LockManager::async_inspect, Election::async_leader).
--- KEYS[1] lease, KEYS[2] its info (a mutex's holder: '<fencing token> <data>', shared.lua's
--- record), KEYS[3] the mutex queue's expiry, KEYS[4] the lease sets' queue expiry.
+-- KEYS[1] lease, KEYS[2] its info (a mutex's holder: shared.lua's record), KEYS[3] the mutex
+-- queue's expiry, KEYS[4] the lease sets' queue expiry.
 -- Returns {what, ms left, info, live waiters, holders, exclusive}: what is 'none', 'mutex',
 -- or a lease set's marker ('#S<limit>', '#RW'); ms left -2 when nobody holds it.
 local lease = KEYS[1]
@@ -9,7 +9,9 @@ local now = now_ms()
 local what = redis.call('TYPE', lease)['ok']
 local waiters = redis.call('ZCOUNT', KEYS[3], now, '+inf') + redis.call('ZCOUNT', KEYS[4], now, '+inf')
 if what == 'string' then
-  return {'mutex', redis.call('PTTL', lease), redis.call('GET', KEYS[2]) or '', waiters, 1, 0}
+  -- The record without the lease token (the holder's secret): '<fencing token> <data>'.
+  local text = string.gsub(redis.call('GET', KEYS[2]) or '', '^(%d+)@%x*', '%1', 1)
+  return {'mutex', redis.call('PTTL', lease), text, waiters, 1, 0}
 end
 if what ~= 'zset' then return {'none', -2, '', waiters, 0, 0} end
 local marker, holders, last, exclusive = '', 0, -1, 0

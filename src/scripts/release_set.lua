@@ -39,6 +39,7 @@ if kind and queued then
     local mode = string.sub(head, 49, 49)
     if (mode == 'x' and count > 0) or (mode ~= 'x' and count >= limit) then break end
     local place = redis.call('ZSCORE', expiry, head)
+    if lapsed(place, now) then break end  -- more lapsed places than one purge: nobody
     redis.call('ZREM', queue, head)
     redis.call('ZREM', expiry, head)
     local ttl = string.sub(head, 50)
@@ -48,7 +49,7 @@ if kind and queued then
       if redis.call('PTTL', lease) < tonumber(ttl) then redis.call('PEXPIRE', lease, ttl) end
       local message = next_token
       local f = mint(fence, false)
-      if f and place then
+      if f then
         message = message .. ' ' .. string.format('%.0f', f) .. ' ' .. place
       end  -- else the waiter claims it with acquire_set.lua, which mints or reports the error
       publish(how, string.sub(head, 33, 48), message)
@@ -57,9 +58,12 @@ if kind and queued then
     end
   end
 end
--- The marker alone, and nobody waits: idle.
+-- The marker alone, and nobody waits: idle. Otherwise the key lasts as long as what is
+-- left (our hold may have been the longest).
 if redis.call('ZCARD', lease) == 1 and redis.call('EXISTS', queue) == 0 then
   redis.call('DEL', lease)
+elseif kind then
+  fit_lease_set(lease, queue, now)
 end
 if ours then return 1 end
 return 0

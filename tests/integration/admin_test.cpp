@@ -11,7 +11,9 @@
 
 #include <boost/asio/use_future.hpp>
 
+#include <fstream>
 #include <future>
+#include <iterator>
 
 using namespace redis_lock;
 using namespace redis_lock::test;
@@ -251,12 +253,37 @@ TEST(HolderLabel, ALabelledWaiterThatGivesUpLeavesTheQueueAndTheNextWaiterIsServ
   ASSERT_TRUE(served.async_release(asio::use_future).get());
 }
 
+namespace {
+
+/// A resource whose lease is in the same hash slot as `resource`'s (so the same fencing
+/// counter mints for both).
+std::string same_slot_as(const std::string& resource) {
+  const auto slot = detail::key_slot(lease_key(resource));
+  for (int i = 0;; ++i) {
+    auto other = resource + ":neighbour:" + std::to_string(i);
+    if (detail::key_slot(lease_key(other)) == slot) return other;
+  }
+}
+
+/// acquire.lua sent by hand for a waiter of token `token` ('1': queue if held, a place of
+/// 5 s) whose member suffix is `suffix` (manager id, ttl, and optionally ' ' and a label).
+std::string attempt(std::uint16_t port, const detail::ResourceKeys& keys, const std::string& token,
+                    const std::string& suffix) {
+  return redis_command(
+      port, {"EVAL", std::string(detail::acquire_script.body), "5", keys.lease, keys.fence,
+             keys.queue, keys.queue_expiry, keys.info, token, "5000", "15000 " + suffix});
+}
+
+}  // namespace
+
 TEST(HolderLabel, AWaiterClaimingTheLeaseHandedToItKeepsTheTokenTheHandOffMinted) {
   // A waiter's attempt may reach the server just after a release handed it the lease (the
   // release's message on its way): acquire.lua then claims what is already its own. It
   // must report the token the hand-off minted and recorded (an election announced it as the
-  // term), not mint a second one: one holding, one token. The waiter is played here by
-  // acquire.lua sent by hand, so that its claim surely comes after the hand-off.
+  // term), not mint a second one: one holding, one token. Also when another resource of the
+  // same slot minted from the same counter in between (a claim is normal with min_replicas
+  // and short ttls). The waiter is played here by acquire.lua sent by hand, so that its
+  // claim surely comes after the hand-off.
   auto cfg = shared_server_config();
   const auto resource = unique_resource();
   const auto keys = detail::make_keys("lock:", resource);
@@ -265,23 +292,68 @@ TEST(HolderLabel, AWaiterClaimingTheLeaseHandedToItKeepsTheTokenTheHandOffMinted
   auto g = holder.async_acquire(resource, {.ttl = 10s}, asio::use_future).get();
   ASSERT_TRUE(g);
   const std::string token(32, 'b');
-  // Queue if held ('1'), a place of 5 s; member suffix: a manager id, the ttl, its label.
-  const std::string how = "15000 0123456789abcdef5000 waiter-b";
-  const auto attempt = [&] {
-    return redis_command(
-        cfg.port, {"EVAL", std::string(detail::acquire_script.body), "5", keys.lease, keys.fence,
-                   keys.queue, keys.queue_expiry, keys.info, token, "5000", how});
-  };
-  ASSERT_EQ(attempt().rfind("0 ", 0), 0u) << "queued behind the holder";
+  const std::string suffix = "0123456789abcdef5000 waiter-b";
+  ASSERT_EQ(attempt(cfg.port, keys, token, suffix).rfind("0 ", 0), 0u) << "queued";
   ASSERT_TRUE(g.async_release(asio::use_future).get());  // hands the lease to the waiter
   const auto record = redis_command(cfg.port, {"GET", keys.info});
-  const auto handed = record.substr(0, record.find(' '));
-  EXPECT_EQ(record, handed + " waiter-b");
+  const auto handed = record.substr(0, record.find_first_of("@ "));
+  EXPECT_EQ(record, handed + "@" + token + " waiter-b") << "the record names the lease's token";
   EXPECT_GT(std::stoull(handed), g.fencing_token());
-  EXPECT_EQ(attempt(), "1 " + handed) << "the claim minted another token";
-  EXPECT_EQ(redis_command(cfg.port, {"GET", keys.fence}), handed);
+  // Another resource of the slot mints from the same counter before the claim.
+  auto neighbour =
+      holder.async_acquire(same_slot_as(resource), {.ttl = 10s}, asio::use_future).get();
+  ASSERT_TRUE(neighbour);
+  ASSERT_GT(neighbour.fencing_token(), std::stoull(handed));
+  EXPECT_EQ(attempt(cfg.port, keys, token, suffix), "1 " + handed)
+      << "the claim minted another token";
   EXPECT_EQ(redis_command(cfg.port, {"GET", keys.info}), record);
   const auto left = std::stoll(redis_command(cfg.port, {"PTTL", keys.info}));
   EXPECT_GT(left, 4000) << "the record lasts as long as the claimed lease";
+  // Inspection shows the holder's label and token, not the lease's secret token.
+  const auto info = inspect(holder, resource);
+  EXPECT_EQ(info.holder, "waiter-b");
+  EXPECT_EQ(info.fencing_token, std::stoull(handed));
+  EXPECT_TRUE(neighbour.async_release(asio::use_future).get());
   redis_command(cfg.port, {"DEL", keys.lease, keys.info});
+}
+
+TEST(HolderLabel, AClaimNeverReusesATokenRecordedForAnotherLease) {
+  // Mixed versions: a client of the build before holder records (commit ec7000c) releases a
+  // lease that today's release handed it, and hands it to today's waiter without minting (a
+  // member with a label is one it cannot read: the waiter claims within 600 ms). The record
+  // left behind is the previous holder's; the claim must not take its token as its own: two
+  // holders in a row with one token would let the first's late write through. Tokens of
+  // successive holders strictly increase.
+  auto cfg = shared_server_config();
+  const auto resource = unique_resource();
+  const auto keys = detail::make_keys("lock:", resource);
+  Background bg;
+  LockManager a(bg.io.get_executor(), cfg, {.holder_label = "a"});
+  auto g = a.async_acquire(resource, {.ttl = 10s}, asio::use_future).get();
+  ASSERT_TRUE(g);
+  const std::string old_token(32, 'b'), new_token(32, 'c');
+  // The old client's waiter (its member has no label) and today's (with one) queue.
+  ASSERT_EQ(attempt(cfg.port, keys, old_token, "0123456789abcdef10000").rfind("0 ", 0), 0u);
+  ASSERT_EQ(attempt(cfg.port, keys, new_token, "fedcba987654321010000 c").rfind("0 ", 0), 0u);
+  ASSERT_TRUE(g.async_release(asio::use_future).get());  // today's release hands it to b
+  const auto record = redis_command(cfg.port, {"GET", keys.info});
+  const auto b_fence = std::stoull(record.substr(0, record.find_first_of("@ ")));
+  ASSERT_GT(b_fence, g.fencing_token());
+  ASSERT_EQ(redis_command(cfg.port, {"GET", keys.lease}), old_token + "+");
+  // b releases with its own build's release.lua: the lease goes to c, nothing minted.
+  std::ifstream in(REDIS_LOCK_OLD_RELEASE_PATH);
+  ASSERT_TRUE(in) << REDIS_LOCK_OLD_RELEASE_PATH;
+  const std::string old_release((std::istreambuf_iterator<char>(in)),
+                                std::istreambuf_iterator<char>());
+  ASSERT_EQ(
+      redis_command(cfg.port, {"EVAL", old_release, "4", keys.lease, keys.queue, keys.queue_expiry,
+                               keys.fence, old_token, "0123456789abcdef10000 Plock:notify:"}),
+      "1");
+  ASSERT_EQ(redis_command(cfg.port, {"GET", keys.lease}), new_token);
+  // c claims: a token of its own, larger than b's.
+  const auto claimed = attempt(cfg.port, keys, new_token, "fedcba987654321010000 c");
+  ASSERT_EQ(claimed.rfind("1 ", 0), 0u) << claimed;
+  EXPECT_GT(std::stoull(claimed.substr(2)), b_fence) << "c got b's token";
+  EXPECT_EQ(inspect(a, resource).fencing_token, std::stoull(claimed.substr(2)));
+  redis_command(cfg.port, {"DEL", keys.lease, keys.info, keys.queue, keys.queue_expiry});
 }

@@ -159,6 +159,64 @@ TEST(Semaphore, AResourceIsOneKindOfLockAtATime) {
   EXPECT_TRUE(p.async_release(asio::use_future).get());
 }
 
+TEST(Semaphore, AResourceIsFreeForAnyKindOnceItsLastLiveHoldEnds) {
+  // A lease set's key lives as long as its last live hold (and its queue), not as long as
+  // the longest ttl it ever granted: once no hold is live and nobody waits, a mutex or a
+  // semaphore of another limit takes the resource. The longest hold ends early two ways:
+  // it is extended down, or it is released while a shorter one lives on.
+  auto cfg = shared_server_config();
+  Background bg;
+  LockManager locks(bg.io.get_executor(), cfg);
+  // 0: a permit of a semaphore of 2, 1: a shared hold, 2: an exclusive hold.
+  const auto take = [&](int kind, const std::string& resource, std::chrono::milliseconds ttl) {
+    if (kind == 0)
+      return locks.async_acquire_permit(resource, 2, {.ttl = ttl}, asio::use_future).get();
+    if (kind == 1)
+      return locks.async_acquire_shared(resource, {.ttl = ttl}, asio::use_future).get();
+    return locks.async_acquire_exclusive(resource, {.ttl = ttl}, asio::use_future).get();
+  };
+  // Waits until `last`'s hold has ended on the server's clock, then takes the resource as
+  // `next` (a mutex: -1, or a semaphore of 3: 3) at once.
+  const auto taken_once_lapsed = [&](const std::string& resource, int kind, const LockGuard& last,
+                                     int next) {
+    const auto member = last.token() + (kind == 2 ? "x" : "s");
+    const auto score = redis_command(cfg.port, {"ZSCORE", lease_key(resource), member});
+    ASSERT_FALSE(score.empty()) << "the last hold is not live";
+    server_clock_passes(cfg.port, std::stoll(score));
+    auto [ec, g] = outcome([&](auto h) {
+      if (next < 0) return locks.async_acquire(resource, {.ttl = 5s}, h);
+      locks.async_acquire_permit(resource, next, {.ttl = 5s}, h);
+    });
+    EXPECT_FALSE(ec) << ec.message() << " (" << locks.last_server_error() << ")";
+    EXPECT_TRUE(g) << "an idle resource refused the next kind";
+    if (g) {
+      EXPECT_TRUE(g.async_release(asio::use_future).get());
+    }
+    EXPECT_EQ(redis_command(cfg.port, {"EXISTS", lease_key(resource)}), "0");
+  };
+  for (int kind : {0, 1, 2}) {
+    for (int next : {-1, 3}) {
+      SCOPED_TRACE("kind " + std::to_string(kind) + ", next " + std::to_string(next));
+      {  // extended down
+        const auto resource = unique_resource("extended");
+        auto g = take(kind, resource, 60s);
+        ASSERT_TRUE(g);
+        ASSERT_TRUE(g.async_extend(300ms, asio::use_future).get());
+        taken_once_lapsed(resource, kind, g, next);
+      }
+      if (kind == 2) continue;  // one exclusive hold at a time
+      {                         // the longest released while a shorter one lives on
+        const auto resource = unique_resource("released");
+        auto longest = take(kind, resource, 60s);
+        auto brief = take(kind, resource, 300ms);
+        ASSERT_TRUE(longest && brief);
+        ASSERT_TRUE(longest.async_release(asio::use_future).get());
+        taken_once_lapsed(resource, kind, brief, next);
+      }
+    }
+  }
+}
+
 TEST(Semaphore, AnExpiredPermitIsNeitherReleasedNorExtendedAndFreesNobodyElse) {
   auto cfg = shared_server_config();
   const auto resource = unique_resource();
@@ -196,9 +254,7 @@ TEST(Semaphore, AnExpiredPermitNotYetPurgedIsNotExtended) {
   const auto member = brief.token() + "s";
   wait_until(
       [&] {
-        const auto time = redis_command(cfg.port, {"TIME"});  // "seconds micros"
-        const auto now_ms = std::stoll(time.substr(0, time.find(' '))) * 1000 +
-                            std::stoll(time.substr(time.find(' ') + 1)) / 1000;
+        const auto now_ms = server_ms(cfg.port);
         return std::stoll(redis_command(cfg.port, {"ZSCORE", lease_key(resource), member})) <
                now_ms;
       },
@@ -355,9 +411,7 @@ TEST(Semaphore, TheLimitStaysWhileOnlyWaitersRemain) {
       [&] {
         const auto score = redis_command(cfg.port, {"ZSCORE", lease_key(resource), member});
         if (score == "(nil)" || score.empty()) return true;
-        const auto time = redis_command(cfg.port, {"TIME"});  // "seconds micros"
-        const auto now_ms = std::stoll(time.substr(0, time.find(' '))) * 1000 +
-                            std::stoll(time.substr(time.find(' ') + 1)) / 1000;
+        const auto now_ms = server_ms(cfg.port);
         return std::stoll(score) < now_ms;
       },
       5s, "the holder's lease to lapse");

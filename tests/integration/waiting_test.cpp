@@ -284,23 +284,6 @@ TEST(Waiting, IdleAgainAfterWaiting) {
 // Documented behaviour of waiting (README "What a lock on one Redis server guarantees",
 // docs/safety.md "Every mode"), one claim each.
 
-namespace {
-
-/// The server's clock in milliseconds (the queue's expiry scores are on it).
-long long server_ms(std::uint16_t port) {
-  const auto t = redis_command(port, {"TIME"});  // "seconds microseconds"
-  const auto space = t.find(' ');
-  return std::stoll(t.substr(0, space)) * 1000 + std::stoll(t.substr(space + 1)) / 1000;
-}
-
-/// Waits until the server's clock is past `ms` (throws after 10 s: the test fails).
-void server_clock_passes(std::uint16_t port, long long ms) {
-  wait_until([&] { return server_ms(port) > ms; }, 10s,
-             "the server's clock to pass " + std::to_string(ms));
-}
-
-}  // namespace
-
 TEST(Waiting, DeadWaitersPlaceLapsesWithinTheDocumentedBound) {
   // "A waiter that dies keeps its place for at most 1.2 s": its queue entry's expiry is at
   // most 1.2 s after its death, and once that passed a release skips it and hands the lease

@@ -97,4 +97,18 @@ std::uint16_t free_port();
 std::string redis_command(std::uint16_t port, const std::vector<std::string>& args,
                           const std::string& password = {});
 
+/// The server's clock in milliseconds (TIME; the scripts' queue places and lease-set scores
+/// are on it).
+inline long long server_ms(std::uint16_t port) {
+  const auto t = redis_command(port, {"TIME"});  // "seconds microseconds"
+  const auto space = t.find(' ');
+  return std::stoll(t.substr(0, space)) * 1000 + std::stoll(t.substr(space + 1)) / 1000;
+}
+
+/// Waits until the server's clock is past `ms` (throws after 10 s: the test fails).
+inline void server_clock_passes(std::uint16_t port, long long ms) {
+  wait_until([&] { return server_ms(port) > ms; }, std::chrono::seconds(10),
+             "the server's clock to pass " + std::to_string(ms));
+}
+
 }  // namespace redis_lock::test
