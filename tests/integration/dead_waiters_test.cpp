@@ -125,3 +125,41 @@ INSTANTIATE_TEST_SUITE_P(Kinds, DeadWaiters,
                                            Case{Kind::read_write, 200},
                                            Case{Kind::read_write, 5000}),
                          name_of);
+
+TEST(DeadWaiters, MoreLapsedPlacesThanOneCallRemovesAreNeverServedAndTheLiveWaiterStillIs) {
+  // A call removes 10,000 lapsed places at most (shared.lua). With 12,000 ahead, the release
+  // removes 10,000, finds the head still lapsed, and serves nobody: the lock is free, and
+  // the live waiter's next refresh (400 ms) removes the rest and takes it.
+  auto cfg = shared_server_config();
+  const auto resource = unique_resource();
+  const auto keys = detail::make_keys("lock:", resource);
+  Background bg;
+  LockManager h(bg.io.get_executor(), cfg), w(bg.io.get_executor(), cfg);
+  auto holder = acquire(h, Kind::mutex, resource, {.ttl = 30s}).get();
+  ASSERT_TRUE(holder);
+  const auto lapse = server_ms(cfg.port) + 300;
+  queue_lapsing(cfg.port, Kind::mutex, keys, 12'000, lapse);
+  auto live = acquire(w, Kind::mutex, resource, {.ttl = 30s, .wait = 40s});
+  wait_until(
+      [&] {
+        return redis_command(cfg.port, {"ZCARD", keys.queue}) == "12001";
+      },
+      10s, "the live waiter to queue behind the dead ones");
+  server_clock_passes(cfg.port, lapse);
+  const auto released = std::chrono::steady_clock::now();
+  ASSERT_TRUE(holder.async_release(asio::use_future).get());
+  // Whatever the release did, no lapsed place holds the lease.
+  const auto lease = redis_command(cfg.port, {"GET", keys.lease});
+  EXPECT_TRUE(lease.empty() || lease.substr(0, 8) != "00000000") << "a lapsed place got the lease";
+  ASSERT_EQ(live.wait_for(10s), std::future_status::ready)
+      << "the live waiter waited a dead one's ttl";
+  const auto waited = std::chrono::steady_clock::now() - released;
+  auto g = live.get();
+  ASSERT_TRUE(g);
+  // Its next refresh at most 400 ms later, and a round trip: 1.5 s leaves room for load.
+  EXPECT_LT(waited, 1500ms) << std::chrono::duration_cast<std::chrono::milliseconds>(waited).count()
+                            << " ms after the release";
+  EXPECT_EQ(redis_command(cfg.port, {"GET", keys.lease}).substr(0, 32), g.token());
+  EXPECT_TRUE(g.async_release(asio::use_future).get());
+  redis_command(cfg.port, {"DEL", keys.queue, keys.queue_expiry});
+}
