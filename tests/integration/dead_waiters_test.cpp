@@ -49,28 +49,44 @@ std::future<LockGuard> acquire(LockManager& locks, Kind kind, const std::string&
   return locks.async_acquire_exclusive(resource, options, asio::use_future);
 }
 
-/// Queues `n` places behind the holder as a crashed process's waiters would have left them
-/// (the member layout of acquire.lua and acquire_set.lua: token, manager id, [mode,] ttl),
-/// each lapsing at `lapse` on the server's clock. Written directly, in two commands: a
-/// process with thousands of waiters refreshing every 400 ms is too slow to set up under
-/// the sanitizers (Waiting.* kill real waiter processes; the scripts cannot tell the two
-/// apart). The read-write lock's alternate writers and readers, so that both are skipped.
-void queue_lapsing(std::uint16_t port, Kind kind, const detail::ResourceKeys& keys, int n,
-                   long long lapse) {
-  std::vector<std::string> queue{"ZADD", keys.queue}, expiry{"ZADD", keys.queue_expiry};
-  char token[33];
-  for (int i = 1; i <= n; ++i) {
-    std::snprintf(token, sizeof token, "%032x", i);
-    std::string member = std::string(token) + "00000000deadbeef";
-    if (kind == Kind::read_write) member += i % 2 ? 'x' : 's';
-    if (kind == Kind::semaphore) member += 's';
-    member += "30000";
-    queue.insert(queue.end(), {std::to_string(i), member});
-    expiry.insert(expiry.end(), {std::to_string(lapse), member});
+/// `n` places queued behind the holder as a crashed process's waiters would have left them
+/// (the member layout of acquire.lua and acquire_set.lua: token, manager id, [mode,] ttl).
+/// Written directly: a process with thousands of waiters refreshing every 400 ms is too
+/// slow to set up under the sanitizers (Waiting.* kill real waiter processes; the scripts
+/// cannot tell the two apart). The read-write lock's alternate writers and readers, so that
+/// both are skipped. They are live (for a minute) until lapse() dates them a second ago, as
+/// a crash a second ago would have: so however slow the set-up, the live waiter queues
+/// behind all of them first.
+class DeadPlaces {
+ public:
+  DeadPlaces(std::uint16_t port, Kind kind, const detail::ResourceKeys& keys, int n)
+      : port_(port), keys_(keys) {
+    std::vector<std::string> queue{"ZADD", keys.queue};
+    char token[33];
+    for (int i = 1; i <= n; ++i) {
+      std::snprintf(token, sizeof token, "%032x", i);
+      std::string member = std::string(token) + "00000000deadbeef";
+      if (kind == Kind::read_write) member += i % 2 ? 'x' : 's';
+      if (kind == Kind::semaphore) member += 's';
+      member += "30000";
+      queue.insert(queue.end(), {std::to_string(i), member});
+      members_.push_back(std::move(member));
+    }
+    redis_command(port, queue);
+    date(server_ms(port) + 60'000);
   }
-  redis_command(port, queue);
-  redis_command(port, expiry);
-}
+  void lapse() { date(server_ms(port_) - 1000); }
+
+ private:
+  void date(long long place) {
+    std::vector<std::string> expiry{"ZADD", keys_.queue_expiry};
+    for (const auto& m : members_) expiry.insert(expiry.end(), {std::to_string(place), m});
+    redis_command(port_, expiry);
+  }
+  std::uint16_t port_;
+  detail::ResourceKeys keys_;
+  std::vector<std::string> members_;
+};
 
 class DeadWaiters : public ::testing::TestWithParam<Case> {};
 
@@ -85,16 +101,14 @@ TEST_P(DeadWaiters, ALiveWaiterBehindLapsedPlacesIsServedAtTheRelease) {
   LockManager h(bg.io.get_executor(), cfg), w(bg.io.get_executor(), cfg);
   auto holder = acquire(h, kind, resource, {.ttl = 30s}).get();
   ASSERT_TRUE(holder);
-  // The dead places lapse 300 ms from now: before then the live waiter queues behind them.
-  const auto lapse = server_ms(cfg.port) + 300;
-  queue_lapsing(cfg.port, kind, keys, dead, lapse);
+  DeadPlaces places(cfg.port, kind, keys, dead);
   auto live = acquire(w, kind, resource, {.ttl = 30s, .wait = 40s});
   wait_until(
       [&] {
         return redis_command(cfg.port, {"ZCARD", keys.queue}) == std::to_string(dead + 1);
       },
       10s, "the live waiter to queue behind the dead ones");
-  server_clock_passes(cfg.port, lapse);
+  places.lapse();
   const auto released = std::chrono::steady_clock::now();
   ASSERT_TRUE(holder.async_release(asio::use_future).get());
   // Served by the release itself (its hand-off message), not by a refresh of its place
@@ -137,15 +151,14 @@ TEST(DeadWaiters, MoreLapsedPlacesThanOneCallRemovesAreNeverServedAndTheLiveWait
   LockManager h(bg.io.get_executor(), cfg), w(bg.io.get_executor(), cfg);
   auto holder = acquire(h, Kind::mutex, resource, {.ttl = 30s}).get();
   ASSERT_TRUE(holder);
-  const auto lapse = server_ms(cfg.port) + 300;
-  queue_lapsing(cfg.port, Kind::mutex, keys, 12'000, lapse);
+  DeadPlaces places(cfg.port, Kind::mutex, keys, 12'000);
   auto live = acquire(w, Kind::mutex, resource, {.ttl = 30s, .wait = 40s});
   wait_until(
       [&] {
         return redis_command(cfg.port, {"ZCARD", keys.queue}) == "12001";
       },
       10s, "the live waiter to queue behind the dead ones");
-  server_clock_passes(cfg.port, lapse);
+  places.lapse();
   const auto released = std::chrono::steady_clock::now();
   ASSERT_TRUE(holder.async_release(asio::use_future).get());
   // Whatever the release did, no lapsed place holds the lease.
