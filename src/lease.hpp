@@ -59,6 +59,8 @@ struct LeaseState {
   std::atomic<bool> lost{false};
   std::atomic<bool> released{false};
   std::atomic<bool> has_waiter{false};
+  // lost() saw the validity pass unrenewed (and said so): no later confirmation revives it.
+  std::atomic<bool> lapse_seen{false};
 
   // Strand only.
   std::shared_ptr<ScriptOp> renewal;  // built once, reused for every renewal
@@ -75,7 +77,7 @@ struct LeaseState {
   /// (lock.hpp), whatever the watchdog is doing. `auto_renew` is written only before the
   /// guard is handed out (GuardAccess::stop_renewing included), so any thread may read it.
   bool lapsed_unrenewed(Clock::time_point now) const noexcept {
-    return auto_renew && now >= valid_until();
+    return lapse_seen.load() || (auto_renew && now >= valid_until());
   }
   /// `started` is when the command that set the ttl was issued; less the drift margin.
   void confirm(Clock::time_point started, std::chrono::milliseconds lease_ttl) noexcept {

@@ -58,12 +58,18 @@ void CompareOp::finish(error_code ec, Reply reply) {
         break;
       case replies::Compare::done:
         done = true;
-        if (!lease) break;
-        // (An auto-renewed lease whose validity passed before this reply stays lost.)
+        if (!lease || lease->released.load()) break;
+        // An auto-renewed lease whose validity passed before this reply is lost (lost() may
+        // have said so): not extended, from the guard's point of view.
         if (lease->lapsed_unrenewed(Clock::now())) {
+          done = false;
           service->watchdog().mark_lost(lease);
-        } else {
-          lease->confirm(sent, new_ttl);
+          break;
+        }
+        lease->confirm(sent, new_ttl);
+        if (lease->lapse_seen.load()) {
+          done = false;
+          service->watchdog().mark_lost(lease);
         }
         break;
       case replies::Compare::not_ours:
@@ -126,7 +132,7 @@ void prepare_extend(LockService& service, ScriptOp& op, const std::string& resou
 
 void set_extend_args(ScriptOp& op, LeaseKind kind) {
   if (is_lease_set(kind))
-    return op.set_args(extend_set_script, {op.keys.lease, op.keys.queue}, {op.token, op.arg});
+    return op.set_args(extend_set_script, {op.keys.lease}, {op.token, op.arg, waiter_ttl_ms});
   if (kind == LeaseKind::leader) {
     return op.set_args(extend_script, {op.keys.lease, op.keys.info},
                        {op.token, op.arg, op.announce});

@@ -68,9 +68,13 @@ std::chrono::steady_clock::time_point LockGuard::valid_until() const noexcept {
 bool LockGuard::lost() const noexcept {
   // The watchdog marks the loss on the manager's strand; an auto-renewed lease whose
   // validity passed is lost whether or not that strand still runs (its io_context may be
-  // gone), and no renewal confirmed after that instant revives it (Watchdog::renewed).
-  return lease_ &&
-         (lease_->lost.load() || lease_->lapsed_unrenewed(std::chrono::steady_clock::now()));
+  // gone). Once said, it stays said: a renewal confirmed later marks the loss instead of
+  // moving the validity (Watchdog::renewed, CompareOp::finish).
+  if (!lease_) return false;
+  if (lease_->lost.load() || lease_->lapse_seen.load()) return true;
+  if (!lease_->lapsed_unrenewed(std::chrono::steady_clock::now())) return false;
+  lease_->lapse_seen.store(true);
+  return true;
 }
 
 asio::cancellation_slot LockGuard::lost_slot() const noexcept {

@@ -32,7 +32,7 @@ Clock::time_point RenewalSchedule::grid(Clock::time_point due) noexcept {
 
 RenewalSchedule::Due RenewalSchedule::due(const LeaseState& lease, Clock::time_point now) noexcept {
   if (lease.released.load() || lease.lost.load()) return Due::skip;
-  if (now >= lease.valid_until()) return Due::lost;
+  if (now >= lease.valid_until() || lease.lapse_seen.load()) return Due::lost;
   // Past max_hold we stop renewing; the lease runs out and is reported lost at valid_until().
   return now < lease.hold_until && !lease.renewing ? Due::renew : Due::check;
 }
@@ -214,11 +214,13 @@ void Watchdog::renewed(const std::shared_ptr<LeaseState>& lease, Clock::time_poi
   if (!ec && !reply.is_error()) {
     switch (replies::read_compare(reply)) {
       case replies::Compare::done:
-        // Confirmed too late: the guard has reported the loss since its validity passed
-        // (lost() reads the clock); it stays lost.
-        if (lease->lapsed_unrenewed(now)) return mark_lost(lease);
-        answer = RenewalSchedule::Answer::confirmed;
+        // Confirmed too late: the guard may have reported the loss since its validity
+        // passed (lost() reads the clock); it stays lost. Checked again after the
+        // confirmation, for a lost() that read the old validity meanwhile.
+        if (lease->lapsed_unrenewed(Clock::now())) return mark_lost(lease);
         lease->confirm(sent, lease->ttl);
+        if (lease->lapse_seen.load()) return mark_lost(lease);
+        answer = RenewalSchedule::Answer::confirmed;
         break;
       case replies::Compare::not_ours:
         answer = RenewalSchedule::Answer::refused;

@@ -4,7 +4,8 @@
 -- A lease set lives at the lease key, as a zset: each holder is `token .. mode` ('s' a
 -- permit or a shared hold, 'x' the exclusive hold) scored with its lease's expiry on the
 -- server's clock (ms); and the kind's marker, scored +inf: '#S<limit>' (a semaphore) or '#RW'
--- (a read-write lock). The key itself expires with its longest lease. A mutex's lease is a
+-- (a read-write lock). The key itself expires with its last live lease (shared.lua's
+-- fit_lease_set), and lives as long as its queue. A mutex's lease is a
 -- string at the same key, so each command on it fails with WRONGTYPE here, and ours there.
 -- KEYS[1] lease set, KEYS[2] fencing counter, KEYS[3] queue, KEYS[4] queue expiry (the lease
 -- sets' own, keys.cpp), KEYS[5] a mutex's queue of the same resource; ARGV[1] token, ARGV[2] ttl ms, ARGV[3] '<0|1><place ms> <member

@@ -1,9 +1,9 @@
 -- Extend one hold of a lease set (acquire_set.lua) only if it is still ours and live: an
 -- expired hold not yet purged is not revived.
--- The key then lasts as long as its longest live hold and its queue (an extension down may
--- shorten it: shared.lua's fit_lease_set).
--- KEYS[1] lease set, KEYS[2] its queue (same slot); ARGV[1] holder (token .. mode), ARGV[2]
--- new ttl ms.
+-- The key then lasts as long as its longest live hold and a queue place's life at most
+-- beyond (an extension down may shorten it: shared.lua's fit_lease_set).
+-- KEYS[1] lease set (the one key: see fit_lease_set); ARGV[1] holder (token .. mode),
+-- ARGV[2] new ttl ms, ARGV[3] a queue place's life in ms.
 -- Returns 1 if extended, else 0.
 local now = now_ms()
 local score = redis.pcall('ZSCORE', KEYS[1], ARGV[1])
@@ -11,5 +11,5 @@ local score = redis.pcall('ZSCORE', KEYS[1], ARGV[1])
 if not score or type(score) == 'table' or tonumber(score) < now then return 0 end
 local ttl = tonumber(ARGV[2])
 redis.call('ZADD', KEYS[1], 'XX', now + ttl, ARGV[1])
-fit_lease_set(KEYS[1], KEYS[2], now)
+fit_lease_set(KEYS[1], nil, ARGV[3])
 return 1

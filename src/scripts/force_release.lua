@@ -26,13 +26,13 @@ for _, member in ipairs(redis.call('ZRANGE', lease, 0, -1)) do
     evicted = evicted + 1
   end
 end
+if redis.call('EXISTS', KEYS[6]) == 1 then drop_dead_waiters(KEYS[6], KEYS[7]) end
 if redis.call('EXISTS', KEYS[6]) == 0 then
   redis.call('DEL', lease)
 else
   -- The marker stays with the queue (and no longer than it); its first waiters try again
   -- now (a nudge: the token).
-  fit_lease_set(lease, KEYS[6], now)
-  drop_dead_waiters(KEYS[6], KEYS[7])
+  fit_lease_set(lease, KEYS[6])
   for _, member in ipairs(redis.call('ZRANGE', KEYS[6], 0, 63)) do
     publish(ARGV[1], string.sub(member, 33, 48), string.sub(member, 1, 32))
   end

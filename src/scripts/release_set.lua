@@ -27,7 +27,7 @@ end
 redis.call('ZREMRANGEBYSCORE', lease, '-inf', '(' .. now)
 local kind = redis.call('ZRANGE', lease, -1, -1)[1]
 if kind and queued then
-  drop_dead_waiters(queue, expiry)
+  now = drop_dead_waiters(queue, expiry)
   local limit = string.byte(kind, 2) == 83 and tonumber(string.sub(kind, 3)) or math.huge
   local count = redis.call('ZCARD', lease) - 1
   local exclusive = count == 1 and string.byte(redis.call('ZRANGE', lease, 0, 0)[1], 33) == 120
@@ -63,7 +63,7 @@ end
 if redis.call('ZCARD', lease) == 1 and redis.call('EXISTS', queue) == 0 then
   redis.call('DEL', lease)
 elseif kind then
-  fit_lease_set(lease, queue, now)
+  fit_lease_set(lease, queue)
 end
 if ours then return 1 end
 return 0

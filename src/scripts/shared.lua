@@ -33,9 +33,11 @@ end
 
 -- Waiters that stopped refreshing their place (crashed) leave the queue: every place that
 -- lapsed, up to 10,000 a call (in steps of 1,000; each costs the server about 1.3 us, so a
--- call spends 13 ms at most, once per crash: a place is removed once). Returns the clock
--- it used. With more lapsed places than that, the head may still be one: callers serve
--- nobody whose place lapsed (lapsed), and the next call removes the next 10,000.
+-- call spends 13 ms at most, once per crash: a place is removed once), in the order they
+-- lapsed, wherever they are in the queue. Then a head with no place at all (its expiry entry
+-- lost: an evicted or deleted key) leaves too, up to 1,000 a call. Returns the clock it
+-- used. With more lapsed places than that, the head may still be one: callers serve nobody
+-- whose place lapsed (lapsed), and the next call removes the next 10,000.
 local function drop_dead_waiters(queue, expiry)
   local now = now_ms()
   for _ = 1, 10 do
@@ -44,6 +46,11 @@ local function drop_dead_waiters(queue, expiry)
     redis.call('ZREM', expiry, unpack(dead))
     redis.call('ZREM', queue, unpack(dead))
     if #dead < 1000 then break end
+  end
+  for _ = 1, 1000 do
+    local head = redis.call('ZRANGE', queue, 0, 0)[1]
+    if not head or redis.call('ZSCORE', expiry, head) then break end
+    redis.call('ZREM', queue, head)
   end
   return now
 end
@@ -127,11 +134,20 @@ end
 -- A lease set's key lives as long as its last live hold, and as long as its queue (the
 -- marker keeps the kind and limit for the waiters): once no hold is live and nobody waits,
 -- the resource is free for any kind. Called where the longest hold may have ended early (an
--- extension down, a release); with neither left, the key goes.
-local function fit_lease_set(lease, queue, now)
+-- extension down, a release); with neither left, the key goes. `queue` is the queue's key,
+-- or nil for a caller that names the lease set alone (extend_set.lua, so that it follows a
+-- Cluster slot's migration key by key): the key then keeps its present expiry for a queue
+-- that may be there, but no longer than `place_ms` (a queue place's life) from now.
+local function fit_lease_set(lease, queue, place_ms)
+  local now = now_ms()
   local last = redis.call('ZREVRANGEBYSCORE', lease, '(+inf', '-inf', 'WITHSCORES', 'LIMIT', 0, 1)
   local ends = last[2] and tonumber(last[2]) or now
-  local waiting = redis.call('PTTL', queue)
+  local waiting
+  if queue then
+    waiting = redis.call('PTTL', queue)
+  else
+    waiting = math.min(redis.call('PTTL', lease), tonumber(place_ms))
+  end
   if waiting > 0 then ends = math.max(ends, now + waiting) end
   redis.call('PEXPIREAT', lease, string.format('%.0f', ends))
 end

@@ -176,3 +176,33 @@ TEST(DeadWaiters, MoreLapsedPlacesThanOneCallRemovesAreNeverServedAndTheLiveWait
   EXPECT_TRUE(g.async_release(asio::use_future).get());
   redis_command(cfg.port, {"DEL", keys.queue, keys.queue_expiry});
 }
+
+TEST(DeadWaiters, AHeadWithoutAPlaceEntryIsDroppedAndTheNextWaiterServed) {
+  // A queue member whose place entry is gone (the expiry key evicted under a volatile-*
+  // policy, or deleted by hand) has no place to lapse: it is dropped, never served and never
+  // left to stand in front of the live waiters.
+  auto cfg = shared_server_config();
+  const auto resource = unique_resource();
+  const auto keys = detail::make_keys("lock:", resource);
+  Background bg;
+  LockManager h(bg.io.get_executor(), cfg), w(bg.io.get_executor(), cfg);
+  auto holder = acquire(h, Kind::mutex, resource, {.ttl = 30s}).get();
+  ASSERT_TRUE(holder);
+  const std::string orphan = std::string(32, '0') + "00000000deadbeef30000";
+  redis_command(cfg.port, {"ZADD", keys.queue, "0", orphan});  // ahead of everyone, no place
+  auto live = acquire(w, Kind::mutex, resource, {.ttl = 30s, .wait = 40s});
+  wait_until(
+      [&] {
+        return redis_command(cfg.port, {"ZCARD", keys.queue_expiry}) == "1";
+      },
+      10s, "the live waiter to queue");
+  const auto released = std::chrono::steady_clock::now();
+  ASSERT_TRUE(holder.async_release(asio::use_future).get());
+  ASSERT_EQ(live.wait_for(10s), std::future_status::ready) << "the orphan stood in the way";
+  const auto waited = std::chrono::steady_clock::now() - released;
+  auto g = live.get();
+  ASSERT_TRUE(g);
+  EXPECT_LT(waited, 1500ms);
+  EXPECT_EQ(redis_command(cfg.port, {"ZSCORE", keys.queue, orphan}), "(nil)");
+  EXPECT_TRUE(g.async_release(asio::use_future).get());
+}

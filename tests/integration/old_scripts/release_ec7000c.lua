@@ -1,4 +1,4 @@
--- release.lua as of commit ec7000c (2026-12-01): the one-hop hand-off, before the holder's
+-- release.lua as of commit ec7000c (2026-12-02): the one-hop hand-off, before the holder's
 -- record (no info key), with the shared.lua it was built with. Kept verbatim so that tests
 -- can play a client of that build beside today's (docs/design-notes.md, mixed versions).
 -- (Put before acquire.lua and release.lua by the build: what both do.)
