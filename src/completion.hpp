@@ -3,6 +3,7 @@
 #pragma once
 
 #include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/associated_cancellation_slot.hpp>
 #include <boost/asio/associated_executor.hpp>
 #include <boost/asio/bind_executor.hpp>
 #include <boost/asio/dispatch.hpp>
@@ -18,6 +19,19 @@ namespace redis_lock::detail {
 /// before the initiating function returns; `Defer::no` after I/O, to skip a scheduler hop.
 /// (Boost 1.81 cannot post onto an any_completion_executor directly, hence bind_executor.)
 enum class Defer { no, yes };
+
+/// Invokes `handler` once its operation has ended: first takes the operation's handler out
+/// of the caller's cancellation slot, as Asio's own operations do, so that nothing of the
+/// operation outlives it there (a signal destroyed after the io_context destroyed a handler
+/// that still held its strand; a later emit reached a finished operation). Called on the
+/// handler's executor, where Asio lets the caller emit: never concurrently with an emit.
+template <class Handler, class... Args>
+void complete(Handler& handler, Args&&... args) {
+  if (auto slot = boost::asio::get_associated_cancellation_slot(handler); slot.is_connected()) {
+    slot.clear();
+  }
+  std::move(handler)(std::forward<Args>(args)...);
+}
 
 template <class Handler, class... Args>
 void deliver(const boost::asio::any_io_executor& io, Defer defer, Handler handler, Args&&... args) {
@@ -40,13 +54,13 @@ void deliver(const boost::asio::any_io_executor& io, Defer defer, Handler handle
   using io_executor = boost::asio::io_context::executor_type;
   if (const auto* target = ex.template target<io_executor>();
       target != nullptr && target->running_in_this_thread()) {
-    std::move(handler)(std::forward<Args>(args)...);
+    complete(handler, std::forward<Args>(args)...);
     return;
   }
   boost::asio::dispatch(
       io, boost::asio::bind_executor(
               std::move(ex), [h = std::move(handler), ... a = std::forward<Args>(args)]() mutable {
-                std::move(h)(std::move(a)...);
+                complete(h, std::move(a)...);
               }));
 }
 

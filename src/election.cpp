@@ -229,14 +229,7 @@ void LockService::observe(std::string resource, bool wait, std::uint64_t after_t
   auto op = std::make_shared<ObserveOp>(shared_from_this(), std::move(resource), after_term,
                                         std::move(ended), std::move(handler));
   // Installed in the initiating call, as for acquire (see there).
-  auto slot = asio::get_associated_cancellation_slot(op->handler);
-  if (slot.is_connected()) {
-    slot.assign([weak = std::weak_ptr<ObserveOp>(op), strand = strand()](asio::cancellation_type) {
-      asio::post(strand, [weak] {
-        if (auto alive = weak.lock()) alive->cancel();
-      });
-    });
-  }
+  install_cancellation(op->handler, op);
   asio::dispatch(strand(), [op = std::move(op)] { op->start(); });
 }
 

@@ -252,16 +252,11 @@ void LockService::start(std::shared_ptr<AcquireOp> op) {
   // thread: Asio lets a signal be emitted only where its operation was initiated and
   // completes, never concurrently with installing the handler. (Installing it later on our
   // strand raced with an emit from the caller's strand: Stress.ThreadsCancellations... under
-  // TSan.) For the same reason the slot is never cleared from our side: the handler holds the
-  // op weakly, so an emit after completion finds nothing to cancel.
-  auto slot = asio::get_associated_cancellation_slot(op->handler);
-  if (slot.is_connected()) {
-    slot.assign([weak = std::weak_ptr<AcquireOp>(op), strand = strand()](asio::cancellation_type) {
-      asio::post(strand, [weak] {
-        if (auto alive = weak.lock()) alive->cancel();
-      });
-    });
-  }
+  // TSan.) For the same reason it is cleared where the completion handler runs, just before
+  // (completion.hpp's complete()), not on our strand. It holds the op weakly and nothing
+  // else (no strand: a handler dropped at shutdown may be destroyed with the caller's signal
+  // after the io_context).
+  install_cancellation(op->handler, op);
   on_strand([op = std::move(op)]() mutable { op->attempt(); });
 }
 
@@ -286,15 +281,7 @@ void LockService::acquire_all(std::vector<std::string> resources, LockOptions op
           ? Clock::time_point::max()
           : now + options.wait;
   // Installed in the initiating call, as for acquire (see there).
-  auto slot = asio::get_associated_cancellation_slot(op->handler);
-  if (slot.is_connected()) {
-    slot.assign(
-        [weak = std::weak_ptr<AcquireAllOp>(op), strand = strand()](asio::cancellation_type) {
-          asio::post(strand, [weak] {
-            if (auto alive = weak.lock()) alive->cancel();
-          });
-        });
-  }
+  install_cancellation(op->handler, op);
   on_strand([op = std::move(op)]() mutable { op->start(); });
 }
 

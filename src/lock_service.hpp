@@ -16,6 +16,9 @@
 #include <redis_lock/lock.hpp>
 #include <redis_lock/observer.hpp>
 
+#include <boost/asio/associated_cancellation_slot.hpp>
+#include <boost/asio/post.hpp>
+
 #include <atomic>
 #include <chrono>
 #include <functional>
@@ -158,6 +161,26 @@ class LockService : public std::enable_shared_from_this<LockService> {
   mutable std::mutex error_mutex_;
   std::string last_server_error_;
 };
+
+/// Installs an operation's cancellation handler in the slot its completion handler carries,
+/// if any, in the initiating call (see LockService::start). A cancellation reaches
+/// `op->cancel()` on the manager's strand while the op lives. The handler holds the op and
+/// the manager weakly and nothing else: the caller's signal may destroy it after the
+/// io_context (an op dropped at shutdown never cleared it), and a strand destroyed then
+/// touched the context's freed state. Cleared by complete() (completion.hpp).
+template <class Handler, class Op>
+void install_cancellation(Handler& handler, const std::shared_ptr<Op>& op) {
+  auto slot = boost::asio::get_associated_cancellation_slot(handler);
+  if (!slot.is_connected()) return;
+  slot.assign([weak = std::weak_ptr<Op>(op),
+               manager = std::weak_ptr<LockService>(op->service)](boost::asio::cancellation_type) {
+    const auto service = manager.lock();
+    if (!service || !service->context_alive()->load() || weak.expired()) return;
+    boost::asio::post(service->strand(), [weak] {
+      if (auto alive = weak.lock()) alive->cancel();
+    });
+  });
+}
 
 /// A guard completes on its manager's executor, also once it is empty.
 inline LockGuard GuardAccess::make(std::shared_ptr<LockService> service, std::string resource,

@@ -4,9 +4,11 @@
 // kept out of the umbrella header, which stays light.
 #pragma once
 
+#include <redis_lock/detail/handlers.hpp>
 #include <redis_lock/lock.hpp>
 
 #include <boost/asio/as_tuple.hpp>
+#include <boost/asio/async_result.hpp>
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/cancellation_signal.hpp>
@@ -107,9 +109,17 @@ boost::asio::awaitable<boost::system::error_code> with_lock(LockManager& locks,
 template <class Work, class CompletionToken = boost::asio::deferred_t>
 auto async_with_lock(LockManager& locks, std::string resource, LockOptions options, Work work,
                      CompletionToken&& token = {}) {
-  return boost::asio::co_spawn(locks.get_executor(),
-                               with_lock(locks, std::move(resource), options, std::move(work)),
-                               std::forward<CompletionToken>(token));
+  // co_spawn leaves its own cancellation handler in a connected slot after the handler has
+  // run (Boost 1.81); the handler given to it clears the caller's slot first, as every
+  // operation of this library does.
+  return boost::asio::async_initiate<CompletionToken,
+                                     void(std::exception_ptr, boost::system::error_code)>(
+      [](auto handler, LockManager* manager, std::string name, LockOptions opts, Work job) {
+        boost::asio::co_spawn(manager->get_executor(),
+                              with_lock(*manager, std::move(name), opts, std::move(job)),
+                              detail::slot_clearing(std::move(handler)));
+      },
+      token, &locks, std::move(resource), options, std::move(work));
 }
 
 /// `async_with_lock(locks, resource, {}, work, token)`: the default LockOptions. As above.

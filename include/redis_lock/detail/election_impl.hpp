@@ -22,7 +22,7 @@ void initiate_campaign::operator()(Handler handler, std::shared_ptr<LockService>
                                  boost::system::error_code(error::invalid_argument), LockGuard{});
   }
   Election::campaign_impl(std::move(service), std::move(resource), std::move(value), options,
-                          AcquireHandler(std::move(handler)));
+                          AcquireHandler(slot_clearing(std::move(handler))));
 }
 
 template <class Handler>
@@ -35,7 +35,7 @@ void initiate_observe::operator()(Handler handler, std::shared_ptr<LockService> 
                                  std::optional<Leader>{});
   }
   Election::observe_impl(std::move(service), std::move(resource), wait, after_term,
-                         std::move(ended), LeaderHandler(std::move(handler)));
+                         std::move(ended), LeaderHandler(slot_clearing(std::move(handler))));
 }
 
 }  // namespace detail

@@ -6,7 +6,9 @@
 
 #include <boost/asio/any_completion_handler.hpp>
 #include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/associated_cancellation_slot.hpp>
 #include <boost/asio/associated_executor.hpp>
+#include <boost/asio/associator.hpp>
 #include <boost/asio/bind_executor.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/system/error_code.hpp>
@@ -14,6 +16,7 @@
 #include <atomic>
 #include <memory>
 #include <optional>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -70,5 +73,50 @@ void complete_without_lock(const boost::asio::any_io_executor& io, const Context
               std::move(ex), with_args(std::forward<Handler>(handler), std::move(args)...)));
 }
 
+/// The caller's handler, as the compiled library gets it (type-erased). Invoked, it first
+/// empties its associated cancellation slot (the caller's), then runs. Type-erasing a handler
+/// whose slot is connected (any_completion_handler, Boost 1.81) attaches a cancellation
+/// state to that slot that nothing takes out when the operation completes; Asio's rule is
+/// that an operation's slot handler lives no longer than the operation (Asio's own
+/// operations clear it before they complete). It runs on the handler's associated executor,
+/// where the caller may emit, so never concurrently with an emit. Every associator
+/// (executor, allocator, cancellation slot) is the caller's handler's.
+template <class Handler>
+struct SlotClearing {
+  Handler inner;
+
+  template <class... Args>
+  void operator()(Args&&... args) {
+    if (auto slot = boost::asio::get_associated_cancellation_slot(inner); slot.is_connected()) {
+      slot.clear();
+    }
+    std::move(inner)(std::forward<Args>(args)...);
+  }
+};
+
+template <class Handler>
+SlotClearing<std::decay_t<Handler>> slot_clearing(Handler&& handler) {
+  return {std::forward<Handler>(handler)};
+}
+
 }  // namespace detail
 }  // namespace redis_lock
+
+namespace boost::asio {
+
+template <template <typename, typename> class Associator, typename Handler,
+          typename DefaultCandidate>
+struct associator<Associator, redis_lock::detail::SlotClearing<Handler>, DefaultCandidate>
+    : Associator<Handler, DefaultCandidate> {
+  static typename Associator<Handler, DefaultCandidate>::type get(
+      const redis_lock::detail::SlotClearing<Handler>& h) noexcept {
+    return Associator<Handler, DefaultCandidate>::get(h.inner);
+  }
+  static auto get(const redis_lock::detail::SlotClearing<Handler>& h,
+                  const DefaultCandidate& c) noexcept
+      -> decltype(Associator<Handler, DefaultCandidate>::get(h.inner, c)) {
+    return Associator<Handler, DefaultCandidate>::get(h.inner, c);
+  }
+};
+
+}  // namespace boost::asio

@@ -30,7 +30,7 @@ void initiate_acquire::operator()(Handler handler, std::shared_ptr<LockService> 
                                  boost::system::error_code(error::invalid_argument), LockGuard{});
   }
   LockManager::acquire_impl(std::move(service), std::move(resource), options, kind,
-                            AcquireHandler(std::move(handler)));
+                            AcquireHandler(slot_clearing(std::move(handler))));
 }
 
 template <class Handler>
@@ -43,7 +43,7 @@ void initiate_acquire_all::operator()(Handler handler, std::shared_ptr<LockServi
                                  std::vector<LockGuard>{});
   }
   LockManager::acquire_all_impl(std::move(service), std::move(resources), options,
-                                AcquireAllHandler(std::move(handler)));
+                                AcquireAllHandler(slot_clearing(std::move(handler))));
 }
 
 template <class Handler>
@@ -52,7 +52,7 @@ void initiate_release::operator()(Handler handler, LockGuard guard) const {
     return complete_without_lock(io_, alive_, std::move(handler), boost::system::error_code{},
                                  false);
   }
-  LockGuard::release_impl(std::move(guard), BoolHandler(std::move(handler)));
+  LockGuard::release_impl(std::move(guard), BoolHandler(slot_clearing(std::move(handler))));
 }
 
 template <class Handler>
@@ -65,7 +65,7 @@ void initiate_extend::operator()(Handler handler, std::shared_ptr<LockService> s
                                  false);
   }
   LockGuard::extend_impl(std::move(service), std::move(resource), std::move(token),
-                         std::move(lease), ttl, BoolHandler(std::move(handler)));
+                         std::move(lease), ttl, BoolHandler(slot_clearing(std::move(handler))));
 }
 
 template <class Handler>
@@ -75,7 +75,8 @@ void initiate_wait_lost::operator()(Handler handler, std::shared_ptr<LockService
     return complete_without_lock(io_, alive_, std::move(handler),
                                  boost::system::error_code(boost::asio::error::operation_aborted));
   }
-  LockGuard::wait_lost_impl(std::move(service), std::move(lease), ErrorHandler(std::move(handler)));
+  LockGuard::wait_lost_impl(std::move(service), std::move(lease),
+                            ErrorHandler(slot_clearing(std::move(handler))));
 }
 
 template <class Handler>
@@ -86,7 +87,7 @@ void initiate_inspect::operator()(Handler handler, std::shared_ptr<LockService> 
                                  boost::system::error_code(error::invalid_argument), LockInfo{});
   }
   LockManager::inspect_impl(std::move(service), std::move(resource),
-                            InspectHandler(std::move(handler)));
+                            InspectHandler(slot_clearing(std::move(handler))));
 }
 
 template <class Handler>
@@ -97,7 +98,7 @@ void initiate_force_release::operator()(Handler handler, std::shared_ptr<LockSer
                                  boost::system::error_code(error::invalid_argument), false);
   }
   LockManager::force_release_impl(std::move(service), std::move(resource),
-                                  BoolHandler(std::move(handler)));
+                                  BoolHandler(slot_clearing(std::move(handler))));
 }
 
 }  // namespace redis_lock::detail
