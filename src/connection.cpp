@@ -76,6 +76,9 @@ namespace {
 constexpr std::chrono::milliseconds backoff_first{25};
 constexpr std::chrono::milliseconds backoff_max{1000};
 constexpr auto never = std::chrono::steady_clock::time_point::max();
+/// A write buffer keeps at most this much capacity between writes: a batch of about 50
+/// lock commands, so that a busy pipeline reuses it and a rare large write gives it back.
+constexpr std::size_t kKeptWriteCapacity = 16 * 1024;
 
 std::chrono::milliseconds drain_grace(std::chrono::milliseconds command_timeout) {
   return std::max(command_timeout * 10, std::chrono::milliseconds(2000));
@@ -470,6 +473,10 @@ void Connection::flush() {
   }
   auto link = link_;
   link->write_buf.clear();
+  // The two buffers take turns, so each keeps the largest capacity it ever had: the
+  // handshake's (every script loaded again after a reconnect, about 100 KB) stayed for the
+  // connection's life. One beyond a busy batch's size is given back.
+  if (link->write_buf.capacity() > kKeptWriteCapacity) std::string().swap(link->write_buf);
   link->write_buf.swap(queued_bytes_);
   for (auto& p : queued_) link->in_flight.push_back(std::move(p));
   queued_.clear();
