@@ -12,7 +12,8 @@
 // more than N charges were in flight at once (the service's bound); it prints the peak.
 //   checkout_load --port P --probe-bad-input     malformed requests must get 400/404/405/413
 //   checkout_load --port P --one ORDER_ID [--amount CENTS] [--currency EUR]
-//                 one request: prints "<status> <body>" (plus "replayed" when it was one)
+//                 one request: prints "<status>[ replayed][ retry-after=<s>] <body>"
+//                 ("replayed" when it was one, Retry-After when it came with one)
 //
 // Order ids are "run<ID>-order-<k>"; --run-id lets a test arm provider faults for them first.
 // Exit status 0 when everything held, 1 otherwise.
@@ -108,6 +109,7 @@ int probe_bad_input(asio::ip::tcp::endpoint target) {
        R"({"order_id": "a", "amount": 1.5})", 400},
       {"amount too large", http::verb::post, "/checkout",
        R"({"order_id": "a", "amount": 10000000001})", 400},
+      {"no currency", http::verb::post, "/checkout", R"({"order_id": "a", "amount": 5})", 400},
       {"currency lower case", http::verb::post, "/checkout",
        R"({"order_id": "a", "amount": 5, "currency": "eur"})", 400},
       {"currency not a string", http::verb::post, "/checkout",
@@ -229,8 +231,10 @@ int main(int argc, char** argv) {
                    });
     io.run();
     while (!answer.body.empty() && answer.body.back() == '\n') answer.body.pop_back();
-    std::printf("%d%s %s\n", answer.status, answer.replayed ? " replayed" : "",
-                answer.body.c_str());
+    const std::string retry_after =
+        answer.retry_after >= 0 ? " retry-after=" + std::to_string(answer.retry_after) : "";
+    std::printf("%d%s%s %s\n", answer.status, answer.replayed ? " replayed" : "",
+                retry_after.c_str(), answer.body.c_str());
     return answer.status == 0 ? 1 : 0;
   }
   const auto ledger_config = redis_lock::ConnectionConfig::from_url(ledger_url);
@@ -249,6 +253,30 @@ int main(int argc, char** argv) {
   std::vector<std::string> order_ids;
   for (int k = 0; k < orders; ++k) order_ids.push_back("run" + run + "-order-" + std::to_string(k));
   const auto amount_of = [](int k) { return static_cast<std::int64_t>(1000 + k); };
+
+  // The provider's counters before the storm: what the storm cost it is the difference.
+  const auto ask_provider = [&](const char* path) {
+    asio::io_context pio;
+    HttpAnswer answer;
+    asio::co_spawn(pio,
+                   checkout::http_call(provider_at, http::verb::get, path, "", Clock::now() + 10s),
+                   [&](std::exception_ptr e, HttpAnswer a) {
+                     if (!e) answer = std::move(a);
+                   });
+    pio.run();
+    return answer;
+  };
+  const auto provider_stats = [&] {
+    std::map<std::string, long long> out;
+    const json::value stats = parse_json(ask_provider("/v1/stats").body);
+    if (const auto* o = stats.if_object()) {
+      for (const auto& [name, value] : *o) {
+        if (value.is_number()) out[std::string(name)] = value.to_number<long long>();
+      }
+    }
+    return out;
+  };
+  const auto stats_before = provider_stats();
 
   // The storm: every request in flight at once, orders interleaved in a random order, each
   // retried until it hears a final answer.
@@ -295,29 +323,19 @@ int main(int argc, char** argv) {
   }
   again.run();
 
-  // The provider's own records: succeeded charges per order of this run, and the most
-  // charges it ever worked on at once.
-  const auto ask_provider = [&](const char* path) {
-    asio::io_context pio;
-    HttpAnswer answer;
-    asio::co_spawn(pio,
-                   checkout::http_call(provider_at, http::verb::get, path, "", Clock::now() + 10s),
-                   [&](std::exception_ptr e, HttpAnswer a) {
-                     if (!e) answer = std::move(a);
-                   });
-    pio.run();
-    return answer;
-  };
+  // The provider's own records: succeeded charges per order of this run, the most charges
+  // it ever worked on at once, and the calls the storm and its replays cost it.
   std::map<std::string, int> provider_charges;
   std::map<std::string, std::string> provider_id;
-  long long peak = -1;
+  const auto stats_after = provider_stats();
+  const auto delta = [&](const char* name) {
+    const auto a = stats_after.find(name);
+    const auto b = stats_before.find(name);
+    return (a == stats_after.end() ? 0 : a->second) - (b == stats_before.end() ? 0 : b->second);
+  };
+  const long long peak =
+      stats_after.count("peak_in_flight") ? stats_after.at("peak_in_flight") : -1;
   {
-    const json::value stats = parse_json(ask_provider("/v1/stats").body);
-    if (const auto* p =
-            stats.is_object() ? stats.as_object().if_contains("peak_in_flight") : nullptr;
-        p && p->is_number()) {
-      peak = p->to_number<long long>();
-    }
     const HttpAnswer list = ask_provider("/v1/charges");
     const json::value all = parse_json(list.body);
     const auto* results = all.is_object() ? all.as_object().if_contains("results") : nullptr;
@@ -370,6 +388,10 @@ int main(int argc, char** argv) {
   const Counts at_provider = count(provider_charges, order_ids);
   const Counts in_ledger = count(ledger_charges, order_ids);
   print_counts("provider", at_provider, orders);
+  std::printf(
+      "provider calls: %lld charge requests (%lld answered 'key in use', %lld replayed), %lld "
+      "lookups\n",
+      delta("charge_requests"), delta("key_in_use"), delta("replays"), delta("lookups"));
   print_counts("ledger", in_ledger, orders);
   std::printf(
       "ledger records matching the provider's charge: %d/%d; clients told that one "

@@ -1,56 +1,79 @@
 // SPDX-License-Identifier: MIT
 // The scenario redis_lock exists for: an HTTP checkout service run as several processes on one
 // port, where the same order may arrive twice at once (a retrying client, a double click), in
-// front of a payment provider that must charge each order once, through crashes.
+// front of a payment provider that must charge each order once, through crashes, failovers and
+// a ledger that forgets.
 //
 //   POST /checkout {"order_id": "A-17", "amount": 1299, "currency": "EUR"}
 //     201 Created    {"status": "charged", "charge_id": ...}   charged (now or, on a replay,
 //                                                               before)
 //     402 Payment Required {"status": "declined", ...}         the provider declined the card
 //     402 Payment Required {"status": "failed", ...}   the provider refused the charge for good
-//                                                       (a 4xx other than 402/409/429): nothing
+//                                                       (a 4xx other than those below): nothing
 //                                                       was charged; a new order is needed
 //     202 Accepted   {"status": "pending"} + Retry-After      the outcome is not known yet: retry
-//                                                               with the same order_id
+//                                                               with the same order_id after
+//                                                               Retry-After (when the service
+//                                                               will next look at it)
+//     202 Accepted   {"status": "under_review"}   a person is checking the outcome with the
+//                                                 provider: it will not be charged twice
 //     409 Conflict   {"error": "order_in_progress"} + Retry-After   another request has it now
 //     422 Unprocessable {"error": "order_mismatch"}   this order exists with another amount
 //                                                     or currency
-//     503 {"error": "temporarily_unavailable"} + Retry-After   retry with the same order_id
-//     400 / 404 / 405 / 413 for bad requests
+//     503 {"error": "temporarily_unavailable" | "provider_unavailable"} + Retry-After
+//                    nothing was charged by this request and nothing is left to charge later:
+//                    retry with the same order_id
+//     400 / 404 / 405 / 413 for bad requests (currency is required)
 //   A decided order's stored response is replayed, byte for byte, with the same status and
-//   `Idempotent-Replayed: true`, for --retention-s (24 h by default).
+//   `Idempotent-Replayed: true`, for good (the order's record is its financial record); so is
+//   an answer the provider gave as a replay of an earlier call.
 //   GET /healthz
 //
-// The flow (see docs/guide.md, "Payments: what the lock does and what the key does"):
+// The flow (see docs/guide.md, "Payments: what gives exactly-once and what the lock adds"):
 //   1. a decided order is answered from the ledger, without the lock;
 //   2. one lock per order, one attempt: a concurrent duplicate gets 409;
-//   3. under the lock, a pending attempt {order, amount, currency, idempotency key} is written
-//      to the ledger (or an earlier one found) before the provider is called;
-//   4. the provider is called with that key and a deadline below the lease's valid_until();
-//   5. its answer is recorded as the order's final response; if no answer came, the client
-//      gets 202 and the pending attempt stays;
-//   6. a reconciler in every worker finishes pending attempts left by crashed workers or
-//      unanswered calls, by calling the provider again with the same key.
-// The lock keeps concurrent duplicates apart; the idempotency key is what makes a retry after
-// a crash harmless: the provider answers a repeated key with the first call's result.
+//   3. under the lock, a pending attempt {order, amount, currency, attempt, key} is written to
+//      the ledger (or an earlier one found) before the provider is called; the key is derived
+//      from the order and the attempt number, so no loss of the record can mint a second key;
+//   4. an earlier attempt is looked up at the provider by its key before anything is sent;
+//      an attempt the provider never saw is sent (with its key); one it is executing is left
+//      to finish;
+//   5. the provider is called with the key and a deadline below the lease's valid_until();
+//   6. its answer is recorded as the order's final response; if no answer came, the client
+//      gets 202 and the pending attempt stays; if the call was never made or never executed,
+//      the attempt is void and the client gets 503: nothing will be charged later;
+//   7. a reconciler in every worker looks pending attempts up at the provider (by key, then
+//      by reference after a 5xx): it records what happened, voids an attempt the provider
+//      never saw (it never charges late), makes a new attempt only after a definite failure,
+//      and escalates an attempt it could not learn within half the provider's key window.
 //
 //   checkout_service --ledger-url URL --provider HOST:PORT [--url redis://127.0.0.1:6379]
 //                    [--listen 127.0.0.1] [--port 8080] [--workers N] [--lock-ttl-ms 5000]
-//                    [--no-renew] [--provider-timeout-ms 2000] [--retention-s 86400]
-//                    [--reconcile-ms 1000] [--reconcile-max-backoff-ms 300000]
-//                    [--shutdown-grace-ms MS] [--prefix checkout:]
-//                    [--provider-concurrency N]
+//                    [--no-renew] [--no-lock] [--provider-timeout-ms 2000]
+//                    [--provider-key-window-s 86400] [--reconcile-ms 1000]
+//                    [--reconcile-max-backoff-ms 300000] [--shutdown-grace-ms MS]
+//                    [--prefix checkout:] [--provider-concurrency N]
+//                    [--ledger-replicas N] [--ledger-unchecked]
+//   checkout_service --ledger-url URL [--prefix checkout:] --list-escalated
+//   checkout_service --ledger-url URL [--prefix checkout:] --resolve ORDER
+//                    (--charge-id ID | --declined-charge-id ID | --not-charged)
 //
 // --provider-concurrency N: at most N charges are in flight to the provider at once, from
 // all workers together (a provider's rate or concurrency limit, shared by the fleet): each
 // call holds a permit of the semaphore "payment-provider" (redis_lock's
 // async_acquire_permit), waited for within the order's lease. No permit in time: 503 with
-// Retry-After, nothing was sent (the pending attempt stays for the retry or the reconciler).
+// Retry-After, nothing was sent and the attempt is void.
 //
-// --url is the lock's Redis; --ledger-url a Redis of its own with appendfsync always (the
-// ledger must not share the lock server's fate: see README). --workers N forks N processes
-// that each accept on the same port (SO_REUSEPORT), each with its own LockManager: the lock,
-// not the process, keeps orders apart.
+// --no-lock: no order lock (a measurement of what the lock saves: exactly-once still holds,
+// by the key and the ledger; see the no_lock scenario).
+//
+// --url is the lock's Redis; --ledger-url a Redis of its own, which the service checks at
+// start-up (appendonly yes, appendfsync always, maxmemory-policy noeviction; --ledger-unchecked
+// to run without the check, for a server that refuses CONFIG); --ledger-replicas N makes
+// every ledger write wait for N replicas (WAIT). --workers N forks N processes that each
+// accept on the same port (SO_REUSEPORT), each with its own LockManager: the lock, not the
+// process, keeps orders apart. CHECKOUT_PROVIDER_API_KEY in the environment is sent to the
+// provider as a bearer token.
 #include "http_call.hpp"
 #include "ledger.hpp"
 
@@ -84,7 +107,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <optional>
-#include <random>
 #include <set>
 #include <string>
 #include <vector>
@@ -108,8 +130,11 @@ struct Options {
   int workers = 1;
   std::chrono::milliseconds lock_ttl{5000};
   bool renew = true;  // --no-renew: the lease is not renewed; the provider deadline still fits it
+  bool use_lock = true;  // --no-lock: a measurement of what the lock saves
   std::chrono::milliseconds provider_timeout{2000};
-  std::chrono::seconds retention{86400};
+  // How long the provider keeps an idempotency key: an attempt still undecided after half of
+  // it is escalated (a lookup after the window could not tell "never charged" from "forgotten").
+  std::chrono::milliseconds provider_key_window{std::chrono::hours(24)};
   std::chrono::milliseconds reconcile_every{1000};
   // The longest a pending order waits between two reconcile retries (beyond the lock ttl).
   std::chrono::milliseconds reconcile_max_backoff{300000};
@@ -118,6 +143,15 @@ struct Options {
   // default longer than any charge can take (the provider deadline), plus the ledger's steps.
   std::optional<std::chrono::milliseconds> shutdown_grace;
   std::uint32_t provider_concurrency = 0;  // 0: no bound
+  int ledger_replicas = 0;
+  bool ledger_unchecked = false;
+  std::string provider_api_key;  // from CHECKOUT_PROVIDER_API_KEY
+  // Admin modes.
+  bool list_escalated = false;
+  std::string resolve;  // an escalated order to resolve
+  std::string resolve_charge_id;
+  bool resolve_declined = false;
+  bool resolve_not_charged = false;
 };
 
 using Request = http::request<http::string_body>;
@@ -137,15 +171,25 @@ Response reply(const Request& req, http::status status, const json::object& body
 }
 
 Response retry_later(const Request& req, http::status status, std::string_view code,
-                     std::string_view message, const std::string& order_id) {
+                     std::string_view message, const std::string& order_id,
+                     std::chrono::seconds after = 1s) {
   auto res = reply(req, status, {{"error", code}, {"message", message}, {"order_id", order_id}});
-  res.set(http::field::retry_after, "1");
+  res.set(http::field::retry_after, std::to_string(std::max<long long>(after.count(), 1)));
   return res;
 }
 
 Response unavailable(const Request& req, const std::string& order_id) {
   return retry_later(req, http::status::service_unavailable, "temporarily_unavailable",
-                     "temporarily unavailable; retry with the same order_id", order_id);
+                     "temporarily unavailable; nothing was charged by this request and "
+                     "nothing will be charged later; retry with the same order_id",
+                     order_id);
+}
+
+Response provider_unavailable(const Request& req, const std::string& order_id) {
+  return retry_later(req, http::status::service_unavailable, "provider_unavailable",
+                     "the payment provider did not take the payment; nothing was charged; "
+                     "retry with the same order_id",
+                     order_id, 5s);
 }
 
 Response in_progress(const Request& req, const std::string& order_id) {
@@ -153,7 +197,8 @@ Response in_progress(const Request& req, const std::string& order_id) {
                      "another request is processing this order; retry later", order_id);
 }
 
-// An order id goes into Redis keys and JSON: keep it to a safe, bounded alphabet.
+// An order id goes into Redis keys, idempotency keys and JSON: keep it to a safe, bounded
+// alphabet.
 bool valid_order_id(std::string_view id) {
   if (id.empty() || id.size() > 128) return false;
   for (char c : id) {
@@ -169,13 +214,10 @@ bool valid_currency(std::string_view c) {
          std::all_of(c.begin(), c.end(), [](char x) { return x >= 'A' && x <= 'Z'; });
 }
 
-/// 128 bits straight from the system's random source (a seeded generator would repeat
-/// whenever two threads drew the same seed).
-std::string new_idempotency_key() {
-  static thread_local std::random_device random;
-  char buf[40];
-  std::snprintf(buf, sizeof buf, "chk_%08x%08x%08x%08x", random(), random(), random(), random());
-  return buf;
+std::int64_t unix_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
 }
 
 asio::ip::tcp::endpoint parse_endpoint(const std::string& host_port) {
@@ -193,39 +235,78 @@ struct Decided {
   std::string charge_id;  // empty when the provider refused the request
 };
 
-/// The provider's answer as the order's final outcome, or nullopt while it is not known:
-///   201 charged, 402 declined (both carry the provider's charge id);
-///   any other 4xx but 409 (the key's first call is still running) and 429 (slow down): the
-///     provider refused the request and charged nothing, and would refuse it again (it keeps
-///     a key's answer): a final failure, so that neither the client nor the reconciler
-///     retries it forever;
-///   no answer, 409, 429, 5xx: not known (a 5xx may come after a charge): the attempt stays
-///     pending and is retried with the same key.
-std::optional<Decided> decided(const checkout::HttpAnswer& a, const checkout::Record& order) {
-  if (a.status >= 400 && a.status < 500 && a.status != 402 && a.status != 409 && a.status != 429) {
-    const json::object body{{"status", "failed"},
-                            {"order_id", order.order_id},
-                            {"amount", order.amount},
-                            {"currency", order.currency},
-                            {"failure_code", "payment_refused"},
-                            {"message",
-                             "the payment provider refused this payment; nothing was "
-                             "charged"}};
-    return Decided{402, json::serialize(body) + "\n", ""};
-  }
-  if (a.status != 201 && a.status != 402) return std::nullopt;
-  error_code ec;
-  const json::value v = json::parse(a.body, ec);
-  const json::object* o = ec ? nullptr : v.if_object();
-  const json::value* id = o ? o->if_contains("id") : nullptr;
-  if (!id || !id->is_string()) return std::nullopt;
-  json::object body{{"status", a.status == 201 ? "charged" : "declined"},
+json::object charge_body(const checkout::Record& order, bool charged, std::string_view id) {
+  json::object body{{"status", charged ? "charged" : "declined"},
                     {"order_id", order.order_id},
                     {"amount", order.amount},
                     {"currency", order.currency},
-                    {"charge_id", id->get_string()}};
-  if (a.status == 402) body["decline_code"] = "card_declined";
-  return Decided{a.status, json::serialize(body) + "\n", std::string(id->get_string())};
+                    {"charge_id", id}};
+  if (!charged) body["decline_code"] = "card_declined";
+  return body;
+}
+
+/// What a provider's answer (to a charge, or a key's stored result) says about the attempt.
+struct Verdict {
+  enum Kind {
+    decided,       // charged, declined, or refused for good: the order's outcome
+    not_executed,  // 401/403/404/408/425/429: the request never ran; the key stays unused
+    key_reused,    // 422: the key was first used with other parameters
+    undecided,     // no answer, 409 (running), 5xx, or a success without a charge id
+  } kind;
+  Decided outcome;  // decided only
+};
+
+///   any 2xx carrying a charge id with status "succeeded": charged (201 to the client);
+///   402 carrying a charge id: declined;
+///   401, 403, 404, 408, 425, 429: not executed (the merchant's problem or a transient one,
+///     never the customer's: nothing ran, the key is unused);
+///   422: the key was used with other parameters (this order, another amount);
+///   any other 4xx but 409: the provider refused the request for good and keeps that answer
+///     for the key: a final failure, so that neither the client nor the reconciler retries it
+///     forever;
+///   no answer, 409, 5xx: not known (a 5xx may come after a charge).
+Verdict judge(int status, const json::value* body, const checkout::Record& order) {
+  const json::object* o = body ? body->if_object() : nullptr;
+  const json::value* id = o ? o->if_contains("id") : nullptr;
+  const json::value* state = o ? o->if_contains("status") : nullptr;
+  const bool has_id = id && id->is_string() && !id->get_string().empty();
+  if (status >= 200 && status < 300) {
+    if (has_id && state && state->is_string() && state->get_string() == "succeeded") {
+      return {Verdict::decided,
+              {201, json::serialize(charge_body(order, true, id->get_string())) + "\n",
+               std::string(id->get_string())}};
+    }
+    return {Verdict::undecided, {}};
+  }
+  if (status == 402 && has_id) {
+    return {Verdict::decided,
+            {402, json::serialize(charge_body(order, false, id->get_string())) + "\n",
+             std::string(id->get_string())}};
+  }
+  if (status == 401 || status == 403 || status == 404 || status == 408 || status == 425 ||
+      status == 429) {
+    return {Verdict::not_executed, {}};
+  }
+  if (status == 422) return {Verdict::key_reused, {}};
+  if (status >= 400 && status < 500 && status != 409) {
+    const json::object failed{{"status", "failed"},
+                              {"order_id", order.order_id},
+                              {"amount", order.amount},
+                              {"currency", order.currency},
+                              {"failure_code", "payment_refused"},
+                              {"message",
+                               "the payment provider refused this payment; nothing was "
+                               "charged"}};
+    return {Verdict::decided, {402, json::serialize(failed) + "\n", ""}};
+  }
+  return {Verdict::undecided, {}};
+}
+
+Verdict judge(const checkout::HttpAnswer& a, const checkout::Record& order) {
+  if (a.status == 0) return {Verdict::undecided, {}};
+  error_code ec;
+  const json::value v = json::parse(a.body, ec);
+  return judge(a.status, ec ? nullptr : &v, order);
 }
 
 /// One worker process: an acceptor on the shared port, a LockManager, the ledger's pool, the
@@ -239,7 +320,7 @@ class Worker {
         index_(index),
         provider_(parse_endpoint(opt.provider)),
         locks_(io.get_executor(), lock_config, {.key_prefix = opt.prefix + "lock:"}),
-        ledger_(ledger_config, opt.prefix, opt.retention),
+        ledger_(ledger_config, opt.prefix, {.replicas = opt.ledger_replicas}),
         acceptor_(io) {}
 
   void listen() {
@@ -285,9 +366,10 @@ class Worker {
   void print_summary() const {
     std::printf(
         "checkout worker %d (pid %d): %d charged, %d declined, %d failed, %d replayed, "
-        "%d conflicts, %d pending, %d unavailable, %d reconciled\n",
+        "%d conflicts, %d pending, %d unavailable, %d under review, %d reconciled, %d voided, "
+        "%d escalated\n",
         index_, ::getpid(), charged_, declined_, failed_, replayed_, conflicts_, pending_,
-        unavailable_, reconciled_);
+        unavailable_, under_review_, reconciled_, voided_, escalated_);
     std::fflush(stdout);
   }
 
@@ -368,26 +450,26 @@ class Worker {
     const json::value* currency_value = obj ? obj->if_contains("currency") : nullptr;
     const json::string* currency = currency_value ? currency_value->if_string() : nullptr;
     if (!order || !valid_order_id(*order) || !amount || !amount->is_int64() ||
-        amount->as_int64() <= 0 || amount->as_int64() > 100'000'000'00 ||
-        (currency_value && (!currency || !valid_currency(*currency)))) {
+        amount->as_int64() <= 0 || amount->as_int64() > 100'000'000'00 || !currency ||
+        !valid_currency(*currency)) {
       co_return reply(req, http::status::bad_request,
                       {{"error", "bad_request"},
                        {"message",
                         "expected {\"order_id\": \"[A-Za-z0-9_.:-]{1,128}\", "
                         "\"amount\": <minor units, 1..10000000000>, "
-                        "\"currency\": \"[A-Z]{3}\" (default EUR)}"}});
+                        "\"currency\": \"[A-Z]{3}\"}"}});
     }
     // (named first: GCC 12 miscompiles a conditional with a literal inside a co_await)
     std::string order_id(order->data(), order->size());
-    std::string currency_code = "EUR";
-    if (currency) currency_code.assign(currency->data(), currency->size());
+    std::string currency_code(currency->data(), currency->size());
     co_return co_await checkout(req, std::move(order_id), amount->as_int64(),
                                 std::move(currency_code));
   }
 
   asio::awaitable<Response> checkout(const Request& req, std::string order_id, std::int64_t amount,
                                      std::string currency) {
-    // 1. A decided order is answered from the ledger: no lock, no provider.
+    // 1. A decided order is answered from the ledger: no lock, no provider. (A void order,
+    // whose last attempt never reached the provider, takes this request's amount.)
     std::optional<checkout::Record> stored;
     try {
       stored = co_await on_pool([&] { return ledger_.find(order_id); });
@@ -395,28 +477,42 @@ class Worker {
       ++unavailable_;
       co_return unavailable(req, order_id);
     }
-    if (stored && (stored->amount != amount || stored->currency != currency)) {
+    if (stored && stored->state != "void" &&
+        (stored->amount != amount || stored->currency != currency)) {
       co_return mismatch(req, order_id);
     }
     if (stored && stored->state == "final") co_return replay(req, *stored);
+    if (stored && stored->state == "escalated") co_return under_review(req, order_id);
 
     // 2. One attempt at the order's lock: a duplicate in flight is told so at once.
-    auto [ec, guard] = co_await locks_.async_acquire("order:" + order_id, lock_options(),
-                                                     asio::as_tuple(asio::use_awaitable));
-    if (ec) {
-      ++unavailable_;
-      co_return unavailable(req, order_id);
+    redis_lock::LockGuard guard;
+    if (opt_.use_lock) {
+      auto [ec, granted] = co_await locks_.async_acquire("order:" + order_id, lock_options(),
+                                                         asio::as_tuple(asio::use_awaitable));
+      if (ec) {
+        ++unavailable_;
+        co_return unavailable(req, order_id);
+      }
+      if (!granted) {
+        ++conflicts_;
+        co_return in_progress(req, order_id);
+      }
+      guard = std::move(granted);
     }
-    if (!guard) {
-      ++conflicts_;
-      co_return in_progress(req, order_id);
-    }
-    const Settled s = co_await settle(guard, order_id, amount, currency);
-    co_await guard.async_release(asio::as_tuple(asio::use_awaitable));
+    const Settled s = co_await settle(guard, order_id, amount, currency, false);
+    if (guard) co_await guard.async_release(asio::as_tuple(asio::use_awaitable));
     switch (s.outcome) {
-      case Settled::decided:
-        (s.order.status == 201 ? charged_ : s.order.charge_id.empty() ? failed_ : declined_)++;
-        co_return reply(req, static_cast<http::status>(s.order.status), s.order.body);
+      case Settled::decided: {
+        (s.replayed                  ? replayed_
+         : s.order.status == 201     ? charged_
+         : s.order.charge_id.empty() ? failed_
+                                     : declined_)++;
+        auto res = reply(req, static_cast<http::status>(s.order.status), s.order.body);
+        // Decided by an earlier call (the provider replayed it, or a lookup found it): the
+        // client hears a replay, as it would from the ledger.
+        if (s.replayed) res.set("Idempotent-Replayed", "true");
+        co_return res;
+      }
       case Settled::already_final:
         co_return replay(req, s.order);
       case Settled::mismatch:
@@ -427,66 +523,172 @@ class Worker {
       case Settled::unavailable:
         ++unavailable_;
         co_return unavailable(req, order_id);
+      case Settled::provider_unavailable:
+        ++unavailable_;
+        co_return provider_unavailable(req, order_id);
+      case Settled::under_review:
+        co_return under_review(req, order_id);
       case Settled::unknown:
+      case Settled::voided:
         break;
     }
+    // The attempt stays pending: the client is asked back when the reconciler will next look
+    // at it (a retry before that would find the same), not every second.
     ++pending_;
+    std::chrono::milliseconds due{1000};
+    try {
+      due = co_await on_pool([&] { return ledger_.due_in(order_id, opt_.lock_ttl); });
+    } catch (const checkout::LedgerError&) {
+    }
     auto res = reply(req, http::status::accepted,
                      {{"status", "pending"},
                       {"order_id", order_id},
                       {"message",
                        "the payment's outcome is not known yet; retry with the same "
                        "order_id to learn it (it will not be charged twice)"}});
-    res.set(http::field::retry_after, "1");
+    res.set(http::field::retry_after,
+            std::to_string(std::max<long long>((due.count() + 999) / 1000, 1)));
     co_return res;
   }
 
   redis_lock::LockOptions lock_options() const {
-    // max_hold: a wedged but live worker stops renewing after the longest a charge can take,
-    // so the order passes to a retry or the reconciler (which reuse the idempotency key).
+    // max_hold: a wedged but live worker stops renewing after the longest a settle can take
+    // (a key lookup, a reference lookup, a charge), so the order passes to a retry or the
+    // reconciler (which look the key up before anything else).
     return {.ttl = opt_.lock_ttl,
             .auto_renew = opt_.renew,
-            .max_hold = opt_.renew ? opt_.provider_timeout + 5s : 0ms};
+            .max_hold = opt_.renew ? opt_.provider_timeout * 3 + 5s : 0ms};
   }
 
   struct Settled {
-    enum Outcome { decided, already_final, mismatch, taken_over, unavailable, unknown } outcome;
-    checkout::Record order;  // decided / already_final: status and body to send
+    enum Outcome {
+      decided,               // the provider's answer: order holds it (status and body)
+      already_final,         // the ledger had it: order holds it
+      mismatch,              // another amount or currency
+      taken_over,            // a newer lock holder began on the order
+      unavailable,           // nothing was sent, and no pending attempt is left behind
+      provider_unavailable,  // the provider did not execute the call; the attempt is void
+      under_review,          // escalated: a person decides
+      voided,                // the reconciler found an attempt the provider never saw
+      unknown,               // a pending attempt stays: 202
+    } outcome;
+    checkout::Record order;
+    bool replayed = false;  // decided by an earlier call
   };
 
-  /// Steps 3-5, under the order's lock: for a client request and for the reconciler alike.
+  /// A provider request with the merchant's API key; status 0 when no answer came in time.
+  asio::awaitable<checkout::HttpAnswer> provider_call(http::verb method, std::string path,
+                                                      std::string body, Clock::time_point deadline,
+                                                      std::string key = {}) {
+    std::vector<std::pair<std::string, std::string>> headers;
+    if (!key.empty()) headers.emplace_back("Idempotency-Key", std::move(key));
+    if (!opt_.provider_api_key.empty()) {
+      headers.emplace_back("Authorization", "Bearer " + opt_.provider_api_key);
+    }
+    co_return co_await checkout::http_call(provider_, method, std::move(path), std::move(body),
+                                           deadline, std::move(headers));
+  }
+
+  /// Steps 3-6, under the order's lock (or without one, with --no-lock): for a client request
+  /// and for the reconciler alike. The reconciler never sends an attempt the provider has not
+  /// seen: it voids it (a client told 503, or one that went away, is never charged later).
   asio::awaitable<Settled> settle(const redis_lock::LockGuard& guard, const std::string& order_id,
-                                  std::int64_t amount, const std::string& currency) {
-    // (the fault scenarios read which token each holder of an order got from here)
-    std::printf("checkout worker %d (pid %d) holds %s with fencing token %llu\n", index_,
-                ::getpid(), order_id.c_str(),
-                static_cast<unsigned long long>(guard.fencing_token()));
-    std::fflush(stdout);
+                                  std::int64_t amount, const std::string& currency,
+                                  bool reconciling) {
+    const std::uint64_t fence = guard ? guard.fencing_token() : 0;
+    if (guard) {
+      // (the fault scenarios read which token each holder of an order got from here)
+      std::printf("checkout worker %d (pid %d) holds %s with fencing token %llu\n", index_,
+                  ::getpid(), order_id.c_str(), static_cast<unsigned long long>(fence));
+      std::fflush(stdout);
+    }
     checkout::Ledger::BeginResult begun;
     try {
-      begun = co_await on_pool([&] {
-        return ledger_.begin(order_id, amount, currency, guard.fencing_token(),
-                             new_idempotency_key());
-      });
+      begun = co_await on_pool([&] { return ledger_.begin(order_id, amount, currency, fence); });
     } catch (const checkout::LedgerError&) {
-      // Nothing was sent to the provider by this attempt; whether the pending record was
-      // written is unknown, and either way harmless: the next attempt finds it or writes it.
+      // Nothing was sent. Whether a pending attempt was written is unknown; if it was, the
+      // reconciler finds the provider never saw its key and voids it: nothing is charged
+      // unless the client retries, so 503 is the truth.
       co_return Settled{Settled::unavailable, {}};
     }
     using Begun = checkout::Ledger::Begun;
-    const checkout::Record& order = begun.record;
+    checkout::Record attempt = begun.record;
     if (begun.outcome == Begun::stale) co_return Settled{Settled::taken_over, {}};
-    if (order.amount != amount || order.currency != currency) {
+    if (begun.outcome == Begun::escalated) co_return Settled{Settled::under_review, {}};
+    if (attempt.amount != amount || attempt.currency != currency) {
       co_return Settled{Settled::mismatch, {}};  // also for a decided order: never its replay
     }
-    if (begun.outcome == Begun::final) co_return Settled{Settled::already_final, order};
+    if (begun.outcome == Begun::final) co_return Settled{Settled::already_final, attempt};
+    if (begun.outcome == Begun::go_ahead && reconciling) {
+      // The record was void or gone by the time the reconciler got here: not ours to send.
+      co_return co_await void_attempt(attempt, fence, Settled::voided);
+    }
 
-    // 4. The provider, with the attempt's key and a deadline inside the lease: a holder never
+    if (begun.outcome == Begun::resume) {
+      // 4. An earlier attempt may have reached the provider: ask it before sending anything.
+      const auto deadline = Clock::now() + opt_.provider_timeout;
+      const auto found = co_await provider_call(
+          http::verb::get, "/v1/keys/" + attempt.idempotency_key, "", deadline);
+      std::optional<Verdict> stored;
+      if (found.status == 200) {
+        error_code ec;
+        const json::value v = json::parse(found.body, ec);
+        const json::object* o = ec ? nullptr : v.if_object();
+        const json::value* status = o ? o->if_contains("http_status") : nullptr;
+        const json::value* body = o ? o->if_contains("body") : nullptr;
+        if (status && status->is_int64()) {
+          stored = judge(static_cast<int>(status->as_int64()), body, attempt);
+        }
+      }
+      if (stored && stored->kind == Verdict::decided) {
+        co_return co_await record(attempt, stored->outcome, true);
+      }
+      // Past half the key window, "unknown" may mean "forgotten after a charge", and a
+      // running call may outlive the key: a person decides.
+      const auto age = std::chrono::milliseconds(unix_ms() - attempt.began_ms);
+      const bool inconclusive = !stored || stored->kind != Verdict::undecided;  // no 5xx kept
+      if (inconclusive && age > opt_.provider_key_window / 2) {
+        bool escalated = false;
+        try {
+          escalated = co_await on_pool(
+              [&] { return ledger_.escalate(order_id, attempt.idempotency_key, fence); });
+        } catch (const checkout::LedgerError&) {
+        }
+        if (escalated) {
+          std::fprintf(stderr,
+                       "checkout worker %d (pid %d): %s escalated: attempt %d (key %s) undecided "
+                       "after %lld s, past half the provider's key window\n",
+                       index_, ::getpid(), order_id.c_str(), attempt.attempt,
+                       attempt.idempotency_key.c_str(), static_cast<long long>(age.count() / 1000));
+          co_return Settled{Settled::under_review, {}};
+        }
+        co_return Settled{Settled::unknown, {}};
+      }
+      if (found.status == 404) {
+        // The provider never saw this key: the attempt was never sent (a crash before the
+        // call, a 503 for want of a permit) or never arrived. A client asking now sends it;
+        // the reconciler voids it instead of charging late.
+        if (reconciling) co_return co_await void_attempt(attempt, fence, Settled::voided);
+      } else if (stored && stored->kind == Verdict::undecided && reconciling) {
+        // The key's kept result is a 5xx. Money may have moved all the same: look for a
+        // charge for the order; none is a definite failure, and only then a new attempt.
+        auto next = co_await after_failure(attempt, fence);
+        if (!next.first) co_return Settled{Settled::unknown, {}};
+        if (next.second) co_return std::move(*next.second);
+      } else {
+        co_return Settled{Settled::unknown, {}};  // running, unreachable, or the reconciler's
+      }
+    }
+
+    // 5. The provider, with the attempt's key and a deadline inside the lease: a holder never
     // calls on a lease that could lapse before the answer is back.
     const auto now = Clock::now();
     const auto margin = std::max<std::chrono::milliseconds>(opt_.lock_ttl / 10, 50ms);
-    const auto lease_left = guard.valid_until() - margin - now;
-    if (guard.lost() || lease_left <= 0ms) co_return Settled{Settled::unknown, {}};
+    const auto lease_left = guard ? guard.valid_until() - margin - now
+                                  : std::chrono::duration_cast<Clock::duration>(opt_.lock_ttl);
+    if ((guard && guard.lost()) || lease_left <= 0ms) {
+      co_return co_await void_attempt(attempt, fence, Settled::unavailable);
+    }
     auto deadline = now + std::min<Clock::duration>(opt_.provider_timeout, lease_left);
     // At most N calls to the provider at once, fleet-wide: a permit for the call, waited for
     // at most half of what is left (the call needs the rest), and the call's deadline inside
@@ -499,56 +701,134 @@ class Worker {
           "payment-provider", opt_.provider_concurrency,
           {.ttl = opt_.lock_ttl, .wait = patience},  // the call's deadline fits its lease
           asio::as_tuple(asio::use_awaitable));
-      if (pec || !granted) co_return Settled{Settled::unavailable, {}};  // nothing was sent
+      if (pec || !granted) {  // nothing was sent: the attempt is void, the 503 true
+        co_return co_await void_attempt(attempt, fence, Settled::unavailable);
+      }
       permit = std::move(granted);
       const auto later = Clock::now();
-      const auto left = std::min(guard.valid_until(), permit.valid_until()) - margin - later;
-      if (guard.lost() || left <= 0ms) co_return Settled{Settled::unknown, {}};
+      auto valid = permit.valid_until();
+      if (guard) valid = std::min(valid, guard.valid_until());
+      const auto left = valid - margin - later;
+      if ((guard && guard.lost()) || left <= 0ms) {
+        co_await permit.async_release(asio::as_tuple(asio::use_awaitable));
+        co_return co_await void_attempt(attempt, fence, Settled::unavailable);
+      }
       deadline = later + std::min<Clock::duration>(opt_.provider_timeout, left);
     }
     std::printf("checkout worker %d (pid %d) calling the provider for %s\n", index_, ::getpid(),
                 order_id.c_str());
     std::fflush(stdout);
     // (built outside the co_await: GCC 12 cannot keep literal arrays in a coroutine frame)
-    std::string request = json::serialize(json::object{
-        {"amount", order.amount}, {"currency", order.currency}, {"reference", order.order_id}});
-    std::vector<std::pair<std::string, std::string>> headers{
-        {"Idempotency-Key", order.idempotency_key}};
-    const auto answer =
-        co_await checkout::http_call(provider_, http::verb::post, "/v1/charges", std::move(request),
-                                     deadline, std::move(headers));
+    std::string request = json::serialize(json::object{{"amount", attempt.amount},
+                                                       {"currency", attempt.currency},
+                                                       {"reference", attempt.order_id}});
+    const auto answer = co_await provider_call(http::verb::post, "/v1/charges", std::move(request),
+                                               deadline, attempt.idempotency_key);
     std::printf("checkout worker %d (pid %d) provider answered %d for %s\n", index_, ::getpid(),
                 answer.status, order_id.c_str());  // 0: no answer
     std::fflush(stdout);
     if (permit) co_await permit.async_release(asio::as_tuple(asio::use_awaitable));
-    const auto result = decided(answer, order);
-    if (!result) co_return Settled{Settled::unknown, {}};
+    const Verdict verdict = judge(answer, attempt);
+    switch (verdict.kind) {
+      case Verdict::decided:
+        co_return co_await record(attempt, verdict.outcome, answer.replayed);
+      case Verdict::not_executed:
+        co_return co_await void_attempt(attempt, fence, Settled::provider_unavailable);
+      case Verdict::key_reused:
+        co_return co_await void_attempt(attempt, fence, Settled::mismatch);
+      case Verdict::undecided:
+        break;
+    }
+    co_return Settled{Settled::unknown, {}};
+  }
 
-    // 5. The provider's answer is the order's one outcome (every caller of this key gets the
-    // same): record it; if the ledger is down, the client still hears it, and the pending
-    // record lets the reconciler record the same bytes later.
-    checkout::Record final_order = order;
-    final_order.status = result->status;
-    final_order.body = result->body;
-    final_order.charge_id = result->charge_id;
+  /// The attempt did not reach the provider: void, and `outcome` told; if the ledger cannot
+  /// say so, the attempt stays pending and the client hears 202.
+  asio::awaitable<Settled> void_attempt(const checkout::Record& attempt, std::uint64_t fence,
+                                        Settled::Outcome outcome) {
+    bool voided = false;
     try {
-      auto stored = co_await on_pool([&] {
-        return ledger_.finish(order_id, order.idempotency_key, result->status, result->body,
-                              result->charge_id);
-      });
-      if (stored.state == "final") final_order = std::move(stored);
+      voided = co_await on_pool(
+          [&] { return ledger_.make_void(attempt.order_id, attempt.idempotency_key, fence); });
+    } catch (const checkout::LedgerError&) {
+    }
+    if (voided && outcome == Settled::voided) {
+      std::fprintf(stderr,
+                   "checkout worker %d (pid %d): %s attempt %d void: the provider never saw its "
+                   "key\n",
+                   index_, ::getpid(), attempt.order_id.c_str(), attempt.attempt);
+    }
+    co_return Settled{voided ? outcome : Settled::unknown, {}};
+  }
+
+  /// The attempt's key kept a 5xx at the provider. {false, -}: not known yet; {true, result}:
+  /// a charge was found for the order and recorded; {true, nullopt}: no charge, and `attempt`
+  /// is now the order's next attempt (a new key), to be sent.
+  asio::awaitable<std::pair<bool, std::optional<Settled>>> after_failure(checkout::Record& attempt,
+                                                                         std::uint64_t fence) {
+    const auto found =
+        co_await provider_call(http::verb::get, "/v1/charges?reference=" + attempt.order_id, "",
+                               Clock::now() + opt_.provider_timeout);
+    error_code ec;
+    const json::value v = found.status == 200 ? json::parse(found.body, ec) : json::value();
+    const json::object* o = found.status == 200 && !ec ? v.if_object() : nullptr;
+    const json::value* results = o ? o->if_contains("results") : nullptr;
+    if (!results || !results->is_array()) co_return std::pair{false, std::nullopt};
+    const std::string ours = opt_.prefix + attempt.order_id + "/";  // this order's keys
+    for (const auto& r : results->as_array()) {
+      const json::object* c = r.if_object();
+      const json::value* key = c ? c->if_contains("idempotency_key") : nullptr;
+      const json::value* status = c ? c->if_contains("http_status") : nullptr;
+      if (!key || !key->is_string() || !status || !status->is_int64() ||
+          key->get_string().subview(0, ours.size()) != ours) {
+        continue;
+      }
+      const Verdict v2 = judge(static_cast<int>(status->as_int64()), &r, attempt);
+      if (v2.kind == Verdict::decided) {
+        co_return std::pair{true,
+                            std::optional<Settled>(co_await record(attempt, v2.outcome, true))};
+      }
+    }
+    std::optional<checkout::Record> next;
+    try {
+      next = co_await on_pool(
+          [&] { return ledger_.next_attempt(attempt.order_id, attempt.idempotency_key, fence); });
+    } catch (const checkout::LedgerError&) {
+    }
+    if (!next) co_return std::pair{false, std::nullopt};
+    attempt = std::move(*next);
+    co_return std::pair{true, std::nullopt};
+  }
+
+  /// 6. The provider's answer is the order's one outcome (every caller of this key gets the
+  /// same): record it; if the ledger is down, the client still hears it, and the pending
+  /// record lets a retry or the reconciler record the same bytes later.
+  asio::awaitable<Settled> record(const checkout::Record& attempt, const Decided& result,
+                                  bool replayed) {
+    checkout::Record final_order = attempt;
+    final_order.status = result.status;
+    final_order.body = result.body;
+    final_order.charge_id = result.charge_id;
+    try {
+      auto stored = co_await on_pool(
+          [&] { return ledger_.finish(attempt, result.status, result.body, result.charge_id); });
+      if (stored.record.state == "final") {
+        final_order = std::move(stored.record);
+        replayed = replayed || !stored.first;
+      }
     } catch (const checkout::LedgerError&) {
       std::printf(
           "checkout worker %d (pid %d) could not record the answer for %s: ledger "
           "unavailable (the reconciler will)\n",
-          index_, ::getpid(), order_id.c_str());
+          index_, ::getpid(), attempt.order_id.c_str());
       std::fflush(stdout);
     }
-    co_return Settled{Settled::decided, std::move(final_order)};
+    co_return Settled{Settled::decided, std::move(final_order), replayed};
   }
 
   /// Finishes pending attempts that nobody is working on (a worker died, a call went
-  /// unanswered): the same steps under the lock, with the same idempotency key.
+  /// unanswered, the provider failed): the same steps under the lock, looking up before
+  /// sending anything.
   asio::awaitable<void> reconcile_loop() {
     while (!stopping_) {
       reconcile_timer_.expires_after(opt_.reconcile_every);
@@ -570,9 +850,13 @@ class Worker {
           break;
         }
         if (!order || order->state != "pending") continue;
-        auto [lec, guard] = co_await locks_.async_acquire("order:" + order_id, lock_options(),
-                                                          asio::as_tuple(asio::use_awaitable));
-        if (lec || !guard) continue;  // someone is on it, or the lock server is away
+        redis_lock::LockGuard guard;
+        if (opt_.use_lock) {
+          auto [lec, granted] = co_await locks_.async_acquire("order:" + order_id, lock_options(),
+                                                              asio::as_tuple(asio::use_awaitable));
+          if (lec || !granted) continue;  // someone is on it, or the lock server is away
+          guard = std::move(granted);
+        }
         // Under the lock, claim the retry: another worker that listed the order too may have
         // retried it meanwhile, and then it is not due. The claim also moves the order back
         // in the line, later each time, so that a few stuck orders cannot keep the reconciler
@@ -586,17 +870,20 @@ class Worker {
         } catch (const checkout::LedgerError&) {
         }
         if (!retry) {
-          co_await guard.async_release(asio::as_tuple(asio::use_awaitable));
+          if (guard) co_await guard.async_release(asio::as_tuple(asio::use_awaitable));
           continue;
         }
-        const Settled s = co_await settle(guard, order_id, order->amount, order->currency);
-        co_await guard.async_release(asio::as_tuple(asio::use_awaitable));
+        const Settled s = co_await settle(guard, order_id, order->amount, order->currency, true);
+        if (guard) co_await guard.async_release(asio::as_tuple(asio::use_awaitable));
         if (s.outcome == Settled::decided) {
           ++reconciled_;
+        } else if (s.outcome == Settled::voided) {
+          ++voided_;
+        } else if (s.outcome == Settled::under_review) {
+          ++escalated_;
         } else {
-          // Each undecided retry is logged: an order that stays pending for hours needs a
-          // person (the provider keeps an idempotency key for a limited time, 24 h at the
-          // common ones).
+          // Each undecided retry is logged; past half the provider's key window the order
+          // is escalated to a person.
           std::fprintf(stderr,
                        "checkout worker %d (pid %d): %s still pending after reconcile retry %d; "
                        "next in about %lld ms\n",
@@ -611,6 +898,18 @@ class Worker {
     ++replayed_;
     auto res = reply(req, static_cast<http::status>(stored.status), stored.body);
     res.set("Idempotent-Replayed", "true");
+    return res;
+  }
+
+  Response under_review(const Request& req, const std::string& order_id) {
+    ++under_review_;
+    auto res = reply(req, http::status::accepted,
+                     {{"status", "under_review"},
+                      {"order_id", order_id},
+                      {"message",
+                       "the payment's outcome is being checked with the provider by a person; "
+                       "it will not be charged twice; do not place a new order"}});
+    res.set(http::field::retry_after, "600");
     return res;
   }
 
@@ -653,7 +952,7 @@ class Worker {
   int busy_ = 0;
   bool stopping_ = false;
   int charged_ = 0, declined_ = 0, failed_ = 0, replayed_ = 0, conflicts_ = 0, pending_ = 0,
-      unavailable_ = 0, reconciled_ = 0;
+      unavailable_ = 0, under_review_ = 0, reconciled_ = 0, voided_ = 0, escalated_ = 0;
 };
 
 struct Configs {
@@ -682,18 +981,30 @@ int run_worker(const Options& opt, const Configs& configs, int index) {
   std::fputs(
       "usage: checkout_service --ledger-url URL --provider HOST:PORT [--url URL]\n"
       "                        [--listen ADDR] [--port P] [--workers N] [--lock-ttl-ms MS]\n"
-      "                        [--no-renew] [--provider-timeout-ms MS] [--retention-s S]\n"
-      "                        [--reconcile-ms MS] [--reconcile-max-backoff-ms MS]\n"
-      "                        [--shutdown-grace-ms MS] [--prefix PREFIX]\n"
-      "                        [--provider-concurrency N]\n"
+      "                        [--no-renew] [--no-lock] [--provider-timeout-ms MS]\n"
+      "                        [--provider-key-window-s S] [--reconcile-ms MS]\n"
+      "                        [--reconcile-max-backoff-ms MS] [--shutdown-grace-ms MS]\n"
+      "                        [--prefix PREFIX] [--provider-concurrency N]\n"
+      "                        [--ledger-replicas N] [--ledger-unchecked]\n"
+      "       checkout_service --ledger-url URL [--prefix PREFIX] --list-escalated\n"
+      "       checkout_service --ledger-url URL [--prefix PREFIX] --resolve ORDER\n"
+      "                        (--charge-id ID | --declined-charge-id ID | --not-charged)\n"
       "  --url (the lock's Redis) defaults to $REDIS_LOCK_URL or redis://127.0.0.1:6379;\n"
-      "  --ledger-url is a Redis of its own (appendfsync always); the provider deadline must\n"
-      "  be shorter than the lock's ttl; --shutdown-grace-ms defaults to the provider deadline\n"
-      "  plus 10 s; a pending order the reconciler could not finish is retried later each time\n"
-      "  (the waits between its retries are 1, 2, 4, 8, ... times the lock ttl), waiting at\n"
-      "  most the lock ttl plus --reconcile-max-backoff-ms (5 minutes by default, at most 24 h;\n"
-      "  0: no backoff); --provider-concurrency N: at most N provider calls at once, from all\n"
-      "  workers together (0, the default: no bound)\n",
+      "  --ledger-url is a Redis of its own with appendonly yes, appendfsync always and\n"
+      "  maxmemory-policy noeviction, checked at start-up (--ledger-unchecked skips the check);\n"
+      "  --ledger-replicas N: every ledger write waits for N replicas; the provider deadline\n"
+      "  must be shorter than the lock's ttl; --shutdown-grace-ms defaults to the provider\n"
+      "  deadline plus 10 s; a pending order the reconciler could not finish is retried later\n"
+      "  each time (the waits between its retries are 1, 2, 4, 8, ... times the lock ttl),\n"
+      "  waiting at most the lock ttl plus --reconcile-max-backoff-ms (5 minutes by default, at\n"
+      "  most 24 h; 0: no backoff), and escalated once undecided for half of\n"
+      "  --provider-key-window-s (how long the provider keeps an idempotency key, 24 h by\n"
+      "  default); --provider-concurrency N: at most N provider calls at once, from all\n"
+      "  workers together (0, the default: no bound); --no-lock: no order lock (to measure\n"
+      "  what it saves). CHECKOUT_PROVIDER_API_KEY: the provider's API key.\n"
+      "  --list-escalated prints the escalated orders, one JSON object a line; --resolve\n"
+      "  records a person's finding for one: the provider's charge id (charged), a declined\n"
+      "  charge's id, or --not-charged (the client's next retry charges it, with a new key)\n",
       code == 0 ? stdout : stderr);
   std::exit(code);
 }
@@ -701,6 +1012,7 @@ int run_worker(const Options& opt, const Configs& configs, int index) {
 Options parse(int argc, char** argv) {
   Options opt;
   if (const char* env = std::getenv("REDIS_LOCK_URL")) opt.url = env;
+  if (const char* env = std::getenv("CHECKOUT_PROVIDER_API_KEY")) opt.provider_api_key = env;
   const auto ms = [](const std::string& v) { return std::chrono::milliseconds(std::stol(v)); };
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -708,6 +1020,29 @@ Options parse(int argc, char** argv) {
     if (arg == "--no-renew") {
       opt.renew = false;
       continue;
+    }
+    if (arg == "--no-lock") {
+      opt.use_lock = false;
+      continue;
+    }
+    if (arg == "--ledger-unchecked") {
+      opt.ledger_unchecked = true;
+      continue;
+    }
+    if (arg == "--list-escalated") {
+      opt.list_escalated = true;
+      continue;
+    }
+    if (arg == "--not-charged") {
+      opt.resolve_not_charged = true;
+      continue;
+    }
+    if (arg == "--retention-s") {
+      std::fputs(
+          "checkout_service: --retention-s is gone: an order's record is kept for good (it is "
+          "the order's financial record), and its response replayed for good\n",
+          stderr);
+      std::exit(2);
     }
     if (i + 1 >= argc) usage(2);
     const std::string value = argv[++i];
@@ -728,8 +1063,10 @@ Options parse(int argc, char** argv) {
         opt.lock_ttl = ms(value);
       else if (arg == "--provider-timeout-ms")
         opt.provider_timeout = ms(value);
-      else if (arg == "--retention-s")
-        opt.retention = std::chrono::seconds(std::stol(value));
+      else if (arg == "--provider-key-window-s")
+        opt.provider_key_window = std::chrono::seconds(std::stol(value));
+      else if (arg == "--provider-key-window-ms")  // for the tests' short windows
+        opt.provider_key_window = ms(value);
       else if (arg == "--reconcile-ms")
         opt.reconcile_every = ms(value);
       else if (arg == "--reconcile-max-backoff-ms")
@@ -740,18 +1077,35 @@ Options parse(int argc, char** argv) {
         opt.prefix = value;
       else if (arg == "--provider-concurrency")
         opt.provider_concurrency = static_cast<std::uint32_t>(std::stoul(value));
+      else if (arg == "--ledger-replicas")
+        opt.ledger_replicas = std::stoi(value);
+      else if (arg == "--resolve")
+        opt.resolve = value;
+      else if (arg == "--charge-id")
+        opt.resolve_charge_id = value;
+      else if (arg == "--declined-charge-id")
+        opt.resolve_charge_id = value, opt.resolve_declined = true;
       else
         usage(2);
     } catch (const std::exception&) {
       usage(2);
     }
   }
+  if (opt.ledger_url.empty()) usage(2);
+  if (opt.list_escalated || !opt.resolve.empty()) {
+    if (opt.list_escalated == !opt.resolve.empty() ||
+        (!opt.resolve.empty() && opt.resolve_not_charged == !opt.resolve_charge_id.empty()) ||
+        (!opt.resolve.empty() && !valid_order_id(opt.resolve))) {
+      usage(2);
+    }
+    return opt;
+  }
   if (opt.workers < 1 || opt.workers > 64 || opt.lock_ttl.count() <= 0 ||
       opt.provider_timeout.count() <= 0 || opt.provider_timeout >= opt.lock_ttl ||
-      opt.retention.count() <= 0 || opt.reconcile_every.count() <= 0 ||
+      opt.provider_key_window <= opt.lock_ttl * 4 || opt.reconcile_every.count() <= 0 ||
       opt.reconcile_max_backoff.count() < 0 || opt.reconcile_max_backoff > std::chrono::hours(24) ||
-      (opt.shutdown_grace && opt.shutdown_grace->count() <= 0) || opt.ledger_url.empty() ||
-      opt.provider.empty()) {
+      (opt.shutdown_grace && opt.shutdown_grace->count() <= 0) || opt.ledger_replicas < 0 ||
+      opt.provider.empty() || opt.resolve_not_charged || !opt.resolve_charge_id.empty()) {
     usage(2);
   }
   try {
@@ -761,6 +1115,48 @@ Options parse(int argc, char** argv) {
     std::exit(2);
   }
   return opt;
+}
+
+/// --list-escalated and --resolve: a person's tools for orders the reconciler gave up on.
+int admin(const Options& opt, const redis_lock::ConnectionConfig& ledger_config) {
+  try {
+    checkout::Ledger ledger(ledger_config, opt.prefix);
+    if (opt.list_escalated) {
+      for (const auto& r : ledger.escalated()) {
+        std::printf("%s\n", json::serialize(json::object{{"order_id", r.order_id},
+                                                         {"amount", r.amount},
+                                                         {"currency", r.currency},
+                                                         {"attempt", r.attempt},
+                                                         {"idempotency_key", r.idempotency_key},
+                                                         {"began_ms", r.began_ms}})
+                                .c_str());
+      }
+      return 0;
+    }
+    const auto order = ledger.find(opt.resolve);
+    if (!order || order->state != "escalated") {
+      std::fprintf(stderr, "checkout_service: %s is not escalated (%s)\n", opt.resolve.c_str(),
+                   order ? order->state.c_str() : "no such order");
+      return 1;
+    }
+    bool done = false;
+    if (opt.resolve_not_charged) {
+      done = ledger.reopen(opt.resolve);
+    } else {
+      const bool charged = !opt.resolve_declined;
+      const std::string body =
+          json::serialize(charge_body(*order, charged, opt.resolve_charge_id)) + "\n";
+      done = ledger.resolve(opt.resolve, charged ? 201 : 402, body, opt.resolve_charge_id);
+    }
+    std::printf("%s: %s\n", opt.resolve.c_str(),
+                !done                     ? "not resolved (it changed meanwhile)"
+                : opt.resolve_not_charged ? "reopened: the client's next retry charges it"
+                                          : "recorded as final");
+    return done ? 0 : 1;
+  } catch (const checkout::LedgerError& e) {
+    std::fprintf(stderr, "checkout_service: ledger: %s\n", e.what());
+    return 3;
+  }
 }
 
 }  // namespace
@@ -776,6 +1172,24 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "checkout_service: --%s is not a valid redis:// or unix:// URL\n",
                  lock ? "ledger-url" : "url");
     return 2;
+  }
+  if (opt.list_escalated || !opt.resolve.empty()) return admin(opt, *ledger);
+  if (!opt.ledger_unchecked) {
+    // The ledger must keep what it answered through a crash and never evict it; a service
+    // started on one that does not is refused, not warned about.
+    std::vector<std::string> missing;
+    try {
+      missing = checkout::Ledger(*ledger, opt.prefix, {.replicas = opt.ledger_replicas})
+                    .check_durability();
+    } catch (const checkout::LedgerError& e) {
+      missing.push_back(e.what());
+    }
+    if (!missing.empty()) {
+      std::fputs("checkout_service: the ledger is not durable enough:\n", stderr);
+      for (const auto& m : missing) std::fprintf(stderr, "  %s\n", m.c_str());
+      std::fputs("  (--ledger-unchecked runs without this check; see docs/guide.md)\n", stderr);
+      return 2;
+    }
   }
   const Configs configs{*lock, *ledger};
   if (opt.workers == 1) return run_worker(opt, configs, 0);

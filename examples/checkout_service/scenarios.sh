@@ -29,6 +29,21 @@
 #                         off, then the order is charged once
 #   lock_server_restart   the lock's Redis killed and restarted empty mid-charge: fencing
 #                         tokens keep rising across it
+#   ledger_failover       the ledger's replica promoted without the newest order: its retry
+#                         gets the first charge back (the key is derived from the order)
+#   ledger_forgets        the ledger flushed after a charge: the retry gets the same charge
+#   unavailable_is_true   a 503 (no provider permit in time) leaves nothing to charge later
+#   crash_before_send     kill -9 between the pending record and the provider call: the
+#                         reconciler voids the attempt, the client's retry is charged once
+#   slow_provider         a charge slower than the lock's ttl: looked up, never sent again
+#   key_window            the outcome unknown past half the provider's key window: escalated,
+#                         listed, resolved by a person; the key never sent again
+#   integration_errors    a 401 (rotated API key) and a 408: 503, never a final 402; charged
+#                         once the key is fixed
+#   error_after_charge    a 500 after the money moved: found by reference, recorded, no new
+#                         attempt
+#   ledger_not_durable    a ledger without appendfsync always or with eviction: refused
+#   no_lock               the storm with and without the order lock: what the lock saves
 #   provider_bound        the storm with --provider-concurrency 3 and a provider that takes
 #                         25 ms per charge: never more than 3 charges in flight at once
 #                         (the provider's own count), and 3 reached
@@ -76,18 +91,28 @@ restart_lock_server() {
 lock_key_gone() { [ "$(redis-cli -p "$lock_port" exists "checkout:lock:{order:$1}")" = 0 ]; }
 
 ledger_pid=
+ledger_sock="$dir/ledger.sock"  # the ledger the service is started on
+# start_ledger [redis-server options...]: the ledger on $dir/ledger.sock, durable as required
 start_ledger() {
   redis-server --port 0 --unixsocket "$dir/ledger.sock" --unixsocketperm 700 --appendonly yes \
     --appendfsync always --maxmemory-policy noeviction --save '' --dir "$dir" \
-    --logfile "$dir/ledger-redis.log" &
+    --logfile "$dir/ledger-redis.log" "$@" &
   ledger_pid=$!
   pids+=("$ledger_pid")
   wait_for "the ledger server" redis-cli -s "$dir/ledger.sock" ping
 }
+ledger() { redis-cli -s "$ledger_sock" "$@"; }
+# state_is ORDER STATE: the ledger's record of ORDER is in STATE (for wait_for, which needs a
+# command it can run again, not a value computed once)
+state_is() { [ "$(ledger hget "checkout:order:$1" state)" = "$2" ]; }
 
 provider_port=
 start_provider() {
-  "$provider" --journal "$dir/provider.journal" --port 0 "$@" >"$dir/provider.log" 2>&1 &
+  # CHECKOUT_PROVIDER_ARGS: more options (--success-status 201 runs these scenarios against
+  # a service older than the strict provider)
+  # shellcheck disable=SC2086
+  "$provider" --journal "$dir/provider.journal" --port 0 ${CHECKOUT_PROVIDER_ARGS:-} "$@" \
+    >"$dir/provider.log" 2>&1 &
   pids+=($!)
   wait_for "the provider" grep -q 'listening on' "$dir/provider.log"
   provider_port=$(sed -n 's/.*listening on 127.0.0.1:\([0-9]*\).*/\1/p' "$dir/provider.log")
@@ -109,7 +134,7 @@ service_pid=
 # start_service WORKERS [checkout_service options...]
 start_service() {
   local workers=$1; shift
-  "$service" --url "redis://127.0.0.1:$lock_port" --ledger-url "unix://$dir/ledger.sock" \
+  "$service" --url "redis://127.0.0.1:$lock_port" --ledger-url "unix://$ledger_sock" \
     --provider "127.0.0.1:$provider_port" --port "$service_port" --workers "$workers" \
     "$@" >"$dir/service.log" 2>&1 &
   service_pid=$!
@@ -122,7 +147,6 @@ caller_of() {
   wait_for "a call to the provider for $1" grep -q "calling the provider for $1\$" "$dir/service.log"
   grep -m1 "calling the provider for $1\$" "$dir/service.log" | sed -n 's/.*(pid \([0-9]*\)).*/\1/p'
 }
-calls_at_least() { [ "$(grep -c "calling the provider for $1\$" "$dir/service.log")" -ge "$2" ]; }
 # tokens_of ORDER: the fencing token of each holder of ORDER's lock, in the order they took it
 tokens_of() { sed -n "s/^checkout worker .* holds $1 with fencing token \([0-9]*\)\$/\1/p" "$dir/service.log"; }
 holders_at_least() { [ "$(tokens_of "$1" | wc -l)" -ge "$2" ]; }
@@ -130,9 +154,22 @@ holders_at_least() { [ "$(tokens_of "$1" | wc -l)" -ge "$2" ]; }
 # storm RUN_ID ORDERS REQUESTS: the load generator's storm and checks (its exit status)
 storm() {
   "$load" --port "$service_port" --provider "127.0.0.1:$provider_port" \
-    --ledger-url "unix://$dir/ledger.sock" --run-id "$1" --orders "$2" --requests "$3" "${@:4}"
+    --ledger-url "unix://$ledger_sock" --run-id "$1" --orders "$2" --requests "$3" "${@:4}"
 }
 order() { echo "run$1-order-$2"; }
+# lock_value WITH WITHOUT ORDERS: from two storms' outputs (the same sizes, with the order lock
+# and without it), the provider calls the lock saved; fails if it saved none
+lock_value() {
+  local with_charges with_lookups without_charges without_lookups
+  read -r with_charges with_lookups <<<"$(provider_calls "$1")"
+  read -r without_charges without_lookups <<<"$(provider_calls "$2")"
+  [ -n "$with_charges" ] && [ -n "$without_charges" ] || fail "no provider counts"
+  echo "the lock's measured value: $((without_charges + without_lookups - with_charges - with_lookups)) provider calls saved for $3 orders: $((with_charges + with_lookups)) with it ($with_charges charge requests, $with_lookups lookups), $((without_charges + without_lookups)) without ($without_charges charge requests, $without_lookups lookups)"
+  [ $((without_charges + without_lookups)) -gt $((with_charges + with_lookups)) ]
+}
+provider_calls() {
+  sed -n 's/^provider calls: \([0-9]*\) charge requests ([0-9]* answered .key in use., [0-9]* replayed), \([0-9]*\) lookups$/\1 \2/p' "$1"
+}
 # strike_mid_charge RUN ORDERS REQUESTS SIGNAL [CHARGE_MS]: the storm in the background, and
 # SIGNAL for the worker that calls the provider for the run's order 0 (a charge of CHARGE_MS,
 # 1500 by default), which must still be pending then. Sets $victim.
@@ -147,11 +184,12 @@ strike_mid_charge() {
 storm_in_background() { storm "$@" >"$dir/storm.out" & storm_pid=$!; pids+=("$storm_pid"); }
 # still_pending ORDER: the ledger has a pending attempt for ORDER, not a final result yet
 still_pending() {
-  [ "$(redis-cli -s "$dir/ledger.sock" hget "checkout:order:$1" state)" = pending ] ||
+  [ "$(ledger hget "checkout:order:$1" state)" = pending ] ||
     fail "$1 was no longer pending when the fault struck (the fault came too late to test anything)"
 }
 storm_result() { wait "$storm_pid" || { cat "$dir/storm.out"; fail "$1"; }; cat "$dir/storm.out"; }
 # heard_provider PID ORDER: worker PID logged the provider's answer (or its absence) for ORDER
+charged_once() { [ "$(provider_results "$1" succeeded)" = 1 ]; }
 heard_provider() { grep -q "(pid $1) provider answered [0-9]* for $2\$" "$dir/service.log"; }
 gone() { ! kill -0 "$1" 2>/dev/null; }
 # provider_results REFERENCE STATUS: how many of the provider's results for REFERENCE have STATUS
@@ -227,7 +265,7 @@ case "$scenario" in
       fail "a refused charge was not a final 402 'failed'"
     [ "$(cut -d' ' -f3- "$dir/b.out")" = "$(cut -d' ' -f2- "$dir/a.out")" ] &&
       grep -q '^402 replayed ' "$dir/b.out" || fail "the refusal was not replayed byte for byte"
-    [ "$(redis-cli -s "$dir/ledger.sock" hget "checkout:order:$x" state)" = final ] ||
+    [ "$(ledger hget "checkout:order:$x" state)" = final ] ||
       fail "the refused order is not final in the ledger"
     [ "$(provider_results "$x" succeeded)" = 0 ] || fail "the provider charged a refused order"
     [ "$(grep -c "calling the provider for $x\$" "$dir/service.log")" = 1 ] ||
@@ -268,11 +306,289 @@ case "$scenario" in
       grep -q "$y still pending after reconcile retry $n; next in about $expected ms\$" \
         "$dir/service.log" || fail "retry $n was not scheduled $expected ms later"
     done
-    wait_for "the order final in the ledger" \
-      test "$(redis-cli -s "$dir/ledger.sock" hget "checkout:order:$y" state)" = final
+    wait_for "the order final in the ledger" state_is "$y" final
     "$load" --port "$service_port" --one "$y" --amount 700 >"$dir/b.out"
     cat "$dir/b.out"
     grep -q '^201 replayed ' "$dir/b.out" || fail "the client's retry did not get the stored 201"
+    ;;
+
+  ledger_failover)
+    # The ledger as a primary with an asynchronous replica. An order is charged and
+    # replicated; the replica is promoted; a second order is charged on the old primary only;
+    # the service is pointed at the new primary and the old one dies. The second order's
+    # retry finds no record, calls the provider with the key derived from the order, and gets
+    # the first charge back: one charge, the retry told it as a replay.
+    ledger_port=$(free_port) replica_port=$(free_port)
+    kill -9 "$ledger_pid"; wait "$ledger_pid" 2>/dev/null || true
+    rm -f "$dir/ledger.sock"
+    start_ledger --port "$ledger_port" --bind 127.0.0.1
+    mkdir -p "$dir/replica"
+    redis-server --port "$replica_port" --bind 127.0.0.1 --unixsocket "$dir/replica.sock" \
+      --unixsocketperm 700 --appendonly yes --appendfsync always --maxmemory-policy noeviction \
+      --save '' --dir "$dir/replica" --logfile "$dir/replica-redis.log" \
+      --replicaof 127.0.0.1 "$ledger_port" &
+    replica_pid=$!
+    pids+=("$replica_pid")
+    wait_for "the replica to sync" sh -c \
+      "redis-cli -s '$dir/replica.sock' info replication | grep -q '^master_link_status:up'"
+    start_service 1
+    run="fo$RANDOM$RANDOM"; one=$(order "$run" 1) two=$(order "$run" 2)
+    "$load" --port "$service_port" --one "$one" --amount 1000 >"$dir/a.out"
+    grep -q '^201 {"status":"charged"' "$dir/a.out" || fail "the first order: $(cat "$dir/a.out")"
+    [ "$(ledger wait 1 5000)" = 1 ] || fail "the first order did not reach the replica"
+    redis-cli -s "$dir/replica.sock" replicaof no one >/dev/null
+    echo "promoted the replica (REPLICAOF NO ONE)"
+    "$load" --port "$service_port" --one "$two" --amount 2000 >"$dir/b.out"
+    grep -q '^201 {"status":"charged"' "$dir/b.out" || fail "the second order: $(cat "$dir/b.out")"
+    charge=$(sed -n 's/.*"charge_id":"\([^"]*\)".*/\1/p' "$dir/b.out")
+    [ "$(redis-cli -s "$dir/replica.sock" exists "checkout:order:$two")" = 0 ] ||
+      fail "the second order reached the new primary (nothing to fail over from)"
+    kill -TERM "$service_pid"; wait "$service_pid" || true
+    kill -9 "$ledger_pid"; wait "$ledger_pid" 2>/dev/null || true
+    ledger_sock="$dir/replica.sock"
+    start_service 1
+    echo "the service now runs on the promoted replica; the old primary is dead"
+    "$load" --port "$service_port" --one "$two" --amount 2000 >"$dir/c.out"
+    cat "$dir/b.out" "$dir/c.out"
+    grep -q "^201 replayed {\"status\":\"charged\".*\"charge_id\":\"$charge\"" "$dir/c.out" ||
+      fail "the retry after the failover was not the first charge, replayed"
+    [ "$(provider_results "$two" succeeded)" = 1 ] || fail "$two was charged $(provider_results "$two" succeeded) times"
+    [ "$(provider_results "$one" succeeded)" = 1 ] || fail "$one was not charged once"
+    echo "after the failover: $two charged once ($charge), the retry told it as a replay"
+    ;;
+
+  ledger_forgets)
+    # An order's record is kept for good (no expiry), and when the ledger loses it all the
+    # same (FLUSHALL: a restore from an old backup, an empty replica promoted), the retry
+    # calls the provider with the same derived key and gets the first charge back.
+    start_service 1
+    x="forget-$RANDOM$RANDOM"
+    "$load" --port "$service_port" --one "$x" --amount 1500 >"$dir/a.out"
+    grep -q '^201 {"status":"charged"' "$dir/a.out" || fail "no charge: $(cat "$dir/a.out")"
+    [ "$(ledger pttl "checkout:order:$x")" = -1 ] || fail "the order's record expires"
+    charge=$(sed -n 's/.*"charge_id":"\([^"]*\)".*/\1/p' "$dir/a.out")
+    ledger flushall >/dev/null
+    echo "the ledger forgot everything (FLUSHALL)"
+    "$load" --port "$service_port" --one "$x" --amount 1500 >"$dir/b.out"
+    cat "$dir/a.out" "$dir/b.out"
+    grep -q "^201 replayed {\"status\":\"charged\".*\"charge_id\":\"$charge\"" "$dir/b.out" ||
+      fail "the retry was not the first charge, replayed"
+    [ "$(provider_results "$x" succeeded)" = 1 ] || fail "$x was charged $(provider_results "$x" succeeded) times"
+    [ "$(ledger hget "checkout:order:$x" charge_id)" = "$charge" ] ||
+      fail "the ledger did not record the charge again"
+    ;;
+
+  unavailable_is_true)
+    # A 503 means nothing will be charged unless the client retries. One order holds the only
+    # provider permit for 5 s; another cannot get it within its patience: 503, and its attempt
+    # is void (no pending record for the reconciler to charge later). Its retry, once the
+    # permit is free, is charged once.
+    start_service 1 --provider-concurrency 1 --lock-ttl-ms 4000 --provider-timeout-ms 3000 \
+      --reconcile-ms 100
+    run="v$RANDOM$RANDOM"; a=$(order "$run" 1) b=$(order "$run" 2)
+    arm "$a" delay 5000
+    "$load" --port "$service_port" --one "$a" --amount 1000 >"$dir/a.out" &
+    pids+=($!)
+    caller_of "$a" >/dev/null
+    "$load" --port "$service_port" --one "$b" --amount 1000 >"$dir/b.out"
+    cat "$dir/b.out"
+    grep -q '^503 retry-after=[0-9]* {"error":"temporarily_unavailable"' "$dir/b.out" ||
+      fail "no 503 while the permit was taken"
+    [ "$(ledger hget "checkout:order:$b" state)" = void ] ||
+      fail "the 503 left the attempt $(ledger hget "checkout:order:$b" state), not void"
+    [ -z "$(ledger zscore checkout:pending "$b")" ] || fail "the 503'd order is still pending"
+    wait_for "the first order to be charged" charged_once "$a"
+    "$load" --port "$service_port" --one "$b" --amount 1000 >"$dir/c.out"
+    cat "$dir/c.out"
+    grep -q '^201 {"status":"charged"' "$dir/c.out" || fail "the retry was not charged"
+    [ "$(provider_results "$b" succeeded)" = 1 ] || fail "$b was not charged exactly once"
+    ;;
+
+  crash_before_send)
+    # A worker dies (kill -9) after writing its pending attempt and before calling the
+    # provider (it waits for the only permit). Its client heard nothing. The reconciler finds
+    # the provider never saw the attempt's key and voids it instead of charging late; the
+    # client's retry is charged, once.
+    start_service 2 --provider-concurrency 1 --lock-ttl-ms 4000 --provider-timeout-ms 3000 \
+      --reconcile-ms 100
+    run="c$RANDOM$RANDOM"; a=$(order "$run" 1) b=$(order "$run" 2)
+    arm "$a" delay 6000
+    "$load" --port "$service_port" --one "$a" --amount 1000 >"$dir/a.out" &
+    pids+=($!)
+    caller_of "$a" >/dev/null
+    "$load" --port "$service_port" --one "$b" --amount 1000 >"$dir/b.out" &
+    pids+=($!)
+    wait_for "$b pending behind the permit" state_is "$b" pending
+    victim=$(grep -m1 "holds $b with" "$dir/service.log" | sed -n 's/.*(pid \([0-9]*\)).*/\1/p')
+    ! grep -q "calling the provider for $b\$" "$dir/service.log" ||
+      fail "$b was sent before the crash (the kill came too late)"
+    kill -9 "$victim"
+    echo "killed worker $victim (kill -9) between $b's pending record and its provider call"
+    wait_for "the reconciler to void $b" state_is "$b" void
+    grep -q "$b attempt 1 void: the provider never saw its key" "$dir/service.log" ||
+      fail "$b was voided by someone other than the reconciler"
+    [ "$(provider_results "$b" succeeded)" = 0 ] || fail "$b was charged by the reconciler"
+    wait_for "the first order to be charged" charged_once "$a"
+    "$load" --port "$service_port" --one "$b" --amount 1000 >"$dir/c.out"
+    cat "$dir/c.out"
+    grep -q '^201 {"status":"charged"' "$dir/c.out" || fail "the client's retry was not charged"
+    [ "$(provider_results "$b" succeeded)" = 1 ] || fail "$b was not charged exactly once"
+    ;;
+
+  slow_provider)
+    # A charge that takes 6 s, a lock ttl of 1 s: the call times out, the client hears 202
+    # with a Retry-After, and every later look (the client's retries, the reconciler) asks the
+    # provider for the key's result instead of sending the charge again: one charge request.
+    start_service 2 --lock-ttl-ms 1000 --provider-timeout-ms 800 --reconcile-ms 100 \
+      --reconcile-max-backoff-ms 1000
+    run="w$RANDOM$RANDOM"; x=$(order "$run" 0)
+    arm "$x" delay 6000
+    storm "$run" 1 3 >"$dir/storm.out" || { cat "$dir/storm.out"; fail "after a slow provider"; }
+    cat "$dir/storm.out"
+    calls=$(grep -c "calling the provider for $x\$" "$dir/service.log")
+    [ "$calls" = 1 ] || fail "the charge was sent $calls times, not once"
+    grep -q '^provider calls: 1 charge requests' "$dir/storm.out" ||
+      fail "the provider got more than one charge request"
+    ;;
+
+  key_window)
+    # The provider keeps a key for 6 s here (24 h at real ones). A charge is made, its answer
+    # lost, and the provider unreachable (SIGSTOP) for longer than the key's life. The
+    # reconciler, unable to learn the outcome within half the key window, escalates the order
+    # instead of sending the key again after the provider could have forgotten it (that would
+    # charge a second time); a person lists it, finds the charge, and resolves it.
+    kill -9 "${pids[2]}"; wait "${pids[2]}" 2>/dev/null || true  # the default provider
+    start_provider --key-ttl-ms 6000
+    provider_pid=${pids[-1]}
+    start_service 1 --lock-ttl-ms 1000 --provider-timeout-ms 800 --reconcile-ms 100 \
+      --reconcile-max-backoff-ms 1000 --provider-key-window-ms 6000
+    x="window-$RANDOM$RANDOM"
+    arm "$x" drop_response
+    "$load" --port "$service_port" --one "$x" --amount 900 >"$dir/a.out"
+    grep -q '^202 ' "$dir/a.out" || fail "a dropped answer was not 202: $(cat "$dir/a.out")"
+    charged_at=$(date +%s%N)
+    charge=$(python3 - "$provider_port" "$x" <<'PY'
+import json, sys, urllib.request
+r = json.load(urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/v1/charges", timeout=5))["results"]
+print(next(c["id"] for c in r if c["reference"] == sys.argv[2]))
+PY
+)
+    kill -STOP "$provider_pid"
+    echo "the provider charged $x ($charge), its answer was lost, and it stopped answering"
+    wait_for "$x to be escalated" state_is "$x" escalated
+    grep -q ": $x escalated: attempt 1 (key checkout:$x/1) undecided" "$dir/service.log" ||
+      fail "no escalation logged"
+    # The provider back after its key is gone: nothing may send the key again.
+    while [ $(( ($(date +%s%N) - charged_at) / 1000000 )) -lt 6500 ]; do sleep 0.1; done
+    kill -CONT "$provider_pid"
+    "$load" --port "$service_port" --one "$x" --amount 900 >"$dir/b.out"
+    cat "$dir/b.out"
+    grep -q '^202 retry-after=600 {"status":"under_review"' "$dir/b.out" ||
+      fail "the escalated order's retry was not told 'under review'"
+    "$service" --ledger-url "unix://$ledger_sock" --list-escalated >"$dir/escalated.out"
+    cat "$dir/escalated.out"
+    grep -q "\"order_id\":\"$x\"" "$dir/escalated.out" || fail "$x is not listed as escalated"
+    "$service" --ledger-url "unix://$ledger_sock" --resolve "$x" --charge-id "$charge"
+    "$load" --port "$service_port" --one "$x" --amount 900 >"$dir/c.out"
+    cat "$dir/c.out"
+    grep -q "^201 replayed {\"status\":\"charged\".*\"charge_id\":\"$charge\"" "$dir/c.out" ||
+      fail "the resolved order was not replayed as charged"
+    [ "$(provider_results "$x" succeeded)" = 1 ] || fail "$x was charged $(provider_results "$x" succeeded) times"
+    grep -q "calling the provider for $x\$" "$dir/service.log" &&
+      [ "$(grep -c "calling the provider for $x\$" "$dir/service.log")" = 1 ] ||
+      fail "the charge was sent again"
+    ;;
+
+  integration_errors)
+    # The provider refuses the merchant's credentials (401: a rotated API key) and times a
+    # request out (408): neither ran, neither is the customer's fault. The client hears 503
+    # (nothing charged, nothing left pending), never a final 402; once the key is fixed the
+    # same order is charged, once.
+    kill -9 "${pids[2]}"; wait "${pids[2]}" 2>/dev/null || true  # the default provider
+    PAYMENT_PROVIDER_API_KEY=sk_current start_provider
+    CHECKOUT_PROVIDER_API_KEY=sk_rotated_away start_service 1
+    x="auth-$RANDOM$RANDOM"
+    "$load" --port "$service_port" --one "$x" --amount 1100 >"$dir/a.out"
+    cat "$dir/a.out"
+    grep -q '^503 retry-after=[0-9]* {"error":"provider_unavailable"' "$dir/a.out" ||
+      fail "a 401 from the provider was not a 503"
+    [ "$(ledger hget "checkout:order:$x" state)" = void ] || fail "the 401 left the attempt pending"
+    kill -TERM "$service_pid"; wait "$service_pid" || true
+    CHECKOUT_PROVIDER_API_KEY=sk_current start_service 1
+    "$load" --port "$service_port" --one "$x" --amount 1100 >"$dir/b.out"
+    cat "$dir/b.out"
+    grep -q '^201 {"status":"charged"' "$dir/b.out" || fail "not charged once the key was fixed"
+    y="timeout-$RANDOM$RANDOM"
+    arm "$y" error 0 408
+    "$load" --port "$service_port" --one "$y" --amount 1100 >"$dir/c.out"
+    "$load" --port "$service_port" --one "$y" --amount 1100 >"$dir/d.out"
+    cat "$dir/c.out" "$dir/d.out"
+    grep -q '^503 ' "$dir/c.out" || fail "a 408 from the provider was not a 503"
+    grep -q '^201 {"status":"charged"' "$dir/d.out" || fail "the retry after a 408 was not charged"
+    for o in "$x" "$y"; do
+      [ "$(provider_results "$o" succeeded)" = 1 ] || fail "$o was not charged exactly once"
+    done
+    ;;
+
+  error_after_charge)
+    # The provider moves the money, then answers 500 (and keeps that 500 for the key, as real
+    # ones do). The reconciler looks the order up by reference before it makes a new attempt,
+    # finds the charge and records it: one charge, never a second under a new key.
+    start_service 1 --lock-ttl-ms 500 --provider-timeout-ms 400 --reconcile-ms 100
+    x="err500-$RANDOM$RANDOM"
+    python3 - "$provider_port" "$x" <<'PY' || fail "could not arm a provider fault"
+import json, sys, urllib.request
+body = json.dumps({"reference": sys.argv[2], "action": "error", "status": 500, "charged": True}).encode()
+urllib.request.urlopen(urllib.request.Request(f"http://127.0.0.1:{sys.argv[1]}/v1/faults", data=body,
+                       headers={"Content-Type": "application/json"}, method="POST"), timeout=5).read()
+PY
+    "$load" --port "$service_port" --one "$x" --amount 1300 >"$dir/a.out"
+    grep -q '^202 ' "$dir/a.out" || fail "a 500 was not 202: $(cat "$dir/a.out")"
+    wait_for "the reconciler to record $x" state_is "$x" final
+    "$load" --port "$service_port" --one "$x" --amount 1300 >"$dir/b.out"
+    cat "$dir/a.out" "$dir/b.out"
+    grep -q '^201 replayed {"status":"charged"' "$dir/b.out" || fail "the charge was not recorded"
+    [ "$(provider_results "$x" succeeded)" = 1 ] || fail "$x was charged $(provider_results "$x" succeeded) times"
+    [ "$(ledger hget "checkout:order:$x" attempt)" = 1 ] || fail "a second attempt was made"
+    ;;
+
+  ledger_not_durable)
+    # A ledger that could lose an answered write (appendfsync everysec) or evict a record
+    # (allkeys-lru): the service refuses to start, and says what is missing.
+    ledger config set appendfsync everysec >/dev/null
+    ledger config set maxmemory-policy allkeys-lru >/dev/null
+    status=0
+    # (bounded: a service that starts anyway must fail the test, not hang it)
+    timeout 20 "$service" --url "redis://127.0.0.1:$lock_port" --ledger-url "unix://$ledger_sock" \
+      --provider "127.0.0.1:$provider_port" --port "$service_port" >"$dir/refused.out" 2>&1 ||
+      status=$?
+    cat "$dir/refused.out"
+    [ "$status" = 2 ] || fail "the service started on a ledger that is not durable (exit $status)"
+    grep -q 'appendfsync is everysec, needs always' "$dir/refused.out" || fail "appendfsync not named"
+    grep -q 'maxmemory-policy is allkeys-lru, needs noeviction' "$dir/refused.out" ||
+      fail "the eviction policy not named"
+    ledger config set appendfsync always >/dev/null
+    ledger config set maxmemory-policy noeviction >/dev/null
+    start_service 1  # and on a durable one it starts
+    ;;
+
+  no_lock)
+    # What the lock is worth here, measured: the same storm (fresh orders, the same sizes)
+    # with the order lock and without it (--no-lock). Exactly-once holds both times (the key
+    # and the ledger give it); without the lock, concurrent duplicates reach the provider.
+    workers=${CHECKOUT_WORKERS:-4}
+    orders=${CHECKOUT_ORDERS:-50} requests=${CHECKOUT_REQUESTS:-400}
+    start_service "$workers"
+    storm "l$RANDOM$RANDOM" "$orders" "$requests" >"$dir/with.out" ||
+      { cat "$dir/with.out"; fail "the storm with the lock"; }
+    kill -TERM "$service_pid"; wait "$service_pid" || true
+    start_service "$workers" --no-lock
+    storm "n$RANDOM$RANDOM" "$orders" "$requests" >"$dir/without.out" ||
+      { cat "$dir/without.out"; fail "the storm without the lock"; }
+    echo "== with the lock:"; cat "$dir/with.out"
+    echo "== without it:"; cat "$dir/without.out"
+    lock_value "$dir/with.out" "$dir/without.out" "$orders" ||
+      fail "the storm without the lock cost the provider no more calls: nothing was measured"
     ;;
 
   kill9)
@@ -304,13 +620,14 @@ case "$scenario" in
 
   sigstop)
     # Paused past its lease with renewal on: the lease lapses, another worker takes the
-    # order, finds the pending attempt and calls with the same key; the paused worker wakes,
-    # its provider deadline has passed, and its answer is at most "pending".
+    # order, finds the pending attempt and looks its key up at the provider (which is still
+    # charging it, or has); the paused worker wakes, its provider deadline has passed, and
+    # its answer is at most "pending".
     start_service 2 --lock-ttl-ms 1000 --provider-timeout-ms 800
     run="p$RANDOM$RANDOM"; x=$(order "$run" 0)
     strike_mid_charge "$run" 4 12 STOP
     wait_for "the paused worker's lease to lapse" lock_key_gone "$x"
-    wait_for "another call for $x" calls_at_least "$x" 2
+    wait_for "another holder of $x" holders_at_least "$x" 2
     kill -CONT "$victim"
     storm_result "after SIGSTOP"
     ;;
@@ -339,7 +656,7 @@ case "$scenario" in
     run="a$RANDOM$RANDOM"; x=$(order "$run" 0)
     arm "$x" delay_response 3000
     storm_in_background "$run" 4 12
-    wait_for "the provider to charge $x" grep -q "^payment_provider: charged $x (201" "$dir/provider.log"
+    wait_for "the provider to charge $x" grep -q "^payment_provider: charged $x (200" "$dir/provider.log"
     victim=$(caller_of "$x")  # logged before it called
     kill -KILL "$victim"
     wait_for "worker $victim to die" gone "$victim"
@@ -364,7 +681,7 @@ case "$scenario" in
     kill -9 "$ledger_pid"; wait "$ledger_pid" 2>/dev/null || true
     wait_for "worker $victim to fail at recording $x (did the ledger die too late?)" \
       grep -q "(pid $victim) could not record the answer for $x:" "$dir/service.log"
-    grep -q "(pid $victim) provider answered 201 for $x\$" "$dir/service.log" ||
+    grep -q "(pid $victim) provider answered 200 for $x\$" "$dir/service.log" ||
       fail "worker $victim failed at the ledger without a charge to record"
     echo "the ledger died (kill -9) while worker $victim recorded $x's charge"
     # (not checked for "pending" now: a retry may already be finishing it)
@@ -412,7 +729,21 @@ case "$scenario" in
     [ "$scenario" = demo ] || { orders=8 requests=24; }
     echo "== the duplicate storm: $requests concurrent requests for $orders orders, $workers workers"
     [ "$scenario" = demo ] && echo "   (at most 4 provider calls in flight at once, from all workers together)"
-    storm "r$RANDOM$RANDOM" "$orders" "$requests" ${bound[@]+"${bound[@]}"} || fail "the storm"
+    storm "r$RANDOM$RANDOM" "$orders" "$requests" ${bound[@]+"${bound[@]}"} >"$dir/with.out" ||
+      { cat "$dir/with.out"; fail "the storm"; }
+    cat "$dir/with.out"
+    if [ "$scenario" = demo ]; then
+      echo "== the same storm on fresh orders without the order lock (--no-lock), to measure it"
+      kill -TERM "$service_pid"; wait "$service_pid" || true
+      start_service "$workers" --lock-ttl-ms 2000 --provider-timeout-ms 1500 --no-lock "${bound[@]}"
+      storm "n$RANDOM$RANDOM" "$orders" "$requests" "${bound[@]}" >"$dir/without.out" ||
+        { cat "$dir/without.out"; fail "the storm without the lock"; }
+      grep -E '^(provider|ledger)' "$dir/without.out"
+      lock_value "$dir/with.out" "$dir/without.out" "$orders" >"$dir/value.out" || true
+      cat "$dir/value.out"
+      kill -TERM "$service_pid"; wait "$service_pid" || true
+      start_service "$workers" --lock-ttl-ms 2000 --provider-timeout-ms 1500 "${bound[@]}"
+    fi
     echo "== the fault round: a worker killed mid-charge, the lock server restarted empty, a"
     echo "   provider response dropped; every unfinished order retried as a client would"
     run="f$RANDOM$RANDOM"; x=$(order "$run" 0)
@@ -420,7 +751,7 @@ case "$scenario" in
     strike_mid_charge "$run" "$orders" "$requests" KILL
     # The killed holder's token, from its pending attempt, while the lock server still has it
     # (the killed worker's lease keeps everyone else off the order until the restart).
-    before=$(redis-cli -s "$dir/ledger.sock" hget "checkout:order:$x" fence)
+    before=$(ledger hget "checkout:order:$x" fence)
     [ "$before" = "$(tokens_of "$x" | head -n 1)" ] ||
       fail "the pending attempt's token ($before) is not the one worker $victim took: $(tokens_of "$x")"
     echo "   killed worker $victim (kill -9) while it was calling the provider"
@@ -451,6 +782,7 @@ wait "$service_pid" || status=$?
 echo "per worker:"
 grep -E '^checkout worker [0-9]+ \(pid [0-9]+\): ' "$dir/service.log" | sed 's/^/  /'
 if [ "$scenario" = demo ]; then
+  cat "$dir/value.out"
   echo "== the fault round, from the provider's own records and from the ledger:"
   grep -E '^(provider|ledger): ' "$dir/storm.out"
 fi
