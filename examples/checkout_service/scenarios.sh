@@ -31,6 +31,8 @@
 #                         tokens keep rising across it
 #   ledger_failover       the ledger's replica promoted without the newest order: its retry
 #                         gets the first charge back (the key is derived from the order)
+#   ledger_replicas       --ledger-replicas 1: a write the replica does not acknowledge is a
+#                         503 and nothing is charged later; too few replicas: refused
 #   ledger_forgets        the ledger flushed after a charge: the retry gets the same charge
 #   unavailable_is_true   a 503 (no provider permit in time) leaves nothing to charge later
 #   crash_before_send     kill -9 between the pending record and the provider call: the
@@ -157,6 +159,24 @@ storm() {
     --ledger-url "unix://$ledger_sock" --run-id "$1" --orders "$2" --requests "$3" "${@:4}"
 }
 order() { echo "run$1-order-$2"; }
+# The ledger as a primary (TCP and $dir/ledger.sock) with an asynchronous replica
+# ($dir/replica.sock, pid $replica_pid), both durable as required, the replica in sync.
+start_replicated_ledger() {
+  local ledger_port replica_port
+  ledger_port=$(free_port) replica_port=$(free_port)
+  kill -9 "$ledger_pid"; wait "$ledger_pid" 2>/dev/null || true
+  rm -f "$dir/ledger.sock"
+  start_ledger --port "$ledger_port" --bind 127.0.0.1
+  mkdir -p "$dir/replica"
+  redis-server --port "$replica_port" --bind 127.0.0.1 --unixsocket "$dir/replica.sock" \
+    --unixsocketperm 700 --appendonly yes --appendfsync always --maxmemory-policy noeviction \
+    --save '' --dir "$dir/replica" --logfile "$dir/replica-redis.log" \
+    --replicaof 127.0.0.1 "$ledger_port" &
+  replica_pid=$!
+  pids+=("$replica_pid")
+  wait_for "the replica to sync" sh -c \
+    "redis-cli -s '$dir/replica.sock' info replication | grep -q '^master_link_status:up'"
+}
 # lock_value WITH WITHOUT ORDERS: from two storms' outputs (the same sizes, with the order lock
 # and without it), the provider calls the lock saved; fails if it saved none
 lock_value() {
@@ -318,19 +338,7 @@ case "$scenario" in
     # the service is pointed at the new primary and the old one dies. The second order's
     # retry finds no record, calls the provider with the key derived from the order, and gets
     # the first charge back: one charge, the retry told it as a replay.
-    ledger_port=$(free_port) replica_port=$(free_port)
-    kill -9 "$ledger_pid"; wait "$ledger_pid" 2>/dev/null || true
-    rm -f "$dir/ledger.sock"
-    start_ledger --port "$ledger_port" --bind 127.0.0.1
-    mkdir -p "$dir/replica"
-    redis-server --port "$replica_port" --bind 127.0.0.1 --unixsocket "$dir/replica.sock" \
-      --unixsocketperm 700 --appendonly yes --appendfsync always --maxmemory-policy noeviction \
-      --save '' --dir "$dir/replica" --logfile "$dir/replica-redis.log" \
-      --replicaof 127.0.0.1 "$ledger_port" &
-    replica_pid=$!
-    pids+=("$replica_pid")
-    wait_for "the replica to sync" sh -c \
-      "redis-cli -s '$dir/replica.sock' info replication | grep -q '^master_link_status:up'"
+    start_replicated_ledger
     start_service 1
     run="fo$RANDOM$RANDOM"; one=$(order "$run" 1) two=$(order "$run" 2)
     "$load" --port "$service_port" --one "$one" --amount 1000 >"$dir/a.out"
@@ -355,6 +363,42 @@ case "$scenario" in
     [ "$(provider_results "$two" succeeded)" = 1 ] || fail "$two was charged $(provider_results "$two" succeeded) times"
     [ "$(provider_results "$one" succeeded)" = 1 ] || fail "$one was not charged once"
     echo "after the failover: $two charged once ($charge), the retry told it as a replay"
+    ;;
+
+  ledger_replicas)
+    # --ledger-replicas 1: every ledger write waits for the replica. More replicas asked for
+    # than connected: the service refuses to start. The replica stopped: an order gets 503
+    # (its pending record was not acknowledged; nothing is sent) and is not charged later:
+    # the replica back, the reconciler voids the attempt; the retry is charged once.
+    start_replicated_ledger
+    status=0
+    timeout 20 "$service" --url "redis://127.0.0.1:$lock_port" --ledger-url "unix://$ledger_sock" \
+      --provider "127.0.0.1:$provider_port" --port "$service_port" --ledger-replicas 2 \
+      >"$dir/refused.out" 2>&1 || status=$?
+    cat "$dir/refused.out"
+    [ "$status" = 2 ] && grep -q '1 replica(s) connected, 2 asked for' "$dir/refused.out" ||
+      fail "the service started with fewer replicas than asked for (exit $status)"
+    start_service 1 --ledger-replicas 1 --lock-ttl-ms 1000 --provider-timeout-ms 800 \
+      --reconcile-ms 100
+    run="rp$RANDOM$RANDOM"; one=$(order "$run" 1) two=$(order "$run" 2)
+    "$load" --port "$service_port" --one "$one" --amount 1000 >"$dir/a.out"
+    grep -q '^201 {"status":"charged"' "$dir/a.out" || fail "the first order: $(cat "$dir/a.out")"
+    [ "$(redis-cli -s "$dir/replica.sock" hget "checkout:order:$one" state)" = final ] ||
+      fail "the answered order is not on the replica"
+    kill -STOP "$replica_pid"
+    "$load" --port "$service_port" --one "$two" --amount 1000 >"$dir/b.out"
+    cat "$dir/b.out"
+    grep -q '^503 ' "$dir/b.out" || fail "a write the replica did not acknowledge was not a 503"
+    ! grep -q "calling the provider for $two\$" "$dir/service.log" || fail "$two was sent"
+    # (the reconciler's own writes wait for the replica too: it voids the attempt once the
+    # replica is back, and never sends it)
+    kill -CONT "$replica_pid"
+    wait_for "the reconciler to void $two" state_is "$two" void
+    ! grep -q "calling the provider for $two\$" "$dir/service.log" || fail "$two was sent"
+    "$load" --port "$service_port" --one "$two" --amount 1000 >"$dir/c.out"
+    cat "$dir/c.out"
+    grep -q '^201 {"status":"charged"' "$dir/c.out" || fail "the retry was not charged"
+    [ "$(provider_results "$two" succeeded)" = 1 ] || fail "$two was not charged exactly once"
     ;;
 
   ledger_forgets)
