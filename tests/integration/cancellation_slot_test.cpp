@@ -10,6 +10,7 @@
 #include <redis_lock/with_lock.hpp>
 
 #include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/bind_executor.hpp>
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/steady_timer.hpp>
 
@@ -29,12 +30,18 @@ struct Probe {
   bool held_at_completion = true;
   error_code ec;
 
-  auto handler() {
-    return asio::bind_cancellation_slot(signal.slot(), [this](auto first, auto&&...) {
+  auto record() {
+    return [this](auto first, auto&&...) {
       ran = true;
       held_at_completion = signal.slot().has_handler();
       if constexpr (std::is_same_v<decltype(first), error_code>) ec = first;
-    });
+    };
+  }
+  auto handler() { return asio::bind_cancellation_slot(signal.slot(), record()); }
+  /// The same, run on `io` (for an operation that completes on the handler's own executor:
+  /// without one it would run on a system thread, racing expect_cleared()).
+  auto handler_on(asio::io_context& io) {
+    return asio::bind_cancellation_slot(signal.slot(), asio::bind_executor(io, record()));
   }
   /// Runs `io` until the completion ran (10 s at most), then checks the slot.
   void expect_cleared(asio::io_context& io, const std::string& what) {
@@ -224,7 +231,7 @@ TEST_F(CancellationSlot, OperationsWithoutCancellationClearIt) {
   {
     Probe p;  // an empty guard: completes without touching Redis
     LockGuard empty;
-    empty.async_release(p.handler());
+    empty.async_release(p.handler_on(io));
     p.expect_cleared(io, "release of an empty guard");
   }
   {
@@ -241,7 +248,7 @@ TEST_F(CancellationSlot, OperationsWithoutCancellationClearIt) {
   {
     Probe p;  // a moved-from manager refuses
     LockManager moved_to(std::move(locks));
-    locks.async_acquire(resource, {.ttl = 5s}, p.handler());
+    locks.async_acquire(resource, {.ttl = 5s}, p.handler_on(io));
     p.expect_cleared(io, "moved-from manager");
     EXPECT_EQ(p.ec, error::invalid_argument);
   }
