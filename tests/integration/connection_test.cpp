@@ -416,14 +416,43 @@ TEST(Connection, LeastPrivilegeUserCanWaitRenewAndWaitForReplicas) {
   RedisServer replica({"--replicaof", "127.0.0.1", std::to_string(master.port())});
   ASSERT_TRUE(wait_until_linked(replica));
   // The list of docs/security.md, word for word, + wait.
-  ASSERT_EQ(
-      master.command(
-          {"ACL",     "SETUSER",         "locker",         "on",      ">pw",      "~lock:*",
-           "&lock:*", "+evalsha",        "+eval",          "+set",    "+get",     "+del",
-           "+incr",   "+pttl",           "+pexpire",       "+exists", "+time",    "+zadd",
-           "+zrem",   "+zrange",         "+zrangebyscore", "+zscore", "+publish", "+subscribe",
-           "+ping",   "+client|setname", "+script|load",   "+wait"}),
-      "OK");
+  ASSERT_EQ(master.command({"ACL",
+                            "SETUSER",
+                            "locker",
+                            "on",
+                            ">pw",
+                            "~lock:*",
+                            "&lock:*",
+                            "+evalsha",
+                            "+eval",
+                            "+set",
+                            "+get",
+                            "+del",
+                            "+exists",
+                            "+incr",
+                            "+pttl",
+                            "+pexpire",
+                            "+pexpireat",
+                            "+type",
+                            "+time",
+                            "+zadd",
+                            "+zrem",
+                            "+zrange",
+                            "+zrangebyscore",
+                            "+zrevrangebyscore",
+                            "+zscore",
+                            "+zcard",
+                            "+zcount",
+                            "+zrank",
+                            "+zremrangebyscore",
+                            "+publish",
+                            "+subscribe",
+                            "+unsubscribe",
+                            "+ping",
+                            "+client|setname",
+                            "+script|load",
+                            "+wait"}),
+            "OK");
   ASSERT_EQ(master.command({"ACL", "LOG", "RESET"}), "OK");
   auto cfg = master.config();
   cfg.username = "locker";
