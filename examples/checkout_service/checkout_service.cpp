@@ -95,8 +95,10 @@
 #include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/json.hpp>
+#include <boost/json/basic_parser_impl.hpp>
 
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -106,6 +108,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
@@ -143,6 +146,7 @@ struct Options {
   // default longer than any charge can take (the provider deadline), plus the ledger's steps.
   std::optional<std::chrono::milliseconds> shutdown_grace;
   std::uint32_t provider_concurrency = 0;  // 0: no bound
+  int max_connections = 1000;              // per worker, and within the descriptor limit
   int ledger_replicas = 0;
   bool ledger_unchecked = false;
   std::string provider_api_key;  // from CHECKOUT_PROVIDER_API_KEY
@@ -225,6 +229,57 @@ asio::ip::tcp::endpoint parse_endpoint(const std::string& host_port) {
   if (colon == std::string::npos) throw std::invalid_argument("expected HOST:PORT");
   return {asio::ip::make_address(host_port.substr(0, colon)),
           static_cast<unsigned short>(std::stoul(host_port.substr(colon + 1)))};
+}
+
+/// True when some object in the JSON text repeats a key (`{"amount": 1, "amount": 2}`):
+/// Boost.JSON keeps the last, and a body that says two things must not be charged for one of
+/// them. A SAX pass over the text (at most 8 KiB) that remembers each open object's keys.
+struct DuplicateKeys {  // Boost.JSON SAX handler
+  constexpr static std::size_t max_object_size = std::size_t(-1);
+  constexpr static std::size_t max_array_size = std::size_t(-1);
+  constexpr static std::size_t max_key_size = std::size_t(-1);
+  constexpr static std::size_t max_string_size = std::size_t(-1);
+  std::vector<std::set<std::string, std::less<>>> open;
+  std::string key;
+  bool repeated = false;
+  bool on_document_begin(error_code&) { return true; }
+  bool on_document_end(error_code&) { return true; }
+  bool on_object_begin(error_code&) {
+    open.emplace_back();
+    return true;
+  }
+  bool on_object_end(std::size_t, error_code&) {
+    open.pop_back();
+    return true;
+  }
+  bool on_array_begin(error_code&) { return true; }
+  bool on_array_end(std::size_t, error_code&) { return true; }
+  bool on_key_part(json::string_view s, std::size_t, error_code&) {
+    key.append(s.data(), s.size());
+    return true;
+  }
+  bool on_key(json::string_view s, std::size_t, error_code&) {
+    key.append(s.data(), s.size());
+    if (!open.back().insert(key).second) repeated = true;
+    key.clear();
+    return true;
+  }
+  bool on_string_part(json::string_view, std::size_t, error_code&) { return true; }
+  bool on_string(json::string_view, std::size_t, error_code&) { return true; }
+  bool on_number_part(json::string_view, error_code&) { return true; }
+  bool on_int64(std::int64_t, json::string_view, error_code&) { return true; }
+  bool on_uint64(std::uint64_t, json::string_view, error_code&) { return true; }
+  bool on_double(double, json::string_view, error_code&) { return true; }
+  bool on_bool(bool, error_code&) { return true; }
+  bool on_null(error_code&) { return true; }
+  bool on_comment_part(json::string_view, error_code&) { return true; }
+  bool on_comment(json::string_view, error_code&) { return true; }
+};
+bool repeats_a_key(std::string_view text) {
+  json::basic_parser<DuplicateKeys> parser(json::parse_options{});
+  error_code ec;
+  parser.write_some(false, text.data(), text.size(), ec);
+  return !ec && parser.handler().repeated;
 }
 
 /// What the order's client is told once the provider has answered: the same bytes whoever
@@ -324,6 +379,14 @@ class Worker {
         acceptor_(io) {}
 
   void listen() {
+    // Each connection may hold a second descriptor (its provider call) while it works; 64
+    // are kept for the ledger's pool, the lock server and the rest.
+    rlimit files{};
+    ::getrlimit(RLIMIT_NOFILE, &files);
+    const auto by_limit = files.rlim_cur == RLIM_INFINITY
+                              ? opt_.max_connections
+                              : static_cast<int>(std::max<rlim_t>(files.rlim_cur, 80) - 64) / 2;
+    max_connections_ = std::min(opt_.max_connections, by_limit);
     const asio::ip::tcp::endpoint ep(asio::ip::make_address(opt_.listen), opt_.port);
     acceptor_.open(ep.protocol());
     acceptor_.set_option(asio::socket_base::reuse_address(true));
@@ -333,8 +396,9 @@ class Worker {
     }
     acceptor_.bind(ep);
     acceptor_.listen(asio::socket_base::max_listen_connections);
-    std::printf("checkout worker %d (pid %d) listening on %s:%u\n", index_, ::getpid(),
-                opt_.listen.c_str(), acceptor_.local_endpoint().port());
+    std::printf("checkout worker %d (pid %d) listening on %s:%u (at most %d connections)\n", index_,
+                ::getpid(), opt_.listen.c_str(), acceptor_.local_endpoint().port(),
+                max_connections_);
     std::fflush(stdout);
     asio::co_spawn(io_, accept_loop(), asio::detached);
     asio::co_spawn(io_, reconcile_loop(), asio::detached);
@@ -348,7 +412,8 @@ class Worker {
     acceptor_.close(ignored);
     stopping_ = true;
     reconcile_timer_.cancel();
-    for (auto* idle : reading_) idle->cancel();
+    room_.cancel();
+    for (auto& [idle, since] : reading_) idle->cancel();
     if (busy_ == 0) return;
     // A last resort, should a step hang after all (or a charge outlast a --shutdown-grace-ms
     // set shorter than it): leave as a crash would (the ledger's pending attempts are
@@ -383,24 +448,77 @@ class Worker {
     }
   };
 
+  /// Accepts while there is room: at most max_connections_ open at once (the descriptor
+  /// limit minus a reserve for the ledger, the lock server and the provider). At the cap, or
+  /// when accept() itself runs out of descriptors, the connection that has waited longest
+  /// for its next request is closed to make room (a slow or idle client gives way to a new
+  /// one, so /healthz and real requests still get in); when every connection is in the middle
+  /// of a request, it waits for one to end. Out of descriptors, it backs off 100 ms instead
+  /// of retrying at once (55,000 failing accepts a second, before).
   asio::awaitable<void> accept_loop() {
+    bool complained = false;
     for (;;) {
+      if (open_ >= max_connections_ && !shed_oldest_idle()) {
+        room_.expires_after(100ms);  // a session that ends cancels it
+        co_await room_.async_wait(asio::as_tuple(asio::use_awaitable));
+        if (stopping_ || !acceptor_.is_open()) co_return;
+        continue;
+      }
       auto [ec, socket] = co_await acceptor_.async_accept(asio::as_tuple(asio::use_awaitable));
       if (ec == asio::error::operation_aborted || !acceptor_.is_open()) co_return;
-      if (ec) continue;  // e.g. out of file descriptors for a moment
+      if (ec == asio::error::no_descriptors || ec.value() == ENFILE || ec.value() == ENOBUFS ||
+          ec.value() == ENOMEM) {
+        if (!complained) {
+          std::fprintf(stderr,
+                       "checkout worker %d (pid %d): accept: %s with %d connections open; "
+                       "backing off\n",
+                       index_, ::getpid(), ec.message().c_str(), open_);
+          complained = true;
+        }
+        shed_oldest_idle();
+        room_.expires_after(100ms);
+        co_await room_.async_wait(asio::as_tuple(asio::use_awaitable));
+        if (stopping_ || !acceptor_.is_open()) co_return;
+        continue;
+      }
+      if (ec) continue;  // the client gave up before we took it (ECONNABORTED)
+      complained = false;
       asio::co_spawn(io_, session(beast::tcp_stream(std::move(socket))), asio::detached);
     }
   }
 
+  /// Closes the connection that has waited longest for its next request; false if none is
+  /// waiting (every open connection is in the middle of one).
+  bool shed_oldest_idle() {
+    auto oldest = reading_.end();
+    for (auto it = reading_.begin(); it != reading_.end(); ++it) {
+      if (oldest == reading_.end() || it->second < oldest->second) oldest = it;
+    }
+    if (oldest == reading_.end()) return false;
+    ++shed_;
+    oldest->first->cancel();  // its read ends with operation_aborted: the session closes
+    reading_.erase(oldest);
+    return true;
+  }
+
   asio::awaitable<void> session(beast::tcp_stream stream) {
     Busy busy(this);
+    struct Open {  // counts the connection's descriptor until it is closed
+      Worker* w;
+      explicit Open(Worker* worker) : w(worker) { ++w->open_; }
+      ~Open() {
+        --w->open_;
+        w->room_.cancel();
+      }
+    } open(this);
     beast::flat_buffer buffer;
     for (;;) {
       http::request_parser<http::string_body> parser;
       parser.body_limit(8 * 1024);
       stream.expires_after(30s);
       if (stopping_) break;
-      reading_.insert(&stream);  // idle until a request comes: stop() cancels the read
+      reading_.emplace(&stream, Clock::now());  // idle until a request comes: stop() and
+                                                // shedding cancel the read
       auto [ec, n] =
           co_await http::async_read(stream, buffer, parser, asio::as_tuple(asio::use_awaitable));
       reading_.erase(&stream);
@@ -411,7 +529,7 @@ class Worker {
         co_await write(stream, std::move(res));
         break;
       }
-      if (ec) break;  // closed, timed out or garbage: nothing to answer
+      if (ec) break;  // closed, timed out, shed or garbage: nothing to answer
       Request req = parser.release();
       Response res = co_await handle(req);
       const bool keep = res.keep_alive() && !stopping_;
@@ -420,6 +538,7 @@ class Worker {
     }
     error_code ignored;
     stream.socket().shutdown(asio::ip::tcp::socket::shutdown_send, ignored);
+    stream.socket().close(ignored);
   }
 
   static asio::awaitable<bool> write(beast::tcp_stream& stream, Response res) {
@@ -443,7 +562,7 @@ class Worker {
     }
     error_code ec;
     const json::value body = json::parse(req.body(), ec);
-    const json::object* obj = ec ? nullptr : body.if_object();
+    const json::object* obj = ec || repeats_a_key(req.body()) ? nullptr : body.if_object();
     const json::value* order_value = obj ? obj->if_contains("order_id") : nullptr;
     const json::string* order = order_value ? order_value->if_string() : nullptr;
     const json::value* amount = obj ? obj->if_contains("amount") : nullptr;
@@ -947,7 +1066,12 @@ class Worker {
   asio::thread_pool pool_{4};
   asio::ip::tcp::acceptor acceptor_;
   asio::steady_timer grace_{io_};
-  std::set<beast::tcp_stream*> reading_;  // connections waiting for their next request
+  // Connections waiting for their next request, and since when.
+  std::map<beast::tcp_stream*, Clock::time_point> reading_;
+  asio::steady_timer room_{io_};  // accept_loop waits on it for room; a closed session cancels
+  int open_ = 0;                  // connections open now
+  int max_connections_ = 0;
+  int shed_ = 0;  // idle connections closed to make room
   asio::steady_timer reconcile_timer_{io_};
   int busy_ = 0;
   bool stopping_ = false;
@@ -986,6 +1110,7 @@ int run_worker(const Options& opt, const Configs& configs, int index) {
       "                        [--reconcile-max-backoff-ms MS] [--shutdown-grace-ms MS]\n"
       "                        [--prefix PREFIX] [--provider-concurrency N]\n"
       "                        [--ledger-replicas N] [--ledger-unchecked]\n"
+      "                        [--max-connections N]\n"
       "       checkout_service --ledger-url URL [--prefix PREFIX] --list-escalated\n"
       "       checkout_service --ledger-url URL [--prefix PREFIX] --resolve ORDER\n"
       "                        (--charge-id ID | --declined-charge-id ID | --not-charged)\n"
@@ -1001,7 +1126,11 @@ int run_worker(const Options& opt, const Configs& configs, int index) {
       "  --provider-key-window-s (how long the provider keeps an idempotency key, 24 h by\n"
       "  default); --provider-concurrency N: at most N provider calls at once, from all\n"
       "  workers together (0, the default: no bound); --no-lock: no order lock (to measure\n"
-      "  what it saves). CHECKOUT_PROVIDER_API_KEY: the provider's API key.\n"
+      "  what it saves); --max-connections N: per worker (1000 by default), and never more\n"
+      "  than half the descriptor limit left after 64 (each request may hold a provider\n"
+      "  connection too). CHECKOUT_PROVIDER_API_KEY: the provider's API key;\n"
+      "  REDIS_LOCK_PASSWORD and CHECKOUT_LEDGER_PASSWORD: the passwords of the lock's and\n"
+      "  the ledger's Redis, when their URLs carry none (a URL's password shows in ps).\n"
       "  --list-escalated prints the escalated orders, one JSON object a line; --resolve\n"
       "  records a person's finding for one: the provider's charge id (charged), a declined\n"
       "  charge's id, or --not-charged (the client's next retry charges it, with a new key)\n",
@@ -1079,6 +1208,8 @@ Options parse(int argc, char** argv) {
         opt.provider_concurrency = static_cast<std::uint32_t>(std::stoul(value));
       else if (arg == "--ledger-replicas")
         opt.ledger_replicas = std::stoi(value);
+      else if (arg == "--max-connections")
+        opt.max_connections = std::stoi(value);
       else if (arg == "--resolve")
         opt.resolve = value;
       else if (arg == "--charge-id")
@@ -1105,7 +1236,8 @@ Options parse(int argc, char** argv) {
       opt.provider_key_window <= opt.lock_ttl * 4 || opt.reconcile_every.count() <= 0 ||
       opt.reconcile_max_backoff.count() < 0 || opt.reconcile_max_backoff > std::chrono::hours(24) ||
       (opt.shutdown_grace && opt.shutdown_grace->count() <= 0) || opt.ledger_replicas < 0 ||
-      opt.provider.empty() || opt.resolve_not_charged || !opt.resolve_charge_id.empty()) {
+      opt.max_connections < 1 || opt.provider.empty() || opt.resolve_not_charged ||
+      !opt.resolve_charge_id.empty()) {
     usage(2);
   }
   try {
@@ -1166,8 +1298,16 @@ int main(int argc, char** argv) {
   // not a SIGPIPE that kills the worker (Asio's own sockets never raise it).
   std::signal(SIGPIPE, SIG_IGN);
   const Options opt = parse(argc, argv);
-  const auto lock = redis_lock::ConnectionConfig::from_url(opt.url);
-  const auto ledger = redis_lock::ConnectionConfig::from_url(opt.ledger_url);
+  auto lock = redis_lock::ConnectionConfig::from_url(opt.url);
+  auto ledger = redis_lock::ConnectionConfig::from_url(opt.ledger_url);
+  // Passwords from the environment keep them out of `ps` (a URL's stays visible there).
+  if (const char* pw = std::getenv("REDIS_LOCK_PASSWORD"); pw && lock && lock->password.empty()) {
+    lock->password = pw;
+  }
+  if (const char* pw = std::getenv("CHECKOUT_LEDGER_PASSWORD");
+      pw && ledger && ledger->password.empty()) {
+    ledger->password = pw;
+  }
   if (!lock || !ledger) {
     std::fprintf(stderr, "checkout_service: --%s is not a valid redis:// or unix:// URL\n",
                  lock ? "ledger-url" : "url");

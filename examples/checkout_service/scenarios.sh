@@ -33,6 +33,8 @@
 #                         gets the first charge back (the key is derived from the order)
 #   ledger_replicas       --ledger-replicas 1: a write the replica does not acknowledge is a
 #                         503 and nothing is charged later; too few replicas: refused
+#   descriptors_run_out   300 slow clients against a 256-descriptor limit: connections capped,
+#                         the idlest shed, accept backs off; /healthz and checkouts still work
 #   ledger_forgets        the ledger flushed after a charge: the retry gets the same charge
 #   unavailable_is_true   a 503 (no provider permit in time) leaves nothing to charge later
 #   crash_before_send     kill -9 between the pending record and the provider call: the
@@ -133,10 +135,12 @@ EOF
 
 service_port=$(free_port)
 service_pid=
+service_wrapper=()  # a command the service is started under (e.g. a lower descriptor limit)
 # start_service WORKERS [checkout_service options...]
 start_service() {
   local workers=$1; shift
-  "$service" --url "redis://127.0.0.1:$lock_port" --ledger-url "unix://$ledger_sock" \
+  ${service_wrapper[@]+"${service_wrapper[@]}"} "$service" --url "redis://127.0.0.1:$lock_port" \
+    --ledger-url "unix://$ledger_sock" \
     --provider "127.0.0.1:$provider_port" --port "$service_port" --workers "$workers" \
     "$@" >"$dir/service.log" 2>&1 &
   service_pid=$!
@@ -399,6 +403,64 @@ case "$scenario" in
     cat "$dir/c.out"
     grep -q '^201 {"status":"charged"' "$dir/c.out" || fail "the retry was not charged"
     [ "$(provider_results "$two" succeeded)" = 1 ] || fail "$two was not charged exactly once"
+    ;;
+
+  descriptors_run_out)
+    # Under a limit of 256 descriptors, 300 clients each open a connection and trickle one
+    # header line a second, never finishing a request. The service caps its connections
+    # (96 here), closes the one idle longest to let a new one in, and backs off when accept
+    # runs out of descriptors: /healthz keeps answering, the worker does not spin, and a
+    # checkout still goes through.
+    service_wrapper=(bash -c 'ulimit -n 256 && exec "$@"' limited)
+    start_service 1
+    grep -q 'listening on .* (at most 96 connections)$' "$dir/service.log" ||
+      fail "the connection cap was not derived from the descriptor limit"
+    worker=$(sed -n 's/.*(pid \([0-9]*\)) listening on.*/\1/p' "$dir/service.log")
+    python3 - "$service_port" 300 12 >"$dir/trickle.out" 2>&1 <<'PY' &
+import socket, sys, time
+port, count, seconds = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
+conns = []
+for _ in range(count):
+    try:
+        c = socket.create_connection(("127.0.0.1", port), timeout=2)
+        c.sendall(b"POST /checkout HTTP/1.1\r\nHost: x\r\n")
+        conns.append(c)
+    except OSError:
+        pass
+end = time.time() + seconds
+while time.time() < end:
+    for c in conns:
+        try:
+            c.sendall(b"X-Slow: 1\r\n")
+        except OSError:
+            pass
+    time.sleep(1)
+print(len(conns), "connections opened")
+PY
+    trickler=$!
+    pids+=("$trickler")
+    sleep 2  # (the tricklers' connections are open by now: nothing signals "all 300 opened")
+    cpu() { awk '{print $14 + $15}' "/proc/$worker/stat"; }
+    before=$(cpu)
+    for i in 1 2 3 4 5; do
+      started=$(date +%s%N)
+      python3 - "$service_port" <<'PY' || fail "/healthz was not answered within 2 s (probe $i)"
+import sys, urllib.request
+urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/healthz", timeout=2).read()
+PY
+      echo "/healthz answered in $(( ($(date +%s%N) - started) / 1000000 )) ms"
+      sleep 1
+    done
+    ticks=$(( $(cpu) - before ))
+    hz=$(getconf CLK_TCK)
+    echo "the worker used $((ticks * 1000 / hz)) ms of CPU in about 6 s with 300 trickling clients"
+    [ $((ticks * 1000 / hz)) -lt 1500 ] || fail "the worker spun: $((ticks * 1000 / hz)) ms of CPU in 6 s"
+    "$load" --port "$service_port" --one "fd-$RANDOM$RANDOM" --amount 500 >"$dir/a.out"
+    cat "$dir/a.out"
+    grep -q '^201 {"status":"charged"' "$dir/a.out" || fail "a checkout did not go through"
+    wait "$trickler" || true
+    cat "$dir/trickle.out"
+    service_wrapper=()
     ;;
 
   ledger_forgets)
