@@ -59,13 +59,13 @@ struct Phase {
   std::size_t acquired = 0, errors = 0;
 };
 
-asio::awaitable<void> worker(redis_lock::LockManager& locks, int id, const bool& stop,
-                             Phase& phase, int& running) {
+asio::awaitable<void> worker(redis_lock::LockManager& locks, int id, const bool& stop, Phase& phase,
+                             int& running) {
   asio::steady_timer pause(co_await asio::this_coro::executor);
   const auto resource = "heap-probe:" + std::to_string(id % 10);
   while (!stop) {
-    auto [ec, guard] = co_await locks.async_acquire(
-        resource, {.ttl = 2s, .wait = 500ms}, asio::as_tuple(asio::use_awaitable));
+    auto [ec, guard] = co_await locks.async_acquire(resource, {.ttl = 2s, .wait = 500ms},
+                                                    asio::as_tuple(asio::use_awaitable));
     if (ec) {
       ++phase.errors;
       pause.expires_after(20ms);
