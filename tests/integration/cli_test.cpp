@@ -10,13 +10,16 @@
 #include <boost/asio/use_future.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
 #include <thread>
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <pty.h>
 
@@ -724,7 +727,65 @@ TEST(Cli, ConnectionErrorsNameTheServerAndTheReason) {
       {.stderr_too = true});
   const auto plain_text = plain.read_all();
   EXPECT_EQ(plain.wait(), 3);
-  EXPECT_NE(plain_text.find("plain text, not TLS"), std::string::npos) << plain_text;
+  EXPECT_NE(plain_text.find("did not answer the TLS handshake: if this port speaks plain text, "
+                            "use redis://"),
+            std::string::npos)
+      << plain_text;
+}
+
+TEST(Cli, ATlsFailureIsDiagnosedWithoutSendingPlainText) {
+  // A listener that answers nothing and keeps every byte it is sent (a plain-text Redis
+  // answers a TLS hello with nothing too). The diagnosis used to follow the failed handshake
+  // with a plain-text PING; now everything sent is TLS.
+  const int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(listener, 0);
+  sockaddr_in at{};
+  at.sin_family = AF_INET;
+  at.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof at;
+  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&at), sizeof at), 0);
+  ASSERT_EQ(::listen(listener, 16), 0);
+  ASSERT_EQ(::getsockname(listener, reinterpret_cast<sockaddr*>(&at), &len), 0);
+  std::vector<std::string> received;  // per connection
+  std::atomic<bool> stop{false};
+  std::thread recorder([&] {
+    std::vector<pollfd> fds{{listener, POLLIN, 0}};
+    while (!stop) {
+      if (::poll(fds.data(), fds.size(), 50) <= 0) continue;
+      for (std::size_t i = 0; i < fds.size(); ++i) {
+        if (!(fds[i].revents & (POLLIN | POLLHUP))) continue;
+        if (i == 0) {
+          const int c = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
+          if (c >= 0) {
+            fds.push_back({c, POLLIN, 0});
+            received.emplace_back();
+          }
+          continue;
+        }
+        char buf[4096];
+        const auto n = ::read(fds[i].fd, buf, sizeof buf);
+        if (n > 0) received[i - 1].append(buf, static_cast<std::size_t>(n));
+        if (n <= 0) fds[i].events = 0;
+      }
+    }
+    for (std::size_t i = 1; i < fds.size(); ++i) ::close(fds[i].fd);
+  });
+  ChildProcess run({REDIS_LOCK_CLI_PATH, "--url",
+                    "rediss://127.0.0.1:" + std::to_string(ntohs(at.sin_port)), "r", "--", "true"},
+                   {.stderr_too = true});
+  const auto text = run.read_all();
+  EXPECT_EQ(run.wait(), 3);
+  stop = true;
+  recorder.join();
+  ::close(listener);
+  EXPECT_NE(text.find("did not answer the TLS handshake"), std::string::npos) << text;
+  ASSERT_FALSE(received.empty());
+  for (const auto& bytes : received) {
+    EXPECT_EQ(bytes.find("PING"), std::string::npos) << "plain text was sent to a TLS URL";
+    if (!bytes.empty()) {
+      EXPECT_EQ(bytes[0], '\x16') << "not a TLS handshake record";
+    }
+  }
 }
 
 TEST(Cli, AnIgnoredHangupStaysIgnoredForTheCommand) {
@@ -828,6 +889,61 @@ TEST(CliAdmin, StatusShowsWhoHoldsItForHowLongInTextAndJson) {
                         "redis://127.0.0.1:" + std::to_string(free_port()), "status", resource});
   EXPECT_EQ(nowhere.read_all(), "");
   EXPECT_EQ(nowhere.wait(), 3);
+}
+
+TEST(CliAdmin, StatusEscapesControlCharactersFromTheServer) {
+  // A lock user rewrote the holder's record with terminal escapes (a window title, colours)
+  // and a C1 CSI: status shows them escaped, in text and in JSON, never as raw bytes.
+  const auto resource = unique_resource();
+  ChildProcess holder(cli({"--ttl", "5s", resource, "--", "sh", "-c", "echo held; exec sleep 30"}));
+  ASSERT_EQ(holder.read_line(), "held");
+  const auto info = detail::make_keys("lock:", resource).info;
+  const auto record = redis_command(shared_server_port(), {"GET", info});
+  const auto space = record.find(' ');
+  ASSERT_NE(space, std::string::npos) << record;
+  const std::string evil =
+      "\x1b]0;pwned\x07\x1b[31mFAKE\xc2\x9b"
+      "2J";
+  ASSERT_EQ(redis_command(shared_server_port(),
+                          {"SET", info, record.substr(0, space + 1) + evil, "KEEPTTL"}),
+            "OK");
+  auto [code, text] = run_cli({"status", resource});
+  EXPECT_EQ(code, 0);
+  EXPECT_TRUE(contains(text, "holder:        \\x1b]0;pwned\\x07\\x1b[31mFAKE\\u009b2J\n")) << text;
+  auto [json_code, json] = run_cli({"status", "--json", resource});
+  EXPECT_EQ(json_code, 0);
+  EXPECT_TRUE(contains(json, "\"holder\":\"\\u001b]0;pwned\\u0007\\u001b[31mFAKE\\u009b2J\""))
+      << json;
+  for (const auto& out : {text, json}) {
+    EXPECT_EQ(out.find('\x1b'), std::string::npos) << "a raw ESC reached the terminal";
+    EXPECT_EQ(out.find("\xc2\x9b"), std::string::npos) << "a raw CSI reached the terminal";
+  }
+}
+
+TEST(Cli, WarnsOfTlsVerifyOffAndOfAPasswordFileOthersCanRead) {
+  ScratchDir dir;
+  {
+    std::ofstream(dir.file("open")) << "secret\n";
+    std::filesystem::permissions(dir.file("open"), std::filesystem::perms(0644));
+    std::ofstream(dir.file("closed")) << "secret\n";
+    std::filesystem::permissions(dir.file("closed"), std::filesystem::perms(0600));
+  }
+  const auto warned = [](std::vector<std::string> args, const std::string& warning) {
+    args.insert(args.begin(), REDIS_LOCK_CLI_PATH);
+    ChildProcess run(args, {.stderr_too = true});
+    const auto out = run.read_all();
+    run.wait();
+    return contains(out, warning);
+  };
+  const std::string open_warning = "can be read by other users (chmod 600 it)";
+  EXPECT_TRUE(
+      warned({"--url", url(), "--password-file", dir.file("open"), "status", "r"}, open_warning));
+  EXPECT_FALSE(
+      warned({"--url", url(), "--password-file", dir.file("closed"), "status", "r"}, open_warning));
+  const std::string tls_warning = "tls_verify=false: the server's certificate is not checked";
+  const auto tls_url = "rediss://127.0.0.1:" + std::to_string(free_port());
+  EXPECT_TRUE(warned({"--url", tls_url + "?tls_verify=false", "status", "r"}, tls_warning));
+  EXPECT_FALSE(warned({"--url", tls_url, "status", "r"}, tls_warning));
 }
 
 TEST(CliAdmin, ForceReleaseStopsTheHoldersCommandAndTheNextTokenIsLarger) {

@@ -4,6 +4,7 @@
 #include <redis_lock/error.hpp>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 
 #include <fcntl.h>
@@ -77,19 +78,67 @@ void connect_once(const ConnectionConfig& config, Probe& probe) {
   ::freeaddrinfo(found);
 }
 
-/// Whether the server answers a plain-text PING (a TLS URL pointed at a plain port).
-bool answers_plain_text(int fd) {
-  constexpr char ping[] = "PING\r\n";
-  if (::send(fd, ping, sizeof ping - 1, MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof ping - 1)) {
-    return false;
+}  // namespace
+
+/// The length of the UTF-8 sequence at the start of `s`, 0 if it is not a valid one.
+std::size_t utf8_sequence(std::string_view s) {
+  const auto byte = [&](std::size_t i) { return static_cast<unsigned char>(s[i]); };
+  const unsigned char lead = byte(0);
+  std::size_t n = 0;
+  unsigned min = 0;
+  unsigned code = 0;
+  if (lead >= 0xc2 && lead <= 0xdf) {
+    n = 2, min = 0x80, code = lead & 0x1fu;
+  } else if (lead >= 0xe0 && lead <= 0xef) {
+    n = 3, min = 0x800, code = lead & 0x0fu;
+  } else if (lead >= 0xf0 && lead <= 0xf4) {
+    n = 4, min = 0x10000, code = lead & 0x07u;
+  } else {
+    return 0;
   }
-  pollfd p{fd, POLLIN, 0};
-  if (::poll(&p, 1, probe_timeout_ms) != 1) return false;
-  char reply[1] = {};
-  return ::recv(fd, reply, 1, 0) == 1 && (reply[0] == '+' || reply[0] == '-');
+  if (s.size() < n) return 0;
+  for (std::size_t i = 1; i < n; ++i) {
+    if ((byte(i) & 0xc0u) != 0x80u) return 0;
+    code = (code << 6) | (byte(i) & 0x3fu);
+  }
+  if (code < min || code > 0x10ffff || (code >= 0xd800 && code <= 0xdfff)) return 0;
+  return n;
 }
 
-}  // namespace
+std::string printable(std::string_view s) {
+  std::string out;
+  const auto hex = [&](unsigned char c, const char* format) {
+    char buf[12];
+    std::snprintf(buf, sizeof buf, format, c);
+    out += buf;
+  };
+  for (std::size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c >= 0x80) {
+      const auto n = utf8_sequence(s.substr(i));
+      if (n == 0) {
+        hex(c, "\\x%02x");
+        ++i;
+      } else if (n == 2 && c == 0xc2 && static_cast<unsigned char>(s[i + 1]) < 0xa0) {
+        hex(static_cast<unsigned char>(s[i + 1]), "\\u%04x");  // a C1 control
+        i += 2;
+      } else {
+        out.append(s.substr(i, n));
+        i += n;
+      }
+      continue;
+    }
+    if (c == '\\') {
+      out += "\\\\";
+    } else if (c < 0x20 || c == 0x7f) {
+      hex(c, "\\x%02x");
+    } else {
+      out += static_cast<char>(c);
+    }
+    ++i;
+  }
+  return out;
+}
 
 std::string describe_target(const ConnectionConfig& config) {
   if (!config.unix_socket.empty()) return config.unix_socket;
@@ -118,8 +167,7 @@ std::string describe_failure(const ConnectionConfig& config, boost::system::erro
       return "database " + std::to_string(config.database) + " does not exist on " +
              describe_target(config) + " (the server refused SELECT)";
     }
-    if (ec == error::server_error && !server_error.empty())
-      text += ": " + std::string(server_error);
+    if (ec == error::server_error && !server_error.empty()) text += ": " + printable(server_error);
     return text;
   }
   if (config.topology != Topology::standalone) return text + " (" + describe_target(config) + ")";
@@ -129,8 +177,14 @@ std::string describe_failure(const ConnectionConfig& config, boost::system::erro
   std::string why;
   if (probe.fd < 0) {
     why = probe.failure;
-  } else if (config.tls && answers_plain_text(probe.fd)) {
-    why = "the server answers in plain text, not TLS: use redis:// (or the server's TLS port)";
+  } else if (config.tls && (ec == error::timeout || ec == error::connect_timeout ||
+                            ec == error::connection_lost)) {
+    // The port accepts connections but gave no TLS answer. A plain-text Redis does exactly
+    // that (it waits for a line that a TLS hello never ends); asking it in plain text would
+    // tell, but nothing is ever sent unencrypted to a TLS URL's server.
+    why =
+        "the server accepts connections but did not answer the TLS handshake: if this port "
+        "speaks plain text, use redis:// (or the server's TLS port)";
   } else {
     why = text;
   }

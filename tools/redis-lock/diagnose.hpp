@@ -12,6 +12,13 @@
 
 namespace redis_lock::cli {
 
+/// The length of the UTF-8 sequence at the start of `s`, 0 if it is not a valid one.
+std::size_t utf8_sequence(std::string_view s);
+/// Text safe for a terminal: control characters (C0, DEL, and C1 as U+0080..U+009F) and bytes
+/// that are not UTF-8 become `\xNN` (`\u00NN` for C1), a backslash `\\`; so that a value
+/// from the server (a holder's label, an error's text) cannot move the cursor, retitle the
+/// window or change the colours.
+std::string printable(std::string_view s);
 /// host:port, the socket path, or the nodes of a multi-server deployment.
 std::string describe_target(const ConnectionConfig& config);
 /// The failure of an acquire, with the target and, for connection failures, the reason

@@ -92,33 +92,8 @@ struct Report {
   std::optional<bool> released;
 };
 
-/// The length of the UTF-8 sequence at the start of `s`, 0 if it is not a valid one.
-std::size_t utf8_sequence(std::string_view s) {
-  const auto byte = [&](std::size_t i) { return static_cast<unsigned char>(s[i]); };
-  const unsigned char lead = byte(0);
-  std::size_t n = 0;
-  unsigned min = 0;
-  unsigned code = 0;
-  if (lead >= 0xc2 && lead <= 0xdf) {
-    n = 2, min = 0x80, code = lead & 0x1fu;
-  } else if (lead >= 0xe0 && lead <= 0xef) {
-    n = 3, min = 0x800, code = lead & 0x0fu;
-  } else if (lead >= 0xf0 && lead <= 0xf4) {
-    n = 4, min = 0x10000, code = lead & 0x07u;
-  } else {
-    return 0;
-  }
-  if (s.size() < n) return 0;
-  for (std::size_t i = 1; i < n; ++i) {
-    if ((byte(i) & 0xc0u) != 0x80u) return 0;
-    code = (code << 6) | (byte(i) & 0x3fu);
-  }
-  if (code < min || code > 0x10ffff || (code >= 0xd800 && code <= 0xdfff)) return 0;
-  return n;
-}
-
-/// A JSON string: UTF-8 passes through, control characters are escaped, and a byte that is
-/// not part of valid UTF-8 (an election's value may be any bytes) becomes U+FFFD.
+/// A JSON string: UTF-8 passes through, control characters (C0, DEL, C1) are escaped, and a
+/// byte that is not part of valid UTF-8 (an election's value may be any bytes) becomes U+FFFD.
 std::string json_string(std::string_view s) {
   std::string out = "\"";
   for (std::size_t i = 0; i < s.size();) {
@@ -128,6 +103,11 @@ std::string json_string(std::string_view s) {
       if (n == 0) {
         out += "\\ufffd";
         ++i;
+      } else if (n == 2 && c == 0xc2 && static_cast<unsigned char>(s[i + 1]) < 0xa0) {
+        char buf[8];  // a C1 control (U+0080..U+009F): escaped like the C0 ones
+        std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned char>(s[i + 1]));
+        out += buf;
+        i += 2;
       } else {
         out.append(s.substr(i, n));
         i += n;
@@ -637,13 +617,14 @@ std::string describe_status(const Options& o, const redis_lock::LockInfo& info) 
            ",\"limit\":" + std::to_string(info.limit) +
            ",\"exclusive\":" + (info.exclusive ? "true" : "false") + "}\n";
   }
-  std::string out = "resource:      " + o.resource + "\n";
+  std::string out = "resource:      " + printable(o.resource) + "\n";
   out += std::string("held:          ") + (info.held ? "yes" : "no") + "\n";
   if (info.held) {
     switch (info.kind) {
       case Kind::mutex:
         out += "kind:          mutex\n";
-        out += "holder:        " + (info.holder.empty() ? "(no label)" : info.holder) + "\n";
+        out += "holder:        " + (info.holder.empty() ? "(no label)" : printable(info.holder)) +
+               "\n";
         out += "fencing token: " + std::to_string(info.fencing_token) + "\n";
         break;
       case Kind::semaphore:
@@ -851,6 +832,14 @@ int main(int argc, char** argv) {
         stderr);
   }
   if (o.password) config->password = *o.password;
+  for (const auto& w : o.warnings) std::fprintf(stderr, "redis-lock: warning: %s\n", w.c_str());
+  if (config->tls && !config->tls_verify) {
+    std::fputs(
+        "redis-lock: warning: tls_verify=false: the server's certificate is not checked, so "
+        "anyone between here and the server can read and change the traffic, the password "
+        "included (for tests only)\n",
+        stderr);
+  }
   // A closed stderr must not kill us while we hold the lock (the command gets SIGPIPE back).
   struct sigaction pipe_action {};
   ::sigaction(SIGPIPE, nullptr, &pipe_action);

@@ -11,6 +11,8 @@
 #include <set>
 #include <sstream>
 
+#include <sys/stat.h>
+
 namespace po = boost::program_options;
 
 namespace redis_lock::cli {
@@ -291,6 +293,11 @@ Parsed parse_command_line(int argc, const char* const* argv, const char* (*geten
   if (auto path = text("password-file")) {
     std::ifstream in(*path);
     if (!in) return fail("cannot read --password-file " + *path + ": " + std::strerror(errno));
+    struct stat file {};
+    if (::stat(path->c_str(), &file) == 0 && (file.st_mode & (S_IRGRP | S_IROTH)) != 0) {
+      o.warnings.push_back("--password-file " + *path +
+                           " can be read by other users (chmod 600 it)");
+    }
     std::string line;
     std::getline(in, line);
     if (!line.empty() && line.back() == '\r') line.pop_back();

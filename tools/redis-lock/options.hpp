@@ -53,6 +53,7 @@ struct Options {
   std::string url;  ///< --url, else $REDIS_LOCK_URL, else the local default
   bool url_from_flag = false;
   std::optional<std::string> password;  ///< --password-file, else $REDIS_LOCK_PASSWORD
+  std::vector<std::string> warnings;    ///< said on stderr before anything else
   milliseconds ttl{30'000};
   std::optional<milliseconds> wait;  ///< none: indefinitely
   bool nonblock = false;
