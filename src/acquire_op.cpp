@@ -91,7 +91,6 @@ void AcquireOp::attempt() {
   phase = Phase::attempting;
   attempt_started = Clock::now();
   nudged = false;
-  handed_in_flight.reset();
   sent_body = false;
   patience = deadline;
   if (how.empty()) {
@@ -139,35 +138,14 @@ void AcquireOp::nudge() {
   if (phase == Phase::asleep && timer) timer->cancel();
 }
 
-bool AcquireOp::worth_taking(Clock::time_point sent) const noexcept {
-  // As much as an acquire that took a third of its ttl to answer: what the renewal schedule
-  // (and the CLI's grace before SIGTERM) counts on.
-  return sent + options.ttl - drift_margin(options.ttl) - Clock::now() >= options.ttl * 2 / 3;
-}
-
-void AcquireOp::handed(const HandOff& hand_off) {
-  if (phase == Phase::done || cancelled) return;
-  // min_replicas: WAIT counts the replicas that have what *our* connection wrote, so the
-  // lease must be claimed by a command of ours (acquire.lua's claim) before it is confirmed.
-  if (hand_off.fence == 0 || options.min_replicas > 0) return nudge();
-  if (phase == Phase::attempting) {
-    // Ours if the attempt in flight ran before the release: its reply will tell (its place).
-    handed_in_flight = HandOff{{}, hand_off.fence, hand_off.place};
-    nudged = true;
-    return;
-  }
-  if (phase != Phase::asleep) return;
-  // The release saw the place our last answered attempt left, so it ran after that attempt
-  // was sent: the lease it set lasts from then at least. Another place: a message older
-  // than our last attempt (the lease it handed over lapsed, and we queued again); an attempt
-  // finds out what is ours.
-  if (queued_place == 0 || hand_off.place != queued_place) return nudge();
-  // That attempt may be a refresh interval old: a short ttl could be mostly gone by that
-  // count (the lease itself is fresh). A claim then dates it from now, for one round trip.
-  if (!worth_taking(queued_sent)) return nudge();
-  if (timer) timer->cancel();  // its handler finds us done
-  in_queue = false;            // the release took us out of the queue
-  granted(static_cast<long long>(hand_off.fence), queued_sent);
+void AcquireOp::handed(const HandOff&) {
+  // A hand-off message is a nudge, never a grant. Anyone who may publish on the lock's
+  // channels (a lock user may: docs/security.md) can send "<token> <fencing token> <place>";
+  // taken at its word, it granted the waiter the lock, with the sender's token, while the
+  // real holder still held it. The attempt it prompts claims the lease the release set for
+  // us (acquire.lua), and the server's answer says what we hold and with which token: one
+  // round trip more than the message alone.
+  nudge();
 }
 
 void AcquireOp::on_late_reply(error_code ec, const Reply& reply) {
@@ -220,19 +198,9 @@ void AcquireOp::on_reply(error_code ec, Reply reply) {
   }
   in_queue = queues;
   waited = waited || options.wait.count() > 0;
-  if (read.place > 0) {
-    queued_sent = attempt_started;
-    queued_place = read.place;
-  }
   if (cancelled) {
     leave();  // also hands on a lease a release gave us meanwhile
     return finish(asio::error::operation_aborted, LockGuard{});
-  }
-  if (handed_in_flight && read.place > 0 && handed_in_flight->place == read.place &&
-      worth_taking(attempt_started)) {
-    // The release that handed us the lease saw this attempt's place: it ran after it.
-    in_queue = false;
-    return granted(static_cast<long long>(handed_in_flight->fence), attempt_started);
   }
   if (options.wait.count() == 0 || Clock::now() >= deadline) {
     leave();

@@ -92,8 +92,6 @@ struct AcquireOp final : ScriptOp, Waiter {
   /// give_back_horizon either.
   Clock::time_point give_back_until() const noexcept;
   void give_back();
-  /// Whether a lease handed over is taken as is, dated from the attempt sent at `sent`.
-  bool worth_taking(Clock::time_point sent) const noexcept;
   /// Leaves the queue (and hands on a lease that reached us meanwhile).
   void leave();
   /// The lease is ours for the ttl, since `sent` at least: the send time of the attempt
@@ -110,17 +108,12 @@ struct AcquireOp final : ScriptOp, Waiter {
               const LockGuard& guard) const noexcept;
 
   Phase phase = Phase::starting;
-  bool cancelled = false;  // cancellation asked for; acted on at the next step
-  bool nudged = false;     // a hand-off message came while an attempt was in flight
-  bool in_queue = false;   // our token may be in the wait queue
-  bool waited = false;     // joined the queue at least once (reported)
-  // The last attempt answered "queued" was sent then, and left this queue place (its entry's
-  // expiry, acquire.lua): a hand-off message naming that place was published after it ran.
-  Clock::time_point queued_sent{};
-  long long queued_place = 0;
-  std::optional<HandOff> handed_in_flight;  // a hand-off message came while attempting
-  std::string member_suffix;                // queue member = token + this
-  std::string how;                          // acquire.lua's ARGV[3]
+  bool cancelled = false;     // cancellation asked for; acted on at the next step
+  bool nudged = false;        // a hand-off message came while an attempt was in flight
+  bool in_queue = false;      // our token may be in the wait queue
+  bool waited = false;        // joined the queue at least once (reported)
+  std::string member_suffix;  // queue member = token + this
+  std::string how;            // acquire.lua's ARGV[3]
   int attempts = 0;
   std::chrono::milliseconds backoff{first_backoff};
   boost::system::error_code last_error;  // of the last attempt, while waiting out an outage

@@ -130,12 +130,14 @@ struct ObserveOp final : Watcher, std::enable_shared_from_this<ObserveOp> {
     if (done) return;
     const auto a = read_announcement(message);
     if (!a) return;
+    // An announcement of a change is a wake-up, not the news: anyone who may publish on the
+    // election's channel could send one, so the leader reported is the one the server has.
     if (a->ended) {
-      // The leader we watched (or a later one) ended with nobody after it.
-      if (a->term >= after_term && !next_leader_only) finish({}, std::nullopt);
+      // The leader we watched (or a later one) ended, perhaps with nobody after it.
+      if (a->term >= after_term) read();
       return;
     }
-    if (a->term > after_term) return finish({}, Leader{std::string(a->value), a->term});
+    if (a->term > after_term) return read();
     if (a->term == after_term) expect_end_in(a->ttl);  // renewed
   }
 

@@ -9,7 +9,7 @@
 -- on which the change of leader is announced.
 -- The lease's value is the holder's token, with '+' appended once a waiter may be queued
 -- (acquire.lua): without it, nobody is, and neither is our own member.
--- A hand-off is complete in this one step (hand_on): the waiter owns the lock on receipt.
+-- A hand-off is set up in this one step (hand_on); the waiter claims it on the message.
 -- Returns 1 if the lease was ours, else 0.
 local lease, token, info, announce = KEYS[1], ARGV[1], KEYS[5], ARGV[4]
 local current = redis.pcall('GET', lease)

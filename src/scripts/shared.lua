@@ -97,7 +97,8 @@ end
 -- to a space), its fencing token minted, its info recorded (the member's data follows that
 -- space) and '<token> <fencing token> <place>' published on its manager's channel
 -- (`how`: '<P|S><channel prefix>', the manager id completing it), place being the queue
--- entry's expiry as the waiter's last refresh left it: the waiter owns the lock on receipt.
+-- entry's expiry as the waiter's last refresh left it. The message is a wake-up: the
+-- waiter claims the lease with an attempt, whose reply (not the message) grants it.
 local function hand_on(lease, queue, expiry, fence, info, how, announce)
   local now = drop_dead_waiters(queue, expiry)
   local head = redis.call('ZRANGE', queue, 0, 0)[1]

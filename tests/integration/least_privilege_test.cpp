@@ -7,6 +7,7 @@
 // ACL LOG to be empty (a denied command the library survived, by polling or retrying, would
 // show there and nowhere else).
 #include "child_process.hpp"
+#include "keys.hpp"
 #include "live.hpp"
 #include "redis_server.hpp"
 
@@ -250,4 +251,99 @@ TEST(LeastPrivilege, EveryOperationAndEveryCliModeLeavesTheAclLogEmpty) {
 
   EXPECT_EQ(server.command({"ACL", "LOG"}), "")
       << "commands denied to the documented user (ACL LOG)";
+}
+
+TEST(HandOff, AForgedMessageGrantsNothing) {
+  // Any client that may PUBLISH on the lock's channels (the documented lock user may) can read
+  // a waiter's queue entry and place and publish what a release would: "<token> <fencing
+  // token> <place>". It used to grant the waiter the lock, with the forger's token, while the
+  // real holder still held it. Now a message only makes the waiter ask the server.
+  const auto cfg = shared_server_config();
+  asio::io_context io;
+  LockManager holder_side(io.get_executor(), cfg);
+  LockManager waiter_side(io.get_executor(), cfg);
+  const auto resource = unique_resource("forged");
+  const auto keys = detail::make_keys("lock:", resource);
+  LockGuard held;
+  run_co(io, [&]() -> asio::awaitable<void> {
+    auto [ec, g] = co_await holder_side.async_acquire(resource, {.ttl = 10s},
+                                                      asio::as_tuple(asio::use_awaitable));
+    EXPECT_FALSE(ec);
+    held = std::move(g);
+  });
+  ASSERT_TRUE(held.owns_lock());
+  bool granted = false;
+  std::uint64_t token = 0;
+  waiter_side.async_acquire(resource, {.ttl = 5s, .wait = 20s}, [&](error_code ec, LockGuard g) {
+    EXPECT_FALSE(ec) << ec.message();
+    granted = g.owns_lock();
+    token = g.fencing_token();
+    g.async_release(asio::detached);
+  });
+  const auto port = cfg.port;
+  std::string member;
+  for (int i = 0; i < 200 && member.empty(); ++i) {
+    io.restart(), io.run_for(10ms);
+    member = redis_command(port, {"ZRANGE", keys.queue, "0", "0"});
+  }
+  ASSERT_GE(member.size(), 48u) << "the waiter did not queue";
+  const auto place = redis_command(port, {"ZSCORE", keys.queue_expiry, member});
+  const auto channel = "lock:notify:" + member.substr(32, 16);
+  EXPECT_EQ(redis_command(port, {"PUBLISH", channel, member.substr(0, 32) + " 999 " + place}), "1")
+      << "nobody listened on " << channel;
+  io.restart();
+  io.run_for(500ms);
+  EXPECT_FALSE(granted) << "a forged message granted the lock, with token " << token;
+  EXPECT_NE(token, 999u);
+  // The real release hands it over, with a real token.
+  const auto holder_token = held.fencing_token();
+  run_co(io, [&]() -> asio::awaitable<void> {
+    co_await held.async_release(asio::as_tuple(asio::use_awaitable));
+  });
+  for (int i = 0; i < 500 && !granted; ++i) io.restart(), io.run_for(10ms);
+  EXPECT_TRUE(granted);
+  EXPECT_GT(token, holder_token);
+}
+
+TEST(HandOff, AForgedAnnouncementMakesNoObserverReportALeader) {
+  // The same for an election's announcements: an observer waiting for the next leader after
+  // the current term hears "<term + 1> <ttl> <value>" from a forger, asks the server, finds
+  // the same leader, and goes on waiting; the real hand-over is reported with the real term.
+  const auto cfg = shared_server_config();
+  asio::io_context io;
+  LockManager leader_side(io.get_executor(), cfg);
+  LockManager observer_side(io.get_executor(), cfg);
+  Election election(leader_side, unique_resource("forged-election"));
+  Election watching(observer_side, election.name());
+  LockGuard leading;
+  bool campaigned = false;
+  election.async_campaign("real", {.ttl = 10s}, [&](error_code ec, LockGuard g) {
+    EXPECT_FALSE(ec) << ec.message();
+    leading = std::move(g);
+    campaigned = true;
+  });
+  // (polled: the leadership's renewals keep the io_context busy, so run() would not return)
+  for (int i = 0; i < 500 && !campaigned; ++i) io.restart(), io.run_for(10ms);
+  ASSERT_TRUE(leading.owns_lock());
+  const auto term = leading.fencing_token();
+  bool reported = false;
+  std::optional<Leader> seen;
+  watching.async_observe(term, [&](error_code ec, std::optional<Leader> l) {
+    EXPECT_FALSE(ec) << ec.message();
+    reported = true;
+    seen = std::move(l);
+  });
+  io.restart();
+  io.run_for(200ms);  // subscribed and read once (nothing signals "listening")
+  const auto channel = "lock:leader:election:" + election.name();
+  EXPECT_EQ(redis_command(cfg.port, {"PUBLISH", channel, std::to_string(term + 1) + " 5000 evil"}),
+            "1");
+  io.restart();
+  io.run_for(500ms);
+  EXPECT_FALSE(reported) << "a forged announcement was reported: "
+                         << (seen ? seen->value + " " + std::to_string(seen->term) : "none");
+  leading.async_release(asio::detached);  // resigns: announced
+  for (int i = 0; i < 500 && !reported; ++i) io.restart(), io.run_for(10ms);
+  EXPECT_TRUE(reported);
+  EXPECT_FALSE(seen.has_value()) << "the resignation left no leader";
 }

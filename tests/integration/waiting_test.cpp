@@ -366,12 +366,12 @@ TEST(Waiting, ArrivalOrderHoldsThroughWaitsLongerThanAQueueEntrysLife) {
   EXPECT_EQ(order, expected);
 }
 
-TEST(Waiting, AContendedAcquisitionCostsTwoCommands) {
-  // README: "Two commands per contended acquisition": the waiter's attempt (it queues) and
+TEST(Waiting, AContendedAcquisitionCostsThreeCommands) {
+  // README: "Three commands per contended acquisition": the waiter's attempt (it queues),
   // the holder's release (it hands the lease over, mints the waiter's fencing token and
-  // publishes both to the waiter's manager alone); the waiter owns the lock when the message
-  // arrives. Counted on a private server's slow log, which lists every command a client
-  // sends (not those a script runs) with the client's name.
+  // publishes both to the waiter's manager alone), and the waiter's claim, which the message
+  // prompts (the message alone grants nothing). Counted on a private server's slow log, which lists
+  // every command a client sends (not those a script runs) with the client's name.
   RedisServer server({"--slowlog-log-slower-than", "0", "--slowlog-max-len", "100000"});
   auto cfg = server.config();
   Background bg;
@@ -418,12 +418,14 @@ TEST(Waiting, AContendedAcquisitionCostsTwoCommands) {
       ++by_client[words[i]];
     }
   }
-  EXPECT_EQ(by_client["waiter"], 2) << log;  // the attempt and its own release: no claim
+  // The attempt, the claim the hand-off message prompts (a message alone grants nothing:
+  // HandOff.AForgedMessageGrantsNothing), and its own release.
+  EXPECT_EQ(by_client["waiter"], 3) << log;
   EXPECT_EQ(by_client["holder"], 1) << log;  // the release that handed the lease over
   EXPECT_EQ(by_client["waiter:sub"] + by_client["holder:sub"], 0) << log;
 }
 
-TEST(Waiting, AHandedLeaseIsTheWaitersOnArrivalForItsTtl) {
+TEST(Waiting, AHandedLeaseIsClaimedForItsTtl) {
   // docs/safety.md "Hand-off": the release sets the lease for the waiter's own ttl and the
   // waiter owns it on arrival (it sends nothing more: counted on a private server's slow
   // log); its validity counts from the send time of its last attempt the release saw, so it
@@ -467,7 +469,8 @@ TEST(Waiting, AHandedLeaseIsTheWaitersOnArrivalForItsTtl) {
   EXPECT_EQ(redis_command(server.port(), {"GET", lease}), g.token());
   EXPECT_EQ(std::to_string(g.fencing_token()),
             redis_command(server.port(), {"GET", keys_of(resource).fence}));
-  // The waiter's commands since the reset: the EVALSHA of its attempt; no second (a claim).
+  // The waiter's commands since the reset: the EVALSHA of its attempt, and of the claim the
+  // hand-off message prompted (the message alone grants nothing).
   const auto log = redis_command(server.port(), {"SLOWLOG", "GET", "-1"});
   std::istringstream in(log);
   const std::vector<std::string> words{std::istream_iterator<std::string>(in), {}};
@@ -481,7 +484,7 @@ TEST(Waiting, AHandedLeaseIsTheWaitersOnArrivalForItsTtl) {
                                      });
     if (client != words.end() && *client == "waiter") ++waiter_evalshas;
   }
-  EXPECT_EQ(waiter_evalshas, 1) << log;
+  EXPECT_EQ(waiter_evalshas, 2) << log;
   EXPECT_TRUE(g.async_release(asio::use_future).get());
   EXPECT_EQ(redis_command(server.port(), {"EXISTS", lease}), "0");
 }
