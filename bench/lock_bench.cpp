@@ -33,6 +33,7 @@
 //   lock_bench --port P [--quick] [--hold-ms 1] [--json FILE]
 #include <redis_lock/redis_lock.hpp>
 
+#include "io_trace.hpp"
 #include "keys.hpp"
 #include "raw_redis.hpp"
 #include "redis_lock_scripts.hpp"
@@ -46,6 +47,8 @@
 #include <malloc.h>
 #include <sys/resource.h>
 #include <unistd.h>
+#include <mutex>
+#include <numeric>
 
 #include <algorithm>
 #include <array>
@@ -113,6 +116,7 @@ struct Args {
   bool probe = false;         // only the raw baseline, for runs of other programs to be scaled by
   bool ceiling_only = false;  // only (f), the server ceiling by command shape
   bool handoff_only = false;  // only redis_lock's side of (c), the hand-off
+  bool stages = false;        // only the per-stage account (of a pair and of a hand-off)
   int hold_ms = 1;
   std::string json;
   std::string stem;  // "bench:<pid>-<random>:", unique to the run
@@ -154,6 +158,7 @@ enum class Expect {
   one,       // integer 1: a release or extension that was ours, a DEL of our key, ...
   positive,  // integer > 0: the minimal fenced acquire's fencing counter
   ok,        // status OK: a SET that was done
+  queued,    // acquire.lua: {0, pttl, place}: a waiter that joined the queue
 };
 
 const char* describe(Expect e) {
@@ -166,6 +171,8 @@ const char* describe(Expect e) {
       return "integer > 0";
     case Expect::ok:
       return "OK";
+    case Expect::queued:
+      return "{0, pttl, place}";
   }
   return "?";
 }
@@ -208,6 +215,8 @@ bool matches(const redisReply* r, Expect e) {
       return r->type == REDIS_REPLY_INTEGER && r->integer > 0;
     case Expect::ok:
       return r->type == REDIS_REPLY_STATUS && std::string_view(r->str, r->len) == "OK";
+    case Expect::queued:
+      return r->type == REDIS_REPLY_ARRAY && r->elements == 3 && integer_is(r->element[0], 0);
   }
   return false;
 }
@@ -325,6 +334,19 @@ class Raw {
   }
   void del(const detail::ResourceKeys& k, const std::string&) {
     send(Expect::one, "DEL", {"DEL", k.lease});
+  }
+  // acquire.lua and release.lua as a waiting manager sends them: `how` is acquire.lua's
+  // ARGV[3], `suffix` release.lua's ARGV[2] (for the per-stage account's hand-off).
+  void acquire_as(const detail::ResourceKeys& k, const std::string& t, std::string_view how,
+                  Expect e) {
+    send(e, "acquire.lua",
+         {"EVALSHA", detail::acquire_script.sha1, "5", k.lease, k.fence, k.queue, k.queue_expiry,
+          k.info, t, "10000", how});
+  }
+  void release_as(const detail::ResourceKeys& k, const std::string& t, std::string_view suffix) {
+    send(Expect::one, "release.lua",
+         {"EVALSHA", detail::release_script.sha1, "5", k.lease, k.queue, k.queue_expiry, k.fence,
+          k.info, t, suffix, notify_prefix});
   }
   void noop_acquire(const detail::ResourceKeys& k, const std::string& t) {
     send(Expect::one, "no-op acquire",
@@ -697,8 +719,19 @@ long info_field(redisContext* c, const char* section, const std::string& field) 
 /// through one list with BLPOP/RPUSH, each holding it --hold-ms, so that every pass goes to
 /// a client already blocked in BLPOP (the server hands the element straight to it). Gap:
 /// RPUSH issued -> the next BLPOP returned. The baton is "<pass>:<sender>": a pass must arrive
-/// in order and at another client.
-Handoff raw_handoff(const Args& a, int waiters, int handoffs) {
+/// in order and at another client. `passes`, if given, gets when each pass was pushed and
+/// taken, and by which thread (the clients are io_trace threads 1..waiters).
+struct Passes {
+  std::vector<Clock::time_point> pushed, got;
+  std::vector<int> from, to;  // io_trace thread numbers
+};
+
+Handoff raw_handoff(const Args& a, int waiters, int handoffs, Passes* passes = nullptr) {
+  if (passes != nullptr) {
+    const auto n = static_cast<std::size_t>(handoffs);
+    passes->pushed.assign(n, {}), passes->got.assign(n, {});
+    passes->from.assign(n, 0), passes->to.assign(n, 0);
+  }
   const std::string list = a.stem + "baton:" + std::to_string(waiters);
   std::atomic<Clock::rep> pushed_at{0};
   std::atomic<int> held_longer{0}, last_pass{-1};
@@ -706,6 +739,7 @@ Handoff raw_handoff(const Args& a, int waiters, int handoffs) {
   std::vector<std::thread> threads;
   for (int i = 0; i < waiters; ++i) {
     threads.emplace_back([&, i] {
+      bench::io_trace::set_thread(i + 1);
       redisContext* c = bench::connect_or_exit(a.port);
       for (;;) {
         auto* r =
@@ -728,6 +762,12 @@ Handoff raw_handoff(const Args& a, int waiters, int handoffs) {
         if (from == i) fail("BLPOP: the baton came back to its sender (" + baton + ")");
         if (pass > 0)
           gaps[i].push_back(micros(got - Clock::time_point(Clock::duration(pushed_at.load()))));
+        if (passes != nullptr && pass < handoffs) {
+          passes->pushed[pass] = Clock::time_point(Clock::duration(pushed_at.load()));
+          passes->got[pass] = got;
+          passes->from[pass] = from + 1;
+          passes->to[pass] = i + 1;
+        }
         std::this_thread::sleep_for(std::chrono::milliseconds(a.hold_ms));
         if (pass + 1 >= handoffs) {  // the last pass: everyone else stops
           std::vector<const char*> argv = {"RPUSH", list.c_str()};
@@ -931,6 +971,596 @@ std::string ratio_text(const Spread& s) {
   return buf;
 }
 
+// ------------------------------------------------------------------------ per-stage account
+
+namespace trace = bench::io_trace;
+
+/// Redis' own account, read between blocks on a connection of its own: CPU (user + sys) and
+/// the scripts' time (EVALSHA's calls and microseconds in INFO commandstats, which include
+/// the commands a script runs).
+struct ServerSample {
+  double cpu_s = 0;
+  long evalsha_calls = 0;
+  double evalsha_us = 0;
+  long other_calls = 0;  // every other command, but INFO: with only scripts sent, the
+                         // commands they ran (a count that does not drift with the machine)
+};
+
+ServerSample server_sample(redisContext* c) {
+  ServerSample s;
+  s.cpu_s = server_cpu_seconds(c);
+  const auto stats = bench::command(c, {"INFO", "commandstats"});
+  constexpr std::string_view stem = "cmdstat_";
+  for (std::size_t at = stats.find(stem); at != std::string::npos; at = stats.find(stem, at + 1)) {
+    const auto colon = stats.find(':', at);
+    const std::string_view name(stats.data() + at + stem.size(), colon - at - stem.size());
+    const char* p = stats.c_str() + colon + std::strlen(":calls=");
+    if (name == "evalsha") {
+      s.evalsha_calls = std::atol(p);
+      const char* u = std::strstr(p, "usec=");
+      if (u != nullptr) s.evalsha_us = std::atof(u + 5);
+    } else if (name != "info") {
+      s.other_calls += std::atol(p);
+    }
+  }
+  return s;
+}
+
+/// One request and its reply as the client saw them: issued; its bytes written (the write
+/// call returned); the reply's bytes read (the read call returned); its completion handler
+/// (for the raw client: the reply parsed and checked).
+struct Exchange {
+  Clock::time_point issued, written, read, done;
+};
+
+/// The first event at or after index `from` that `pred` accepts; ev.size() if none.
+template <class Pred>
+std::size_t find_event(const std::vector<trace::Event>& ev, std::size_t from, const Pred& pred) {
+  while (from < ev.size() && !pred(ev[from])) ++from;
+  return from;
+}
+
+/// The first event at or after `t`.
+std::size_t event_at(const std::vector<trace::Event>& ev, Clock::time_point t) {
+  return static_cast<std::size_t>(
+      std::lower_bound(ev.begin(), ev.end(), t,
+                       [](const trace::Event& e, Clock::time_point x) { return e.at < x; }) -
+      ev.begin());
+}
+
+bool starts_with(const trace::Event& e, std::string_view prefix) {
+  return static_cast<std::size_t>(e.bytes) >= prefix.size() &&
+         std::string_view(e.head, std::min(sizeof e.head, prefix.size())) ==
+             prefix.substr(0, sizeof e.head);
+}
+
+/// Fills x.written and x.read from the events of `thread`: the first write at or after
+/// x.issued, then the first read on that descriptor (by the same thread) after it, before
+/// x.done. False if there is none (the exchange is left out).
+bool locate(const std::vector<trace::Event>& ev, int thread, Exchange& x) {
+  const std::size_t w = find_event(ev, event_at(ev, x.issued), [&](const trace::Event& e) {
+    return e.write && e.thread == thread;
+  });
+  if (w == ev.size() || ev[w].at > x.done) return false;
+  const std::size_t r = find_event(ev, w + 1, [&](const trace::Event& e) {
+    return !e.write && e.thread == thread && e.fd == ev[w].fd;
+  });
+  if (r == ev.size() || ev[r].at > x.done) return false;
+  x.written = ev[w].at;
+  x.read = ev[r].at;
+  return true;
+}
+
+/// Rows that add up to a total: the mean of each stage over the measured operations.
+struct Rows {
+  std::vector<std::string> names;
+  std::vector<double> sum;  // microseconds, over `count` operations
+  std::vector<double> totals;
+  std::vector<std::vector<double>> values;  // [stage][operation]
+  long count = 0;
+  void add(const std::vector<double>& stages) {
+    if (sum.empty()) sum.assign(stages.size(), 0), values.resize(stages.size());
+    double total = 0;
+    for (std::size_t i = 0; i < stages.size(); ++i) {
+      sum[i] += stages[i], total += stages[i];
+      values[i].push_back(stages[i]);
+    }
+    totals.push_back(total);
+    ++count;
+  }
+  double mean(std::size_t i) const { return count ? sum[i] / static_cast<double>(count) : 0; }
+  double p50(std::size_t i) const { return count ? percentiles(values[i]).p50 : 0; }
+  double mean_total() const {
+    double t = 0;
+    for (std::size_t i = 0; i < sum.size(); ++i) t += mean(i);
+    return t;
+  }
+};
+
+/// Per-stage means of the pairs whose total is within the 99th percentile (the same cut for
+/// every side: one preempted pair must not own the mean).
+Rows pair_rows(const std::vector<Exchange>& acq, const std::vector<Exchange>& rel) {
+  std::vector<double> totals;
+  for (std::size_t i = 0; i < acq.size(); ++i)
+    totals.push_back(micros(rel[i].done - acq[i].issued));
+  const double cut = percentiles(totals).p99;
+  Rows rows;
+  for (std::size_t i = 0; i < acq.size(); ++i) {
+    if (totals[i] > cut) continue;
+    const Exchange& a = acq[i];
+    const Exchange& r = rel[i];
+    rows.add({micros(a.written - a.issued), micros(a.read - a.written), micros(a.done - a.read),
+              micros(r.issued - a.done), micros(r.written - r.issued), micros(r.read - r.written),
+              micros(r.done - r.read)});
+  }
+  return rows;
+}
+
+struct PairSide {
+  Rows rows;
+  double server_cpu_us = 0;  // Redis' CPU per pair
+  double scripts_us = 0;     // of it, running the two scripts
+  double evalsha_per_pair = 0;
+  double inner_per_pair = 0;  // commands the scripts ran
+};
+
+PairSide pair_side(const std::vector<Exchange>& acq, const std::vector<Exchange>& rel,
+                   const ServerSample& s0, const ServerSample& s1, int pairs) {
+  PairSide side;
+  side.rows = pair_rows(acq, rel);
+  side.server_cpu_us = (s1.cpu_s - s0.cpu_s) * 1e6 / pairs;
+  side.scripts_us = (s1.evalsha_us - s0.evalsha_us) / pairs;
+  side.evalsha_per_pair = static_cast<double>(s1.evalsha_calls - s0.evalsha_calls) / pairs;
+  side.inner_per_pair = static_cast<double>(s1.other_calls - s0.other_calls) / pairs;
+  return side;
+}
+
+/// `pairs` acquire+release pairs of the raw client with our scripts, one at a time, traced.
+PairSide raw_pairs_traced(const Args& a, redisContext* admin, int pairs) {
+  Raw raw(a.port);
+  const auto keys = keys_for(a.stem + "stages:raw:", 1);
+  std::vector<Exchange> acq(static_cast<std::size_t>(pairs)), rel(acq.size());
+  const auto s0 = server_sample(admin);
+  trace::start(8 * acq.size() + 1024);
+  for (std::size_t i = 0; i < acq.size(); ++i) {
+    const auto token = detail::random_token();
+    acq[i].issued = Clock::now();
+    raw.acquire(keys[0], token);
+    raw.check_reply();
+    acq[i].done = rel[i].issued = Clock::now();
+    raw.release(keys[0], token);
+    raw.check_reply();
+    rel[i].done = Clock::now();
+  }
+  const auto ev = trace::stop();
+  const auto s1 = server_sample(admin);
+  std::vector<Exchange> a2, r2;
+  for (std::size_t i = 0; i < acq.size(); ++i) {
+    if (locate(ev, 0, acq[i]) && locate(ev, 0, rel[i])) a2.push_back(acq[i]), r2.push_back(rel[i]);
+  }
+  return pair_side(a2, r2, s0, s1, pairs);
+}
+
+/// The same through a LockManager (after 200 pairs of warm-up: its connection and scripts).
+PairSide lib_pairs_traced(const Args& a, redisContext* admin, int pairs) {
+  asio::io_context io(1);
+  redis_lock::LockManager locks(io.get_executor(), config(a));
+  const std::string name = a.stem + "stages:lib";
+  constexpr int warm = 200;
+  std::vector<Exchange> acq(static_cast<std::size_t>(pairs)), rel(acq.size());
+  ServerSample s0, s1;
+  int n = -warm;
+  std::function<void()> next = [&] {
+    if (n == 0) {
+      s0 = server_sample(admin);
+      trace::start(8 * acq.size() + 1024);
+    }
+    const auto i = static_cast<std::size_t>(std::max(n, 0));
+    acq[i].issued = Clock::now();
+    locks.async_acquire(name, {.ttl = 10s},
+                        [&, i](boost::system::error_code ec, redis_lock::LockGuard g) {
+                          acq[i].done = Clock::now();
+                          check_acquired(ec, g);
+                          rel[i].issued = Clock::now();
+                          g.async_release([&, i](boost::system::error_code ec2, bool released) {
+                            rel[i].done = Clock::now();
+                            check_released(ec2, released);
+                            if (++n < pairs) next();
+                          });
+                        });
+  };
+  next();
+  io.run();
+  const auto ev = trace::stop();
+  s1 = server_sample(admin);
+  std::vector<Exchange> a2, r2;
+  for (std::size_t i = 0; i < acq.size(); ++i) {
+    if (locate(ev, 0, acq[i]) && locate(ev, 0, rel[i])) a2.push_back(acq[i]), r2.push_back(rel[i]);
+  }
+  return pair_side(a2, r2, s0, s1, pairs);
+}
+
+/// What each script costs Redis on its own, by the commandstats of blocks of `n` calls of one
+/// kind (pipelined 100 at a time): an uncontended acquire and release, a waiter joining the
+/// queue, a release that hands the lease on (its PUBLISH reaches no subscriber here), the
+/// waiter's claim. Microseconds per call.
+struct ScriptCost {
+  double us = 0;        // Redis' time per call
+  double commands = 0;  // commands run per call
+};
+struct ScriptCosts {
+  ScriptCost acquire, release, join, handing_release, claim;
+};
+
+ScriptCosts script_costs(const Args& a, redisContext* admin, int n) {
+  Raw raw(a.port);
+  const auto keys =
+      keys_for(a.stem + "stages:costs:" + detail::random_token().substr(0, 6) + ":", n);
+  std::vector<std::string> holders, waiters;
+  for (int i = 0; i < n; ++i) holders.push_back(detail::random_token());
+  for (int i = 0; i < n; ++i) waiters.push_back(detail::random_token());
+  constexpr std::string_view holder_how = "11200 0123456789abcdef10000";
+  constexpr std::string_view waiter_how = "11200 fedcba987654321010000";
+  const auto block = [&](const auto& send) {
+    const auto s0 = server_sample(admin);
+    for (int i = 0; i < n; i += 100) {
+      const int end = std::min(n, i + 100);
+      for (int j = i; j < end; ++j) send(static_cast<std::size_t>(j));
+      for (int j = i; j < end; ++j) raw.check_reply();
+    }
+    const auto s1 = server_sample(admin);
+    if (s1.evalsha_calls - s0.evalsha_calls != n) fail("script_costs: EVALSHA count");
+    return ScriptCost{(s1.evalsha_us - s0.evalsha_us) / n,
+                      static_cast<double>(s1.other_calls - s0.other_calls) / n};
+  };
+  ScriptCosts c;
+  c.acquire = block(
+      [&](std::size_t i) { raw.acquire_as(keys[i], holders[i], holder_how, Expect::granted); });
+  c.join = block(
+      [&](std::size_t i) { raw.acquire_as(keys[i], waiters[i], waiter_how, Expect::queued); });
+  c.handing_release =
+      block([&](std::size_t i) { raw.release_as(keys[i], holders[i], "0123456789abcdef10000"); });
+  c.claim = block(
+      [&](std::size_t i) { raw.acquire_as(keys[i], waiters[i], waiter_how, Expect::granted); });
+  c.release =
+      block([&](std::size_t i) { raw.release_as(keys[i], waiters[i], "fedcba987654321010000"); });
+  return c;
+}
+
+/// The hand-off, stage by stage. A holder's release issued -> its bytes written -> the
+/// message read by the waiter's subscriber connection -> the waiter's claim written -> the
+/// claim's reply read -> the waiter's acquire completes. For the raw BLPOP baton: RPUSH
+/// issued -> written -> the BLPOP reply read by the other client -> BLPOP returned.
+struct HandoffSide {
+  Rows rows;
+  double server_cpu_us = 0;  // Redis' CPU per hand-off (every command of the cycle)
+  double commands = 0;       // commands sent per hand-off (the client's, not INFO)
+  double inner = 0;          // commands the scripts ran per hand-off
+  long handoffs = 0;
+};
+
+/// Two managers, each on an io_context and a thread of its own (as two processes), pass one
+/// lock back and forth, each holding it --hold-ms: every acquisition after the first is a
+/// hand-off through the queue.
+HandoffSide lib_handoff_traced(const Args& a, redisContext* admin, int handoffs) {
+  struct Worker {
+    asio::io_context io{1};
+    std::unique_ptr<redis_lock::LockManager> locks;
+    std::thread thread;
+  };
+  struct Grant {
+    Clock::time_point released, granted;
+    int holder = 0, waiter = 0;  // io_trace thread numbers
+  };
+  std::array<Worker, 2> w;
+  for (auto& x : w)
+    x.locks = std::make_unique<redis_lock::LockManager>(x.io.get_executor(), config(a));
+  const std::string resource = a.stem + "stages:handoff";
+  constexpr int warm = 50;
+  std::atomic<int> acquisitions{0};
+  std::atomic<Clock::rep> released_at{0};
+  std::atomic<int> last_holder{0};
+  std::mutex m;
+  std::vector<Grant> grants;
+  ServerSample s0;
+  std::function<void(int)> want = [&](int i) {
+    w[i].locks->async_acquire(
+        resource, {.ttl = 10s, .wait = 60s},
+        [&, i](boost::system::error_code ec, redis_lock::LockGuard g) {
+          const auto granted = Clock::now();
+          check_acquired(ec, g);
+          const int n = acquisitions.fetch_add(1) + 1;
+          if (n == warm) {
+            s0 = server_sample(admin);
+            trace::start(64 * static_cast<std::size_t>(handoffs) + 4096);
+          } else if (n > warm && n <= warm + handoffs) {
+            const std::lock_guard lock(m);
+            grants.push_back({Clock::time_point(Clock::duration(released_at.load())), granted,
+                              last_holder.load(), i + 1});
+          }
+          auto guard = std::make_shared<redis_lock::LockGuard>(std::move(g));
+          auto hold =
+              std::make_shared<asio::steady_timer>(w[i].io, std::chrono::milliseconds(a.hold_ms));
+          hold->async_wait([&, i, n, guard, hold](boost::system::error_code) {
+            last_holder = i + 1;
+            released_at = Clock::now().time_since_epoch().count();
+            guard->async_release([&, i, n, guard](boost::system::error_code ec2, bool released) {
+              check_released(ec2, released);
+              if (n < warm + handoffs) want(i);
+            });
+          });
+        });
+  };
+  for (int i = 0; i < 2; ++i) {
+    w[i].thread = std::thread([&, i] {
+      trace::set_thread(i + 1);
+      want(i);
+      w[i].io.run();
+    });
+  }
+  for (auto& x : w) x.thread.join();
+  const auto ev = trace::stop();
+  const auto s1 = server_sample(admin);
+  for (auto& x : w) {
+    x.locks.reset();
+    x.io.restart();
+    x.io.run();
+  }
+  HandoffSide side;
+  side.handoffs = static_cast<long>(grants.size());
+  const double n = std::max<double>(1, static_cast<double>(grants.size()));
+  side.server_cpu_us = (s1.cpu_s - s0.cpu_s) * 1e6 / n;
+  side.commands = static_cast<double>(s1.evalsha_calls - s0.evalsha_calls) / n;
+  side.inner = static_cast<double>(s1.other_calls - s0.other_calls) / n;
+  std::vector<std::vector<double>> stages;
+  for (const auto& g : grants) {
+    if (g.holder == g.waiter || g.released >= g.granted) continue;
+    const std::size_t rw = find_event(ev, event_at(ev, g.released), [&](const trace::Event& e) {
+      return e.write && e.thread == g.holder;
+    });
+    const std::size_t msg = find_event(ev, rw + 1, [&](const trace::Event& e) {
+      return !e.write && e.thread == g.waiter && starts_with(e, "*3\r\n$7\r\nmessage");
+    });
+    const std::size_t cw = find_event(
+        ev, msg + 1, [&](const trace::Event& e) { return e.write && e.thread == g.waiter; });
+    const std::size_t cr = find_event(ev, cw + 1, [&](const trace::Event& e) {
+      return !e.write && e.thread == g.waiter && e.fd == ev[cw].fd;
+    });
+    if (cr >= ev.size() || ev[cr].at > g.granted) continue;
+    stages.push_back({micros(ev[rw].at - g.released), micros(ev[msg].at - ev[rw].at),
+                      micros(ev[cw].at - ev[msg].at), micros(ev[cr].at - ev[cw].at),
+                      micros(g.granted - ev[cr].at)});
+  }
+  std::vector<double> totals;
+  for (const auto& s : stages) totals.push_back(std::accumulate(s.begin(), s.end(), 0.0));
+  if (totals.empty()) fail("hand-off account: no hand-off could be followed through the trace");
+  const double cut = percentiles(totals).p99;
+  for (std::size_t i = 0; i < stages.size(); ++i) {
+    if (totals[i] <= cut) side.rows.add(stages[i]);
+  }
+  return side;
+}
+
+/// The raw BLPOP baton between two clients in two threads, traced the same way.
+HandoffSide raw_handoff_traced(const Args& a, redisContext* admin, int handoffs) {
+  Passes passes;
+  const auto s0 = server_sample(admin);
+  trace::start(64 * static_cast<std::size_t>(handoffs) + 4096);
+  raw_handoff(a, 2, handoffs, &passes);
+  const auto ev = trace::stop();
+  const auto s1 = server_sample(admin);
+  HandoffSide side;
+  side.handoffs = handoffs - 1;
+  side.server_cpu_us = (s1.cpu_s - s0.cpu_s) * 1e6 / (handoffs - 1);
+  side.commands = static_cast<double>(s1.other_calls - s0.other_calls) / (handoffs - 1);
+  std::vector<std::vector<double>> stages;
+  for (int p = 1; p < handoffs; ++p) {
+    const auto from = passes.from[p], to = passes.to[p];
+    const std::size_t pw =
+        find_event(ev, event_at(ev, passes.pushed[p]), [&](const trace::Event& e) {
+          return e.write && e.thread == from && starts_with(e, "*3\r\n$5\r\nRPUSH");
+        });
+    const std::size_t br = find_event(ev, pw + 1, [&](const trace::Event& e) {
+      return !e.write && e.thread == to && starts_with(e, "*2\r\n");
+    });
+    if (br >= ev.size() || ev[br].at > passes.got[p]) continue;
+    stages.push_back({micros(ev[pw].at - passes.pushed[p]), micros(ev[br].at - ev[pw].at),
+                      micros(passes.got[p] - ev[br].at)});
+  }
+  std::vector<double> totals;
+  for (const auto& s : stages) totals.push_back(std::accumulate(s.begin(), s.end(), 0.0));
+  if (totals.empty()) fail("BLPOP account: no pass could be followed through the trace");
+  const double cut = percentiles(totals).p99;
+  for (std::size_t i = 0; i < stages.size(); ++i) {
+    if (totals[i] <= cut) side.rows.add(stages[i]);
+  }
+  return side;
+}
+
+/// Adds up rounds: the mean of each row's per-round means.
+struct RoundMeans {
+  std::vector<std::vector<double>> rows;  // [row][round]
+  std::vector<std::vector<double>> p50s;  // [row][round]: each row's median, for reference
+  std::vector<double> p50;                // the total's, per round
+  void add(const Rows& r) {
+    if (rows.empty()) rows.resize(r.sum.size()), p50s.resize(r.sum.size());
+    for (std::size_t i = 0; i < r.sum.size(); ++i) {
+      rows[i].push_back(r.mean(i));
+      p50s[i].push_back(r.p50(i));
+    }
+    p50.push_back(percentiles(r.totals).p50);
+  }
+  double row(std::size_t i) const {
+    return std::accumulate(rows[i].begin(), rows[i].end(), 0.0) /
+           static_cast<double>(rows[i].size());
+  }
+  double total() const {
+    double t = 0;
+    for (std::size_t i = 0; i < rows.size(); ++i) t += row(i);
+    return t;
+  }
+  /// "mean (p50)" of row i.
+  std::string cell(std::size_t i) const {
+    char buf[48];
+    std::snprintf(buf, sizeof buf, "%.1f (%.1f)", row(i), median(p50s[i]));
+    return buf;
+  }
+};
+
+double mean_of(const std::vector<double>& v) {
+  return v.empty() ? 0 : std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size());
+}
+
+/// Medians over rounds of what the server did per pair or per call.
+struct ServerShare {
+  std::vector<double> scripts_us, cpu_us, evalsha, inner;
+};
+
+int stage_account(const Args& a) {
+  if (!trace::available()) {
+    std::fprintf(stderr,
+                 "lock_bench --stages: this build cannot trace its socket calls "
+                 "(a sanitizer build); use the release preset\n");
+    return 2;
+  }
+  const int rounds = a.quick ? 3 : 5;
+  const int pairs = a.quick ? 2000 : 5000;
+  const int handoffs = a.quick ? 200 : 500;
+  redisContext* admin = bench::connect_or_exit(a.port);
+
+  // The uncontended pair, raw and redis_lock back to back in each round (order alternating).
+  RoundMeans raw_pair, lib_pair;
+  ServerShare raw_server, lib_server;
+  std::vector<double> pair_ratio;
+  std::vector<ScriptCosts> costs;
+  for (int r = 0; r < rounds; ++r) {
+    PairSide raw, lib;
+    if (r % 2) {
+      lib = lib_pairs_traced(a, admin, pairs), raw = raw_pairs_traced(a, admin, pairs);
+    } else {
+      raw = raw_pairs_traced(a, admin, pairs), lib = lib_pairs_traced(a, admin, pairs);
+    }
+    for (auto [side, m, sv] :
+         {std::tuple{&raw, &raw_pair, &raw_server}, std::tuple{&lib, &lib_pair, &lib_server}}) {
+      m->add(side->rows);
+      sv->scripts_us.push_back(side->scripts_us);
+      sv->cpu_us.push_back(side->server_cpu_us);
+      sv->evalsha.push_back(side->evalsha_per_pair);
+      sv->inner.push_back(side->inner_per_pair);
+    }
+    pair_ratio.push_back(lib_pair.p50.back() / raw_pair.p50.back());
+    costs.push_back(script_costs(a, admin, 2000));
+  }
+  const char* pair_names[] = {
+      "acquire: issued -> request written (client)",
+      "acquire: written -> reply read (server, kernel)",
+      "acquire: reply read -> handler (client)",
+      "handler -> release issued (the caller)",
+      "release: issued -> request written (client)",
+      "release: written -> reply read (server, kernel)",
+      "release: reply read -> handler (client)",
+  };
+  std::printf(
+      "\n(1) One acquire + release at a time: %d rounds of %d pairs, raw client and\n"
+      "redis_lock back to back; mean us per pair of the pairs within p99 (p50 in brackets),\n"
+      "mean over rounds. The rows add up to the total.\n\n",
+      rounds, pairs);
+  std::printf(
+      "| stage | raw client, our scripts | redis_lock | difference |\n|---|---:|---:|---:|\n");
+  for (std::size_t i = 0; i < std::size(pair_names); ++i) {
+    std::printf("| %s | %s | %s | %+.1f |\n", pair_names[i], raw_pair.cell(i).c_str(),
+                lib_pair.cell(i).c_str(), lib_pair.row(i) - raw_pair.row(i));
+  }
+  std::printf("| **total** | **%.1f** | **%.1f** | %+.1f |\n", raw_pair.total(), lib_pair.total(),
+              lib_pair.total() - raw_pair.total());
+  // The two "written -> reply read" rows, split by Redis' own account.
+  const auto split = [](const RoundMeans& m, const ServerShare& sv) {
+    const double wire = m.row(1) + m.row(5), scripts = mean_of(sv.scripts_us),
+                 cpu = mean_of(sv.cpu_us);
+    return std::array<double, 3>{scripts, cpu - scripts, wire - cpu};
+  };
+  const auto rs = split(raw_pair, raw_server), ls = split(lib_pair, lib_server);
+  const char* split_names[] = {
+      "of the two written -> read: Redis running the scripts (INFO commandstats)",
+      "of them: Redis outside the scripts (INFO cpu less the scripts)",
+      "of them: the rest (loopback, the kernel, waking each side)",
+  };
+  for (std::size_t i = 0; i < 3; ++i) {
+    std::printf("| %s | %.1f | %.1f | %+.1f |\n", split_names[i], rs[i], ls[i], ls[i] - rs[i]);
+  }
+  std::printf(
+      "| total p50, median over rounds (ratio: median and range of the rounds') | %.1f | "
+      "%.1f | %s |\n",
+      median(raw_pair.p50), median(lib_pair.p50), ratio_text(spread(pair_ratio)).c_str());
+  std::printf(
+      "| commands sent / run inside the scripts, per pair | %.2f / %.2f | %.2f / %.2f | |\n",
+      mean_of(raw_server.evalsha), mean_of(raw_server.inner), mean_of(lib_server.evalsha),
+      mean_of(lib_server.inner));
+
+  const auto cost = [&](ScriptCost ScriptCosts::*which) {
+    std::vector<double> us, n;
+    for (const auto& c : costs) us.push_back((c.*which).us), n.push_back((c.*which).commands);
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.2f us, %.0f commands", median(us), median(n));
+    return std::string(buf);
+  };
+  std::printf(
+      "\nRedis' time per script call (INFO commandstats around blocks of 2000 calls of one\n"
+      "kind, median of %d) and the commands each runs:\n"
+      "  acquire.lua, uncontended        %s\n"
+      "  release.lua, nobody waiting     %s\n"
+      "  acquire.lua joining the queue   %s\n"
+      "  release.lua handing on          %s\n"
+      "  acquire.lua claiming the lease  %s\n",
+      rounds, cost(&ScriptCosts::acquire).c_str(), cost(&ScriptCosts::release).c_str(),
+      cost(&ScriptCosts::join).c_str(), cost(&ScriptCosts::handing_release).c_str(),
+      cost(&ScriptCosts::claim).c_str());
+
+  // The hand-off, a thread per manager; the BLPOP baton between two threads.
+  RoundMeans raw_h, lib_h;
+  std::vector<double> h_ratio, raw_cpu, lib_cpu, raw_cmds, lib_cmds, lib_inner;
+  for (int r = 0; r < rounds; ++r) {
+    HandoffSide raw, lib;
+    if (r % 2) {
+      lib = lib_handoff_traced(a, admin, handoffs), raw = raw_handoff_traced(a, admin, handoffs);
+    } else {
+      raw = raw_handoff_traced(a, admin, handoffs), lib = lib_handoff_traced(a, admin, handoffs);
+    }
+    raw_h.add(raw.rows), lib_h.add(lib.rows);
+    raw_cpu.push_back(raw.server_cpu_us), lib_cpu.push_back(lib.server_cpu_us);
+    raw_cmds.push_back(raw.commands), lib_cmds.push_back(lib.commands);
+    lib_inner.push_back(lib.inner);
+    h_ratio.push_back(lib_h.p50.back() / raw_h.p50.back());
+  }
+  std::printf(
+      "\n(2) A hand-off between two managers, each on an io_context and a thread of its own\n"
+      "(as two processes), and a BLPOP baton between two hiredis clients in two threads:\n"
+      "%d rounds of %d hand-offs, hold %d ms; mean us of those within p99 (p50), mean over\n"
+      "rounds. The rows add up to the gap.\n\n",
+      rounds, handoffs, a.hold_ms);
+  std::printf("| stage | raw BLPOP baton | redis_lock |\n|---|---:|---:|\n");
+  std::printf("| release (RPUSH) issued -> written, by the holder | %s | %s |\n",
+              raw_h.cell(0).c_str(), lib_h.cell(0).c_str());
+  std::printf("| written -> the waiter reads the message (the BLPOP reply) | %s | %s |\n",
+              raw_h.cell(1).c_str(), lib_h.cell(1).c_str());
+  std::printf("| message read -> claim written, by the waiter | | %s |\n", lib_h.cell(2).c_str());
+  std::printf("| claim written -> its reply read (server, kernel) | | %s |\n",
+              lib_h.cell(3).c_str());
+  std::printf("| reply read -> the acquire completes (BLPOP returns) | %s | %s |\n",
+              raw_h.cell(2).c_str(), lib_h.cell(4).c_str());
+  std::printf("| **gap** | **%.1f** | **%.1f** |\n", raw_h.total(), lib_h.total());
+  std::printf(
+      "| gap p50, median over rounds (ratio: median and range of the rounds') | %.1f | "
+      "%.1f (%s) |\n",
+      median(raw_h.p50), median(lib_h.p50), ratio_text(spread(h_ratio)).c_str());
+  std::printf("| Redis' CPU per hand-off, the whole cycle (us) | %.1f | %.1f |\n", median(raw_cpu),
+              median(lib_cpu));
+  std::printf("| commands sent / run inside the scripts, per hand-off | %.2f / 0 | %.2f / %.2f |\n",
+              median(raw_cmds), median(lib_cmds), median(lib_inner));
+  redisFree(admin);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -946,6 +1576,8 @@ int main(int argc, char** argv) {
       a.ceiling_only = true;
     } else if (k == "--handoff") {
       a.handoff_only = true;
+    } else if (k == "--stages") {
+      a.stages = true;
     } else if (k == "--port") {
       a.port = static_cast<std::uint16_t>(std::atoi(v)), ++i;
     } else if (k == "--hold-ms") {
@@ -957,7 +1589,8 @@ int main(int argc, char** argv) {
                    "usage: lock_bench --port P [--quick] [--hold-ms 1] [--json FILE]\n"
                    "       lock_bench --port P --probe   (raw baseline only, as JSON)\n"
                    "       lock_bench --port P --ceiling [--quick]   (only (f))\n"
-                   "       lock_bench --port P --handoff [--quick]   (only redis_lock in (c))\n");
+                   "       lock_bench --port P --handoff [--quick]   (only redis_lock in (c))\n"
+                   "       lock_bench --port P --stages [--quick]    (the per-stage account)\n");
       return 2;
     }
   }
@@ -971,6 +1604,7 @@ int main(int argc, char** argv) {
                 lat.p99, tp);
     return 0;
   }
+  if (a.stages) return stage_account(a);
   const int ceiling_rounds = a.quick ? 3 : 5;
   const double ceiling_seconds = a.quick ? 0.3 : 1.0;
   if (a.ceiling_only) {
