@@ -37,15 +37,14 @@ if not queued and redis.call('SET', lease, token, 'NX', 'PX', ttl) then
   return take()  -- the common, uncontended path
 end
 local member = token .. string.sub(how, space + 1)
-if queued then drop_dead_waiters(queue, expiry) end
 local current = redis.call('GET', lease)  -- WRONGTYPE if the key holds something else
 local marked = token .. '+'
 local ours = current == token or current == marked  -- handed over to us by a release
-local head_is_us = false
-if not current then
-  local head = redis.call('ZRANGE', queue, 0, 0)[1]
-  head_is_us = not head or head == member
-end
+-- A claim takes what was handed to it without looking at the queue's dead (the release
+-- that handed it on purged them a moment ago); anyone else purges, and learns the head.
+local now, head
+if queued and not ours then now, head = drop_dead_waiters(queue, expiry) end
+local head_is_us = not current and (not head or head == member)
 if ours or head_is_us then
   local others = false
   if queued then
@@ -83,7 +82,7 @@ if not redis.call('ZSCORE', queue, member) then
   redis.call('ZADD', queue, seq, member)
 end
 local place_ms = string.sub(how, 2, space - 1)
-local place = now_ms() + tonumber(place_ms)
+local place = (now or now_ms()) + tonumber(place_ms)
 redis.call('ZADD', expiry, place, member)
 -- The queue outlives its last live waiter by one entry lifetime at most: waiters that all
 -- died leave no keys behind on a resource nobody asks for again.

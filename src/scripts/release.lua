@@ -1,6 +1,6 @@
 -- Give the lease up if it still holds our token: hand it to the first live waiter, or
--- delete it. Also takes our own member out of the queue, so this is how a waiter that gives
--- up leaves.
+-- delete it. Otherwise takes our own member out of the queue: this is how a waiter that
+-- gives up leaves.
 -- KEYS[1] lease, KEYS[2] queue, KEYS[3] queue expiry, KEYS[4] fencing counter, KEYS[5] the
 -- lease's info (who holds it; none on Redlock), all of one slot; ARGV[1] token, ARGV[2] our
 -- member suffix (after a space, a waiter's data: its label, a candidate's value), ARGV[3]
@@ -19,17 +19,15 @@ if current == token then
   return 1
 end
 local queue, expiry = KEYS[2], KEYS[3]
-local queued = redis.call('EXISTS', queue) == 1
-if queued then
+if current ~= token .. '+' then
+  -- Not ours: a waiter that gives up leaves the queue. (A holder is never queued: the grant
+  -- took its member out.)
   local member = token .. ARGV[2]
   redis.call('ZREM', queue, member)
   redis.call('ZREM', expiry, member)
-end
-if current ~= token .. '+' then
   return 0
 end
-if queued and hand_on(lease, queue, expiry, KEYS[4], info, ARGV[3],
-                      announce) then
+if hand_on(lease, queue, expiry, KEYS[4], info, ARGV[3], announce) then
   return 1
 end
 ended(lease, info, announce)

@@ -36,8 +36,10 @@ end
 -- call spends 13 ms at most, once per crash: a place is removed once), in the order they
 -- lapsed, wherever they are in the queue. Then a head with no place at all (its expiry entry
 -- lost: an evicted or deleted key) leaves too, up to 1,000 a call. Returns the clock it
--- used. With more lapsed places than that, the head may still be one: callers serve nobody
--- whose place lapsed (lapsed), and the next call removes the next 10,000.
+-- used, and the queue's head and that head's place (nil, nil: nobody is left, or the 1,000
+-- ran out, all of them dead). With more lapsed places than 10,000 the head's place may still
+-- have lapsed: callers serve nobody whose place lapsed (lapsed), and the next call removes
+-- the next 10,000.
 local function drop_dead_waiters(queue, expiry)
   local now = now_ms()
   for _ = 1, 10 do
@@ -49,7 +51,9 @@ local function drop_dead_waiters(queue, expiry)
   end
   for _ = 1, 1000 do
     local head = redis.call('ZRANGE', queue, 0, 0)[1]
-    if not head or redis.call('ZSCORE', expiry, head) then break end
+    if not head then break end
+    local place = redis.call('ZSCORE', expiry, head)
+    if place then return now, head, place end
     redis.call('ZREM', queue, head)
   end
   return now
@@ -100,11 +104,8 @@ end
 -- entry's expiry as the waiter's last refresh left it. The message is a wake-up: the
 -- waiter claims the lease with an attempt, whose reply (not the message) grants it.
 local function hand_on(lease, queue, expiry, fence, info, how, announce)
-  local now = drop_dead_waiters(queue, expiry)
-  local head = redis.call('ZRANGE', queue, 0, 0)[1]
-  if not head then return false end
-  local place = redis.call('ZSCORE', expiry, head)
-  if lapsed(place, now) then return false end
+  local now, head, place = drop_dead_waiters(queue, expiry)
+  if not head or lapsed(place, now) then return false end
   redis.call('ZREM', queue, head)
   redis.call('ZREM', expiry, head)
   local next_token = string.sub(head, 1, 32)
