@@ -1,5 +1,14 @@
 -- (Put before acquire.lua and release.lua by the build: what both do.)
 
+-- The server's clock (TIME), read once per call: Redis 7 stops it for the length of a script
+-- anyway, and on earlier versions the first reading serves each use here as well as a later
+-- one would (a fencing floor above every token minted before this call, a place's expiry).
+local clock
+local function server_time()
+  if not clock then clock = redis.call('TIME') end
+  return clock
+end
+
 -- The next fencing token of counter `fence`: its INCR, raised to the server's clock in
 -- microseconds. Never below the clock: a counter that was lost (a restart without
 -- persistence, eviction, FLUSHALL, a failover to a replica that missed INCRs) starts again
@@ -14,7 +23,7 @@ local function mint(fence, fresh_only)
   local f = redis.pcall('INCR', fence)
   if type(f) == 'table' and f.err then return nil, f end
   if not fresh_only or f == 1 then
-    local t = redis.call('TIME')
+    local t = server_time()
     local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
     if f < now_us then
       f = now_us
@@ -27,7 +36,7 @@ end
 
 -- The server's clock in milliseconds (the queue expiry's scores are on it).
 local function now_ms()
-  local t = redis.call('TIME')
+  local t = server_time()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
