@@ -26,11 +26,16 @@
 //   (e)          heap and RSS per held lock, and (growth) acquire+release p50 while they
 //                are held, next to p50 with none held.
 //   (f) the server ceiling: each library's command shape driven from C, 256 pairs in flight.
+//   --stages, alone: the per-stage account of one acquire + release and of a hand-off (two
+//       managers, a thread each), beside the raw client and the BLPOP baton: every socket
+//       call is timed (io_trace.hpp), Redis' INFO splits the server's part; rows add up to
+//       the total. Also each script's own time and the commands it runs.
 // Every baseline reply is checked for its exact value (an acquire granted with a fencing
 // token, a release or extension returning 1, ...); any other reply stops the program. Keys
 // carry a stem unique to the run (pid and random), so no earlier run's lease is met.
 //
 //   lock_bench --port P [--quick] [--hold-ms 1] [--json FILE]
+//   lock_bench --port P --stages [--quick] [--hold-ms 1] [--busy-hold]
 #include <redis_lock/redis_lock.hpp>
 
 #include "io_trace.hpp"
@@ -117,6 +122,7 @@ struct Args {
   bool ceiling_only = false;  // only (f), the server ceiling by command shape
   bool handoff_only = false;  // only redis_lock's side of (c), the hand-off
   bool stages = false;        // only the per-stage account (of a pair and of a hand-off)
+  bool busy_hold = false;     // --stages: holders spin through their hold instead of sleeping
   int hold_ms = 1;
   std::string json;
   std::string stem;  // "bench:<pid>-<random>:", unique to the run
@@ -295,68 +301,68 @@ class Raw {
   // One acquire or release of each shape; `k` the resource's keys, `t` a fresh token.
   void acquire(const detail::ResourceKeys& k, const std::string& t) {
     send(Expect::granted, "acquire.lua",
-         {"EVALSHA", detail::acquire_script.sha1, "5", k.lease, k.fence, k.queue, k.queue_expiry,
-          k.info, t, "10000", acquire_how});
+         {"EVALSHA", detail::acquire_script.sha1, "5", k.lease(), k.fence(), k.queue(),
+          k.queue_expiry(), k.info(), t, "10000", acquire_how});
   }
   void release(const detail::ResourceKeys& k, const std::string& t) {
     send(Expect::one, "release.lua",
-         {"EVALSHA", detail::release_script.sha1, "5", k.lease, k.queue, k.queue_expiry, k.fence,
-          k.info, t, manager_id, notify_prefix});
+         {"EVALSHA", detail::release_script.sha1, "5", k.lease(), k.queue(), k.queue_expiry(),
+          k.fence(), k.info(), t, manager_id, notify_prefix});
   }
   // The same scripts without the holder's record (KEYS[5] absent: what they ran before
   // 2026-12-02, and still run on Redlock), to price the record.
   void acquire_unrecorded(const detail::ResourceKeys& k, const std::string& t) {
     send(Expect::granted, "acquire.lua without the record",
-         {"EVALSHA", detail::acquire_script.sha1, "4", k.lease, k.fence, k.queue, k.queue_expiry, t,
-          "10000", acquire_how});
+         {"EVALSHA", detail::acquire_script.sha1, "4", k.lease(), k.fence(), k.queue(),
+          k.queue_expiry(), t, "10000", acquire_how});
   }
   void release_unrecorded(const detail::ResourceKeys& k, const std::string& t) {
     send(Expect::one, "release.lua without the record",
-         {"EVALSHA", detail::release_script.sha1, "4", k.lease, k.queue, k.queue_expiry, k.fence, t,
-          manager_id, notify_prefix});
+         {"EVALSHA", detail::release_script.sha1, "4", k.lease(), k.queue(), k.queue_expiry(),
+          k.fence(), t, manager_id, notify_prefix});
   }
   void fenced_acquire(const detail::ResourceKeys& k, const std::string& t) {
     send(Expect::positive, "minimal fenced acquire",
-         {"EVALSHA", fenced_acquire_, "2", k.lease, k.fence, t, "10000"});
+         {"EVALSHA", fenced_acquire_, "2", k.lease(), k.fence(), t, "10000"});
   }
   void floored_acquire(const detail::ResourceKeys& k, const std::string& t) {
     send(Expect::positive, "minimal fenced acquire with the clock floor",
-         {"EVALSHA", floored_acquire_, "2", k.lease, k.fence, t, "10000"});
+         {"EVALSHA", floored_acquire_, "2", k.lease(), k.fence(), t, "10000"});
   }
   void compare_delete(const detail::ResourceKeys& k, const std::string& t) {
-    send(Expect::one, "compare-and-delete", {"EVALSHA", compare_delete_, "1", k.lease, t});
+    send(Expect::one, "compare-and-delete", {"EVALSHA", compare_delete_, "1", k.lease(), t});
   }
   void check_and_set(const detail::ResourceKeys& k, const std::string& t) {
-    send(Expect::one, "check-and-set", {"EVALSHA", check_and_set_, "1", k.lease, t, "10000"});
+    send(Expect::one, "check-and-set", {"EVALSHA", check_and_set_, "1", k.lease(), t, "10000"});
   }
   void set_nx(const detail::ResourceKeys& k, const std::string& t) {
-    send(Expect::ok, "SET NX PX", {"SET", k.lease, t, "NX", "PX", "10000"});
+    send(Expect::ok, "SET NX PX", {"SET", k.lease(), t, "NX", "PX", "10000"});
   }
   void del(const detail::ResourceKeys& k, const std::string&) {
-    send(Expect::one, "DEL", {"DEL", k.lease});
+    send(Expect::one, "DEL", {"DEL", k.lease()});
   }
   // acquire.lua and release.lua as a waiting manager sends them: `how` is acquire.lua's
   // ARGV[3], `suffix` release.lua's ARGV[2] (for the per-stage account's hand-off).
   void acquire_as(const detail::ResourceKeys& k, const std::string& t, std::string_view how,
                   Expect e) {
     send(e, "acquire.lua",
-         {"EVALSHA", detail::acquire_script.sha1, "5", k.lease, k.fence, k.queue, k.queue_expiry,
-          k.info, t, "10000", how});
+         {"EVALSHA", detail::acquire_script.sha1, "5", k.lease(), k.fence(), k.queue(),
+          k.queue_expiry(), k.info(), t, "10000", how});
   }
   void release_as(const detail::ResourceKeys& k, const std::string& t, std::string_view suffix) {
     send(Expect::one, "release.lua",
-         {"EVALSHA", detail::release_script.sha1, "5", k.lease, k.queue, k.queue_expiry, k.fence,
-          k.info, t, suffix, notify_prefix});
+         {"EVALSHA", detail::release_script.sha1, "5", k.lease(), k.queue(), k.queue_expiry(),
+          k.fence(), k.info(), t, suffix, notify_prefix});
   }
   void noop_acquire(const detail::ResourceKeys& k, const std::string& t) {
     send(Expect::one, "no-op acquire",
-         {"EVALSHA", noop_, "5", k.lease, k.fence, k.queue, k.queue_expiry, k.info, t, "10000",
-          acquire_how});
+         {"EVALSHA", noop_, "5", k.lease(), k.fence(), k.queue(), k.queue_expiry(), k.info(), t,
+          "10000", acquire_how});
   }
   void noop_release(const detail::ResourceKeys& k, const std::string& t) {
     send(Expect::one, "no-op release",
-         {"EVALSHA", noop_, "5", k.lease, k.queue, k.queue_expiry, k.fence, k.info, t, manager_id,
-          notify_prefix});
+         {"EVALSHA", noop_, "5", k.lease(), k.queue(), k.queue_expiry(), k.fence(), k.info(), t,
+          manager_id, notify_prefix});
   }
 
   /// Reads the reply to the oldest command not yet answered and checks it.
@@ -721,6 +727,15 @@ long info_field(redisContext* c, const char* section, const std::string& field) 
 /// RPUSH issued -> the next BLPOP returned. The baton is "<pass>:<sender>": a pass must arrive
 /// in order and at another client. `passes`, if given, gets when each pass was pushed and
 /// taken, and by which thread (the clients are io_trace threads 1..waiters).
+/// Holds the lock --hold-ms: asleep, or with --busy-hold working (spinning) through it, as a
+/// holder that computes does: its thread is awake when it releases.
+void hold(const Args& a) {
+  const auto until = Clock::now() + std::chrono::milliseconds(a.hold_ms);
+  if (!a.busy_hold) return std::this_thread::sleep_until(until);
+  while (Clock::now() < until) {
+  }
+}
+
 struct Passes {
   std::vector<Clock::time_point> pushed, got;
   std::vector<int> from, to;  // io_trace thread numbers
@@ -768,7 +783,7 @@ Handoff raw_handoff(const Args& a, int waiters, int handoffs, Passes* passes = n
           passes->from[pass] = from + 1;
           passes->to[pass] = i + 1;
         }
-        std::this_thread::sleep_for(std::chrono::milliseconds(a.hold_ms));
+        hold(a);
         if (pass + 1 >= handoffs) {  // the last pass: everyone else stops
           std::vector<const char*> argv = {"RPUSH", list.c_str()};
           for (int w = 1; w < waiters; ++w) argv.push_back("stop");
@@ -837,7 +852,7 @@ double raw_renewal_cpu_us(const Args& a, int n) {
   std::vector<std::string> tokens;
   for (int i = 0; i < n; ++i) {
     tokens.push_back(detail::random_token());
-    append_argv(c, {"SET", keys[i].lease, tokens.back(), "PX", "60000"});
+    append_argv(c, {"SET", keys[i].lease(), tokens.back(), "PX", "60000"});
   }
   for (int i = 0; i < n; ++i) check_next_reply(c, Expect::ok, "SET (renewal setup)");
   const std::string_view sha = detail::extend_script.sha1;
@@ -845,11 +860,11 @@ double raw_renewal_cpu_us(const Args& a, int n) {
   for (int from = 0; from < n; from += 1000) {
     const int to = std::min(n, from + 1000);
     for (int i = from; i < to; ++i)
-      append_argv(c, {"EVALSHA", sha, "1", keys[i].lease, tokens[i], "30000"});
+      append_argv(c, {"EVALSHA", sha, "1", keys[i].lease(), tokens[i], "30000"});
     for (int i = from; i < to; ++i) check_next_reply(c, Expect::one, "extend.lua");
   }
   const double us = (cpu_seconds() - t0) * 1e6 / n;
-  for (int i = 0; i < n; ++i) append_argv(c, {"DEL", keys[i].lease});
+  for (int i = 0; i < n; ++i) append_argv(c, {"DEL", keys[i].lease()});
   for (int i = 0; i < n; ++i) check_next_reply(c, Expect::one, "DEL (renewal cleanup)");
   redisFree(c);
   return us;
@@ -1279,16 +1294,21 @@ HandoffSide lib_handoff_traced(const Args& a, redisContext* admin, int handoffs)
                               last_holder.load(), i + 1});
           }
           auto guard = std::make_shared<redis_lock::LockGuard>(std::move(g));
-          auto hold =
-              std::make_shared<asio::steady_timer>(w[i].io, std::chrono::milliseconds(a.hold_ms));
-          hold->async_wait([&, i, n, guard, hold](boost::system::error_code) {
+          const auto release = [&, i, n, guard] {
             last_holder = i + 1;
             released_at = Clock::now().time_since_epoch().count();
             guard->async_release([&, i, n, guard](boost::system::error_code ec2, bool released) {
               check_released(ec2, released);
               if (n < warm + handoffs) want(i);
             });
-          });
+          };
+          if (a.busy_hold) {
+            hold(a);
+            return release();
+          }
+          auto timer =
+              std::make_shared<asio::steady_timer>(w[i].io, std::chrono::milliseconds(a.hold_ms));
+          timer->async_wait([release, timer](boost::system::error_code) { release(); });
         });
   };
   for (int i = 0; i < 2; ++i) {
@@ -1535,9 +1555,9 @@ int stage_account(const Args& a) {
   std::printf(
       "\n(2) A hand-off between two managers, each on an io_context and a thread of its own\n"
       "(as two processes), and a BLPOP baton between two hiredis clients in two threads:\n"
-      "%d rounds of %d hand-offs, hold %d ms; mean us of those within p99 (p50), mean over\n"
-      "rounds. The rows add up to the gap.\n\n",
-      rounds, handoffs, a.hold_ms);
+      "%d rounds of %d hand-offs, hold %d ms %s; mean us of those within p99 (p50), mean\n"
+      "over rounds. The rows add up to the gap.\n\n",
+      rounds, handoffs, a.hold_ms, a.busy_hold ? "working (--busy-hold)" : "asleep");
   std::printf("| stage | raw BLPOP baton | redis_lock |\n|---|---:|---:|\n");
   std::printf("| release (RPUSH) issued -> written, by the holder | %s | %s |\n",
               raw_h.cell(0).c_str(), lib_h.cell(0).c_str());
@@ -1578,6 +1598,8 @@ int main(int argc, char** argv) {
       a.handoff_only = true;
     } else if (k == "--stages") {
       a.stages = true;
+    } else if (k == "--busy-hold") {
+      a.busy_hold = true;
     } else if (k == "--port") {
       a.port = static_cast<std::uint16_t>(std::atoi(v)), ++i;
     } else if (k == "--hold-ms") {
@@ -1590,7 +1612,8 @@ int main(int argc, char** argv) {
                    "       lock_bench --port P --probe   (raw baseline only, as JSON)\n"
                    "       lock_bench --port P --ceiling [--quick]   (only (f))\n"
                    "       lock_bench --port P --handoff [--quick]   (only redis_lock in (c))\n"
-                   "       lock_bench --port P --stages [--quick]    (the per-stage account)\n");
+                   "       lock_bench --port P --stages [--quick] [--busy-hold]   (the per-stage "
+                   "account)\n");
       return 2;
     }
   }

@@ -46,8 +46,9 @@ void GroupOp::prepare() {
   long_argv.clear();
   long_argv.reserve(3 + key_count + 3);
   long_argv.insert(long_argv.end(),
-                   {"EVALSHA", acquire_group_script.sha1, numkeys, group_keys.front().fence});
-  for (const auto& k : group_keys) long_argv.insert(long_argv.end(), {k.lease, k.queue, k.info});
+                   {"EVALSHA", acquire_group_script.sha1, numkeys, group_keys.front().fence()});
+  for (const auto& k : group_keys)
+    long_argv.insert(long_argv.end(), {k.lease(), k.queue(), k.info()});
   long_argv.insert(long_argv.end(), {token, arg, service->holder_label()});
   argc = long_argv.size();
   script_body = acquire_group_script.body;
@@ -78,7 +79,7 @@ void GroupOp::give_back() {
 void AcquireAllOp::start() {
   guards.resize(resources.size());
   slots.reserve(resources.size());
-  for (const auto& r : resources) slots.push_back(service->slot_of(service->keys_of(r).lease));
+  for (const auto& r : resources) slots.push_back(service->slot_of(service->keys_of(r).lease()));
   order = taking_order(resources, slots);
   step();
 }

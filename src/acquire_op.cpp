@@ -67,7 +67,7 @@ void AcquireOp::leave() {
 std::optional<QuorumAcquire> AcquireOp::quorum_acquire() {
   QuorumAcquire q;
   q.lease_token = token;
-  q.fence_key = keys.fence;
+  q.fence_key = keys.fence();
   q.ttl = options.ttl;
   q.attempt_started = attempt_started;
   q.give_back = [service = service, resource = resource, token = token, until = give_back_until()](
@@ -96,25 +96,31 @@ void AcquireOp::attempt() {
   if (how.empty()) {
     // '<mode><place ms> <member suffix>' (acquire.lua). Redlock waits by backing off: a fair
     // queue on each master would not be one queue.
-    member_suffix = service->waiters().member_suffix(
-        options.ttl, is_lease_set(kind) ? mode_letter(kind) : '\0', data);
+    // One allocation: the member suffix is the tail of `how`, which is never changed after.
+    how.reserve(1 + waiter_ttl_ms.size() + 1 + 16 + 1 + 20 + (data.empty() ? 0 : 1 + data.size()));
     how = service->redlock() ? "R" : queues ? "1" : "0";
-    how.append(waiter_ttl_ms).append(" ").append(member_suffix);
+    how.append(waiter_ttl_ms).append(" ");
+    const std::size_t suffix_at = how.size();
+    service->waiters().append_member_suffix(how, options.ttl,
+                                            is_lease_set(kind) ? mode_letter(kind) : '\0', data);
+    member_suffix = std::string_view(how).substr(suffix_at);
     if (kind == LeaseKind::leader) announce = service->announce_of(resource);
   }
   if (is_lease_set(kind)) {
     set_args(acquire_set_script,
-             {keys.lease, keys.fence, keys.queue, keys.queue_expiry, mutex_queue},
+             {keys.lease(), keys.fence(), keys.queue(), keys.queue_expiry(), mutex_queue},
              {token, arg, how, marker});
   } else if (service->redlock()) {
     // No info: each master's fencing token is its own (the quorum's is their maximum).
-    set_args(acquire_script, {keys.lease, keys.fence, keys.queue, keys.queue_expiry},
+    set_args(acquire_script, {keys.lease(), keys.fence(), keys.queue(), keys.queue_expiry()},
              {token, arg, how});
   } else if (kind == LeaseKind::leader) {
-    set_args(acquire_script, {keys.lease, keys.fence, keys.queue, keys.queue_expiry, keys.info},
+    set_args(acquire_script,
+             {keys.lease(), keys.fence(), keys.queue(), keys.queue_expiry(), keys.info()},
              {token, arg, how, announce});
   } else {
-    set_args(acquire_script, {keys.lease, keys.fence, keys.queue, keys.queue_expiry, keys.info},
+    set_args(acquire_script,
+             {keys.lease(), keys.fence(), keys.queue(), keys.queue_expiry(), keys.info()},
              {token, arg, how});
   }
   service->send(std::static_pointer_cast<ScriptOp>(shared_from_this()));

@@ -108,12 +108,12 @@ struct AcquireOp final : ScriptOp, Waiter {
               const LockGuard& guard) const noexcept;
 
   Phase phase = Phase::starting;
-  bool cancelled = false;     // cancellation asked for; acted on at the next step
-  bool nudged = false;        // a hand-off message came while an attempt was in flight
-  bool in_queue = false;      // our token may be in the wait queue
-  bool waited = false;        // joined the queue at least once (reported)
-  std::string member_suffix;  // queue member = token + this
-  std::string how;            // acquire.lua's ARGV[3]
+  bool cancelled = false;          // cancellation asked for; acted on at the next step
+  bool nudged = false;             // a hand-off message came while an attempt was in flight
+  bool in_queue = false;           // our token may be in the wait queue
+  bool waited = false;             // joined the queue at least once (reported)
+  std::string how;                 // acquire.lua's ARGV[3], set once
+  std::string_view member_suffix;  // queue member = token + this: the tail of `how`
   int attempts = 0;
   std::chrono::milliseconds backoff{first_backoff};
   boost::system::error_code last_error;  // of the last attempt, while waiting out an outage

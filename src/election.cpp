@@ -99,7 +99,7 @@ struct ObserveOp final : Watcher, std::enable_shared_from_this<ObserveOp> {
       : service(std::move(s)),
         resource(std::move(r)),
         channel(service->announce_of(resource).substr(1)),
-        slot(service->slot_of(service->keys_of(resource).lease)),
+        slot(service->slot_of(service->keys_of(resource).lease())),
         after_term(after),
         ended(std::move(e)),
         next_leader_only(after <= ended->load()),

@@ -66,19 +66,25 @@ std::string_view slot_tag(std::uint16_t slot) noexcept {
 }
 
 ResourceKeys make_keys(std::string_view prefix, std::string_view resource, bool lease_set) {
-  ResourceKeys keys;
-  keys.lease.reserve(prefix.size() + resource.size() + 2);
-  keys.lease.append(prefix).append("{").append(resource).append("}");
   // Every other key carries the tag of the lease's slot explicitly: appending to the lease
   // key would not do, since a resource starting with '}' gives the lease an empty tag (then
   // the whole key is hashed). Each kind of key has its own prefix, so no two collide.
-  const auto tag = slot_tag(key_slot(keys.lease));
-  keys.fence.append(prefix).append("fence:{").append(tag).append("}");
   const std::string_view queue = lease_set ? "sq:{" : "q:{";
   const std::string_view queue_expiry = lease_set ? "sqx:{" : "qx:{";
-  keys.queue.append(prefix).append(queue).append(tag).append("}").append(resource);
-  keys.queue_expiry.append(prefix).append(queue_expiry).append(tag).append("}").append(resource);
-  keys.info.append(prefix).append("h:{").append(tag).append("}").append(resource);
+  ResourceKeys keys;
+  std::string& t = keys.text_;
+  t.reserve(5 * prefix.size() + 4 * resource.size() + 48);
+  t.append(prefix).append("{").append(resource).append("}");
+  keys.ends_[0] = t.size();
+  const auto tag = slot_tag(key_slot(t));
+  t.append(prefix).append("fence:{").append(tag).append("}");
+  keys.ends_[1] = t.size();
+  t.append(prefix).append(queue).append(tag).append("}").append(resource);
+  keys.ends_[2] = t.size();
+  t.append(prefix).append(queue_expiry).append(tag).append("}").append(resource);
+  keys.ends_[3] = t.size();
+  t.append(prefix).append("h:{").append(tag).append("}").append(resource);
+  keys.ends_[4] = t.size();
   return keys;
 }
 

@@ -88,7 +88,7 @@ void prepare_release(LockService& service, CompareOp& op, std::string resource, 
                      LeaseKind kind, std::string_view member_suffix) {
   op.service = service.shared_from_this();
   op.keys = service.keys_of(resource, kind);
-  op.slot = service.slot_of(op.keys.lease);
+  op.slot = service.slot_of(op.keys.lease());
   op.token = std::move(token);
   // Our member suffix, and '<P|S><channel prefix>' (release.lua, release_set.lua): the
   // channel of the next waiter's manager is the prefix + its manager id. A holder's suffix is
@@ -103,26 +103,27 @@ void prepare_release(LockService& service, CompareOp& op, std::string resource, 
   op.notify.assign(service.cluster() ? "S" : "P").append(service.waiters().channel_prefix(op.slot));
   if (is_lease_set(kind)) {
     return op.set_args(release_set_script,
-                       {op.keys.lease, op.keys.queue, op.keys.queue_expiry, op.keys.fence},
+                       {op.keys.lease(), op.keys.queue(), op.keys.queue_expiry(), op.keys.fence()},
                        {op.token, op.arg, op.notify});
   }
   if (kind == LeaseKind::leader) {
     op.announce = service.announce_of(resource);
     return op.set_args(
         release_script,
-        {op.keys.lease, op.keys.queue, op.keys.queue_expiry, op.keys.fence, op.keys.info},
+        {op.keys.lease(), op.keys.queue(), op.keys.queue_expiry(), op.keys.fence(), op.keys.info()},
         {op.token, op.arg, op.notify, op.announce});
   }
-  op.set_args(release_script,
-              {op.keys.lease, op.keys.queue, op.keys.queue_expiry, op.keys.fence, op.keys.info},
-              {op.token, op.arg, op.notify});
+  op.set_args(
+      release_script,
+      {op.keys.lease(), op.keys.queue(), op.keys.queue_expiry(), op.keys.fence(), op.keys.info()},
+      {op.token, op.arg, op.notify});
 }
 
 void prepare_extend(LockService& service, ScriptOp& op, const std::string& resource,
                     std::string token, LeaseKind kind, std::string ttl_ms) {
   op.service = service.shared_from_this();
   op.keys = service.keys_of(resource, kind);
-  op.slot = service.slot_of(op.keys.lease);
+  op.slot = service.slot_of(op.keys.lease());
   op.token = std::move(token);
   op.arg = std::move(ttl_ms);
   if (is_lease_set(kind)) op.token += mode_letter(kind);  // the holder, in the set
@@ -132,12 +133,12 @@ void prepare_extend(LockService& service, ScriptOp& op, const std::string& resou
 
 void set_extend_args(ScriptOp& op, LeaseKind kind) {
   if (is_lease_set(kind))
-    return op.set_args(extend_set_script, {op.keys.lease}, {op.token, op.arg, waiter_ttl_ms});
+    return op.set_args(extend_set_script, {op.keys.lease()}, {op.token, op.arg, waiter_ttl_ms});
   if (kind == LeaseKind::leader) {
-    return op.set_args(extend_script, {op.keys.lease, op.keys.info},
+    return op.set_args(extend_script, {op.keys.lease(), op.keys.info()},
                        {op.token, op.arg, op.announce});
   }
-  op.set_args(extend_script, {op.keys.lease, op.keys.info}, {op.token, op.arg});
+  op.set_args(extend_script, {op.keys.lease(), op.keys.info()}, {op.token, op.arg});
 }
 
 namespace {

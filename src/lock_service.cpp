@@ -232,8 +232,8 @@ void LockService::start(std::shared_ptr<AcquireOp> op) {
   const auto& options = op->options;
   op->service = shared_from_this();
   op->keys = keys_of(op->resource, op->kind);
-  if (is_lease_set(op->kind)) op->mutex_queue = keys_of(op->resource).queue;
-  op->slot = slot_of(op->keys.lease);
+  if (is_lease_set(op->kind)) op->mutex_queue = keys_of(op->resource).queue();
+  op->slot = slot_of(op->keys.lease());
   op->durable = options.min_replicas > 0;
   op->queues = options.wait.count() > 0 && !redlock();
   op->arg = to_decimal(options.ttl.count());
@@ -295,10 +295,11 @@ void LockService::read_state(const std::string& resource,
   auto op = std::make_shared<AdminOp>();
   op->service = shared_from_this();
   op->keys = keys_of(resource);
-  op->slot = slot_of(op->keys.lease);
+  op->slot = slot_of(op->keys.lease());
   // The lease sets' queue expiry, in `arg` (the op's strings hold what its words point to).
-  op->arg = keys_of(resource, LeaseKind::shared).queue_expiry;
-  op->set_args(inspect_script, {op->keys.lease, op->keys.info, op->keys.queue_expiry, op->arg}, {});
+  op->arg = keys_of(resource, LeaseKind::shared).queue_expiry();
+  op->set_args(inspect_script,
+               {op->keys.lease(), op->keys.info(), op->keys.queue_expiry(), op->arg}, {});
   op->done = [self = shared_from_this(), done = std::move(done)](error_code ec, Reply reply) {
     if (!ec && reply.is_error()) ec = self->server_error(reply);
     if (ec) return done(ec, Inspection{});
@@ -329,15 +330,15 @@ void LockService::force_release(std::string resource, BoolHandler handler) {
   auto op = std::make_shared<AdminOp>();
   op->service = shared_from_this();
   op->keys = keys_of(resource);
-  op->slot = slot_of(op->keys.lease);
+  op->slot = slot_of(op->keys.lease());
   const auto sets = keys_of(resource, LeaseKind::shared);
-  op->token = sets.queue;  // (the op's own strings: its words point into them)
-  op->arg = sets.queue_expiry;
+  op->token = sets.queue();  // (the op's own strings: its words point into them)
+  op->arg = sets.queue_expiry();
   op->announce = std::string(cluster() ? "S" : "P").append(waiters_->channel_prefix(op->slot));
   op->resource_announce = announce_of(resource);
   op->set_args(force_release_script,
-               {op->keys.lease, op->keys.queue, op->keys.queue_expiry, op->keys.fence,
-                op->keys.info, op->token, op->arg},
+               {op->keys.lease(), op->keys.queue(), op->keys.queue_expiry(), op->keys.fence(),
+                op->keys.info(), op->token, op->arg},
                {op->announce, op->resource_announce});
   auto shared = std::make_shared<BoolHandler>(std::move(handler));
   op->done = [self = shared_from_this(), shared](error_code ec, Reply reply) {

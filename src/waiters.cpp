@@ -149,13 +149,12 @@ std::string Waiters::channel_prefix(std::uint16_t slot) const {
   return prefix;
 }
 
-std::string Waiters::member_suffix(std::chrono::milliseconds ttl, char mode,
+void Waiters::append_member_suffix(std::string& out, std::chrono::milliseconds ttl, char mode,
                                    std::string_view data) const {
-  std::string suffix = manager_id_;
-  if (mode != 0) suffix += mode;
-  suffix.append(to_decimal(ttl.count()));
-  if (!data.empty()) suffix.append(" ").append(data);
-  return suffix;
+  out.append(manager_id_);
+  if (mode != 0) out += mode;
+  out.append(to_decimal(ttl.count()));
+  if (!data.empty()) out.append(" ").append(data);
 }
 
 void Waiters::add(const std::string& token, std::weak_ptr<Waiter> waiter, std::uint16_t slot) {

@@ -148,7 +148,8 @@ class Waiters : public std::enable_shared_from_this<Waiters> {
   /// or 'x'; none for a mutex's) and the waiter's ttl in ms (how long a lease handed to it
   /// lasts).
   /// `data` (the holder's label, an election's value: acquire.lua) follows a space.
-  std::string member_suffix(std::chrono::milliseconds ttl, char mode = 0,
+  /// Appended to `out` (an acquire builds it into its script argument in place).
+  void append_member_suffix(std::string& out, std::chrono::milliseconds ttl, char mode = 0,
                             std::string_view data = {}) const;
   /// `watcher` hears the messages of `channel` (SUBSCRIBE, on the subscriber connection of
   /// the node serving `slot`: a Cluster forwards PUBLISH to every node) until unwatch().

@@ -16,10 +16,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   // A prefix with braces would move the hash tag off the resource: prefixes are ours.
   if (prefix.find_first_of("{}") != std::string_view::npos) return 0;
   const auto keys = redis_lock::detail::make_keys(prefix, resource);
-  const auto slot = redis_lock::detail::key_slot(keys.lease);
-  if (redis_lock::detail::key_slot(keys.fence) != slot ||
-      redis_lock::detail::key_slot(keys.queue) != slot ||
-      redis_lock::detail::key_slot(keys.queue_expiry) != slot) {
+  const auto slot = redis_lock::detail::key_slot(keys.lease());
+  if (redis_lock::detail::key_slot(keys.fence()) != slot ||
+      redis_lock::detail::key_slot(keys.queue()) != slot ||
+      redis_lock::detail::key_slot(keys.queue_expiry()) != slot) {
     std::abort();
   }
   return 0;

@@ -31,7 +31,7 @@ std::vector<std::string> names(int n) {
 }
 
 std::string mutex_queue(const std::string& resource) {
-  return detail::make_keys("lock:", resource).queue;
+  return detail::make_keys("lock:", resource).queue();
 }
 
 /// calls=N of `command` in INFO commandstats of the server on `port`.

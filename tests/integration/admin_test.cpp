@@ -74,7 +74,7 @@ TEST(Inspect, AHeldMutexShowsItsHolderTtlFencingTokenAndWaiters) {
   EXPECT_EQ(free.kind, LockInfo::Kind::none);
   EXPECT_EQ(free.fencing_token, 0u);
   EXPECT_EQ(free.ttl_left, 0ms);
-  EXPECT_EQ(redis_command(cfg.port, {"EXISTS", detail::make_keys("lock:", resource).info}), "0")
+  EXPECT_EQ(redis_command(cfg.port, {"EXISTS", detail::make_keys("lock:", resource).info()}), "0")
       << "the record goes with the lease";
 }
 
@@ -132,7 +132,7 @@ TEST(ForceRelease, AFreeResourceReturnsFalseAndNothingChanges) {
   const auto resource = unique_resource();
   Background bg;
   LockManager locks(bg.io.get_executor(), cfg);
-  const auto fence = detail::make_keys("lock:", resource).fence;
+  const auto fence = detail::make_keys("lock:", resource).fence();
   redis_command(cfg.port, {"SET", fence, "7"});
   EXPECT_FALSE(force_release(locks, resource));
   EXPECT_EQ(redis_command(cfg.port, {"GET", fence}), "7") << "no token was minted";
@@ -216,7 +216,7 @@ TEST(HolderLabel, ALabelledWaiterThatGivesUpLeavesTheQueueAndTheNextWaiterIsServ
   // and the one behind it waits a whole ttl.
   auto cfg = shared_server_config();
   const auto resource = unique_resource();
-  const auto queue = detail::make_keys("lock:", resource).queue;
+  const auto queue = detail::make_keys("lock:", resource).queue();
   Background bg;
   LockManager holder(bg.io.get_executor(), cfg);
   LockManager labelled(bg.io.get_executor(), cfg, {.holder_label = "web 1:7 (canary)"});
@@ -270,8 +270,8 @@ std::string same_slot_as(const std::string& resource) {
 std::string attempt(std::uint16_t port, const detail::ResourceKeys& keys, const std::string& token,
                     const std::string& suffix) {
   return redis_command(
-      port, {"EVAL", std::string(detail::acquire_script.body), "5", keys.lease, keys.fence,
-             keys.queue, keys.queue_expiry, keys.info, token, "5000", "15000 " + suffix});
+      port, {"EVAL", std::string(detail::acquire_script.body), "5", keys.lease(), keys.fence(),
+             keys.queue(), keys.queue_expiry(), keys.info(), token, "5000", "15000 " + suffix});
 }
 
 }  // namespace
@@ -295,7 +295,7 @@ TEST(HolderLabel, AWaiterClaimingTheLeaseHandedToItKeepsTheTokenTheHandOffMinted
   const std::string suffix = "0123456789abcdef5000 waiter-b";
   ASSERT_EQ(attempt(cfg.port, keys, token, suffix).rfind("0 ", 0), 0u) << "queued";
   ASSERT_TRUE(g.async_release(asio::use_future).get());  // hands the lease to the waiter
-  const auto record = redis_command(cfg.port, {"GET", keys.info});
+  const auto record = redis_command(cfg.port, {"GET", keys.info()});
   const auto handed = record.substr(0, record.find_first_of("@ "));
   EXPECT_EQ(record, handed + "@" + token + " waiter-b") << "the record names the lease's token";
   EXPECT_GT(std::stoull(handed), g.fencing_token());
@@ -306,15 +306,15 @@ TEST(HolderLabel, AWaiterClaimingTheLeaseHandedToItKeepsTheTokenTheHandOffMinted
   ASSERT_GT(neighbour.fencing_token(), std::stoull(handed));
   EXPECT_EQ(attempt(cfg.port, keys, token, suffix), "1 " + handed)
       << "the claim minted another token";
-  EXPECT_EQ(redis_command(cfg.port, {"GET", keys.info}), record);
-  const auto left = std::stoll(redis_command(cfg.port, {"PTTL", keys.info}));
+  EXPECT_EQ(redis_command(cfg.port, {"GET", keys.info()}), record);
+  const auto left = std::stoll(redis_command(cfg.port, {"PTTL", keys.info()}));
   EXPECT_GT(left, 4000) << "the record lasts as long as the claimed lease";
   // Inspection shows the holder's label and token, not the lease's secret token.
   const auto info = inspect(holder, resource);
   EXPECT_EQ(info.holder, "waiter-b");
   EXPECT_EQ(info.fencing_token, std::stoull(handed));
   EXPECT_TRUE(neighbour.async_release(asio::use_future).get());
-  redis_command(cfg.port, {"DEL", keys.lease, keys.info});
+  redis_command(cfg.port, {"DEL", keys.lease(), keys.info()});
 }
 
 TEST(HolderLabel, AClaimNeverReusesATokenRecordedForAnotherLease) {
@@ -336,24 +336,24 @@ TEST(HolderLabel, AClaimNeverReusesATokenRecordedForAnotherLease) {
   ASSERT_EQ(attempt(cfg.port, keys, old_token, "0123456789abcdef10000").rfind("0 ", 0), 0u);
   ASSERT_EQ(attempt(cfg.port, keys, new_token, "fedcba987654321010000 c").rfind("0 ", 0), 0u);
   ASSERT_TRUE(g.async_release(asio::use_future).get());  // today's release hands it to b
-  const auto record = redis_command(cfg.port, {"GET", keys.info});
+  const auto record = redis_command(cfg.port, {"GET", keys.info()});
   const auto b_fence = std::stoull(record.substr(0, record.find_first_of("@ ")));
   ASSERT_GT(b_fence, g.fencing_token());
-  ASSERT_EQ(redis_command(cfg.port, {"GET", keys.lease}), old_token + "+");
+  ASSERT_EQ(redis_command(cfg.port, {"GET", keys.lease()}), old_token + "+");
   // b releases with its own build's release.lua: the lease goes to c, nothing minted.
   std::ifstream in(REDIS_LOCK_OLD_RELEASE_PATH);
   ASSERT_TRUE(in) << REDIS_LOCK_OLD_RELEASE_PATH;
   const std::string old_release((std::istreambuf_iterator<char>(in)),
                                 std::istreambuf_iterator<char>());
-  ASSERT_EQ(
-      redis_command(cfg.port, {"EVAL", old_release, "4", keys.lease, keys.queue, keys.queue_expiry,
-                               keys.fence, old_token, "0123456789abcdef10000 Plock:notify:"}),
-      "1");
-  ASSERT_EQ(redis_command(cfg.port, {"GET", keys.lease}), new_token);
+  ASSERT_EQ(redis_command(cfg.port, {"EVAL", old_release, "4", keys.lease(), keys.queue(),
+                                     keys.queue_expiry(), keys.fence(), old_token,
+                                     "0123456789abcdef10000 Plock:notify:"}),
+            "1");
+  ASSERT_EQ(redis_command(cfg.port, {"GET", keys.lease()}), new_token);
   // c claims: a token of its own, larger than b's.
   const auto claimed = attempt(cfg.port, keys, new_token, "fedcba987654321010000 c");
   ASSERT_EQ(claimed.rfind("1 ", 0), 0u) << claimed;
   EXPECT_GT(std::stoull(claimed.substr(2)), b_fence) << "c got b's token";
   EXPECT_EQ(inspect(a, resource).fencing_token, std::stoull(claimed.substr(2)));
-  redis_command(cfg.port, {"DEL", keys.lease, keys.info, keys.queue, keys.queue_expiry});
+  redis_command(cfg.port, {"DEL", keys.lease(), keys.info(), keys.queue(), keys.queue_expiry()});
 }

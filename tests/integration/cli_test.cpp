@@ -306,7 +306,7 @@ TEST(Cli, SignalWhileWaitingEndsTheWaitAndLeavesTheQueue) {
   io.run_for(5s);
   ASSERT_TRUE(held);
   ChildProcess run(cli({"--wait", "30s", resource, "--", "sh", "-c", "echo ran"}));
-  const auto queue = detail::make_keys("lock:", resource).queue;
+  const auto queue = detail::make_keys("lock:", resource).queue();
   ASSERT_TRUE(wait_until_exists(queue, true));
   run.signal(SIGTERM);
   EXPECT_EQ(run.read_line(), "") << "the command must not run";
@@ -897,7 +897,7 @@ TEST(CliAdmin, StatusEscapesControlCharactersFromTheServer) {
   const auto resource = unique_resource();
   ChildProcess holder(cli({"--ttl", "5s", resource, "--", "sh", "-c", "echo held; exec sleep 30"}));
   ASSERT_EQ(holder.read_line(), "held");
-  const auto info = detail::make_keys("lock:", resource).info;
+  const auto info = detail::make_keys("lock:", resource).info();
   const auto record = redis_command(shared_server_port(), {"GET", info});
   const auto space = record.find(' ');
   ASSERT_NE(space, std::string::npos) << record;
@@ -981,7 +981,7 @@ TEST(CliAdmin, ElectRunsTheCommandOnlyWhileLeadingAndObserveSeesEachLeader) {
   EXPECT_TRUE(contains(led, "\"leader\":true,")) << led;
   EXPECT_TRUE(contains(led, "\"value\":\"first\"}")) << led;
   ChildProcess second(cli({"elect", name, "--value", "second", "--", "sh", "-c", job}));
-  const auto queue = detail::make_keys("lock:", "election:" + name).queue;
+  const auto queue = detail::make_keys("lock:", "election:" + name).queue();
   ASSERT_TRUE(wait_until_exists(queue, true)) << "the second candidate did not queue";
   EXPECT_EQ(marks(list).size(), 1u) << "the second candidate ran without leading";
   first.signal(SIGTERM);  // passed on: its command ends, and it resigns

@@ -376,7 +376,7 @@ TEST(Cluster, AskAndTryAgainWhileASlotMigrates) {
   // the source: TRYAGAIN there, never run on the target.)
   ASSERT_TRUE(cluster.migrate_key(source, target, lease_key(resources[0])));
   ASSERT_TRUE(cluster.migrate_key(source, target,
-                                  redis_lock::detail::make_keys("lock:", resources[0]).info));
+                                  redis_lock::detail::make_keys("lock:", resources[0]).info()));
   wait_until([&] { return scripts_run(target) > 0; }, 10s, "a renewal to follow ASK");
   EXPECT_GT(info_count(cluster, target, "commandstats", "cmdstat_asking:calls="), 0);
 
@@ -422,7 +422,7 @@ TEST(Cluster, AcquireAndReleaseWaitOutASplitSlot) {
   RedisCluster cluster;
   const auto slot = slot_of(unique_resource());
   const auto resources = resources_in_slot(slot, 2);
-  const auto fence_key = detail::make_keys("lock:", resources[0]).fence;
+  const auto fence_key = detail::make_keys("lock:", resources[0]).fence();
   const auto source = cluster.master_of(slot);
   const auto target = (source + 1) % 3;
   Background bg;

@@ -61,7 +61,7 @@ class DeadPlaces {
  public:
   DeadPlaces(std::uint16_t port, Kind kind, const detail::ResourceKeys& keys, int n)
       : port_(port), keys_(keys) {
-    std::vector<std::string> queue{"ZADD", keys.queue};
+    std::vector<std::string> queue{"ZADD", keys.queue()};
     char token[33];
     for (int i = 1; i <= n; ++i) {
       std::snprintf(token, sizeof token, "%032x", i);
@@ -79,7 +79,7 @@ class DeadPlaces {
 
  private:
   void date(long long place) {
-    std::vector<std::string> expiry{"ZADD", keys_.queue_expiry};
+    std::vector<std::string> expiry{"ZADD", keys_.queue_expiry()};
     for (const auto& m : members_) expiry.insert(expiry.end(), {std::to_string(place), m});
     redis_command(port_, expiry);
   }
@@ -105,7 +105,7 @@ TEST_P(DeadWaiters, ALiveWaiterBehindLapsedPlacesIsServedAtTheRelease) {
   auto live = acquire(w, kind, resource, {.ttl = 30s, .wait = 40s});
   wait_until(
       [&] {
-        return redis_command(cfg.port, {"ZCARD", keys.queue}) == std::to_string(dead + 1);
+        return redis_command(cfg.port, {"ZCARD", keys.queue()}) == std::to_string(dead + 1);
       },
       10s, "the live waiter to queue behind the dead ones");
   places.lapse();
@@ -124,13 +124,13 @@ TEST_P(DeadWaiters, ALiveWaiterBehindLapsedPlacesIsServedAtTheRelease) {
                             << " ms after the release";
   // Nothing was handed to a dead place: the only lease or hold is the live waiter's.
   if (kind == Kind::mutex) {
-    EXPECT_EQ(redis_command(cfg.port, {"GET", keys.lease}).substr(0, 32), g.token());
+    EXPECT_EQ(redis_command(cfg.port, {"GET", keys.lease()}).substr(0, 32), g.token());
   } else {
-    EXPECT_EQ(redis_command(cfg.port, {"ZCARD", keys.lease}), "2") << "the marker and one hold";
+    EXPECT_EQ(redis_command(cfg.port, {"ZCARD", keys.lease()}), "2") << "the marker and one hold";
   }
   EXPECT_TRUE(g.async_release(asio::use_future).get());
-  EXPECT_EQ(redis_command(cfg.port, {"EXISTS", keys.lease}), "0");
-  redis_command(cfg.port, {"DEL", keys.queue, keys.queue_expiry});
+  EXPECT_EQ(redis_command(cfg.port, {"EXISTS", keys.lease()}), "0");
+  redis_command(cfg.port, {"DEL", keys.queue(), keys.queue_expiry()});
 }
 
 INSTANTIATE_TEST_SUITE_P(Kinds, DeadWaiters,
@@ -155,14 +155,14 @@ TEST(DeadWaiters, MoreLapsedPlacesThanOneCallRemovesAreNeverServedAndTheLiveWait
   auto live = acquire(w, Kind::mutex, resource, {.ttl = 30s, .wait = 40s});
   wait_until(
       [&] {
-        return redis_command(cfg.port, {"ZCARD", keys.queue}) == "12001";
+        return redis_command(cfg.port, {"ZCARD", keys.queue()}) == "12001";
       },
       10s, "the live waiter to queue behind the dead ones");
   places.lapse();
   const auto released = std::chrono::steady_clock::now();
   ASSERT_TRUE(holder.async_release(asio::use_future).get());
   // Whatever the release did, no lapsed place holds the lease.
-  const auto lease = redis_command(cfg.port, {"GET", keys.lease});
+  const auto lease = redis_command(cfg.port, {"GET", keys.lease()});
   EXPECT_TRUE(lease.empty() || lease.substr(0, 8) != "00000000") << "a lapsed place got the lease";
   ASSERT_EQ(live.wait_for(10s), std::future_status::ready)
       << "the live waiter waited a dead one's ttl";
@@ -172,9 +172,9 @@ TEST(DeadWaiters, MoreLapsedPlacesThanOneCallRemovesAreNeverServedAndTheLiveWait
   // Its next refresh at most 400 ms later, and a round trip: 1.5 s leaves room for load.
   EXPECT_LT(waited, 1500ms) << std::chrono::duration_cast<std::chrono::milliseconds>(waited).count()
                             << " ms after the release";
-  EXPECT_EQ(redis_command(cfg.port, {"GET", keys.lease}).substr(0, 32), g.token());
+  EXPECT_EQ(redis_command(cfg.port, {"GET", keys.lease()}).substr(0, 32), g.token());
   EXPECT_TRUE(g.async_release(asio::use_future).get());
-  redis_command(cfg.port, {"DEL", keys.queue, keys.queue_expiry});
+  redis_command(cfg.port, {"DEL", keys.queue(), keys.queue_expiry()});
 }
 
 TEST(DeadWaiters, AHeadWithoutAPlaceEntryIsDroppedAndTheNextWaiterServed) {
@@ -189,11 +189,11 @@ TEST(DeadWaiters, AHeadWithoutAPlaceEntryIsDroppedAndTheNextWaiterServed) {
   auto holder = acquire(h, Kind::mutex, resource, {.ttl = 30s}).get();
   ASSERT_TRUE(holder);
   const std::string orphan = std::string(32, '0') + "00000000deadbeef30000";
-  redis_command(cfg.port, {"ZADD", keys.queue, "0", orphan});  // ahead of everyone, no place
+  redis_command(cfg.port, {"ZADD", keys.queue(), "0", orphan});  // ahead of everyone, no place
   auto live = acquire(w, Kind::mutex, resource, {.ttl = 30s, .wait = 40s});
   wait_until(
       [&] {
-        return redis_command(cfg.port, {"ZCARD", keys.queue_expiry}) == "1";
+        return redis_command(cfg.port, {"ZCARD", keys.queue_expiry()}) == "1";
       },
       10s, "the live waiter to queue");
   const auto released = std::chrono::steady_clock::now();
@@ -203,6 +203,6 @@ TEST(DeadWaiters, AHeadWithoutAPlaceEntryIsDroppedAndTheNextWaiterServed) {
   auto g = live.get();
   ASSERT_TRUE(g);
   EXPECT_LT(waited, 1500ms);
-  EXPECT_EQ(redis_command(cfg.port, {"ZSCORE", keys.queue, orphan}), "(nil)");
+  EXPECT_EQ(redis_command(cfg.port, {"ZSCORE", keys.queue(), orphan}), "(nil)");
   EXPECT_TRUE(g.async_release(asio::use_future).get());
 }

@@ -92,7 +92,7 @@ TEST(Election, OneLeaderAtATimeWithIncreasingTermsAndObserversSeeEachChange) {
   wait_until(
       [&] {
         return redis_command(cfg.port,
-                             {"ZCARD", detail::make_keys("lock:", leader_a.resource()).queue}) ==
+                             {"ZCARD", detail::make_keys("lock:", leader_a.resource()).queue()}) ==
                "1";
       },
       5s, "b queued");
@@ -324,8 +324,8 @@ TEST(Election, ForceReleaseHandsTheLeadershipOnAndTheEvictedLeaderLearnsIt) {
   auto change = observe(b, leader.fencing_token());
   wait_until(
       [&] {
-        return redis_command(cfg.port, {"ZCARD", detail::make_keys("lock:", b.resource()).queue}) ==
-               "1";
+        return redis_command(cfg.port,
+                             {"ZCARD", detail::make_keys("lock:", b.resource()).queue()}) == "1";
       },
       5s, "b queued");
   auto [ec, released] =

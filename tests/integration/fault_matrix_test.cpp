@@ -53,7 +53,7 @@ void check(LockLoad& load, const RedisServer& server, const std::vector<std::str
   std::this_thread::sleep_for(800ms);
   for (const auto& r : resources) {
     const auto keys = detail::make_keys("lock:", r);
-    EXPECT_EQ(server.command({"EXISTS", keys.queue, keys.queue_expiry}), "0") << r;
+    EXPECT_EQ(server.command({"EXISTS", keys.queue(), keys.queue_expiry()}), "0") << r;
   }
 }
 

@@ -284,10 +284,10 @@ TEST(HandOff, AForgedMessageGrantsNothing) {
   std::string member;
   for (int i = 0; i < 200 && member.empty(); ++i) {
     io.restart(), io.run_for(10ms);
-    member = redis_command(port, {"ZRANGE", keys.queue, "0", "0"});
+    member = redis_command(port, {"ZRANGE", keys.queue(), "0", "0"});
   }
   ASSERT_GE(member.size(), 48u) << "the waiter did not queue";
-  const auto place = redis_command(port, {"ZSCORE", keys.queue_expiry, member});
+  const auto place = redis_command(port, {"ZSCORE", keys.queue_expiry(), member});
   const auto channel = "lock:notify:" + member.substr(32, 16);
   EXPECT_EQ(redis_command(port, {"PUBLISH", channel, member.substr(0, 32) + " 999 " + place}), "1")
       << "nobody listened on " << channel;

@@ -216,7 +216,7 @@ TEST(Redlock, FencingTokensStayMonotonicAsTheMajorityChanges) {
   // The counters start far above the masters' clocks (as after a write-back from a master
   // whose clock runs ahead), so that the acquire script's clock floor cannot hide what the
   // max-register does.
-  const auto fence_key = detail::make_keys("lock:", resource).fence;
+  const auto fence_key = detail::make_keys("lock:", resource).fence();
   const auto now_us = std::chrono::duration_cast<std::chrono::microseconds>(
                           std::chrono::system_clock::now().time_since_epoch())
                           .count();
@@ -339,7 +339,7 @@ TEST(Redlock, MastersMintInStepWithoutAWriteBack) {
   asio::io_context io;
   LockManager locks(io.get_executor(), masters.config());
   const auto resource = unique_resource();
-  const auto fence_key = detail::make_keys("lock:", resource).fence;
+  const auto fence_key = detail::make_keys("lock:", resource).fence();
   for (std::size_t i = 0; i < 3; ++i) masters.nodes[i]->command({"SET", fence_key, "1000"});
   // One acquisition first, so that the scripts are loaded and the links are up.
   ASSERT_EQ(acquire_once(locks, io, resource).fence, 1001u);
@@ -567,7 +567,7 @@ TEST(Redlock, AMajorityWhoseFencingWriteBackTakesTheRestOfTheTtlTakesNoLock) {
   LockManager locks(io.get_executor(), path.config, {.observer = log});
   connect_everywhere(locks, io);
   const auto resource = unique_resource();
-  const auto fence_key = detail::make_keys("lock:", resource).fence;
+  const auto fence_key = detail::make_keys("lock:", resource).fence();
   // Far above the masters' clocks (so no clock floor applies), and 1000 apart: whichever two
   // grant first, their counters disagree.
   const auto now_us = std::chrono::duration_cast<std::chrono::microseconds>(

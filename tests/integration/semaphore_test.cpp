@@ -443,7 +443,7 @@ TEST(Semaphore, AMutexsWaitersKeepItAMutex) {
   auto held = locks.async_acquire(resource, {.ttl = 600ms}, asio::use_future).get();
   ASSERT_TRUE(held);
   auto waiting = waiter.locks.async_acquire(resource, {.ttl = 10s, .wait = 20s}, asio::use_future);
-  const auto queue = detail::make_keys("lock:", resource).queue;
+  const auto queue = detail::make_keys("lock:", resource).queue();
   wait_until(
       [&] {
         return redis_command(cfg.port, {"ZCARD", queue}) == "1";

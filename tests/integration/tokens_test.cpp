@@ -106,7 +106,7 @@ TEST(Tokens, KeepIncreasingWhenTheCounterIsDeleted) {
   const auto resource = unique_resource();
   const auto before = take_three(locks, io, resource);
   // As an eviction (allkeys-*) or a FLUSHALL would.
-  const auto fence_key = detail::make_keys("lock:", resource).fence;
+  const auto fence_key = detail::make_keys("lock:", resource).fence();
   ASSERT_EQ(redis_command(cfg.port, {"DEL", fence_key}), "1");
   EXPECT_GT(take(locks, io, resource), before);
 }

@@ -35,7 +35,7 @@ detail::ResourceKeys keys_of(const std::string& resource) {
 bool wait_for_queue(std::uint16_t port, const std::string& resource, int n) {
   const auto until = std::chrono::steady_clock::now() + 10s;
   while (std::chrono::steady_clock::now() < until) {
-    if (redis_command(port, {"ZCARD", keys_of(resource).queue}) == std::to_string(n)) return true;
+    if (redis_command(port, {"ZCARD", keys_of(resource).queue()}) == std::to_string(n)) return true;
     std::this_thread::sleep_for(2ms);
   }
   return false;
@@ -79,7 +79,7 @@ TEST(Waiting, WaitersAreServedInArrivalOrder) {
   EXPECT_TRUE(std::is_sorted(fences.begin(), fences.end()));
   EXPECT_EQ(std::adjacent_find(fences.begin(), fences.end()), fences.end());
   bg.run([] {});
-  EXPECT_EQ(redis_command(cfg.port, {"EXISTS", keys_of(resource).queue}), "0");
+  EXPECT_EQ(redis_command(cfg.port, {"EXISTS", keys_of(resource).queue()}), "0");
 }
 
 TEST(Waiting, FiftyWaitersInFiveProcessesNeverOverlap) {
@@ -195,17 +195,17 @@ TEST(Waiting, CancelAfterTheHandOffPassesTheLeaseOn) {
   // Hand the lease to A behind its back, as a release would, minus the notification. Right
   // after one of A's refreshes (its place moves), so that its next one, which would claim the
   // lease, is 400 ms away while the cancellation below reaches it.
-  const auto a_member = redis_command(cfg.port, {"ZRANGE", keys.queue, "0", "0"});
+  const auto a_member = redis_command(cfg.port, {"ZRANGE", keys.queue(), "0", "0"});
   const auto a_token = a_member.substr(0, 32);
-  const auto place = redis_command(cfg.port, {"ZSCORE", keys.queue_expiry, a_member});
+  const auto place = redis_command(cfg.port, {"ZSCORE", keys.queue_expiry(), a_member});
   wait_until(
       [&] {
-        return redis_command(cfg.port, {"ZSCORE", keys.queue_expiry, a_member}) != place;
+        return redis_command(cfg.port, {"ZSCORE", keys.queue_expiry(), a_member}) != place;
       },
       5s, "A's next refresh");
-  redis_command(cfg.port, {"ZREM", keys.queue, a_member});
-  redis_command(cfg.port, {"ZREM", keys.queue_expiry, a_member});
-  redis_command(cfg.port, {"SET", keys.lease, a_token, "PX", "30000"});
+  redis_command(cfg.port, {"ZREM", keys.queue(), a_member});
+  redis_command(cfg.port, {"ZREM", keys.queue_expiry(), a_member});
+  redis_command(cfg.port, {"SET", keys.lease(), a_token, "PX", "30000"});
   holder = LockGuard{};  // its release no longer matches: a no-op
   bg.run([&] { cancel.emit(asio::cancellation_type::terminal); });
   auto a_fut = a_result.get_future();
@@ -233,7 +233,7 @@ TEST(Waiting, AQueuedWaiterKilledWithSigkillHoldsBackTheLockForItsTtlAtMost) {
   ChildProcess doomed({REDIS_LOCK_WAITER_PATH, std::to_string(cfg.port), resource, "1", "60000",
                        "60000", "2000"});  // ttl 2 s
   ASSERT_TRUE(wait_for_queue(cfg.port, resource, 1));
-  const auto dead_member = redis_command(cfg.port, {"ZRANGE", keys.queue, "0", "0"});
+  const auto dead_member = redis_command(cfg.port, {"ZRANGE", keys.queue(), "0", "0"});
   auto fut = w.async_acquire(resource, {.ttl = 30s, .wait = 20s}, asio::use_future);
   ASSERT_TRUE(wait_for_queue(cfg.port, resource, 2));
   doomed.kill9();  // first in line, and dead
@@ -241,8 +241,9 @@ TEST(Waiting, AQueuedWaiterKilledWithSigkillHoldsBackTheLockForItsTtlAtMost) {
   EXPECT_TRUE(holder.async_release(asio::use_future).get());
   // Its place was still live: the release handed it the lease, for its ttl.
   const auto asked = std::chrono::steady_clock::now();
-  const auto pttl = std::stoll(redis_command(cfg.port, {"PTTL", keys.lease}));
-  EXPECT_EQ(redis_command(cfg.port, {"GET", keys.lease}).substr(0, 32), dead_member.substr(0, 32));
+  const auto pttl = std::stoll(redis_command(cfg.port, {"PTTL", keys.lease()}));
+  EXPECT_EQ(redis_command(cfg.port, {"GET", keys.lease()}).substr(0, 32),
+            dead_member.substr(0, 32));
   EXPECT_GT(pttl, 1000);
   EXPECT_LE(pttl, 2000);
   ASSERT_EQ(fut.wait_for(10s), std::future_status::ready);
@@ -298,18 +299,18 @@ TEST(Waiting, DeadWaitersPlaceLapsesWithinTheDocumentedBound) {
   ChildProcess doomed(
       {REDIS_LOCK_WAITER_PATH, std::to_string(cfg.port), resource, "1", "60000", "60000"});
   ASSERT_TRUE(wait_for_queue(cfg.port, resource, 1));
-  const auto dead_member = redis_command(cfg.port, {"ZRANGE", keys.queue, "0", "0"});
+  const auto dead_member = redis_command(cfg.port, {"ZRANGE", keys.queue(), "0", "0"});
   auto fut = w.async_acquire(resource, {.ttl = 30s, .wait = 20s}, asio::use_future);
   ASSERT_TRUE(wait_for_queue(cfg.port, resource, 2));
   doomed.kill9();  // first in line, and dead
   const auto died = server_ms(cfg.port);
   const auto lapses =
-      std::stoll(redis_command(cfg.port, {"ZSCORE", keys.queue_expiry, dead_member}));
+      std::stoll(redis_command(cfg.port, {"ZSCORE", keys.queue_expiry(), dead_member}));
   EXPECT_LE(lapses - died, 1200) << "a dead waiter keeps its place longer than documented";
   server_clock_passes(cfg.port, lapses);
   holder.async_release(asio::use_future).get();
   // The release handed the lease on at once, and not to the dead waiter.
-  const auto lease = redis_command(cfg.port, {"GET", keys.lease});
+  const auto lease = redis_command(cfg.port, {"GET", keys.lease()});
   // (A lease may carry '+' after the token when more waiters remain: compare the token.)
   EXPECT_NE(lease.substr(0, 32), dead_member.substr(0, 32))
       << "the lease went to a waiter that had died";
@@ -346,18 +347,18 @@ TEST(Waiting, ArrivalOrderHoldsThroughWaitsLongerThanAQueueEntrysLife) {
                                    });
     ASSERT_TRUE(wait_for_queue(cfg.port, resource, i + 1)) << "waiter " << i << " never queued";
   }
-  const auto queue = redis_command(cfg.port, {"ZRANGE", keys.queue, "0", "-1", "WITHSCORES"});
+  const auto queue = redis_command(cfg.port, {"ZRANGE", keys.queue(), "0", "-1", "WITHSCORES"});
   long long first_lapse = 0;
   {
     std::istringstream in(
-        redis_command(cfg.port, {"ZRANGE", keys.queue_expiry, "0", "-1", "WITHSCORES"}));
+        redis_command(cfg.port, {"ZRANGE", keys.queue_expiry(), "0", "-1", "WITHSCORES"}));
     std::string member;
     long long score = 0;
     while (in >> member >> score) first_lapse = std::max(first_lapse, score);
   }
   // Two entry lives: every first entry would have lapsed without its refreshes.
   server_clock_passes(cfg.port, first_lapse + 1200);
-  EXPECT_EQ(redis_command(cfg.port, {"ZRANGE", keys.queue, "0", "-1", "WITHSCORES"}), queue)
+  EXPECT_EQ(redis_command(cfg.port, {"ZRANGE", keys.queue(), "0", "-1", "WITHSCORES"}), queue)
       << "a waiter lost its place while waiting";
   holder.async_release(asio::use_future).get();
   ASSERT_EQ(all_done.get_future().wait_for(20s), std::future_status::ready);
@@ -401,7 +402,7 @@ TEST(Waiting, AContendedAcquisitionCostsThreeCommands) {
     const auto [fence, released] = fut.get();
     EXPECT_TRUE(released) << "the waiter did not own the lease it was handed";
     // The token the release minted for the waiter: the counter's value.
-    EXPECT_EQ(std::to_string(fence), redis_command(server.port(), {"GET", keys_of(r).fence}));
+    EXPECT_EQ(std::to_string(fence), redis_command(server.port(), {"GET", keys_of(r).fence()}));
     return fence;
   };
   // Contended once first: the waiter's manager subscribes once, not per acquisition.
@@ -468,7 +469,7 @@ TEST(Waiting, AHandedLeaseIsClaimedForItsTtl) {
   EXPECT_GT(g.valid_until() - asked, 19s - 400ms - 202ms - 500ms);
   EXPECT_EQ(redis_command(server.port(), {"GET", lease}), g.token());
   EXPECT_EQ(std::to_string(g.fencing_token()),
-            redis_command(server.port(), {"GET", keys_of(resource).fence}));
+            redis_command(server.port(), {"GET", keys_of(resource).fence()}));
   // The waiter's commands since the reset: the EVALSHA of its attempt, and of the claim the
   // hand-off message prompted (the message alone grants nothing).
   const auto log = redis_command(server.port(), {"SLOWLOG", "GET", "-1"});
@@ -503,8 +504,8 @@ TEST(Waiting, AHandOffMessageNamingAnotherPlaceGrantsNothing) {
   ASSERT_TRUE(holder);
   auto fut = w.async_acquire(resource, {.ttl = 30s, .wait = 20s}, asio::use_future);
   ASSERT_TRUE(wait_for_queue(cfg.port, resource, 1));
-  const auto member = redis_command(cfg.port, {"ZRANGE", keys.queue, "0", "0"});
-  const auto place = redis_command(cfg.port, {"ZSCORE", keys.queue_expiry, member});
+  const auto member = redis_command(cfg.port, {"ZRANGE", keys.queue(), "0", "0"});
+  const auto place = redis_command(cfg.port, {"ZSCORE", keys.queue_expiry(), member});
   const auto channel = "lock:notify:" + member.substr(32, 16);
   const auto stale = std::to_string(std::stoll(place) - 1);
   // The manager subscribes with its first wait, after that first reply.
@@ -519,17 +520,17 @@ TEST(Waiting, AHandOffMessageNamingAnotherPlaceGrantsNothing) {
   // waiting, and the holder still holds.
   wait_until(
       [&] {
-        return redis_command(cfg.port, {"ZSCORE", keys.queue_expiry, member}) != place;
+        return redis_command(cfg.port, {"ZSCORE", keys.queue_expiry(), member}) != place;
       },
       5s, "the waiter's next attempt");
   EXPECT_EQ(fut.wait_for(0s), std::future_status::timeout) << "granted by a stale message";
-  EXPECT_EQ(redis_command(cfg.port, {"GET", keys.lease}), holder.token() + "+");
+  EXPECT_EQ(redis_command(cfg.port, {"GET", keys.lease()}), holder.token() + "+");
   EXPECT_TRUE(holder.async_release(asio::use_future).get());
   ASSERT_EQ(fut.wait_for(10s), std::future_status::ready);
   auto g = fut.get();
   ASSERT_TRUE(g);
   EXPECT_NE(g.fencing_token(), 99u);
-  EXPECT_EQ(std::to_string(g.fencing_token()), redis_command(cfg.port, {"GET", keys.fence}));
+  EXPECT_EQ(std::to_string(g.fencing_token()), redis_command(cfg.port, {"GET", keys.fence()}));
 }
 
 TEST(Waiting, AHandedOverGuardHasTwoThirdsOfItsTtlLeftAtLeast) {
@@ -575,18 +576,18 @@ TEST(Waiting, AReleaseHandsAnOlderClientsWaiterTheLeaseForItsClaimWindow) {
   const std::string old_token(32, 'a');
   const std::string member = old_token + "0123456789abcdef";
   // Queued as that version's acquire.lua queues, marking the lease as this version's does.
-  redis_command(cfg.port, {"ZADD", keys.queue, "1", member});
+  redis_command(cfg.port, {"ZADD", keys.queue(), "1", member});
   redis_command(cfg.port,
-                {"ZADD", keys.queue_expiry, std::to_string(server_ms(cfg.port) + 1200), member});
-  redis_command(cfg.port, {"SET", keys.lease, holder.token() + "+", "PX", "30000"});
-  const auto counter = redis_command(cfg.port, {"GET", keys.fence});
+                {"ZADD", keys.queue_expiry(), std::to_string(server_ms(cfg.port) + 1200), member});
+  redis_command(cfg.port, {"SET", keys.lease(), holder.token() + "+", "PX", "30000"});
+  const auto counter = redis_command(cfg.port, {"GET", keys.fence()});
   EXPECT_TRUE(holder.async_release(asio::use_future).get());
-  EXPECT_EQ(redis_command(cfg.port, {"GET", keys.lease}), old_token);
-  const auto pttl = std::stoll(redis_command(cfg.port, {"PTTL", keys.lease}));
+  EXPECT_EQ(redis_command(cfg.port, {"GET", keys.lease()}), old_token);
+  const auto pttl = std::stoll(redis_command(cfg.port, {"PTTL", keys.lease()}));
   EXPECT_GT(pttl, 0);
   EXPECT_LE(pttl, 600);
-  EXPECT_EQ(redis_command(cfg.port, {"GET", keys.fence}), counter);
-  redis_command(cfg.port, {"DEL", keys.lease});
+  EXPECT_EQ(redis_command(cfg.port, {"GET", keys.fence()}), counter);
+  redis_command(cfg.port, {"DEL", keys.lease()});
 }
 
 TEST(Waiting, TheLeaseTellsItsReleaseWhetherAnyoneWaits) {

@@ -180,7 +180,7 @@ TEST(WithLock, CancelledByOrWhileWaitingOrWorking) {
     EXPECT_EQ(first.index(), 1u) << "with_lock completed first";
     EXPECT_LT(std::chrono::steady_clock::now() - started, 2s) << "the wait was not cancelled";
     EXPECT_FALSE(ran);
-    EXPECT_EQ(redis_command(cfg.port, {"EXISTS", keys.queue}), "0") << "left queued";
+    EXPECT_EQ(redis_command(cfg.port, {"EXISTS", keys.queue()}), "0") << "left queued";
     EXPECT_TRUE(co_await held.async_release(asio::use_awaitable));
     EXPECT_EQ(redis_command(cfg.port, {"EXISTS", lease_key(resource)}), "0")
         << "the release handed the lease to the cancelled waiter";

@@ -27,7 +27,7 @@ inline int holders(std::uint16_t port, const std::string& resource) {
 
 /// Waiters in a lease set's queue.
 inline int queued(std::uint16_t port, const std::string& resource) {
-  return std::stoi(redis_command(port, {"ZCARD", set_keys(resource).queue}));
+  return std::stoi(redis_command(port, {"ZCARD", set_keys(resource).queue()}));
 }
 
 using Pending = std::future<LockGuard>;

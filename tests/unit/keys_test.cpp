@@ -38,11 +38,11 @@ TEST(Keys, LeaseAndFenceShareASlot) {
       "order:42", "a", "x}y", "{inner}", "}{", "", "with\r\nnewline", std::string("nul\0byte", 8)};
   for (const auto& r : resources) {
     const auto keys = make_keys("lock:", r);
-    EXPECT_EQ(keys.lease, "lock:{" + r + "}");
-    EXPECT_EQ(key_slot(keys.lease), key_slot(keys.fence)) << r;
-    EXPECT_EQ(key_slot(keys.lease), key_slot(keys.queue)) << r;
-    EXPECT_EQ(key_slot(keys.lease), key_slot(keys.queue_expiry)) << r;
-    EXPECT_EQ(keys.fence.rfind("lock:fence:{", 0), 0u);
+    EXPECT_EQ(keys.lease(), "lock:{" + r + "}");
+    EXPECT_EQ(key_slot(keys.lease()), key_slot(keys.fence())) << r;
+    EXPECT_EQ(key_slot(keys.lease()), key_slot(keys.queue())) << r;
+    EXPECT_EQ(key_slot(keys.lease()), key_slot(keys.queue_expiry())) << r;
+    EXPECT_EQ(keys.fence().rfind("lock:fence:{", 0), 0u);
   }
   // Counters are bounded: distinct resources in one slot share one counter, and resources
   // in different slots do not.
@@ -50,16 +50,16 @@ TEST(Keys, LeaseAndFenceShareASlot) {
   std::string same_slot, other_slot;
   for (int i = 0; same_slot.empty() || other_slot.empty(); ++i) {
     const auto r = "r" + std::to_string(i);
-    (key_slot(make_keys("lock:", r).lease) == key_slot(a.lease) ? same_slot : other_slot) = r;
+    (key_slot(make_keys("lock:", r).lease()) == key_slot(a.lease()) ? same_slot : other_slot) = r;
   }
-  EXPECT_EQ(make_keys("lock:", same_slot).fence, a.fence) << same_slot;
-  EXPECT_NE(make_keys("lock:", other_slot).fence, a.fence) << other_slot;
-  EXPECT_NE(make_keys("lock:", same_slot).lease, a.lease);
+  EXPECT_EQ(make_keys("lock:", same_slot).fence(), a.fence()) << same_slot;
+  EXPECT_NE(make_keys("lock:", other_slot).fence(), a.fence()) << other_slot;
+  EXPECT_NE(make_keys("lock:", same_slot).lease(), a.lease());
 }
 
 TEST(Keys, PrefixIsApplied) {
   const auto keys = make_keys("app1:", "r");
-  EXPECT_EQ(keys.lease, "app1:{r}");
-  EXPECT_EQ(keys.queue, "app1:q:{" + std::string(slot_tag(key_slot("app1:{r}"))) + "}r");
-  EXPECT_EQ(keys.fence.rfind("app1:fence:{", 0), 0u);
+  EXPECT_EQ(keys.lease(), "app1:{r}");
+  EXPECT_EQ(keys.queue(), "app1:q:{" + std::string(slot_tag(key_slot("app1:{r}"))) + "}r");
+  EXPECT_EQ(keys.fence().rfind("app1:fence:{", 0), 0u);
 }
