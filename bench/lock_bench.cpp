@@ -58,6 +58,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -72,10 +73,11 @@
 #include <thread>
 #include <vector>
 
-// Allocations per pair: every malloc, calloc and realloc of this process is counted by
-// interposing glibc's allocator (operator new allocates through malloc; hiredis calls it
-// directly), so the library and the raw hiredis client are counted the same way. Sanitizer
-// builds bring their own allocator: nothing is counted there.
+// Allocations per pair: every malloc, calloc, realloc and aligned allocation of this process
+// is counted by interposing glibc's allocator (operator new allocates through malloc, Asio's
+// recycling allocator through aligned_alloc; hiredis calls malloc directly), so the library
+// and the raw hiredis client are counted the same way. Sanitizer builds bring their own
+// allocator: nothing is counted there.
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 #define LOCK_BENCH_NO_ALLOC_COUNT 1
 #elif defined(__has_feature)
@@ -105,6 +107,16 @@ extern "C" void* calloc(std::size_t n, std::size_t size) noexcept {
 extern "C" void* realloc(void* p, std::size_t n) noexcept {
   allocation_count.fetch_add(1, std::memory_order_relaxed);
   return __libc_realloc(p, n);
+}
+extern "C" void* __libc_memalign(std::size_t, std::size_t) noexcept;
+extern "C" void* aligned_alloc(std::size_t alignment, std::size_t n) noexcept {
+  allocation_count.fetch_add(1, std::memory_order_relaxed);
+  return __libc_memalign(alignment, n);
+}
+extern "C" int posix_memalign(void** p, std::size_t alignment, std::size_t n) noexcept {
+  allocation_count.fetch_add(1, std::memory_order_relaxed);
+  *p = __libc_memalign(alignment, n);
+  return *p != nullptr ? 0 : ENOMEM;
 }
 #endif
 
