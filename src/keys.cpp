@@ -73,7 +73,7 @@ ResourceKeys make_keys(std::string_view prefix, std::string_view resource, bool 
   const std::string_view queue_expiry = lease_set ? "sqx:{" : "qx:{";
   ResourceKeys keys;
   std::string& t = keys.text_;
-  t.reserve(5 * prefix.size() + 4 * resource.size() + 48);
+  t.reserve(5 * prefix.size() + 4 * resource.size() + 50);  // tags: 6 characters at most
   t.append(prefix).append("{").append(resource).append("}");
   keys.ends_[0] = t.size();
   const auto tag = slot_tag(key_slot(t));

@@ -45,10 +45,10 @@ end
 -- call spends 13 ms at most, once per crash: a place is removed once), in the order they
 -- lapsed, wherever they are in the queue. Then a head with no place at all (its expiry entry
 -- lost: an evicted or deleted key) leaves too, up to 1,000 a call. Returns the clock it
--- used, and the queue's head and that head's place (nil, nil: nobody is left, or the 1,000
--- ran out, all of them dead). With more lapsed places than 10,000 the head's place may still
--- have lapsed: callers serve nobody whose place lapsed (lapsed), and the next call removes
--- the next 10,000.
+-- used, and the queue's head and that head's place (nil, nil: nobody is left; a head and nil:
+-- the 1,000 ran out, the next head has no place either). With more lapsed places than 10,000
+-- the head's place may still have lapsed: callers serve nobody whose place lapsed (lapsed),
+-- and the next call removes the next 10,000.
 local function drop_dead_waiters(queue, expiry)
   local now = now_ms()
   for _ = 1, 10 do
@@ -65,7 +65,10 @@ local function drop_dead_waiters(queue, expiry)
     if place then return now, head, place end
     redis.call('ZREM', queue, head)
   end
-  return now
+  -- The 1,000 ran out: whoever is first now is still ahead of a newcomer (without a place,
+  -- it is served by nobody: lapsed).
+  local head = redis.call('ZRANGE', queue, 0, 0)[1]
+  return now, head, head and redis.call('ZSCORE', expiry, head)
 end
 
 -- Whether the queue place `place` (its expiry, from ZSCORE; nil: none) has lapsed at `now`.
