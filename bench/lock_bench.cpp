@@ -312,14 +312,10 @@ class Raw {
 
   // One acquire or release of each shape; `k` the resource's keys, `t` a fresh token.
   void acquire(const detail::ResourceKeys& k, const std::string& t) {
-    send(Expect::granted, "acquire.lua",
-         {"EVALSHA", detail::acquire_script.sha1, "5", k.lease(), k.fence(), k.queue(),
-          k.queue_expiry(), k.info(), t, "10000", acquire_how});
+    acquire_as(k, t, acquire_how, Expect::granted);
   }
   void release(const detail::ResourceKeys& k, const std::string& t) {
-    send(Expect::one, "release.lua",
-         {"EVALSHA", detail::release_script.sha1, "5", k.lease(), k.queue(), k.queue_expiry(),
-          k.fence(), k.info(), t, manager_id, notify_prefix});
+    release_as(k, t, manager_id);
   }
   // The same scripts without the holder's record (KEYS[5] absent: what they ran before
   // 2026-12-02, and still run on Redlock), to price the record.
@@ -1097,30 +1093,44 @@ struct Rows {
   }
   double mean(std::size_t i) const { return count ? sum[i] / static_cast<double>(count) : 0; }
   double p50(std::size_t i) const { return count ? percentiles(values[i]).p50 : 0; }
-  double mean_total() const {
-    double t = 0;
-    for (std::size_t i = 0; i < sum.size(); ++i) t += mean(i);
-    return t;
-  }
 };
 
-/// Per-stage means of the pairs whose total is within the 99th percentile (the same cut for
-/// every side: one preempted pair must not own the mean).
-Rows pair_rows(const std::vector<Exchange>& acq, const std::vector<Exchange>& rel) {
+/// The rows of the operations (each a list of stage durations) whose total is within the 99th
+/// percentile: the same cut for every side, so that one preempted operation does not own a
+/// mean. `what` names them if none could be followed through the trace.
+Rows within_p99(const std::vector<std::vector<double>>& stages, const char* what) {
   std::vector<double> totals;
-  for (std::size_t i = 0; i < acq.size(); ++i)
-    totals.push_back(micros(rel[i].done - acq[i].issued));
+  for (const auto& st : stages) totals.push_back(std::accumulate(st.begin(), st.end(), 0.0));
+  if (totals.empty()) fail(std::string(what) + ": none could be followed through the trace");
   const double cut = percentiles(totals).p99;
   Rows rows;
-  for (std::size_t i = 0; i < acq.size(); ++i) {
-    if (totals[i] > cut) continue;
-    const Exchange& a = acq[i];
-    const Exchange& r = rel[i];
-    rows.add({micros(a.written - a.issued), micros(a.read - a.written), micros(a.done - a.read),
-              micros(r.issued - a.done), micros(r.written - r.issued), micros(r.read - r.written),
-              micros(r.done - r.read)});
+  for (std::size_t i = 0; i < stages.size(); ++i) {
+    if (totals[i] <= cut) rows.add(stages[i]);
   }
   return rows;
+}
+
+/// Ends the trace; a trace that lost events (its buffer was too small) would bias the account.
+std::vector<trace::Event> stop_tracing() {
+  auto ev = trace::stop();
+  if (trace::dropped() != 0) fail("the socket trace's buffer was too small");
+  return ev;
+}
+
+/// The stages of each pair that `ev` shows (the write and read of both exchanges, by thread 0).
+std::vector<std::vector<double>> pair_stages(const std::vector<trace::Event>& ev,
+                                             std::vector<Exchange> acq, std::vector<Exchange> rel) {
+  std::vector<std::vector<double>> stages;
+  for (std::size_t i = 0; i < acq.size(); ++i) {
+    Exchange& a = acq[i];
+    Exchange& r = rel[i];
+    if (!locate(ev, 0, a) || !locate(ev, 0, r)) continue;
+    stages.push_back({micros(a.written - a.issued), micros(a.read - a.written),
+                      micros(a.done - a.read), micros(r.issued - a.done),
+                      micros(r.written - r.issued), micros(r.read - r.written),
+                      micros(r.done - r.read)});
+  }
+  return stages;
 }
 
 struct PairSide {
@@ -1131,10 +1141,11 @@ struct PairSide {
   double inner_per_pair = 0;  // commands the scripts ran
 };
 
-PairSide pair_side(const std::vector<Exchange>& acq, const std::vector<Exchange>& rel,
-                   const ServerSample& s0, const ServerSample& s1, int pairs) {
+PairSide pair_side(const std::vector<trace::Event>& ev, std::vector<Exchange> acq,
+                   std::vector<Exchange> rel, const ServerSample& s0, const ServerSample& s1,
+                   int pairs) {
   PairSide side;
-  side.rows = pair_rows(acq, rel);
+  side.rows = within_p99(pair_stages(ev, std::move(acq), std::move(rel)), "pairs");
   side.server_cpu_us = (s1.cpu_s - s0.cpu_s) * 1e6 / pairs;
   side.scripts_us = (s1.evalsha_us - s0.evalsha_us) / pairs;
   side.evalsha_per_pair = static_cast<double>(s1.evalsha_calls - s0.evalsha_calls) / pairs;
@@ -1159,13 +1170,8 @@ PairSide raw_pairs_traced(const Args& a, redisContext* admin, int pairs) {
     raw.check_reply();
     rel[i].done = Clock::now();
   }
-  const auto ev = trace::stop();
-  const auto s1 = server_sample(admin);
-  std::vector<Exchange> a2, r2;
-  for (std::size_t i = 0; i < acq.size(); ++i) {
-    if (locate(ev, 0, acq[i]) && locate(ev, 0, rel[i])) a2.push_back(acq[i]), r2.push_back(rel[i]);
-  }
-  return pair_side(a2, r2, s0, s1, pairs);
+  const auto ev = stop_tracing();
+  return pair_side(ev, std::move(acq), std::move(rel), s0, server_sample(admin), pairs);
 }
 
 /// The same through a LockManager (after 200 pairs of warm-up: its connection and scripts).
@@ -1175,7 +1181,7 @@ PairSide lib_pairs_traced(const Args& a, redisContext* admin, int pairs) {
   const std::string name = a.stem + "stages:lib";
   constexpr int warm = 200;
   std::vector<Exchange> acq(static_cast<std::size_t>(pairs)), rel(acq.size());
-  ServerSample s0, s1;
+  ServerSample s0;
   int n = -warm;
   std::function<void()> next = [&] {
     if (n == 0) {
@@ -1198,13 +1204,8 @@ PairSide lib_pairs_traced(const Args& a, redisContext* admin, int pairs) {
   };
   next();
   io.run();
-  const auto ev = trace::stop();
-  s1 = server_sample(admin);
-  std::vector<Exchange> a2, r2;
-  for (std::size_t i = 0; i < acq.size(); ++i) {
-    if (locate(ev, 0, acq[i]) && locate(ev, 0, rel[i])) a2.push_back(acq[i]), r2.push_back(rel[i]);
-  }
-  return pair_side(a2, r2, s0, s1, pairs);
+  const auto ev = stop_tracing();
+  return pair_side(ev, std::move(acq), std::move(rel), s0, server_sample(admin), pairs);
 }
 
 /// What each script costs Redis on its own, by the commandstats of blocks of `n` calls of one
@@ -1263,7 +1264,6 @@ struct HandoffSide {
   double server_cpu_us = 0;  // Redis' CPU per hand-off (every command of the cycle)
   double commands = 0;       // commands sent per hand-off (the client's, not INFO)
   double inner = 0;          // commands the scripts ran per hand-off
-  long handoffs = 0;
 };
 
 /// Two managers, each on an io_context and a thread of its own (as two processes), pass one
@@ -1331,7 +1331,7 @@ HandoffSide lib_handoff_traced(const Args& a, redisContext* admin, int handoffs)
     });
   }
   for (auto& x : w) x.thread.join();
-  const auto ev = trace::stop();
+  const auto ev = stop_tracing();
   const auto s1 = server_sample(admin);
   for (auto& x : w) {
     x.locks.reset();
@@ -1339,7 +1339,6 @@ HandoffSide lib_handoff_traced(const Args& a, redisContext* admin, int handoffs)
     x.io.run();
   }
   HandoffSide side;
-  side.handoffs = static_cast<long>(grants.size());
   const double n = std::max<double>(1, static_cast<double>(grants.size()));
   side.server_cpu_us = (s1.cpu_s - s0.cpu_s) * 1e6 / n;
   side.commands = static_cast<double>(s1.evalsha_calls - s0.evalsha_calls) / n;
@@ -1363,13 +1362,7 @@ HandoffSide lib_handoff_traced(const Args& a, redisContext* admin, int handoffs)
                       micros(ev[cw].at - ev[msg].at), micros(ev[cr].at - ev[cw].at),
                       micros(g.granted - ev[cr].at)});
   }
-  std::vector<double> totals;
-  for (const auto& s : stages) totals.push_back(std::accumulate(s.begin(), s.end(), 0.0));
-  if (totals.empty()) fail("hand-off account: no hand-off could be followed through the trace");
-  const double cut = percentiles(totals).p99;
-  for (std::size_t i = 0; i < stages.size(); ++i) {
-    if (totals[i] <= cut) side.rows.add(stages[i]);
-  }
+  side.rows = within_p99(stages, "hand-offs");
   return side;
 }
 
@@ -1379,10 +1372,9 @@ HandoffSide raw_handoff_traced(const Args& a, redisContext* admin, int handoffs)
   const auto s0 = server_sample(admin);
   trace::start(64 * static_cast<std::size_t>(handoffs) + 4096);
   raw_handoff(a, 2, handoffs, &passes);
-  const auto ev = trace::stop();
+  const auto ev = stop_tracing();
   const auto s1 = server_sample(admin);
   HandoffSide side;
-  side.handoffs = handoffs - 1;
   side.server_cpu_us = (s1.cpu_s - s0.cpu_s) * 1e6 / (handoffs - 1);
   side.commands = static_cast<double>(s1.other_calls - s0.other_calls) / (handoffs - 1);
   std::vector<std::vector<double>> stages;
@@ -1399,13 +1391,7 @@ HandoffSide raw_handoff_traced(const Args& a, redisContext* admin, int handoffs)
     stages.push_back({micros(ev[pw].at - passes.pushed[p]), micros(ev[br].at - ev[pw].at),
                       micros(passes.got[p] - ev[br].at)});
   }
-  std::vector<double> totals;
-  for (const auto& s : stages) totals.push_back(std::accumulate(s.begin(), s.end(), 0.0));
-  if (totals.empty()) fail("BLPOP account: no pass could be followed through the trace");
-  const double cut = percentiles(totals).p99;
-  for (std::size_t i = 0; i < stages.size(); ++i) {
-    if (totals[i] <= cut) side.rows.add(stages[i]);
-  }
+  side.rows = within_p99(stages, "BLPOP passes");
   return side;
 }
 

@@ -60,7 +60,7 @@ local function drop_dead_waiters(queue, expiry)
   end
   for _ = 1, 1000 do
     local head = redis.call('ZRANGE', queue, 0, 0)[1]
-    if not head then break end
+    if not head then return now end
     local place = redis.call('ZSCORE', expiry, head)
     if place then return now, head, place end
     redis.call('ZREM', queue, head)
