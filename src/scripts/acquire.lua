@@ -1,45 +1,67 @@
 -- Take the lease and mint a fencing token in one atomic step, fairly: waiters queued before
 -- us come first, and a lease handed over to us by a release is ours to claim.
 -- KEYS[1] lease, KEYS[2] fencing counter (same slot), KEYS[3] queue (zset: member -> arrival),
--- KEYS[4] queue expiry (zset: member -> ms), KEYS[5] the lease's info (who holds it, see
--- shared.lua's record; none on Redlock); ARGV[1] token (32 hex digits), ARGV[2] ttl ms,
--- ARGV[3] '<mode><place ms> <member suffix>': mode '1' joins the queue when held, '0' does
--- not, 'R' does not and floors only a fresh counter (Redlock, see mint); place ms: how long
--- a queued waiter keeps its place without retrying; the member suffix: the waiter's manager
--- id (16 hex digits: its notify channel) and its ttl in ms (for a lease handed to it), then
--- optionally a space and the data recorded in the info when the lease is its (the holder's
--- label, and an election's value); ARGV[4] (an election's candidate only) '<P|S><channel>'
--- on which a new leader is announced. A queue member is token .. member suffix.
--- The lease's value is its holder's token, followed by '+' once a waiter may be queued
--- behind it: the release's GET then says whether it must look at the queue at all.
+-- KEYS[4] queue expiry (zset: member -> ms), KEYS[5] the lease's info (the record of a lease
+-- handed over, and a leader's: shared.lua's holds; none on Redlock); ARGV[1] token (32 hex
+-- digits), ARGV[2] ttl ms, ARGV[3] '<mode><place ms> <member suffix>': mode '1' joins the
+-- queue when held, '0' does not, 'R' does not and floors only a fresh counter (Redlock, see
+-- mint); place ms: how long a queued waiter keeps its place without retrying; the member
+-- suffix: the waiter's manager id (16 hex digits: its notify channel) and its ttl in ms (for
+-- a lease handed to it), then optionally a space and the data recorded with the lease when
+-- it is its (the holder's label, and an election's value); ARGV[4] (an election's
+-- candidate only) '<P|S><channel>' on which a new leader is announced. A queue member is
+-- token .. member suffix.
+-- The lease's value is its holder's token and record (shared.lua's holds), followed by '+'
+-- once a waiter may be queued behind it: the release's GET then says whether it must look
+-- at the queue at all.
 -- Returns {1, fencing_token} when taken; {0, pttl} when not (pttl -2: free but reserved),
 -- and {0, pttl, place} when queued, place being the entry's expiry (a release that hands
 -- the lease to this waiter tells it which of its refreshes it saw by that number).
-local lease, fence, queue, expiry = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local lease, fence, queue, expiry, info = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local token, ttl, how = ARGV[1], ARGV[2], ARGV[3]
 local space = string.find(how, ' ', 2, true) or #how + 1
 
-local function take()
+-- What the holder records: the data after the member suffix's space.
+local function data()
+  local gap = string.find(how, ' ', space + 1, true)
+  return gap and string.sub(how, gap + 1) or ''
+end
+
+-- Mints our fencing token and writes our lease with it ('+' after it when `mark`): returns
+-- the token, or nil and the error. An election's candidate keeps its record beside the lease
+-- (first.lua): the observers of older builds read the leader there (grant writes it).
+local function take(mark)
   local f, err = mint(fence, string.byte(how, 1) == 82)  -- 'R'
   if not f then
     redis.call('DEL', lease)  -- never keep a lease whose fencing token could not be minted
-    return err
+    return nil, err
   end
-  if KEYS[5] then
-    local gap = string.find(how, ' ', space + 1, true)
-    record(KEYS[5], f, token, gap and string.sub(how, gap + 1) or '', ttl, ARGV[4])
-  end
-  return {1, f}
+  local term = string.format('%.0f', f)
+  redis.call('SET', lease, lease_value(not ARGV[4] and info, token, term, data()) .. mark, 'PX',
+             ttl)
+  return f
 end
 
 local queued = redis.call('EXISTS', queue) == 1
-if not queued and redis.call('SET', lease, token, 'NX', 'PX', ttl) then
-  return take()  -- the common, uncontended path
-end
-local member = token .. string.sub(how, space + 1)
 local current = redis.call('GET', lease)  -- WRONGTYPE if the key holds something else
-local marked = token .. '+'
-local ours = current == token or current == marked  -- handed over to us by a release
+if not queued and not current and not ARGV[4] then
+  local f, err = take('')  -- the common, uncontended path
+  if not f then return err end
+  return {1, f}
+end
+-- (shared.lua)
+
+-- take, then an election's record and announcement, and the reply.
+local function grant(mark)
+  local f, err = take(mark)
+  if not f then return err end
+  if ARGV[4] then record(info, f, token, data(), ttl, ARGV[4]) end
+  return {1, f}
+end
+
+if not queued and not current then return grant('') end  -- a candidate's
+local member = token .. string.sub(how, space + 1)
+local ours = holds(current, token)  -- handed over to us by a release (or our own, resent)
 -- A claim takes what was handed to it without looking at the queue's dead (the release
 -- that handed it on purged them a moment ago); anyone else purges, and learns the head.
 local now, head
@@ -52,26 +74,39 @@ if ours or head_is_us then
     redis.call('ZREM', expiry, member)
     others = redis.call('EXISTS', queue) == 1
   end
-  if ours and (current == marked or not others) then
-    redis.call('PEXPIRE', lease, ttl)  -- claim it
-  else
-    redis.call('SET', lease, others and marked or token, 'PX', ttl)
-  end
-  if ours and KEYS[5] then
-    -- The release that handed it to us minted our token and recorded it beside our lease
-    -- token (an election's observers heard it as the term): keep that one, so that one
-    -- holding has one token. A record of another lease's (an older client's hand-off records
-    -- none and leaves the last holder's) is not ours: mint. The record lives and dies with
-    -- the holding it names, and every grant on this resource writes or deletes it, so no
-    -- token was minted here since.
-    local text = redis.call('GET', KEYS[5])
-    local f = text and string.match(text, '^(%d+)@' .. token .. ' ')
-    if f then
-      redis.call('PEXPIRE', KEYS[5], ttl)
-      return {1, tonumber(f)}
+  local mark = (others or (ours and marked(current))) and '+' or ''
+  if not ours then return grant(mark) end
+  -- The release that handed it to us minted our token and recorded it beside our lease
+  -- token (an election's observers heard it as the term): keep that one, so that one
+  -- holding has one token. A record of another lease's (an older client's hand-off records
+  -- none and leaves the last holder's) is not ours: mint. The record lives and dies with
+  -- the holding it names, and every grant on this resource writes or deletes it, so no
+  -- token was minted here since. The claim folds the record into the lease.
+  local function keep()  -- the lease as it is, for our ttl, with the mark it needs
+    if marked(current) or mark == '' then
+      redis.call('PEXPIRE', lease, ttl)
+    else
+      redis.call('SET', lease, current .. mark, 'PX', ttl)
     end
   end
-  return take()
+  local term = folded_term(current)
+  if term then  -- already folded: our own attempt, resent
+    keep()
+    return {1, tonumber(term)}
+  end
+  if not info then return grant(mark) end  -- Redlock: no record, a claim mints
+  local text = redis.call('GET', info)
+  term = text and string.match(text, '^(%d+)@' .. token .. ' ')
+  if ARGV[4] then  -- an election's candidate: the record stays beside the lease (take)
+    if not term then return grant(mark) end
+    keep()
+    redis.call('PEXPIRE', info, ttl)
+    return {1, tonumber(term)}
+  end
+  if text then redis.call('DEL', info) end
+  if not term then return grant(mark) end
+  redis.call('SET', lease, lease_value(info, token, term, data()) .. mark, 'PX', ttl)
+  return {1, tonumber(term)}
 end
 if string.byte(how, 1) ~= 49 then  -- '1'
   return {0, redis.call('PTTL', lease)}

@@ -3,7 +3,7 @@
 -- never overtakes a waiter; otherwise nothing is written, and the caller takes them one by
 -- one in their order with acquire.lua (which waits fairly).
 -- KEYS[1] fencing counter, then each resource's lease, queue and info (acquire.lua's keys);
--- ARGV[1] token, ARGV[2] ttl ms, ARGV[3] the data each info records (the holder's label).
+-- ARGV[1] token, ARGV[2] ttl ms, ARGV[3] the data each lease records (the holder's label).
 -- Returns {1, fencing token of each lease in KEYS' order} when taken, {0, i} when the i-th
 -- resource is held or waited for.
 local n = (#KEYS - 1) / 3
@@ -14,13 +14,14 @@ for i = 1, n do
 end
 local reply = {1}
 for i = 1, n do
-  redis.call('SET', KEYS[3 * i - 1], ARGV[1], 'PX', ARGV[2])
   local f, err = mint(KEYS[1], false)
   if not f then
-    for j = 1, i do redis.call('DEL', KEYS[3 * j - 1], KEYS[3 * j + 1]) end
+    for j = 1, i - 1 do redis.call('DEL', KEYS[3 * j - 1]) end
     return err
   end
-  record(KEYS[3 * i + 1], f, ARGV[1], ARGV[3], ARGV[2], nil)
+  local term = string.format('%.0f', f)
+  redis.call('SET', KEYS[3 * i - 1], lease_value(KEYS[3 * i + 1], ARGV[1], term, ARGV[3]), 'PX',
+             ARGV[2])
   reply[i + 1] = f
 end
 return reply

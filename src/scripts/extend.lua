@@ -1,21 +1,30 @@
 -- Extend the lease only if it still holds our token (with or without the waiters' '+').
--- KEYS[1] lease key, KEYS[2] its info (none on Redlock); ARGV[1] token, ARGV[2] new ttl ms,
+-- KEYS[1] lease key, KEYS[2] its info (an election's leader only); ARGV[1] token, ARGV[2] new ttl ms,
 -- ARGV[3] (an election's leader only) '<P|S><channel>': the observers hear
--- '<fencing token> <ttl ms> <data>' (shared.lua's record). Returns 1 if extended, else 0.
+-- '<fencing token> <ttl ms> <data>'. Returns 1 if extended, else 0.
+-- The lease holds '<token> <data>@<fencing token>', or (on Redlock, or handed over and not
+-- yet claimed) '<token>' with the record '<fencing token>@<token> <data>' in the info key;
+-- then '+' when a waiter may be queued (shared.lua's holds, not put before this script).
 -- (pcall: a key that lapsed and became another kind of lock is not ours; no WRONGTYPE.)
 local current = redis.pcall('GET', KEYS[1])
-if current ~= ARGV[1] and current ~= ARGV[1] .. '+' then return 0 end
+if type(current) ~= 'string' or string.sub(current, 1, 32) ~= ARGV[1] then return 0 end
+local after = string.byte(current, 33)
+local folded = after == 32
+if not (folded or not after or (after == 43 and #current == 33)) then return 0 end
 local info = KEYS[2]
-if info then redis.call('PEXPIRE', info, ARGV[2]) end
-if info and ARGV[3] then
-  -- The record is '<fencing token>@<lease token> <data>' (shared.lua's record); the
-  -- observers hear '<fencing token> <ttl ms> <data>'.
-  local text = redis.call('GET', info)
-  local term = text and string.match(text, '^%d+')
+local term, data
+if folded then
+  local at, _, t = string.find(current, '@(%d+)%+?$', 34)
+  term, data = t, at and string.sub(current, 34, at - 1)
+elseif info then
+  redis.call('PEXPIRE', info, ARGV[2])
+  local text = ARGV[3] and redis.call('GET', info)
   local gap = text and string.find(text, ' ', 1, true)
-  if term and gap then
-    local command = string.byte(ARGV[3], 1) == 83 and 'SPUBLISH' or 'PUBLISH'
-    redis.call(command, string.sub(ARGV[3], 2), term .. ' ' .. ARGV[2] .. string.sub(text, gap))
-  end
+  term = text and string.match(text, '^%d+')
+  data = gap and string.sub(text, gap + 1)
+end
+if info and ARGV[3] and term and data then
+  local command = string.byte(ARGV[3], 1) == 83 and 'SPUBLISH' or 'PUBLISH'
+  redis.call(command, string.sub(ARGV[3], 2), term .. ' ' .. ARGV[2] .. ' ' .. data)
 end
 return redis.call('PEXPIRE', KEYS[1], ARGV[2])

@@ -13,7 +13,7 @@ if what == 'string' then
      hand_on(lease, KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[1], ARGV[2]) then
     return 1
   end
-  ended(lease, KEYS[5], ARGV[2])
+  ended(lease, KEYS[5], ARGV[2], redis.call('GET', lease))
   return 1
 end
 if what ~= 'zset' then return 0 end

@@ -1,7 +1,7 @@
 -- Read who holds a resource, for how long, and how many wait, in one atomic step that
 -- changes nothing (LockManager::async_inspect, Election::async_leader).
--- KEYS[1] lease, KEYS[2] its info (a mutex's holder: shared.lua's record), KEYS[3] the mutex
--- queue's expiry, KEYS[4] the lease sets' queue expiry.
+-- KEYS[1] lease, KEYS[2] its info (a mutex's holder when not in the lease: shared.lua's
+-- holds), KEYS[3] the mutex queue's expiry, KEYS[4] the lease sets' queue expiry.
 -- Returns {what, ms left, info, live waiters, holders, exclusive}: what is 'none', 'mutex',
 -- or a lease set's marker ('#S<limit>', '#RW'); ms left -2 when nobody holds it.
 local lease = KEYS[1]
@@ -10,7 +10,14 @@ local what = redis.call('TYPE', lease)['ok']
 local waiters = redis.call('ZCOUNT', KEYS[3], now, '+inf') + redis.call('ZCOUNT', KEYS[4], now, '+inf')
 if what == 'string' then
   -- The record without the lease token (the holder's secret): '<fencing token> <data>'.
-  local text = string.gsub(redis.call('GET', KEYS[2]) or '', '^(%d+)@%x*', '%1', 1)
+  local value = redis.call('GET', lease)
+  local term, at = folded_term(value)
+  local text
+  if term then
+    text = term .. ' ' .. string.sub(value, 34, at - 1)
+  else
+    text = string.gsub(redis.call('GET', KEYS[2]) or '', '^(%d+)@%x*', '%1', 1)
+  end
   return {'mutex', redis.call('PTTL', lease), text, waiters, 1, 0}
 end
 if what ~= 'zset' then return {'none', -2, '', waiters, 0, 0} end

@@ -1,38 +1,5 @@
--- (Put before acquire.lua and release.lua by the build: what both do.)
-
--- The server's clock (TIME), read once per call: Redis 7 stops it for the length of a script
--- anyway, and on earlier versions the first reading serves each use here as well as a later
--- one would (a fencing floor above every token minted before this call, a place's expiry).
-local clock
-local function server_time()
-  if not clock then clock = redis.call('TIME') end
-  return clock
-end
-
--- The next fencing token of counter `fence`: its INCR, raised to the server's clock in
--- microseconds. Never below the clock: a counter that was lost (a restart without
--- persistence, eviction, FLUSHALL, a failover to a replica that missed INCRs) starts again
--- above every token minted before. Lua numbers are doubles, exact below 2^53 (the clock is
--- ~1.8e15); the counter is written from TIME's own digits, so its text never depends on how
--- a Redis version formats a Lua number. With `fresh_only` (Redlock) only a fresh counter (1)
--- is raised: each master's clock differs, so flooring every mint would make the masters
--- disagree on every acquire and cost the max-register's write-back round trip each time; a
--- master whose counter lags (it was down) is raised by that write-back anyway.
--- Returns the token, or nil and the error of INCR (the counter holds something else).
-local function mint(fence, fresh_only)
-  local f = redis.pcall('INCR', fence)
-  if type(f) == 'table' and f.err then return nil, f end
-  if not fresh_only or f == 1 then
-    local t = server_time()
-    local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
-    if f < now_us then
-      f = now_us
-      redis.call('SET', fence, t[1] .. string.sub('00000' .. t[2], -6))
-    end
-  end
-  return f
-end
-
+-- (Put by the build after first.lua in every script that mints, reads the clock or purges a
+-- queue: what they share beyond their common paths.)
 
 -- The server's clock in milliseconds (the queue expiry's scores are on it).
 local function now_ms()
@@ -83,26 +50,53 @@ local function publish(how, tail, message)
   redis.call(command, string.sub(how, 2) .. tail, message)
 end
 
--- Who holds a mutex's lease: its info key holds '<fencing token>@<lease token> <data>' for
--- the lease's ttl, data being the holder's label ('' when it has none), and for an
--- election's leader a newline and what it proclaimed. The lease token ties the record to the
--- holding it was minted for (acquire.lua's claim reuses the fencing token only then);
--- inspect.lua leaves it out. `announce` (an election's: '<P|S><channel>', or nil) tells the
--- observers '<fencing token> <ttl ms> <data>'.
-local function record(info, f, token, data, ttl, announce)
-  local term = string.format('%.0f', f)
-  if info then redis.call('SET', info, term .. '@' .. token .. ' ' .. data, 'PX', ttl) end
+-- Whether the lease's value `value` is the holding of `token` (either form, marked or not).
+local function holds(value, token)
+  if not value or string.sub(value, 1, 32) ~= token then return false end
+  local after = string.byte(value, 33)
+  return not after or after == 32 or (after == 43 and #value == 33)  -- ' ', a lone '+'
+end
+
+-- Whether a waiter may be queued behind the lease `value` (its '+').
+local function marked(value)
+  return string.byte(value, -1) == 43
+end
+
+-- The fencing token folded into the lease `value` (as text), and where its '@' is; nil when
+-- the lease holds no record (Redlock, a hand-off not yet claimed, another build's lease).
+local function folded_term(value)
+  if string.byte(value, 33) ~= 32 then return nil end
+  local at, _, term = string.find(value, '@(%d+)%+?$', 34)
+  return term, at
+end
+
+-- Tells an election's observers of a new term: `announce` ('<P|S><channel>', or nil) hears
+-- '<fencing token> <ttl ms> <data>'.
+local function announce_term(announce, term, ttl, data)
   if announce then publish(announce, '', term .. ' ' .. ttl .. ' ' .. data) end
 end
 
--- A mutex's lease ended with nobody after it: its info goes, and an election's observers
--- hear '- <fencing token>' (the leader that ended).
-local function ended(lease, info, announce)
+-- The record of a lease handed to a waiter (hand_on), in the info key for its ttl, and the
+-- observers' news of it.
+local function record(info, f, token, data, ttl, announce)
+  local term = string.format('%.0f', f)
+  if info then redis.call('SET', info, term .. '@' .. token .. ' ' .. data, 'PX', ttl) end
+  announce_term(announce, term, ttl, data)
+end
+
+-- A mutex's lease `value` ended with nobody after it: the lease goes (and the info key when
+-- the record is there), and an election's observers hear '- <fencing token>' (the leader
+-- that ended).
+local function ended(lease, info, announce, value)
   if not info then return redis.call('DEL', lease) end
+  local term = folded_term(value)
+  if term then
+    if announce then publish(announce, '', '- ' .. term) end
+    return redis.call('DEL', lease)
+  end
   if announce then
     local text = redis.call('GET', info)
-    local term = text and string.match(text, '^%d+') or '0'
-    publish(announce, '', '- ' .. term)
+    publish(announce, '', '- ' .. (text and string.match(text, '^%d+') or '0'))
   end
   return redis.call('DEL', lease, info)
 end

@@ -14,6 +14,7 @@
 #include <fstream>
 #include <future>
 #include <iterator>
+#include <optional>
 
 using namespace redis_lock;
 using namespace redis_lock::test;
@@ -265,6 +266,13 @@ std::string same_slot_as(const std::string& resource) {
   }
 }
 
+/// A script of an older build, kept in tests/integration/old_scripts ("" when missing).
+std::string old_script(const std::string& name) {
+  std::ifstream in(std::string(REDIS_LOCK_OLD_SCRIPTS_DIR) + "/" + name);
+  EXPECT_TRUE(in) << name;
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
 /// acquire.lua sent by hand for a waiter of token `token` ('1': queue if held, a place of
 /// 5 s) whose member suffix is `suffix` (manager id, ttl, and optionally ' ' and a label).
 std::string attempt(std::uint16_t port, const detail::ResourceKeys& keys, const std::string& token,
@@ -306,15 +314,144 @@ TEST(HolderLabel, AWaiterClaimingTheLeaseHandedToItKeepsTheTokenTheHandOffMinted
   ASSERT_GT(neighbour.fencing_token(), std::stoull(handed));
   EXPECT_EQ(attempt(cfg.port, keys, token, suffix), "1 " + handed)
       << "the claim minted another token";
-  EXPECT_EQ(redis_command(cfg.port, {"GET", keys.info()}), record);
-  const auto left = std::stoll(redis_command(cfg.port, {"PTTL", keys.info()}));
-  EXPECT_GT(left, 4000) << "the record lasts as long as the claimed lease";
+  // The claim folds the record into the lease: one key for the holding from now on.
+  EXPECT_EQ(redis_command(cfg.port, {"GET", keys.lease()}), token + " waiter-b@" + handed);
+  EXPECT_EQ(redis_command(cfg.port, {"EXISTS", keys.info()}), "0");
+  const auto left = std::stoll(redis_command(cfg.port, {"PTTL", keys.lease()}));
+  EXPECT_GT(left, 4000) << "the claimed lease lasts the waiter's ttl";
+  // Sent again (a reply lost on the way), the attempt reports the same token.
+  EXPECT_EQ(attempt(cfg.port, keys, token, suffix), "1 " + handed);
   // Inspection shows the holder's label and token, not the lease's secret token.
   const auto info = inspect(holder, resource);
   EXPECT_EQ(info.holder, "waiter-b");
   EXPECT_EQ(info.fencing_token, std::stoull(handed));
   EXPECT_TRUE(neighbour.async_release(asio::use_future).get());
   redis_command(cfg.port, {"DEL", keys.lease(), keys.info()});
+}
+
+TEST(HolderLabel, AnUncontendedHoldingWritesOneKey) {
+  // The holder's record is folded into the lease's own value ('<token> <label>@<fencing
+  // token>'): an uncontended acquire writes the lease and the fencing counter, its release
+  // deletes the lease, and no info key is written or read. Any printable label reads back
+  // whole, '@' and digits included.
+  auto cfg = shared_server_config();
+  const auto resource = unique_resource();
+  const auto keys = detail::make_keys("lock:", resource);
+  Background bg;
+  const std::string label = "web-1 @7@9";
+  LockManager locks(bg.io.get_executor(), cfg, {.holder_label = label});
+  auto g = locks.async_acquire(resource, {.ttl = 10s}, asio::use_future).get();
+  ASSERT_TRUE(g);
+  const auto folded = g.token() + " " + label + "@" + std::to_string(g.fencing_token());
+  EXPECT_EQ(redis_command(cfg.port, {"GET", keys.lease()}), folded);
+  EXPECT_EQ(redis_command(cfg.port, {"EXISTS", keys.info()}), "0");
+  auto info = inspect(locks, resource);
+  EXPECT_EQ(info.holder, label);
+  EXPECT_EQ(info.fencing_token, g.fencing_token());
+  ASSERT_TRUE(g.async_extend(20s, asio::use_future).get());
+  EXPECT_EQ(redis_command(cfg.port, {"GET", keys.lease()}), folded) << "the extension kept it";
+  EXPECT_GT(std::stoll(redis_command(cfg.port, {"PTTL", keys.lease()})), 15000);
+  ASSERT_TRUE(g.async_release(asio::use_future).get());
+  EXPECT_EQ(redis_command(cfg.port, {"EXISTS", keys.lease(), keys.info()}), "0");
+}
+
+TEST(HolderLabel, APreviousBuildsWaiterIsHandedTodaysLeaseInTheFormItClaims) {
+  // Rolling upgrade (docs/design-notes.md): a waiter of the build before the record was
+  // folded into the lease (89ab635, its scripts run by hand here) queues behind today's
+  // holder. It marks the folded lease its way (a '+' after the whole value); today's release
+  // sees the mark and hands the lease on with the record beside it, the form that build
+  // claims, minting the waiter's token once.
+  auto cfg = shared_server_config();
+  const auto resource = unique_resource();
+  const auto keys = detail::make_keys("lock:", resource);
+  Background bg;
+  LockManager holder(bg.io.get_executor(), cfg, {.holder_label = "new"});
+  auto g = holder.async_acquire(resource, {.ttl = 10s}, asio::use_future).get();
+  ASSERT_TRUE(g);
+  const auto old_acquire = old_script("acquire_89ab635.lua");
+  const auto old_release = old_script("release_89ab635.lua");
+  ASSERT_FALSE(old_acquire.empty() || old_release.empty());
+  const std::string token(32, 'd');
+  const std::string suffix = "0123456789abcdef5000 old-waiter";
+  const auto old_attempt = [&] {
+    return redis_command(cfg.port,
+                         {"EVAL", old_acquire, "5", keys.lease(), keys.fence(), keys.queue(),
+                          keys.queue_expiry(), keys.info(), token, "5000", "15000 " + suffix});
+  };
+  ASSERT_EQ(old_attempt().rfind("0 ", 0), 0u) << "queued";
+  EXPECT_EQ(redis_command(cfg.port, {"GET", keys.lease()}),
+            g.token() + " new@" + std::to_string(g.fencing_token()) + "+");
+  ASSERT_TRUE(g.async_release(asio::use_future).get());  // hands the lease to the old waiter
+  EXPECT_EQ(redis_command(cfg.port, {"GET", keys.lease()}), token);
+  const auto record = redis_command(cfg.port, {"GET", keys.info()});
+  const auto handed = record.substr(0, record.find('@'));
+  EXPECT_EQ(record, handed + "@" + token + " old-waiter");
+  EXPECT_GT(std::stoull(handed), g.fencing_token());
+  EXPECT_EQ(old_attempt(), "1 " + handed) << "the old waiter's claim minted another token";
+  EXPECT_EQ(inspect(holder, resource).holder, "old-waiter") << "today's inspect reads the record";
+  EXPECT_EQ(redis_command(cfg.port, {"EVAL", old_release, "5", keys.lease(), keys.queue(),
+                                     keys.queue_expiry(), keys.fence(), keys.info(), token,
+                                     suffix.substr(0, 20), "Plock:notify:"}),
+            "1");
+  EXPECT_EQ(redis_command(cfg.port, {"EXISTS", keys.lease(), keys.info()}), "0");
+}
+
+TEST(HolderLabel, TodaysWaiterFoldsTheRecordOfALeaseAPreviousBuildHandedIt) {
+  // The other way round: the holder runs the previous build's scripts (89ab635, by hand),
+  // today's waiter queues behind it (marking the lease as that build does), and that build's
+  // release hands it the lease with the record beside it. The waiter's claim keeps the
+  // fencing token the release minted, and folds the record into its lease.
+  auto cfg = shared_server_config();
+  const auto resource = unique_resource();
+  const auto keys = detail::make_keys("lock:", resource);
+  const auto old_acquire = old_script("acquire_89ab635.lua");
+  const auto old_release = old_script("release_89ab635.lua");
+  ASSERT_FALSE(old_acquire.empty() || old_release.empty());
+  const std::string old_token(32, 'e');
+  const auto taken =
+      redis_command(cfg.port, {"EVAL", old_acquire, "5", keys.lease(), keys.fence(), keys.queue(),
+                               keys.queue_expiry(), keys.info(), old_token, "10000",
+                               "05000 0123456789abcdef10000 old-holder"});
+  ASSERT_EQ(taken.rfind("1 ", 0), 0u) << taken;
+  Background bg;
+  LockManager waiter(bg.io.get_executor(), cfg, {.holder_label = "new-waiter"});
+  auto fut = waiter.async_acquire(resource, {.ttl = 5s, .wait = 10s}, asio::use_future);
+  wait_until(
+      [&] {
+        return redis_command(cfg.port, {"ZCARD", keys.queue()}) == "1";
+      },
+      5s, "today's waiter to queue");
+  EXPECT_EQ(redis_command(cfg.port, {"GET", keys.lease()}), old_token + "+");
+  // The waiter's io thread is held while the release hands the lease over, so that the
+  // record is read before the claim folds it.
+  std::promise<void> parked, resume;
+  asio::post(bg.io, [&] {
+    parked.set_value();
+    resume.get_future().wait();
+  });
+  parked.get_future().wait();
+  const auto released =
+      redis_command(cfg.port, {"EVAL", old_release, "5", keys.lease(), keys.queue(),
+                               keys.queue_expiry(), keys.fence(), keys.info(), old_token,
+                               "0123456789abcdef10000 old-holder", "Plock:notify:"});
+  const auto record = redis_command(cfg.port, {"GET", keys.info()});
+  resume.set_value();
+  ASSERT_EQ(released, "1");
+  const auto handed = record.substr(0, record.find('@'));
+  ASSERT_EQ(record.substr(handed.size()),
+            "@" + record.substr(handed.size() + 1, 32) + " new-waiter")
+      << record;
+  ASSERT_GT(std::stoull(handed), std::stoull(taken.substr(2)));
+  ASSERT_EQ(fut.wait_for(5s), std::future_status::ready) << "the hand-off did not reach it";
+  auto g = fut.get();
+  ASSERT_TRUE(g);
+  EXPECT_EQ(g.fencing_token(), std::stoull(handed)) << "the claim minted a second token";
+  EXPECT_EQ(record.substr(handed.size() + 1, 32), g.token());
+  EXPECT_EQ(redis_command(cfg.port, {"GET", keys.lease()}), g.token() + " new-waiter@" + handed);
+  EXPECT_EQ(redis_command(cfg.port, {"EXISTS", keys.info()}), "0");
+  EXPECT_EQ(inspect(waiter, resource).holder, "new-waiter");
+  ASSERT_TRUE(g.async_release(asio::use_future).get());
+  EXPECT_EQ(redis_command(cfg.port, {"EXISTS", keys.lease(), keys.info()}), "0");
 }
 
 TEST(HolderLabel, AClaimNeverReusesATokenRecordedForAnotherLease) {
@@ -341,10 +478,8 @@ TEST(HolderLabel, AClaimNeverReusesATokenRecordedForAnotherLease) {
   ASSERT_GT(b_fence, g.fencing_token());
   ASSERT_EQ(redis_command(cfg.port, {"GET", keys.lease()}), old_token + "+");
   // b releases with its own build's release.lua: the lease goes to c, nothing minted.
-  std::ifstream in(REDIS_LOCK_OLD_RELEASE_PATH);
-  ASSERT_TRUE(in) << REDIS_LOCK_OLD_RELEASE_PATH;
-  const std::string old_release((std::istreambuf_iterator<char>(in)),
-                                std::istreambuf_iterator<char>());
+  const auto old_release = old_script("release_ec7000c.lua");
+  ASSERT_FALSE(old_release.empty());
   ASSERT_EQ(redis_command(cfg.port, {"EVAL", old_release, "4", keys.lease(), keys.queue(),
                                      keys.queue_expiry(), keys.fence(), old_token,
                                      "0123456789abcdef10000 Plock:notify:"}),

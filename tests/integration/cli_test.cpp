@@ -897,15 +897,19 @@ TEST(CliAdmin, StatusEscapesControlCharactersFromTheServer) {
   const auto resource = unique_resource();
   ChildProcess holder(cli({"--ttl", "5s", resource, "--", "sh", "-c", "echo held; exec sleep 30"}));
   ASSERT_EQ(holder.read_line(), "held");
-  const auto info = detail::make_keys("lock:", resource).info();
-  const auto record = redis_command(shared_server_port(), {"GET", info});
+  // The record is folded into the lease: '<token> <label>@<fencing token>'.
+  const auto lease = lease_key(resource);
+  const auto record = redis_command(shared_server_port(), {"GET", lease});
   const auto space = record.find(' ');
-  ASSERT_NE(space, std::string::npos) << record;
+  const auto at = record.rfind('@');
+  ASSERT_EQ(space, 32u) << record;
+  ASSERT_NE(at, std::string::npos) << record;
   const std::string evil =
       "\x1b]0;pwned\x07\x1b[31mFAKE\xc2\x9b"
       "2J";
-  ASSERT_EQ(redis_command(shared_server_port(),
-                          {"SET", info, record.substr(0, space + 1) + evil, "KEEPTTL"}),
+  ASSERT_EQ(redis_command(
+                shared_server_port(),
+                {"SET", lease, record.substr(0, space + 1) + evil + record.substr(at), "KEEPTTL"}),
             "OK");
   auto [code, text] = run_cli({"status", resource});
   EXPECT_EQ(code, 0);

@@ -58,7 +58,7 @@ TEST(Sentinel, LocksOnTheMasterTheSentinelsNameWithSeparatePasswords) {
         co_await locks.async_acquire(resource, {.ttl = 10s}, asio::as_tuple(asio::use_awaitable));
     EXPECT_FALSE(ec) << ec.message();
     CO_ASSERT_TRUE(guard.owns_lock());
-    EXPECT_EQ(set.command(0, {"GET", lease_key(resource)}), guard.token());
+    EXPECT_EQ(without_record(set.command(0, {"GET", lease_key(resource)})), guard.token());
     auto [ec2, other] = co_await from_url.async_acquire(resource, {.ttl = 10s},
                                                         asio::as_tuple(asio::use_awaitable));
     EXPECT_FALSE(ec2) << ec2.message();
@@ -293,7 +293,8 @@ TEST(Sentinel, SemaphoresReadWriteLocksAndAcquireAll) {
     auto all = co_await locks.async_acquire_all(several, {.ttl = 10s}, asio::use_awaitable);
     CO_ASSERT_TRUE(all.size() == 3);
     for (std::size_t i = 0; i < 3; ++i) {
-      EXPECT_EQ(set.command(set.master(), {"GET", lease_key(several[i])}), all[i].token());
+      EXPECT_EQ(without_record(set.command(set.master(), {"GET", lease_key(several[i])})),
+                all[i].token());
     }
     // The permit given back, the other manager takes it.
     p = LockGuard{};

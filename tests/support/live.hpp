@@ -143,6 +143,14 @@ inline std::string lease_key(std::string_view resource) {
   return "lock:{" + std::string(resource) + "}";
 }
 
+/// A mutex lease's value without the holder's record folded into it: '<token> <data>@<fencing
+/// token>[+]' reads as '<token>[+]' (the form of a lease handed over and not yet claimed, and
+/// of a Redlock lease); any other value as it is.
+inline std::string without_record(const std::string& value) {
+  if (value.size() <= 32 || value[32] != ' ') return value;
+  return value.substr(0, 32) + (value.back() == '+' ? "+" : "");
+}
+
 }  // namespace redis_lock::test
 
 /// ASSERT_TRUE for coroutines (gtest's ASSERT_* use `return`, which a coroutine cannot).

@@ -1,0 +1,55 @@
+-- (Put first in every script that mints, reads the clock or purges a queue, by the build:
+-- what their common paths need. The rest of what they share, shared.lua, follows, either at
+-- once or where the script says '-- (shared.lua)': each function defined costs the server
+-- its closure on every call, so a script's common path may come before them.)
+
+-- The server's clock (TIME), read once per call: Redis 7 stops it for the length of a script
+-- anyway, and on earlier versions the first reading serves each use here as well as a later
+-- one would (a fencing floor above every token minted before this call, a place's expiry).
+local clock
+local function server_time()
+  if not clock then clock = redis.call('TIME') end
+  return clock
+end
+
+-- The next fencing token of counter `fence`: its INCR, raised to the server's clock in
+-- microseconds. Never below the clock: a counter that was lost (a restart without
+-- persistence, eviction, FLUSHALL, a failover to a replica that missed INCRs) starts again
+-- above every token minted before. Lua numbers are doubles, exact below 2^53 (the clock is
+-- ~1.8e15); the counter is written from TIME's own digits, so its text never depends on how
+-- a Redis version formats a Lua number. With `fresh_only` (Redlock) only a fresh counter (1)
+-- is raised: each master's clock differs, so flooring every mint would make the masters
+-- disagree on every acquire and cost the max-register's write-back round trip each time; a
+-- master whose counter lags (it was down) is raised by that write-back anyway.
+-- Returns the token, or nil and the error of INCR (the counter holds something else).
+local function mint(fence, fresh_only)
+  local f = redis.pcall('INCR', fence)
+  if type(f) == 'table' and f.err then return nil, f end
+  if not fresh_only or f == 1 then
+    local t = server_time()
+    local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    if f < now_us then
+      f = now_us
+      redis.call('SET', fence, t[1] .. string.sub('00000' .. t[2], -6))
+    end
+  end
+  return f
+end
+
+-- A mutex's lease holds '<token> <data>@<fencing token>' (the holder's record folded into
+-- it: one key written and deleted per holding), data being the holder's label ('' when it has
+-- none), and for an election's leader a newline and what it proclaimed; then '+' once a
+-- waiter may be queued behind it (acquire.lua). Some holdings are written the older way,
+-- '<token>' alone, the record '<fencing token>@<token> <data>' in the info key beside it: a
+-- lease handed to a waiter (hand_on), until that waiter's claim folds it (so that a waiter
+-- of an older build, which knows only that form, can claim it too), and an election's
+-- leader (the observers of older builds read it there); a lease on Redlock has no record
+-- at all. The lease token ties the record to the holding it was minted for; inspect.lua
+-- leaves it out. Tokens are 32 hex digits.
+
+-- The lease value of `token` holding fencing token `term` with `data`; bare on Redlock
+-- (`info` nil: no record).
+local function lease_value(info, token, term, data)
+  if not info then return token end
+  return token .. ' ' .. data .. '@' .. term
+end
