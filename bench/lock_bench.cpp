@@ -67,6 +67,7 @@
 #include <fstream>
 #include <functional>
 #include <initializer_list>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -292,6 +293,13 @@ constexpr const char* check_and_set_lua =
     "if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end\n"
     "redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])\nreturn 1\n";
 
+/// The whole of file `path`; exits when it cannot be read.
+std::string file_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail("cannot read " + path);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
 /// A blocking hiredis context that sends lock commands of several shapes, pipelined, and
 /// checks each reply, in order, against what its command must get.
 class Raw {
@@ -305,6 +313,9 @@ class Raw {
     compare_delete_ = load(compare_and_delete_lua);
     check_and_set_ = load(check_and_set_lua);
     noop_ = load("return 1");
+    const std::string dir = REDIS_LOCK_OLD_SCRIPTS_DIR;
+    before_fold_acquire_ = load(file_text(dir + "/acquire_89ab635.lua"));
+    before_fold_release_ = load(file_text(dir + "/release_89ab635.lua"));
   }
   ~Raw() { redisFree(c_); }
   Raw(const Raw&) = delete;
@@ -317,17 +328,18 @@ class Raw {
   void release(const detail::ResourceKeys& k, const std::string& t) {
     release_as(k, t, manager_id);
   }
-  // The same scripts without the holder's record (KEYS[5] absent: what they ran before
-  // 2026-12-02, and still run on Redlock), to price the record.
-  void acquire_unrecorded(const detail::ResourceKeys& k, const std::string& t) {
-    send(Expect::granted, "acquire.lua without the record",
-         {"EVALSHA", detail::acquire_script.sha1, "4", k.lease(), k.fence(), k.queue(),
-          k.queue_expiry(), t, "10000", acquire_how});
+  // The scripts of 89ab635, before issue 31 folded the holder's record into the lease
+  // (tests/integration/old_scripts), with the same keys and arguments: the before of that
+  // change, measured in the same rounds.
+  void acquire_before_fold(const detail::ResourceKeys& k, const std::string& t) {
+    send(Expect::granted, "acquire.lua of 89ab635",
+         {"EVALSHA", before_fold_acquire_, "5", k.lease(), k.fence(), k.queue(), k.queue_expiry(),
+          k.info(), t, "10000", acquire_how});
   }
-  void release_unrecorded(const detail::ResourceKeys& k, const std::string& t) {
-    send(Expect::one, "release.lua without the record",
-         {"EVALSHA", detail::release_script.sha1, "4", k.lease(), k.queue(), k.queue_expiry(),
-          k.fence(), t, manager_id, notify_prefix});
+  void release_before_fold(const detail::ResourceKeys& k, const std::string& t) {
+    send(Expect::one, "release.lua of 89ab635",
+         {"EVALSHA", before_fold_release_, "5", k.lease(), k.queue(), k.queue_expiry(), k.fence(),
+          k.info(), t, manager_id, notify_prefix});
   }
   void fenced_acquire(const detail::ResourceKeys& k, const std::string& t) {
     send(Expect::positive, "minimal fenced acquire",
@@ -401,6 +413,7 @@ class Raw {
 
   redisContext* c_;
   std::string fenced_acquire_, floored_acquire_, compare_delete_, check_and_set_, noop_;
+  std::string before_fold_acquire_, before_fold_release_;
   std::deque<std::pair<Expect, const char*>> expected_;  // what each reply must be, and whose
 };
 
@@ -413,8 +426,8 @@ struct Kind {
 };
 
 const Kind own_scripts{"redis_lock",
-                       "acquire.lua (EXISTS queue, SET NX PX, INCR fence, TIME, SET fence, SET "
-                       "record PX) + release.lua (GET, DEL lease record; the queue only when the "
+                       "acquire.lua (EXISTS queue, GET, INCR fence, TIME, SET fence, SET lease "
+                       "with its record PX) + release.lua (GET, DEL; the queue only when the "
                        "lease says someone waits)",
                        &Raw::acquire, &Raw::release};
 const Kind minimal_fenced{"minimal fenced lock",
@@ -516,9 +529,10 @@ std::vector<Shape> server_ceiling(const Args& a, int rounds, double seconds) {
   Raw raw(a.port);
   const std::vector<Kind> kinds = {
       own_scripts,
-      {"redis_lock without the holder record",
-       "the same two scripts, one key fewer each: no SET of the record, DEL of the lease alone",
-       &Raw::acquire_unrecorded, &Raw::release_unrecorded},
+      {"redis_lock as of 89ab635",
+       "the same calls to the scripts before issue 31: the record a key of its own (SET, DEL), "
+       "every shared function defined before the common path",
+       &Raw::acquire_before_fold, &Raw::release_before_fold},
       minimal_fenced,
       {"minimal fenced lock + clock floor",
        "script (SET NX PX, INCR fence, TIME, SET fence) + script (GET, DEL)", &Raw::floored_acquire,

@@ -4,10 +4,9 @@ include(${CMAKE_CURRENT_LIST_DIR}/warnings.cmake)
 
 # Lua scripts are embedded with their SHA1 computed here, so EVALSHA needs no hashing code.
 set(_rl_script_defs "")
-# The scripts that mint, read the clock or purge the queue share those functions: first.lua
-# goes first in each of them, then shared.lua, at once or where the script's line
-# '-- (shared.lua)' stands (after its common path: each function defined costs the server a
-# closure on every call).
+# The scripts that mint, read the clock or keep a queue share functions: first.lua goes first
+# in each of them, and shared.lua where the script's line '-- (shared.lua)' stands, if it has
+# one (after its common path: each function defined costs the server a closure on every call).
 set(_rl_first "${PROJECT_SOURCE_DIR}/src/scripts/first.lua")
 set(_rl_shared "${PROJECT_SOURCE_DIR}/src/scripts/shared.lua")
 set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS "${_rl_first}" "${_rl_shared}")
@@ -19,14 +18,13 @@ foreach(name acquire release extend raise_fence acquire_set release_set extend_s
   set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS "${_file}")
   file(READ "${_file}" _body)
   if(NOT name STREQUAL "extend" AND NOT name STREQUAL "raise_fence")
-    string(FIND "${_body}" "\n-- (shared.lua)\n" _at)
-    if(_at EQUAL -1)
-      string(PREPEND _body "${_rl_shared_body}")
-    else()
-      string(REPLACE "\n-- (shared.lua)\n" "\n${_rl_shared_body}" _body "${_body}")
-    endif()
+    string(REPLACE "\n-- (shared.lua)\n" "\n${_rl_shared_body}" _body "${_body}")
     string(PREPEND _body "${_rl_first_body}")
   endif()
+  # Comment lines travel to the server for nothing (and a script over 16 KB is refused from
+  # a client not yet authenticated, before its NOAUTH): blanked, so line numbers still match.
+  string(REGEX REPLACE "\n[ \t]*--[^\n]*" "\n" _body "\n${_body}")
+  string(SUBSTRING "${_body}" 1 -1 _body)
   string(SHA1 _sha "${_body}")
   string(APPEND _rl_script_defs
     "inline constexpr Script ${name}_script{\"${name}\", R\"redis_lock_lua(${_body})redis_lock_lua\", \"${_sha}\"};\n")

@@ -138,7 +138,7 @@ void set_extend_args(ScriptOp& op, LeaseKind kind) {
     return op.set_args(extend_script, {op.keys.lease(), op.keys.info()},
                        {op.token, op.arg, op.announce});
   }
-  // A mutex's record is folded into its lease (shared.lua's holds): the lease alone, which
+  // A mutex's record is folded into its lease (first.lua's lease_value): the lease alone, which
   // also lets a renewal follow its key alone through a Cluster slot's migration.
   op.set_args(extend_script, {op.keys.lease()}, {op.token, op.arg});
 }

@@ -2,7 +2,7 @@
 -- us come first, and a lease handed over to us by a release is ours to claim.
 -- KEYS[1] lease, KEYS[2] fencing counter (same slot), KEYS[3] queue (zset: member -> arrival),
 -- KEYS[4] queue expiry (zset: member -> ms), KEYS[5] the lease's info (the record of a lease
--- handed over, and a leader's: shared.lua's holds; none on Redlock); ARGV[1] token (32 hex
+-- handed over, and a leader's: first.lua's lease_value; none on Redlock); ARGV[1] token (32 hex
 -- digits), ARGV[2] ttl ms, ARGV[3] '<mode><place ms> <member suffix>': mode '1' joins the
 -- queue when held, '0' does not, 'R' does not and floors only a fresh counter (Redlock, see
 -- mint); place ms: how long a queued waiter keeps its place without retrying; the member
@@ -11,7 +11,7 @@
 -- it is its (the holder's label, and an election's value); ARGV[4] (an election's
 -- candidate only) '<P|S><channel>' on which a new leader is announced. A queue member is
 -- token .. member suffix.
--- The lease's value is its holder's token and record (shared.lua's holds), followed by '+'
+-- The lease's value is its holder's token and record (first.lua's lease_value), followed by '+'
 -- once a waiter may be queued behind it: the release's GET then says whether it must look
 -- at the queue at all.
 -- Returns {1, fencing_token} when taken; {0, pttl} when not (pttl -2: free but reserved),

@@ -26,6 +26,7 @@ local now = now_ms()
 redis.call('ZREMRANGEBYSCORE', lease, '-inf', '(' .. now)
 local queued = redis.call('EXISTS', queue) == 1
 if queued then
+-- (shared.lua)
   drop_dead_waiters(queue, expiry)
   queued = redis.call('EXISTS', queue) == 1
 end

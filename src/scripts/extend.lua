@@ -1,10 +1,11 @@
 -- Extend the lease only if it still holds our token (with or without the waiters' '+').
--- KEYS[1] lease key, KEYS[2] its info (an election's leader only); ARGV[1] token, ARGV[2] new ttl ms,
--- ARGV[3] (an election's leader only) '<P|S><channel>': the observers hear
+-- KEYS[1] lease key, KEYS[2] its info (an election's leader only); ARGV[1] token, ARGV[2] new
+-- ttl ms, ARGV[3] (an election's leader only) '<P|S><channel>': the observers hear
 -- '<fencing token> <ttl ms> <data>'. Returns 1 if extended, else 0.
--- The lease holds '<token> <data>@<fencing token>', or (on Redlock, or handed over and not
--- yet claimed) '<token>' with the record '<fencing token>@<token> <data>' in the info key;
--- then '+' when a waiter may be queued (shared.lua's holds, not put before this script).
+-- The lease holds '<token> <data>@<fencing token>', or (on Redlock, a leader's, or handed
+-- over and not yet claimed) '<token>' with the record '<fencing token>@<token> <data>' in the
+-- info key (none on Redlock);
+-- then '+' when a waiter may be queued (first.lua's lease_value; not put before this script).
 -- (pcall: a key that lapsed and became another kind of lock is not ours; no WRONGTYPE.)
 local current = redis.pcall('GET', KEYS[1])
 if type(current) ~= 'string' or string.sub(current, 1, 32) ~= ARGV[1] then return 0 end

@@ -1,7 +1,7 @@
 -- Extend one hold of a lease set (acquire_set.lua) only if it is still ours and live: an
 -- expired hold not yet purged is not revived.
 -- The key then lasts as long as its longest live hold and a queue place's life at most
--- beyond (an extension down may shorten it: shared.lua's fit_lease_set).
+-- beyond (an extension down may shorten it: first.lua's fit_lease_set).
 -- KEYS[1] lease set (the one key: see fit_lease_set); ARGV[1] holder (token .. mode),
 -- ARGV[2] new ttl ms, ARGV[3] a queue place's life in ms.
 -- Returns 1 if extended, else 0.

@@ -1,7 +1,7 @@
--- (Put first in every script that mints, reads the clock or purges a queue, by the build:
--- what their common paths need. The rest of what they share, shared.lua, follows, either at
--- once or where the script says '-- (shared.lua)': each function defined costs the server
--- its closure on every call, so a script's common path may come before them.)
+-- (Put first by the build in every script that mints, reads the clock or keeps a queue: what
+-- their common paths need. The rest of what they share, shared.lua, goes where a script's
+-- line '-- (shared.lua)' stands, and nowhere else: each function defined costs the server
+-- its closure on every call, so a script's common path comes before them.)
 
 -- The server's clock (TIME), read once per call: Redis 7 stops it for the length of a script
 -- anyway, and on earlier versions the first reading serves each use here as well as a later
@@ -36,6 +36,12 @@ local function mint(fence, fresh_only)
   return f
 end
 
+-- The server's clock in milliseconds (the queue expiry's scores are on it).
+local function now_ms()
+  local t = server_time()
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
 -- A mutex's lease holds '<token> <data>@<fencing token>' (the holder's record folded into
 -- it: one key written and deleted per holding), data being the holder's label ('' when it has
 -- none), and for an election's leader a newline and what it proclaimed; then '+' once a
@@ -52,4 +58,26 @@ end
 local function lease_value(info, token, term, data)
   if not info then return token end
   return token .. ' ' .. data .. '@' .. term
+end
+
+-- A lease set's key lives as long as its last live hold, and as long as its queue (the
+-- marker keeps the kind and limit for the waiters): once no hold is live and nobody waits,
+-- the resource is free for any kind. Called where the longest hold may have ended early (an
+-- extension down, a release); with neither left, the key goes. `queue` is the queue's key,
+-- false when the caller knows there is none, or nil for a caller that names the lease set
+-- alone (extend_set.lua, so that it follows a Cluster slot's migration key by key): the key
+-- then keeps its present expiry for a queue that may be there, but no longer than
+-- `place_ms` (a queue place's life) from now.
+local function fit_lease_set(lease, queue, place_ms)
+  local now = now_ms()
+  local last = redis.call('ZREVRANGEBYSCORE', lease, '(+inf', '-inf', 'WITHSCORES', 'LIMIT', 0, 1)
+  local ends = last[2] and tonumber(last[2]) or now
+  local waiting = -2
+  if queue then
+    waiting = redis.call('PTTL', queue)
+  elseif queue == nil then
+    waiting = math.min(redis.call('PTTL', lease), tonumber(place_ms))
+  end
+  if waiting > 0 then ends = math.max(ends, now + waiting) end
+  redis.call('PEXPIREAT', lease, string.format('%.0f', ends))
 end

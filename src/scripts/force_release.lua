@@ -6,6 +6,7 @@
 -- info, KEYS[6] lease sets' queue, KEYS[7] its expiry (one slot); ARGV[1] '<P|S><channel
 -- prefix>' of the waiters' managers, ARGV[2] '<P|S><channel>' of an election's observers.
 -- Returns 1 if anybody held it, else 0 (and nothing is changed).
+-- (shared.lua)
 local lease = KEYS[1]
 local what = redis.call('TYPE', lease)['ok']
 if what == 'string' then

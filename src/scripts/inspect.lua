@@ -4,6 +4,7 @@
 -- holds), KEYS[3] the mutex queue's expiry, KEYS[4] the lease sets' queue expiry.
 -- Returns {what, ms left, info, live waiters, holders, exclusive}: what is 'none', 'mutex',
 -- or a lease set's marker ('#S<limit>', '#RW'); ms left -2 when nobody holds it.
+-- (shared.lua)
 local lease = KEYS[1]
 local now = now_ms()
 local what = redis.call('TYPE', lease)['ok']

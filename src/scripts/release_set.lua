@@ -25,11 +25,14 @@ if score then
   redis.call('ZREM', lease, holder)
 end
 redis.call('ZREMRANGEBYSCORE', lease, '-inf', '(' .. now)
-local kind = redis.call('ZRANGE', lease, -1, -1)[1]
-if kind and queued then
+-- What is left: the kind's marker (scored +inf, there while anything is) and the live holds.
+local left = redis.call('ZCARD', lease)
+if left > 0 and queued then
+-- (shared.lua)
   now = drop_dead_waiters(queue, expiry)
+  local kind = redis.call('ZRANGE', lease, -1, -1)[1]
   local limit = string.byte(kind, 2) == 83 and tonumber(string.sub(kind, 3)) or math.huge
-  local count = redis.call('ZCARD', lease) - 1
+  local count = left - 1
   local exclusive = count == 1 and string.byte(redis.call('ZRANGE', lease, 0, 0)[1], 33) == 120
   local how = ARGV[3]
   for _ = 1, 256 do
@@ -59,11 +62,15 @@ if kind and queued then
   end
 end
 -- The marker alone, and nobody waits: idle. Otherwise the key lasts as long as what is
--- left (our hold may have been the longest).
-if redis.call('ZCARD', lease) == 1 and redis.call('EXISTS', queue) == 0 then
+-- left (our hold may have been the longest). (Without a queue at the start, none came.)
+if queued then
+  left = redis.call('ZCARD', lease)
+  queued = redis.call('EXISTS', queue) == 1
+end
+if left == 1 and not queued then
   redis.call('DEL', lease)
-elseif kind then
-  fit_lease_set(lease, queue)
+elseif left > 0 then
+  fit_lease_set(lease, queued and queue)
 end
 if ours then return 1 end
 return 0

@@ -1,11 +1,5 @@
--- (Put by the build after first.lua in every script that mints, reads the clock or purges a
--- queue: what they share beyond their common paths.)
-
--- The server's clock in milliseconds (the queue expiry's scores are on it).
-local function now_ms()
-  local t = server_time()
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
+-- (Put by the build where a script's line '-- (shared.lua)' stands, after first.lua: what the
+-- scripts share beyond their common paths.)
 
 -- Waiters that stopped refreshing their place (crashed) leave the queue: every place that
 -- lapsed, up to 10,000 a call (in steps of 1,000; each costs the server about 1.3 us, so a
@@ -137,25 +131,4 @@ local function hand_on(lease, queue, expiry, fence, info, how, announce)
   end
   publish(how, string.sub(head, 33, 48), message)
   return true
-end
-
--- A lease set's key lives as long as its last live hold, and as long as its queue (the
--- marker keeps the kind and limit for the waiters): once no hold is live and nobody waits,
--- the resource is free for any kind. Called where the longest hold may have ended early (an
--- extension down, a release); with neither left, the key goes. `queue` is the queue's key,
--- or nil for a caller that names the lease set alone (extend_set.lua, so that it follows a
--- Cluster slot's migration key by key): the key then keeps its present expiry for a queue
--- that may be there, but no longer than `place_ms` (a queue place's life) from now.
-local function fit_lease_set(lease, queue, place_ms)
-  local now = now_ms()
-  local last = redis.call('ZREVRANGEBYSCORE', lease, '(+inf', '-inf', 'WITHSCORES', 'LIMIT', 0, 1)
-  local ends = last[2] and tonumber(last[2]) or now
-  local waiting
-  if queue then
-    waiting = redis.call('PTTL', queue)
-  else
-    waiting = math.min(redis.call('PTTL', lease), tonumber(place_ms))
-  end
-  if waiting > 0 then ends = math.max(ends, now + waiting) end
-  redis.call('PEXPIREAT', lease, string.format('%.0f', ends))
 end
