@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: MIT
-// Turns the benchmark's JSON results (lock_bench --json, and the peers' JSON lines) into
-// docs/benchmarks/comparison.md with tables and three SVG charts. No dependencies.
+// Turns the benchmark's JSON results (lock_bench --json, kinds_bench --json, and the peers'
+// JSON lines) into docs/benchmarks/comparison.md with tables and SVG charts. No dependencies.
 //   node bench/report.js RESULTS_DIR OUT_DIR
-// RESULTS_DIR holds redis_lock.json, peers.jsonl and machine.json (from scripts/bench).
+// RESULTS_DIR holds redis_lock.json, peers.jsonl and machine.json (from scripts/bench), and
+// kinds.json when kinds_bench ran.
 'use strict';
 const fs = require('fs');
 const path = require('path');
@@ -13,10 +14,13 @@ if (!resultsDir || !outDir) {
   process.exit(2);
 }
 const ours = JSON.parse(fs.readFileSync(path.join(resultsDir, 'redis_lock.json'), 'utf8'));
-const peers = fs.readFileSync(path.join(resultsDir, 'peers.jsonl'), 'utf8')
-  .split('\n').filter((l) => l.trim()).map((l) => JSON.parse(l))
-  // Mutexes only: npm redis-semaphore's Semaphore is compared with our permits (kinds_bench).
-  .filter((r) => r.library !== 'npm redis-semaphore-semaphore');
+const peerLines = fs.readFileSync(path.join(resultsDir, 'peers.jsonl'), 'utf8')
+  .split('\n').filter((l) => l.trim()).map((l) => JSON.parse(l));
+// Mutexes only: npm redis-semaphore's Semaphore is compared with our permits (kinds_bench).
+const peers = peerLines.filter((r) => r.library !== 'npm redis-semaphore-semaphore');
+const semaphorePeer = peerLines.find((r) => r.library === 'npm redis-semaphore-semaphore');
+const kindsPath = path.join(resultsDir, 'kinds.json');
+const kinds = fs.existsSync(kindsPath) ? JSON.parse(fs.readFileSync(kindsPath, 'utf8')) : null;
 const machine = JSON.parse(fs.readFileSync(path.join(resultsDir, 'machine.json'), 'utf8'));
 const all = [ours, ...peers];
 // One colour per library in every chart.
@@ -264,6 +268,37 @@ if (ours.held) {
   }
   md.push(`| gap p99 (us) | ${ours.handoff.map((h) => fmt(h.gap_p99_us, 0)).join(' | ')} |`);
   md.push(`| client commands per acquisition | ${ours.handoff.map((h) => fmt(h.commands_per_acquisition, 2)).join(' | ')} |`);
+}
+if (kinds) {
+  // Semaphores and read-write locks beside the mutex, all from kinds_bench's rounds (ratios
+  // within a round); npm redis-semaphore's Semaphore over the raw probes of its own window.
+  const kindNames = kinds.server_cpu.map((c) => c.kind);
+  const tpKind = (k, n) => kinds.throughput.find((t) => t.kind === k && t.in_flight === n) || {};
+  fs.writeFileSync(path.join(outDir, 'kinds.svg'), bars({
+    title: '(f) server CPU per acquire + release at 64 in flight, over the mutex\'s (lower is better)',
+    yLabel: 'times the mutex',
+    digits: 2,
+    items: kinds.server_cpu.map((c) => ({ name: c.kind, value: c.vs_mutex.median })),
+  }));
+  md.push('\n## (f) Semaphores and read-write locks, beside the mutex\n');
+  md.push('![kinds](kinds.svg)\n');
+  md.push('`bench/kinds_bench`: a semaphore of 1000 permits (never contended) and a read-write lock\'s shared and exclusive holds, each against redis_lock\'s mutex in the same rounds (order alternating); ratios are medians of per-round ratios (range in brackets). Server CPU is `INFO cpu` around 64 chains in flight.\n');
+  md.push(`| | ${kindNames.join(' | ')} |`);
+  md.push(`|---|${kindNames.map(() => '---:').join('|')}|`);
+  md.push(`| acquire + release p50 (us) | ${kindNames.map((k) => fmt((kinds.latency.find((l) => l.kind === k) || {}).p50_us, 0)).join(' | ')} |`);
+  md.push(`| p50 vs the mutex | ${kindNames.map((k) => spreadText((kinds.latency.find((l) => l.kind === k) || {}).p50_vs_mutex)).join(' | ')} |`);
+  for (const n of [1, 8, 64]) {
+    md.push(`| pairs/s, ${n} in flight | ${kindNames.map((k) => (tpKind(k, n).pairs_per_s ? `${fmt(tpKind(k, n).pairs_per_s)} (${spreadText(tpKind(k, n).vs_mutex)})` : 'n/a')).join(' | ')} |`);
+  }
+  md.push(`| server CPU per pair, 64 in flight (us) | ${kinds.server_cpu.map((c) => `${fmt(c.us_per_pair, 1)} (${spreadText(c.vs_mutex)})`).join(' | ')} |`);
+  for (const h of kinds.handoff) {
+    md.push(`\nHand-off with ${h.waiters} waiters, gap p50 / p99: mutex ${fmt(h.mutex_gap_p50_us, 0)} / ${fmt(h.mutex_gap_p99_us, 0)} us, permit ${fmt(h.permit_gap_p50_us, 0)} / ${fmt(h.permit_gap_p99_us, 0)} us (${spreadText(h.permit_vs_mutex)} the mutex's).`);
+  }
+  if (semaphorePeer) {
+    const permit64 = tpKind('permit', 64).pairs_per_s, mutex64 = tpKind('mutex', 64).pairs_per_s;
+    const peerVsRaw = spreadOf(windows(semaphorePeer).map((b) => tpOf(semaphorePeer, 64) / b.raw_pairs_per_s_64));
+    md.push(`\nnpm redis-semaphore's \`Semaphore\` (${semaphorePeer.version}) on the same server right after: p50 ${fmt(semaphorePeer.latency.p50_us, 0)} us, ${inFlight.filter((n) => tpOf(semaphorePeer, n)).map((n) => `${fmt(tpOf(semaphorePeer, n))} pairs/s at ${n}`).join(', ')}; at 64 in flight ${spreadText(peerVsRaw)} of the raw probes of its window. redis_lock's permit at 64 in flight: ${fmt(permit64)} pairs/s, ${permit64 && mutex64 ? (permit64 / mutex64).toFixed(2) : 'n/a'}x of its mutex in the same rounds (absolute pairs/s of runs minutes apart are not compared).`);
+  }
 }
 md.push('');
 fs.writeFileSync(path.join(outDir, 'comparison.md'), md.join('\n'));

@@ -38,7 +38,8 @@ class ResourceKeys {
   /// <prefix>qx:{<tag>}<resource>: when each place lapses (zset)
   Key queue_expiry() const& noexcept { return part(3); }
   /// <prefix>h:{<tag>}<resource>: a mutex's holder record (fencing token, label) while the
-  /// lease handed to a waiter is not yet claimed; the lease's own value holds it otherwise
+  /// lease handed to a waiter is not yet claimed, and an election leader's; the lease's own
+  /// value holds it otherwise
   Key info() const& noexcept { return part(4); }
   std::string lease() && { return part(0); }
   std::string fence() && { return part(1); }

@@ -113,6 +113,12 @@ void prepare_release(LockService& service, CompareOp& op, std::string resource, 
         {op.keys.lease(), op.keys.queue(), op.keys.queue_expiry(), op.keys.fence(), op.keys.info()},
         {op.token, op.arg, op.notify, op.announce});
   }
+  if (service.redlock()) {
+    // No info on Redlock (prepare_acquire): its bare lease takes release.lua's common path.
+    return op.set_args(release_script,
+                       {op.keys.lease(), op.keys.queue(), op.keys.queue_expiry(), op.keys.fence()},
+                       {op.token, op.arg, op.notify});
+  }
   op.set_args(
       release_script,
       {op.keys.lease(), op.keys.queue(), op.keys.queue_expiry(), op.keys.fence(), op.keys.info()},
