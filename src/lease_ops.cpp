@@ -93,36 +93,37 @@ void prepare_release(LockService& service, CompareOp& op, std::string resource, 
   // Our member suffix, and '<P|S><channel prefix>' (release.lua, release_set.lua): the
   // channel of the next waiter's manager is the prefix + its manager id. A holder's suffix is
   // its manager id (and in a lease set, its mode, which names its hold); a waiter's carries
-  // its data after a space, so the two travel as two words.
-  if (member_suffix.empty()) {
-    op.arg.assign(service.waiters().manager_id());
-    if (is_lease_set(kind)) op.arg += mode_letter(kind);
-  } else {
-    op.arg.assign(member_suffix);
+  // its data after a space, so the two travel as two words. (A mutex holder's is the
+  // manager id itself, which outlives the op: no copy.)
+  std::string_view suffix = service.waiters().manager_id();
+  if (!member_suffix.empty()) {
+    suffix = op.arg.assign(member_suffix);
+  } else if (is_lease_set(kind)) {
+    suffix = op.arg.assign(suffix) += mode_letter(kind);
   }
   op.notify.assign(service.cluster() ? "S" : "P").append(service.waiters().channel_prefix(op.slot));
   if (is_lease_set(kind)) {
     return op.set_args(release_set_script,
                        {op.keys.lease(), op.keys.queue(), op.keys.queue_expiry(), op.keys.fence()},
-                       {op.token, op.arg, op.notify});
+                       {op.token, suffix, op.notify});
   }
   if (kind == LeaseKind::leader) {
     op.announce = service.announce_of(resource);
     return op.set_args(
         release_script,
         {op.keys.lease(), op.keys.queue(), op.keys.queue_expiry(), op.keys.fence(), op.keys.info()},
-        {op.token, op.arg, op.notify, op.announce});
+        {op.token, suffix, op.notify, op.announce});
   }
   if (service.redlock()) {
     // No info on Redlock (prepare_acquire): its bare lease takes release.lua's common path.
     return op.set_args(release_script,
                        {op.keys.lease(), op.keys.queue(), op.keys.queue_expiry(), op.keys.fence()},
-                       {op.token, op.arg, op.notify});
+                       {op.token, suffix, op.notify});
   }
   op.set_args(
       release_script,
       {op.keys.lease(), op.keys.queue(), op.keys.queue_expiry(), op.keys.fence(), op.keys.info()},
-      {op.token, op.arg, op.notify});
+      {op.token, suffix, op.notify});
 }
 
 void prepare_extend(LockService& service, ScriptOp& op, const std::string& resource,
