@@ -288,9 +288,9 @@ if (kinds) {
   md.push(`| acquire + release p50 (us) | ${kindNames.map((k) => fmt((kinds.latency.find((l) => l.kind === k) || {}).p50_us, 0)).join(' | ')} |`);
   md.push(`| p50 vs the mutex | ${kindNames.map((k) => spreadText((kinds.latency.find((l) => l.kind === k) || {}).p50_vs_mutex)).join(' | ')} |`);
   for (const n of [1, 8, 64]) {
-    md.push(`| pairs/s, ${n} in flight | ${kindNames.map((k) => (tpKind(k, n).pairs_per_s ? `${fmt(tpKind(k, n).pairs_per_s)} (${spreadText(tpKind(k, n).vs_mutex)})` : 'n/a')).join(' | ')} |`);
+    md.push(`| pairs/s, ${n} in flight | ${kindNames.map((k) => (tpKind(k, n).pairs_per_s ? `${fmt(tpKind(k, n).pairs_per_s)}, ${spreadText(tpKind(k, n).vs_mutex)}` : 'not measured')).join(' | ')} |`);
   }
-  md.push(`| server CPU per pair, 64 in flight (us) | ${kinds.server_cpu.map((c) => `${fmt(c.us_per_pair, 1)} (${spreadText(c.vs_mutex)})`).join(' | ')} |`);
+  md.push(`| server CPU per pair, 64 in flight (us) | ${kinds.server_cpu.map((c) => `${fmt(c.us_per_pair, 1)}, ${spreadText(c.vs_mutex)}`).join(' | ')} |`);
   for (const h of kinds.handoff) {
     md.push(`\nHand-off with ${h.waiters} waiters, gap p50 / p99: mutex ${fmt(h.mutex_gap_p50_us, 0)} / ${fmt(h.mutex_gap_p99_us, 0)} us, permit ${fmt(h.permit_gap_p50_us, 0)} / ${fmt(h.permit_gap_p99_us, 0)} us (${spreadText(h.permit_vs_mutex)} the mutex's).`);
   }
