@@ -332,14 +332,10 @@ class Raw {
   // (tests/integration/old_scripts), with the same keys and arguments: the before of that
   // change, measured in the same rounds.
   void acquire_before_fold(const detail::ResourceKeys& k, const std::string& t) {
-    send(Expect::granted, "acquire.lua of 89ab635",
-         {"EVALSHA", before_fold_acquire_, "5", k.lease(), k.fence(), k.queue(), k.queue_expiry(),
-          k.info(), t, "10000", acquire_how});
+    acquire_as(k, t, acquire_how, Expect::granted, before_fold_acquire_, "acquire.lua of 89ab635");
   }
   void release_before_fold(const detail::ResourceKeys& k, const std::string& t) {
-    send(Expect::one, "release.lua of 89ab635",
-         {"EVALSHA", before_fold_release_, "5", k.lease(), k.queue(), k.queue_expiry(), k.fence(),
-          k.info(), t, manager_id, notify_prefix});
+    release_as(k, t, manager_id, before_fold_release_, "release.lua of 89ab635");
   }
   void fenced_acquire(const detail::ResourceKeys& k, const std::string& t) {
     send(Expect::positive, "minimal fenced acquire",
@@ -362,17 +358,21 @@ class Raw {
     send(Expect::one, "DEL", {"DEL", k.lease()});
   }
   // acquire.lua and release.lua as a waiting manager sends them: `how` is acquire.lua's
-  // ARGV[3], `suffix` release.lua's ARGV[2] (for the per-stage account's hand-off).
+  // ARGV[3], `suffix` release.lua's ARGV[2] (for the per-stage account's hand-off); `sha`
+  // and `what` name another build's script of the same calling convention.
   void acquire_as(const detail::ResourceKeys& k, const std::string& t, std::string_view how,
-                  Expect e) {
-    send(e, "acquire.lua",
-         {"EVALSHA", detail::acquire_script.sha1, "5", k.lease(), k.fence(), k.queue(),
-          k.queue_expiry(), k.info(), t, "10000", how});
+                  Expect e, std::string_view sha = detail::acquire_script.sha1,
+                  const char* what = "acquire.lua") {
+    send(e, what,
+         {"EVALSHA", sha, "5", k.lease(), k.fence(), k.queue(), k.queue_expiry(), k.info(), t,
+          "10000", how});
   }
-  void release_as(const detail::ResourceKeys& k, const std::string& t, std::string_view suffix) {
-    send(Expect::one, "release.lua",
-         {"EVALSHA", detail::release_script.sha1, "5", k.lease(), k.queue(), k.queue_expiry(),
-          k.fence(), k.info(), t, suffix, notify_prefix});
+  void release_as(const detail::ResourceKeys& k, const std::string& t, std::string_view suffix,
+                  std::string_view sha = detail::release_script.sha1,
+                  const char* what = "release.lua") {
+    send(Expect::one, what,
+         {"EVALSHA", sha, "5", k.lease(), k.queue(), k.queue_expiry(), k.fence(), k.info(), t,
+          suffix, notify_prefix});
   }
   void noop_acquire(const detail::ResourceKeys& k, const std::string& t) {
     send(Expect::one, "no-op acquire",

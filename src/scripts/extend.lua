@@ -4,28 +4,23 @@
 -- '<fencing token> <ttl ms> <data>'. Returns 1 if extended, else 0.
 -- The lease holds '<token> <data>@<fencing token>', or (on Redlock, a leader's, or handed
 -- over and not yet claimed) '<token>' with the record '<fencing token>@<token> <data>' in the
--- info key (none on Redlock);
--- then '+' when a waiter may be queued (first.lua's lease_value; not put before this script).
+-- info key (none on Redlock); then '+' when a waiter may be queued (first.lua's lease_value,
+-- whose holds() this check is: neither is put before this script). A leader's lease is never
+-- folded, so only the record beside it is renewed and announced.
 -- (pcall: a key that lapsed and became another kind of lock is not ours; no WRONGTYPE.)
 local current = redis.pcall('GET', KEYS[1])
 if type(current) ~= 'string' or string.sub(current, 1, 32) ~= ARGV[1] then return 0 end
 local after = string.byte(current, 33)
-local folded = after == 32
-if not (folded or not after or (after == 43 and #current == 33)) then return 0 end
+if not (after == 32 or not after or (after == 43 and #current == 33)) then return 0 end
 local info = KEYS[2]
-local term, data
-if folded then
-  local at, _, t = string.find(current, '@(%d+)%+?$', 34)
-  term, data = t, at and string.sub(current, 34, at - 1)
-elseif info then
+if info and after ~= 32 then
   redis.call('PEXPIRE', info, ARGV[2])
   local text = ARGV[3] and redis.call('GET', info)
+  local term = text and string.match(text, '^%d+')
   local gap = text and string.find(text, ' ', 1, true)
-  term = text and string.match(text, '^%d+')
-  data = gap and string.sub(text, gap + 1)
-end
-if info and ARGV[3] and term and data then
-  local command = string.byte(ARGV[3], 1) == 83 and 'SPUBLISH' or 'PUBLISH'
-  redis.call(command, string.sub(ARGV[3], 2), term .. ' ' .. ARGV[2] .. ' ' .. data)
+  if term and gap then
+    local command = string.byte(ARGV[3], 1) == 83 and 'SPUBLISH' or 'PUBLISH'
+    redis.call(command, string.sub(ARGV[3], 2), term .. ' ' .. ARGV[2] .. string.sub(text, gap))
+  end
 end
 return redis.call('PEXPIRE', KEYS[1], ARGV[2])

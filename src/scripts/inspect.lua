@@ -1,7 +1,7 @@
 -- Read who holds a resource, for how long, and how many wait, in one atomic step that
 -- changes nothing (LockManager::async_inspect, Election::async_leader).
--- KEYS[1] lease, KEYS[2] its info (a mutex's holder when not in the lease: shared.lua's
--- holds), KEYS[3] the mutex queue's expiry, KEYS[4] the lease sets' queue expiry.
+-- KEYS[1] lease, KEYS[2] its info (a mutex's holder when not in the lease: first.lua's
+-- lease_value), KEYS[3] the mutex queue's expiry, KEYS[4] the lease sets' queue expiry.
 -- Returns {what, ms left, info, live waiters, holders, exclusive}: what is 'none', 'mutex',
 -- or a lease set's marker ('#S<limit>', '#RW'); ms left -2 when nobody holds it.
 -- (shared.lua)

@@ -2,15 +2,15 @@
 -- delete it. Otherwise takes our own member out of the queue: this is how a waiter that
 -- gives up leaves.
 -- KEYS[1] lease, KEYS[2] queue, KEYS[3] queue expiry, KEYS[4] fencing counter, KEYS[5] the
--- lease's info (the record of a lease handed over, and a leader's: first.lua's lease_value; none
--- on Redlock), all of one slot; ARGV[1] token, ARGV[2] our member suffix (after a space, a
--- waiter's data: its label, a candidate's value), ARGV[3] '<P|S><channel prefix>': P
--- publishes with PUBLISH, S with SPUBLISH (a Cluster: the channel then carries this slot's
--- hash tag); ARGV[4] (an election's leader only) '<P|S><channel>'
--- on which the change of leader is announced.
--- The lease's value is the holder's token and record (first.lua's lease_value), with '+' appended
--- once a waiter may be queued (acquire.lua): without it, nobody is, and neither is our own
--- member.
+-- lease's info (the record of a lease handed over, and a leader's: first.lua's
+-- lease_value; none on Redlock), all of one slot; ARGV[1] token, ARGV[2] our member suffix
+-- (after a space, a waiter's data: its label, a candidate's value), ARGV[3] '<P|S><channel
+-- prefix>': P publishes with PUBLISH, S with SPUBLISH (a Cluster: the channel then carries
+-- this slot's hash tag); ARGV[4] (an election's leader only) '<P|S><channel>' on which the
+-- change of leader is announced.
+-- The lease's value is the holder's token and record (first.lua's lease_value), with '+'
+-- appended once a waiter may be queued (acquire.lua): without it, nobody is, and neither is
+-- our own member.
 -- A hand-off is set up in this one step (hand_on); the waiter claims it on the message.
 -- Returns 1 if the lease was ours, else 0.
 local lease, token, info, announce = KEYS[1], ARGV[1], KEYS[5], ARGV[4]

@@ -273,13 +273,32 @@ std::string old_script(const std::string& name) {
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
-/// acquire.lua sent by hand for a waiter of token `token` ('1': queue if held, a place of
-/// 5 s) whose member suffix is `suffix` (manager id, ttl, and optionally ' ' and a label).
+/// acquire.lua (or `body`, an older build's) sent by hand with its five keys: token `token`,
+/// ttl `ttl_ms`, ARGV[3] `how`.
+std::string eval_acquire(std::uint16_t port, const detail::ResourceKeys& keys,
+                         const std::string& token, const std::string& ttl_ms,
+                         const std::string& how,
+                         const std::string& body = std::string(detail::acquire_script.body)) {
+  return redis_command(port, {"EVAL", body, "5", keys.lease(), keys.fence(), keys.queue(),
+                              keys.queue_expiry(), keys.info(), token, ttl_ms, how});
+}
+
+/// acquire.lua (or `body`) sent by hand for a waiter of token `token` ('1': queue if held, a
+/// place of 5 s) whose member suffix is `suffix` (manager id, ttl, and optionally ' ' and a
+/// label).
 std::string attempt(std::uint16_t port, const detail::ResourceKeys& keys, const std::string& token,
-                    const std::string& suffix) {
-  return redis_command(
-      port, {"EVAL", std::string(detail::acquire_script.body), "5", keys.lease(), keys.fence(),
-             keys.queue(), keys.queue_expiry(), keys.info(), token, "5000", "15000 " + suffix});
+                    const std::string& suffix,
+                    const std::string& body = std::string(detail::acquire_script.body)) {
+  return eval_acquire(port, keys, token, "5000", "15000 " + suffix, body);
+}
+
+/// An older build's release.lua (`body`, five keys) sent by hand for token `token` with
+/// member suffix `suffix`, publishing on the default prefix's channels.
+std::string eval_old_release(std::uint16_t port, const detail::ResourceKeys& keys,
+                             const std::string& body, const std::string& token,
+                             const std::string& suffix) {
+  return redis_command(port, {"EVAL", body, "5", keys.lease(), keys.queue(), keys.queue_expiry(),
+                              keys.fence(), keys.info(), token, suffix, "Plock:notify:"});
 }
 
 }  // namespace
@@ -373,11 +392,7 @@ TEST(HolderLabel, APreviousBuildsWaiterIsHandedTodaysLeaseInTheFormItClaims) {
   ASSERT_FALSE(old_acquire.empty() || old_release.empty());
   const std::string token(32, 'd');
   const std::string suffix = "0123456789abcdef5000 old-waiter";
-  const auto old_attempt = [&] {
-    return redis_command(cfg.port,
-                         {"EVAL", old_acquire, "5", keys.lease(), keys.fence(), keys.queue(),
-                          keys.queue_expiry(), keys.info(), token, "5000", "15000 " + suffix});
-  };
+  const auto old_attempt = [&] { return attempt(cfg.port, keys, token, suffix, old_acquire); };
   ASSERT_EQ(old_attempt().rfind("0 ", 0), 0u) << "queued";
   EXPECT_EQ(redis_command(cfg.port, {"GET", keys.lease()}),
             g.token() + " new@" + std::to_string(g.fencing_token()) + "+");
@@ -389,10 +404,7 @@ TEST(HolderLabel, APreviousBuildsWaiterIsHandedTodaysLeaseInTheFormItClaims) {
   EXPECT_GT(std::stoull(handed), g.fencing_token());
   EXPECT_EQ(old_attempt(), "1 " + handed) << "the old waiter's claim minted another token";
   EXPECT_EQ(inspect(holder, resource).holder, "old-waiter") << "today's inspect reads the record";
-  EXPECT_EQ(redis_command(cfg.port, {"EVAL", old_release, "5", keys.lease(), keys.queue(),
-                                     keys.queue_expiry(), keys.fence(), keys.info(), token,
-                                     suffix.substr(0, 20), "Plock:notify:"}),
-            "1");
+  EXPECT_EQ(eval_old_release(cfg.port, keys, old_release, token, suffix.substr(0, 20)), "1");
   EXPECT_EQ(redis_command(cfg.port, {"EXISTS", keys.lease(), keys.info()}), "0");
 }
 
@@ -408,10 +420,8 @@ TEST(HolderLabel, TodaysWaiterFoldsTheRecordOfALeaseAPreviousBuildHandedIt) {
   const auto old_release = old_script("release_89ab635.lua");
   ASSERT_FALSE(old_acquire.empty() || old_release.empty());
   const std::string old_token(32, 'e');
-  const auto taken =
-      redis_command(cfg.port, {"EVAL", old_acquire, "5", keys.lease(), keys.fence(), keys.queue(),
-                               keys.queue_expiry(), keys.info(), old_token, "10000",
-                               "05000 0123456789abcdef10000 old-holder"});
+  const auto taken = eval_acquire(cfg.port, keys, old_token, "10000",
+                                  "05000 0123456789abcdef10000 old-holder", old_acquire);
   ASSERT_EQ(taken.rfind("1 ", 0), 0u) << taken;
   Background bg;
   LockManager waiter(bg.io.get_executor(), cfg, {.holder_label = "new-waiter"});
@@ -431,9 +441,7 @@ TEST(HolderLabel, TodaysWaiterFoldsTheRecordOfALeaseAPreviousBuildHandedIt) {
   });
   parked.get_future().wait();
   const auto released =
-      redis_command(cfg.port, {"EVAL", old_release, "5", keys.lease(), keys.queue(),
-                               keys.queue_expiry(), keys.fence(), keys.info(), old_token,
-                               "0123456789abcdef10000 old-holder", "Plock:notify:"});
+      eval_old_release(cfg.port, keys, old_release, old_token, "0123456789abcdef10000 old-holder");
   const auto record = redis_command(cfg.port, {"GET", keys.info()});
   resume.set_value();
   ASSERT_EQ(released, "1");
