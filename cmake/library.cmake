@@ -40,7 +40,9 @@ configure_file(src/scripts.hpp.in "${PROJECT_BINARY_DIR}/generated/redis_lock_sc
 # service ids).
 add_library(redis_lock_internal OBJECT
   src/acquire_all.cpp
+  src/acquire_fsm.cpp
   src/acquire_op.cpp
+  src/backoff.cpp
   src/admin.cpp
   src/config.cpp
   src/connection.cpp

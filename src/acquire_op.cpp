@@ -10,8 +10,6 @@
 
 #include <redis_lock/error.hpp>
 
-#include <random>
-
 namespace redis_lock::detail {
 
 namespace asio = boost::asio;
@@ -19,49 +17,60 @@ using boost::system::error_code;
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
-namespace {
-
-milliseconds jittered(milliseconds cap) {
-  thread_local std::minstd_rand rng{std::random_device{}()};
-  std::uniform_int_distribution<long long> dist(1, std::max<long long>(1, cap.count()));
-  return milliseconds(dist(rng));
-}
-
-}  // namespace
-
-milliseconds AcquireOp::sleep_when_held(bool listening, long long pttl,
-                                        milliseconds backoff_draw) noexcept {
-  if (listening && pttl > 0)
-    return std::min(milliseconds(pttl) + milliseconds(1), refresh_interval);
-  return pttl > 0 ? std::min(backoff_draw, milliseconds(pttl)) : backoff_draw;
-}
-
-AcquireOp::AfterFailure AcquireOp::after_failure(error_code ec, bool redlock, bool waiting,
-                                                 bool cancelled) noexcept {
-  // A server that cannot be reached, or is failing over, may be back within the wait: the
-  // caller asked to wait for the lock, not to hear of the first hiccup. (Redlock decides by
-  // majority instead; a timed-out attempt has a late reply to settle first.)
-  return {replies::may_have_run(ec) && !redlock,
-          replies::is_outage(ec) && !redlock && waiting && !cancelled};
-}
+using Action = AcquireFsm::Action;
+using Kind = AcquireFsm::Action::Kind;
 
 AcquireOp::AcquireOp(AcquireHandler h, std::string resource_name, LockOptions opts)
     : handler(std::move(h)), resource(std::move(resource_name)), options(opts) {
   wants_late = true;
 }
 
-Clock::time_point AcquireOp::give_back_until() const noexcept {
-  // A release may hand the lease over up to waiter_ttl after our last attempt, for the ttl.
-  return attempt_started + std::min(options.ttl + waiter_ttl, give_back_horizon);
+void AcquireOp::start() {
+  fsm = AcquireFsm(AcquirePlan{options.ttl, options.wait, deadline, queues, service->redlock(),
+                               options.min_replicas});
+  run(fsm.start(Clock::now()));
+}
+
+void AcquireOp::run(Action a) {
+  if (a.give_back) give_back();
+  if (a.new_token) {
+    // The give-back on its way releases whatever this token holds: never use it again.
+    service->remove_waiter(token);
+    try {
+      token = random_token();
+    } catch (const std::exception&) {
+      return run(fsm.mint_failed());
+    }
+  }
+  switch (a.kind) {
+    case Kind::none:
+      return;
+    case Kind::send:
+      return send_attempt();
+    case Kind::listen:
+      // Idempotent; again each time, it resubscribes after a lost subscriber link. A hand-off
+      // message that overtook the reply is handed to us in there (a nudge the fsm keeps).
+      service->add_waiter(token, std::static_pointer_cast<AcquireOp>(shared_from_this()), slot);
+      return run(fsm.listened(Clock::now(), service->waiters().listening(slot)));
+    case Kind::sleep:
+      return sleep_until(a.until);
+    case Kind::wake:
+      if (timer) timer->cancel();
+      return;
+    case Kind::replicate:
+      replicating =
+          make_guard(*service, resource, token, kind, options, fsm.fence(), fsm.granted_at());
+      return confirm_replicated();
+    case Kind::complete:
+      if (!a.grant) return finish(a.ec, LockGuard{});  // a guard kept for WAIT releases
+      if (replicating) return finish(a.ec, std::move(replicating));
+      return finish(a.ec, make_guard(*service, resource, token, kind, options, fsm.fence(),
+                                     fsm.granted_at()));
+  }
 }
 
 void AcquireOp::give_back() {
-  service->give_back(resource, token, kind, give_back_until(), member_suffix);
-}
-
-void AcquireOp::leave() {
-  if (in_queue) give_back();
-  in_queue = false;
+  service->give_back(resource, token, kind, fsm.give_back_until(), member_suffix);
 }
 
 std::optional<QuorumAcquire> AcquireOp::quorum_acquire() {
@@ -69,28 +78,15 @@ std::optional<QuorumAcquire> AcquireOp::quorum_acquire() {
   q.lease_token = token;
   q.fence_key = keys.fence();
   q.ttl = options.ttl;
-  q.attempt_started = attempt_started;
-  q.give_back = [service = service, resource = resource, token = token, until = give_back_until()](
-                    std::size_t master) { give_back_on(*service, master, resource, token, until); };
+  q.attempt_started = fsm.attempt_started();
+  q.give_back = [service = service, resource = resource, token = token,
+                 until = fsm.give_back_until()](std::size_t master) {
+    give_back_on(*service, master, resource, token, until);
+  };
   return q;
 }
 
-void AcquireOp::attempt() {
-  if (phase == Phase::done) return;
-  if (attempts > 0 && service->redlock()) {
-    // A fresh token per Redlock attempt: what gives back an earlier attempt's grants (a
-    // master answering late, a command resent after NOSCRIPT behind this one) can then
-    // never release this attempt's lease.
-    try {
-      token = random_token();
-    } catch (const std::exception&) {
-      return finish(error::server_error, LockGuard{});
-    }
-  }
-  ++attempts;
-  phase = Phase::attempting;
-  attempt_started = Clock::now();
-  nudged = false;
+void AcquireOp::send_attempt() {
   sent_body = false;
   patience = deadline;
   if (how.empty()) {
@@ -126,23 +122,9 @@ void AcquireOp::attempt() {
   service->send(std::static_pointer_cast<ScriptOp>(shared_from_this()));
 }
 
-void AcquireOp::cancel() {
-  if (phase == Phase::done || cancelled) return;
-  cancelled = true;
-  if (phase == Phase::attempting || phase == Phase::replicating) return;  // the reply finishes
-  if (timer) timer->cancel();
-  leave();
-  finish(asio::error::operation_aborted, LockGuard{});
-}
+void AcquireOp::cancel() { run(fsm.cancel()); }
 
-void AcquireOp::nudge() {
-  if (phase == Phase::done || cancelled) return;
-  // Attempting: the reply in flight may predate the hand-off. Asleep: the timer's handler
-  // attempts at once; and a nudge while sleep_until_retry registers us (a kept message),
-  // before any timer waits, is seen there. (attempt() clears the flag.)
-  nudged = true;
-  if (phase == Phase::asleep && timer) timer->cancel();
-}
+void AcquireOp::nudge() { run(fsm.nudge()); }
 
 void AcquireOp::handed(const HandOff&) {
   // A hand-off message is a nudge, never a grant. Anyone who may publish on the lock's
@@ -156,63 +138,29 @@ void AcquireOp::handed(const HandOff&) {
 
 void AcquireOp::on_late_reply(error_code ec, const Reply& reply) {
   // The attempt timed out but may have run: give back what it took (or the place it
-  // queued for). An error reply means it never ran; an error without a reply means we
-  // will never know, so release anyway.
-  if (!ec && reply.is_error()) return;
-  if (ec || replies::may_have_granted(reply) || options.wait.count() > 0) {
+  // queued for).
+  if (AcquireFsm::give_back_late(ec, reply.is_error(), !ec && replies::may_have_granted(reply),
+                                 options.wait.count() > 0)) {
     give_back();
   }
 }
 
 void AcquireOp::on_reply(error_code ec, Reply reply) {
-  phase = Phase::asleep;  // until the next step says otherwise (no timer armed yet)
-  if (ec) {
-    // The link failed after the script was written (connection lost, a protocol error, a
-    // demoted master): it may have run, so the lease (or a queue place) could be ours
-    // without our knowing. Give it back, again through link failures until it would have
-    // expired. (Connect failures: never written. A timeout: the late reply decides. On
-    // Redlock the quorum call gave back already.)
-    const auto next = after_failure(ec, service->redlock(),
-                                    options.wait.count() > 0 && Clock::now() < deadline, cancelled);
-    if (next.give_back) {
-      give_back();
-      in_queue = false;
-    }
-    if (next.wait_out) return wait_out_outage(ec, next.give_back);
-    return finish(ec, LockGuard{});
-  }
-  last_error = {};
+  const auto now = Clock::now();
+  if (ec) return run(fsm.failed(now, ec));
   if (reply.is_error()) {
-    leave();
     error_detail = reply.str;
-    return finish(service->server_error(reply), LockGuard{});
+    return run(fsm.refused(service->server_error(reply)));
   }
   const auto read = replies::read_acquire(reply);
   switch (read.kind) {
     case replies::Acquire::Kind::malformed:
-      leave();
-      return finish(error::unexpected_reply, LockGuard{});
+      return run(fsm.malformed());
     case replies::Acquire::Kind::granted:
-      in_queue = false;  // the script took us out of the queue
-      if (read.value <= 0) {
-        give_back();
-        return finish(error::unexpected_reply, LockGuard{});
-      }
-      return granted(read.value, attempt_started);
+      return run(fsm.granted(now, read.value));
     case replies::Acquire::Kind::held:
-      break;
+      return run(fsm.held(now, read.value));
   }
-  in_queue = queues;
-  waited = waited || options.wait.count() > 0;
-  if (cancelled) {
-    leave();  // also hands on a lease a release gave us meanwhile
-    return finish(asio::error::operation_aborted, LockGuard{});
-  }
-  if (options.wait.count() == 0 || Clock::now() >= deadline) {
-    leave();
-    return finish({}, LockGuard{});
-  }
-  sleep_until_retry(read.value);
 }
 
 LockGuard make_guard(LockService& service, const std::string& resource, const std::string& token,
@@ -236,93 +184,41 @@ LockGuard make_guard(LockService& service, const std::string& resource, const st
                            static_cast<std::uint64_t>(fence), std::move(lease));
 }
 
-void AcquireOp::granted(long long fence, Clock::time_point sent) {
-  auto guard = make_guard(*service, resource, token, kind, options, fence, sent);
-  if (cancelled) return finish(asio::error::operation_aborted, LockGuard{});  // guard releases
-  if (options.min_replicas > 0) return confirm_replicated(std::move(guard));
-  finish({}, std::move(guard));
-}
-
-void AcquireOp::confirm_replicated(LockGuard guard) {
+void AcquireOp::confirm_replicated() {
   // WAIT on the connection that carried the acquire: it counts the replicas that have
   // everything written on it so far, our SET included.
-  auto shared = std::make_shared<LockGuard>(std::move(guard));
-  phase = Phase::replicating;
   service->wait_replicas(
       node, options.min_replicas, options.replication_timeout,
-      Connection::Callback([op = std::static_pointer_cast<AcquireOp>(shared_from_this()), shared](
+      Connection::Callback([op = std::static_pointer_cast<AcquireOp>(shared_from_this())](
                                error_code ec, Reply reply) {
-        op->phase = Phase::asleep;
         if (!ec && reply.is_error()) {
           op->error_detail = reply.str;
           ec = op->service->server_error(reply);
         }
         if (!ec) ec = replies::replication_outcome(reply, op->options.min_replicas);
-        if (!ec && op->cancelled) ec = asio::error::operation_aborted;
-        if (ec) return op->finish(ec, LockGuard{});  // *shared releases the lease
-        op->finish({}, std::move(*shared));
+        op->run(op->fsm.replicated(ec));
       }));
 }
 
-void AcquireOp::wait_out_outage(error_code ec, bool gave_back) {
-  last_error = ec;
-  if (gave_back) {
-    // The give-back on its way releases whatever this token holds: never use it again.
-    service->remove_waiter(token);
-    try {
-      token = random_token();
-    } catch (const std::exception&) {
-      return finish(error::server_error, LockGuard{});
-    }
-  }
-  attempt_after(next_backoff());
-}
-
-milliseconds AcquireOp::next_backoff() {
-  const auto sleep = jittered(backoff);
-  backoff = std::min(backoff * 2, max_backoff);
-  return sleep;
-}
-
-void AcquireOp::attempt_after(milliseconds sleep) {
-  phase = Phase::asleep;
+void AcquireOp::sleep_until(Clock::time_point until) {
   if (!timer) timer = std::make_unique<asio::steady_timer>(service->strand());
-  timer->expires_at(std::min(deadline, Clock::now() + sleep));
+  timer->expires_at(until);
   timer->async_wait([op = std::static_pointer_cast<AcquireOp>(shared_from_this())](error_code) {
-    if (op->phase == Phase::done || op->cancelled) return;
-    // The wait ran out during an outage: its last error is the answer, not "held".
-    if (op->last_error && Clock::now() >= op->deadline) {
-      return op->finish(op->last_error, LockGuard{});
-    }
-    op->attempt();
+    op->run(op->fsm.timer_fired(Clock::now()));
   });
 }
 
-void AcquireOp::sleep_until_retry(long long pttl) {
-  // Idempotent; again each time, it resubscribes after a lost subscriber link. A hand-off
-  // message that overtook this reply is handed to us in there.
-  service->add_waiter(token, std::static_pointer_cast<AcquireOp>(shared_from_this()), slot);
-  if (phase != Phase::asleep) return;  // it granted us the lease
-  if (nudged) return attempt();
-  const bool listening = service->waiters().listening(slot);
-  attempt_after(
-      sleep_when_held(listening, pttl, listening && pttl > 0 ? milliseconds(0) : next_backoff()));
-}
-
 void AcquireOp::finish(error_code ec, LockGuard guard) {
-  if (phase == Phase::done) return;
-  phase = Phase::done;
-  // Whatever way we end, nothing of ours stays queued: a release may hand the lease to a
-  // queued place, and the lease would then stay blocked for our ttl.
-  leave();
+  if (timer) timer->cancel();
   if (auto* observer = service->observer()) report(*observer, ec, guard);
   service->remove_waiter(token);
   deliver(service->executor(), Defer::no, std::move(handler), ec, std::move(guard));
 }
 
 void AcquireOp::report(Observer& observer, error_code ec, const LockGuard& guard) const noexcept {
-  AcquireEvent e{resource, AcquireOutcome::acquired, ec,           Clock::now() - called, attempts,
-                 waited,   guard.fencing_token(),    node_results, error_detail};
+  AcquireEvent e{
+      resource,     AcquireOutcome::acquired, ec,           Clock::now() - called, fsm.attempts(),
+      fsm.waited(), guard.fencing_token(),    node_results, error_detail};
   if (ec == asio::error::operation_aborted) {
     e.outcome = AcquireOutcome::cancelled;
   } else if (ec) {

@@ -257,7 +257,7 @@ void LockService::start(std::shared_ptr<AcquireOp> op) {
   // else (no strand: a handler dropped at shutdown may be destroyed with the caller's signal
   // after the io_context).
   install_cancellation(op->handler, op);
-  on_strand([op = std::move(op)]() mutable { op->attempt(); });
+  on_strand([op = std::move(op)]() mutable { op->start(); });
 }
 
 void LockService::acquire_all(std::vector<std::string> resources, LockOptions options,

@@ -8,10 +8,10 @@ import sys
 from pathlib import Path
 
 LAYERS = {
-    1: ["resp", "keys", "token", "error", "completion", "redis_lock_scripts", "decimal"],
+    1: ["resp", "backoff", "keys", "token", "error", "completion", "redis_lock_scripts", "decimal"],
     2: ["connection", "tls"],
     3: ["router", "redirect", "sentinel_locator", "quorum", "quorum_call", "replies"],
-    4: ["lock_service", "acquire_all", "acquire_op", "lease_ops", "renewal", "waiters", "script_op", "lease",
+    4: ["lock_service", "acquire_all", "acquire_fsm", "acquire_op", "lease_ops", "renewal", "waiters", "script_op", "lease",
         "validate", "shutdown_watch", "admin", "election"],
     5: ["lock", "config"],
 }

@@ -1,0 +1,199 @@
+// SPDX-License-Identifier: MIT
+#include "acquire_fsm.hpp"
+
+#include "lease_ops.hpp"
+#include "replies.hpp"
+#include "waiters.hpp"
+
+#include <redis_lock/error.hpp>
+
+#include <boost/asio/error.hpp>
+
+namespace redis_lock::detail {
+
+using boost::system::error_code;
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+using Action = AcquireFsm::Action;
+using Kind = AcquireFsm::Action::Kind;
+
+namespace {
+
+Action act(Kind kind) {
+  Action a;
+  a.kind = kind;
+  return a;
+}
+
+}  // namespace
+
+milliseconds AcquireFsm::sleep_when_held(bool listening, long long pttl,
+                                         milliseconds backoff_draw) noexcept {
+  if (listening && pttl > 0)
+    return std::min(milliseconds(pttl) + milliseconds(1), refresh_interval);
+  return pttl > 0 ? std::min(backoff_draw, milliseconds(pttl)) : backoff_draw;
+}
+
+AcquireFsm::AfterFailure AcquireFsm::after_failure(error_code ec, bool redlock, bool waiting,
+                                                   bool cancelled) noexcept {
+  // A server that cannot be reached, or is failing over, may be back within the wait: the
+  // caller asked to wait for the lock, not to hear of the first hiccup. (Redlock decides by
+  // majority instead; a timed-out attempt has a late reply to settle first.)
+  return {replies::may_have_run(ec) && !redlock,
+          replies::is_outage(ec) && !redlock && waiting && !cancelled};
+}
+
+bool AcquireFsm::give_back_late(error_code ec, bool error_reply, bool may_have_granted,
+                                bool waits) noexcept {
+  if (!ec && error_reply) return false;
+  return ec || may_have_granted || waits;
+}
+
+Clock::time_point AcquireFsm::give_back_until() const noexcept {
+  // A release may hand the lease over up to waiter_ttl after our last attempt, for the ttl.
+  return attempt_started_ + std::min(plan_.ttl + waiter_ttl, give_back_horizon);
+}
+
+Action AcquireFsm::attempt(Clock::time_point now) {
+  auto a = act(Kind::send);
+  // A fresh token per Redlock attempt: what gives back an earlier attempt's grants (a master
+  // answering late, a command resent after NOSCRIPT behind this one) can then never release
+  // this attempt's lease.
+  a.new_token = plan_.redlock && attempts_ > 0;
+  ++attempts_;
+  phase_ = Phase::attempting;
+  attempt_started_ = now;
+  nudged_ = false;
+  return a;
+}
+
+Action AcquireFsm::sleep(Clock::time_point now, milliseconds duration) {
+  phase_ = Phase::asleep;
+  // The deadline bounds every sleep (time_point::max(): `now + duration` cannot pass it).
+  const auto until = plan_.deadline - now <= duration ? plan_.deadline : now + duration;
+  auto a = act(Kind::sleep);
+  a.until = until;
+  return a;
+}
+
+Action AcquireFsm::complete(error_code ec, bool grant) {
+  // Whatever way we end, nothing of ours stays queued: a release may hand the lease to a
+  // queued place, and the lease would then stay blocked for our ttl.
+  auto a = act(Kind::complete);
+  a.give_back = in_queue_;
+  a.grant = grant;
+  a.ec = ec;
+  in_queue_ = false;
+  phase_ = Phase::done;
+  return a;
+}
+
+Action AcquireFsm::start(Clock::time_point now) {
+  if (phase_ != Phase::starting) return {};
+  return attempt(now);
+}
+
+Action AcquireFsm::granted(Clock::time_point, long long fence) {
+  if (phase_ != Phase::attempting) return {};
+  last_error_ = {};
+  in_queue_ = false;  // the script took us out of the queue
+  if (fence <= 0) return complete(error::unexpected_reply, false).with_give_back();
+  fence_ = fence;
+  // Cancelled while the attempt was in flight: what it took goes back at once.
+  if (cancelled_) return complete(boost::asio::error::operation_aborted).with_give_back();
+  if (plan_.min_replicas > 0) {
+    phase_ = Phase::replicating;
+    return act(Kind::replicate);
+  }
+  return complete({}, true);
+}
+
+Action AcquireFsm::held(Clock::time_point now, long long pttl) {
+  if (phase_ != Phase::attempting) return {};
+  last_error_ = {};
+  in_queue_ = plan_.queues;
+  waited_ = waited_ || plan_.wait.count() > 0;
+  if (cancelled_) return complete(boost::asio::error::operation_aborted);
+  if (!waiting(now)) return complete({});  // not acquired
+  phase_ = Phase::listening;
+  pttl_ = pttl;
+  return act(Kind::listen);
+}
+
+Action AcquireFsm::malformed() {
+  if (phase_ != Phase::attempting) return {};
+  return complete(error::unexpected_reply);
+}
+
+Action AcquireFsm::refused(error_code ec) {
+  if (phase_ != Phase::attempting) return {};
+  return complete(ec);
+}
+
+Action AcquireFsm::failed(Clock::time_point now, error_code ec) {
+  if (phase_ != Phase::attempting) return {};
+  // The link failed after the script was written (connection lost, a protocol error, a
+  // demoted master): it may have run, so the lease (or a queue place) could be ours without
+  // our knowing. Give it back, again through link failures until it would have expired.
+  // (Connect failures: never written. A timeout: the late reply decides. On Redlock the
+  // quorum call gave back already.)
+  const auto next = after_failure(ec, plan_.redlock, waiting(now), cancelled_);
+  if (next.give_back) in_queue_ = false;
+  if (!next.wait_out) {
+    auto a = complete(ec);
+    a.give_back = a.give_back || next.give_back;
+    return a;
+  }
+  last_error_ = ec;
+  auto a = sleep(now, backoff_.next(draw_));
+  a.give_back = next.give_back;
+  // The give-back on its way releases whatever this token holds: never use it again.
+  a.new_token = next.give_back;
+  return a;
+}
+
+Action AcquireFsm::listened(Clock::time_point now, bool listening) {
+  if (phase_ != Phase::listening) return {};
+  // A hand-off message came while the attempt was in flight (or was kept for us and given
+  // to us as we registered): the reply may predate it, so try again now.
+  if (nudged_) return attempt(now);
+  const auto draw = listening && pttl_ > 0 ? milliseconds(0) : backoff_.next(draw_);
+  return sleep(now, sleep_when_held(listening, pttl_, draw));
+}
+
+Action AcquireFsm::timer_fired(Clock::time_point now) {
+  if (phase_ != Phase::asleep || cancelled_) return {};
+  // The wait ran out during an outage: its last error is the answer, not "held".
+  if (last_error_ && now >= plan_.deadline) return complete(last_error_);
+  return attempt(now);
+}
+
+Action AcquireFsm::nudge() {
+  if (phase_ == Phase::done || cancelled_) return {};
+  nudged_ = true;
+  // Asleep: the timer's handler attempts at once. Attempting or registering: seen when the
+  // reply comes, or in listened(). (attempt() clears the flag.)
+  if (phase_ == Phase::asleep) return act(Kind::wake);
+  return {};
+}
+
+Action AcquireFsm::cancel() {
+  if (phase_ == Phase::done || cancelled_) return {};
+  cancelled_ = true;
+  // A reply in flight finishes (it says what to give back).
+  if (phase_ == Phase::attempting || phase_ == Phase::replicating) return {};
+  return complete(boost::asio::error::operation_aborted);
+}
+
+Action AcquireFsm::replicated(error_code ec) {
+  if (phase_ != Phase::replicating) return {};
+  if (!ec && cancelled_) ec = boost::asio::error::operation_aborted;
+  return complete(ec, !ec);
+}
+
+Action AcquireFsm::mint_failed() {
+  if (phase_ == Phase::done) return {};
+  return complete(error::server_error);
+}
+
+}  // namespace redis_lock::detail
