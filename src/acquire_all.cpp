@@ -76,7 +76,12 @@ void GroupOp::give_back() {
 // ---------------------------------------------------------------------------------------
 // AcquireAllOp
 
+AcquireAllOp::~AcquireAllOp() {
+  if (service) service->pending().remove(*this);  // dropped unfinished at shutdown
+}
+
 void AcquireAllOp::start() {
+  service->pending().add(*this, shared_from_this());
   guards.resize(resources.size());
   slots.reserve(resources.size());
   for (const auto& r : resources) slots.push_back(service->slot_of(service->keys_of(r).lease()));
@@ -270,6 +275,7 @@ void AcquireAllOp::start_over() {
 void AcquireAllOp::finish(error_code ec, bool all) {
   if (done) return;
   done = true;
+  service->pending().remove(*this);
   std::vector<LockGuard> result;
   if (!ec && all) {
     // Renewed while collected; handed out as asked.

@@ -7,6 +7,7 @@
 // runs out, or a cancellation gives back everything taken before completing.
 #pragma once
 
+#include "pending.hpp"
 #include "script_op.hpp"
 
 #include <redis_lock/config.hpp>
@@ -48,14 +49,15 @@ struct GroupOp final : ScriptOp {
 };
 
 // All on the strand. Handlers are only ever move-constructed (Boost 1.81).
-struct AcquireAllOp final : std::enable_shared_from_this<AcquireAllOp> {
+struct AcquireAllOp final : std::enable_shared_from_this<AcquireAllOp>, PendingOp {
   using Clock = std::chrono::steady_clock;
 
   AcquireAllOp(AcquireAllHandler h, std::vector<std::string> names, LockOptions opts)
       : handler(std::move(h)), resources(std::move(names)), options(opts) {}
+  ~AcquireAllOp();
 
   void start();
-  void cancel();
+  void cancel() override;
 
   AcquireAllHandler handler;
   std::shared_ptr<LockService> service;

@@ -18,7 +18,7 @@ namespace redis_lock::detail {
 /// What an acquire asked for, fixed when it starts.
 struct AcquirePlan {
   std::chrono::milliseconds ttl{0};
-  std::chrono::milliseconds wait{0};  ///< 0: one attempt
+  std::chrono::milliseconds wait{0};               ///< 0: one attempt
   std::chrono::steady_clock::time_point deadline;  ///< the wait runs out (time_point::max(): never)
   bool queues = false;   ///< attempts join the wait queue when the lease is held
   bool redlock = false;  ///< a fan-out to every master: a fresh token per attempt, no outage waits
@@ -49,8 +49,10 @@ class AcquireFsm {
       listen,     ///< register the token for hand-offs, then call listened()
       sleep,      ///< arm the timer for `until`; call timer_fired() when it fires
       wake,       ///< cancel the timer: its handler calls timer_fired() at once
-      replicate,  ///< the lease is ours: make it (fence(), granted_at()) and WAIT, then replicated()
-      complete,   ///< cancel the timer, stop listening, complete with `ec` (and the lease if `grant`)
+      replicate,  ///< the lease is ours: make it (fence(), granted_at()) and WAIT, then
+                  ///< replicated()
+      complete,   ///< cancel the timer, stop listening, complete with `ec` (and the lease if
+                  ///< `grant`)
     };
     Kind kind = Kind::none;
     /// Before anything else: give back what the current token may hold, or its queue place

@@ -25,7 +25,13 @@ AcquireOp::AcquireOp(AcquireHandler h, std::string resource_name, LockOptions op
   wants_late = true;
 }
 
+AcquireOp::~AcquireOp() {
+  // Dropped unfinished (the context shut down with our handlers queued).
+  if (service) service->pending().remove(*this);
+}
+
 void AcquireOp::start() {
+  service->pending().add(*this, std::static_pointer_cast<AcquireOp>(shared_from_this()));
   fsm = AcquireFsm(AcquirePlan{options.ttl, options.wait, deadline, queues, service->redlock(),
                                options.min_replicas});
   run(fsm.start(Clock::now()));
@@ -124,6 +130,15 @@ void AcquireOp::send_attempt() {
 
 void AcquireOp::cancel() { run(fsm.cancel()); }
 
+void AcquireOp::last_words() noexcept {
+  using Phase = AcquireFsm::Phase;
+  const auto phase = fsm.phase();
+  if (phase == Phase::done || phase == Phase::starting) return;
+  // An attempt in flight may have queued us (or taken the lease a release handed us).
+  if (!fsm.in_queue() && !(phase == Phase::attempting && queues)) return;
+  service->give_back_now(node, resource, token, kind, member_suffix);
+}
+
 void AcquireOp::nudge() { run(fsm.nudge()); }
 
 void AcquireOp::handed(const HandOff&) {
@@ -209,6 +224,7 @@ void AcquireOp::sleep_until(Clock::time_point until) {
 }
 
 void AcquireOp::finish(error_code ec, LockGuard guard) {
+  service->pending().remove(*this);
   if (timer) timer->cancel();
   if (auto* observer = service->observer()) report(*observer, ec, guard);
   service->remove_waiter(token);

@@ -7,6 +7,7 @@
 
 #include "acquire_fsm.hpp"
 #include "lease.hpp"
+#include "pending.hpp"
 #include "script_op.hpp"
 #include "waiters.hpp"
 
@@ -32,14 +33,17 @@ LockGuard make_guard(LockService& service, const std::string& resource, const st
 // any_completion_handler recurses until the stack overflows.
 //
 // All on the strand.
-struct AcquireOp final : ScriptOp, Waiter {
+struct AcquireOp final : ScriptOp, Waiter, PendingOp {
   using Clock = std::chrono::steady_clock;
 
   AcquireOp(AcquireHandler h, std::string resource_name, LockOptions opts);
+  ~AcquireOp();
 
   /// The first attempt (LockService::start set the keys, the token and `deadline`).
   void start();
-  void cancel();
+  void cancel() override;
+  /// Queued (or maybe, with an attempt in flight): the give-back written at once.
+  void last_words() noexcept override;
   void on_reply(boost::system::error_code ec, Reply reply) override;
   void on_late_reply(boost::system::error_code ec, const Reply& reply) override;
   void nudge() override;

@@ -122,6 +122,31 @@ Connection::Connection(Strand strand, ConnectionConfig config, std::string clien
 
 Connection::~Connection() = default;
 
+bool Connection::write_now(std::span<const std::string_view> command) noexcept {
+  // A write under way may have sent part of a command: ours would land in its middle. TLS
+  // needs its stream's state, which only Asio's operations may touch.
+  if (shut_down_ || state_ != State::ready || !link_ || link_->tls || link_->writing ||
+      !link_->socket.is_open()) {
+    return false;
+  }
+  try {
+    std::string bytes;
+    append_command(bytes, command);
+    const int fd = link_->socket.native_handle();
+    std::size_t sent = 0;
+    while (sent < bytes.size()) {
+      const auto n =
+          ::send(fd, bytes.data() + sent, bytes.size() - sent, MSG_DONTWAIT | MSG_NOSIGNAL);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return false;  // the socket's buffer is full, or the link is gone
+      sent += static_cast<std::size_t>(n);
+    }
+    return true;
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
 void Connection::shutdown() noexcept {
   shut_down_ = true;
   close_link();

@@ -109,6 +109,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
                std::shared_ptr<LateReplies> late = nullptr,
                std::chrono::milliseconds extra_time = std::chrono::milliseconds(0));
 
+  /// Writes `command` on the current link at once, without Asio (the context is shutting
+  /// down): only on a plain link that is ready and has no write under way, and only what
+  /// the socket takes without blocking. Its reply is never read. True when all of it went.
+  bool write_now(std::span<const std::string_view> command) noexcept;
+
   /// The execution context is shutting down: drop sockets and timers without invoking
   /// callbacks (Asio destroys pending handlers on shutdown; we do the same).
   void shutdown() noexcept;

@@ -87,7 +87,7 @@ std::optional<Announcement> read_announcement(std::string_view message) {
 }
 
 /// One async_observe that waits: on the strand.
-struct ObserveOp final : Watcher, std::enable_shared_from_this<ObserveOp> {
+struct ObserveOp final : Watcher, PendingOp, std::enable_shared_from_this<ObserveOp> {
   // A silent leader's lease is read again this long after it should have run out (the
   // server's expiry and our clock differ by the drift of one command).
   static constexpr milliseconds expiry_slack{5};
@@ -105,13 +105,15 @@ struct ObserveOp final : Watcher, std::enable_shared_from_this<ObserveOp> {
         next_leader_only(after <= ended->load()),
         handler(std::move(h)),
         timer(service->strand()) {}
+  ~ObserveOp() { service->pending().remove(*this); }  // dropped unfinished at shutdown
 
   void start() {
     if (done) return;
+    service->pending().add(*this, shared_from_this());
     service->waiters().watch(channel, slot, shared_from_this());
   }
 
-  void cancel() { finish(asio::error::operation_aborted, std::nullopt); }
+  void cancel() override { finish(asio::error::operation_aborted, std::nullopt); }
 
   void listening() override { read(); }
 
@@ -180,6 +182,7 @@ struct ObserveOp final : Watcher, std::enable_shared_from_this<ObserveOp> {
   void finish(error_code ec, std::optional<Leader> leader) {
     if (done) return;
     done = true;
+    service->pending().remove(*this);
     timer.cancel();
     if (!ec && !leader) {
       // Observing this term again (term 1 after observe(0)) waits for the next leader.

@@ -150,6 +150,10 @@ std::string LockManager::last_server_error() const {
   return service_ ? service_->last_server_error() : std::string{};
 }
 
+void LockManager::cancel() {
+  if (service_) service_->cancel_all();
+}
+
 void LockManager::acquire_impl(std::shared_ptr<detail::LockService> service, std::string resource,
                                LockOptions options, detail::LockKind kind,
                                detail::AcquireHandler handler) {

@@ -77,6 +77,14 @@ void LockService::watch_context_shutdown() {
 void LockService::on_context_shutdown() noexcept {
   alive_.store(false);
   context_alive_->store(false);
+  // Nothing runs on the context any more (it is being destroyed), and its handlers still
+  // hold our ops: an acquire queued on a server gives its place back now, where a link can
+  // take the write, instead of leaving it to a release that would hand the lease to it.
+  try {
+    for (const auto& op : pending_.snapshot()) op->last_words();
+  } catch (const std::exception&) {
+    // No memory for the snapshot: the places lapse by themselves (1.2 s).
+  }
   if (router_) {
     router_->shutdown();
     router_.reset();
@@ -92,6 +100,27 @@ void LockService::on_strand(Fn&& fn) {
   // dispatch: a command issued from a completion handler (already on the strand) is queued
   // at once and joins the write of its neighbours; from elsewhere it is posted.
   asio::dispatch(*strand_, std::forward<Fn>(fn));
+}
+
+void LockService::cancel_all() {
+  if (!alive_.load()) return;
+  on_strand([self = shared_from_this()] {
+    // A snapshot: a cancelled op leaves the list, and a completion handler run inline may
+    // start new operations, which this call does not cancel.
+    for (const auto& op : self->pending_.snapshot()) op->cancel();
+  });
+}
+
+bool LockService::give_back_now(std::size_t node, std::string_view resource, std::string_view token,
+                                LeaseKind kind, std::string_view member_suffix) noexcept {
+  if (!router_ || redlock()) return false;
+  try {
+    CompareOp op{BoolHandler{}};
+    prepare_release(*this, op, std::string(resource), std::string(token), kind, member_suffix);
+    return router_->write_now(node, op.Routed::command());
+  } catch (const std::exception&) {
+    return false;
+  }
 }
 
 std::string LockService::last_server_error() const {

@@ -8,6 +8,7 @@
 #include "connection.hpp"
 #include "keys.hpp"
 #include "lease.hpp"
+#include "pending.hpp"
 #include "renewal.hpp"
 #include "router.hpp"
 #include "validate.hpp"
@@ -92,12 +93,19 @@ class LockService : public std::enable_shared_from_this<LockService> {
   /// lease (and the queue entry) has expired anyway. On Redlock, on every master.
   void give_back(std::string resource, std::string token, LeaseKind kind, Clock::time_point until,
                  std::string_view member_suffix) noexcept;
+  /// The same give-back written at once on a command connection of `node`, without Asio:
+  /// for an op's last words while the context shuts down. False when no link could take it.
+  bool give_back_now(std::size_t node, std::string_view resource, std::string_view token,
+                     LeaseKind kind, std::string_view member_suffix) noexcept;
   void extend(std::string resource, std::string token, std::shared_ptr<LeaseState> lease,
               std::chrono::milliseconds ttl, BoolHandler handler);
   /// The guard let go of the lease (release, destruction): stop renewing, end waits.
   void forget(const std::shared_ptr<LeaseState>& lease) noexcept;
   void wait_lost(std::shared_ptr<LeaseState> lease, ErrorHandler handler);
   std::string last_server_error() const;
+  /// LockManager::cancel(): every pending operation (pending()) ends as its own cancellation
+  /// would. Callable from any thread.
+  void cancel_all();
 
   // For the ops, on the strand.
   /// Sends `op` to the node serving its slot, or (Redlock) to every master.
@@ -110,6 +118,9 @@ class LockService : public std::enable_shared_from_this<LockService> {
   bool retry_later(Clock::time_point until, std::chrono::milliseconds delay,
                    std::function<void()> again);
   void watch(const std::shared_ptr<LeaseState>& lease);
+  /// The operations under way that cancel_all() ends and the context's shutdown asks for
+  /// their last words.
+  PendingOps& pending() noexcept { return pending_; }
   void add_waiter(const std::string& token, std::weak_ptr<Waiter> waiter, std::uint16_t slot);
   void remove_waiter(const std::string& token);
   /// The error an error reply stands for (and the manager's last_server_error()).
@@ -156,6 +167,7 @@ class LockService : public std::enable_shared_from_this<LockService> {
   std::shared_ptr<Router> router_;  // null once the execution context shut down
   std::shared_ptr<Waiters> waiters_;
   Watchdog watchdog_{*this};
+  PendingOps pending_;
   std::atomic<bool> alive_{true};
   std::shared_ptr<std::atomic<bool>> context_alive_ = std::make_shared<std::atomic<bool>>(true);
   mutable std::mutex error_mutex_;

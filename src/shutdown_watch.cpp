@@ -5,6 +5,7 @@
 
 #include <boost/asio/execution_context.hpp>
 #include <boost/asio/query.hpp>
+#include <boost/asio/steady_timer.hpp>
 
 #include <mutex>
 #include <vector>
@@ -49,6 +50,11 @@ asio::execution_context::id ShutdownWatch::id;
 
 void watch_shutdown(const asio::any_io_executor& executor, std::weak_ptr<LockService> service) {
   auto& ctx = asio::query(executor, asio::execution::context);
+  // A context shuts its services down in the reverse order of their creation, and the timer
+  // service (with the reactor under it) destroys the handlers waiting on it when it does:
+  // an acquire asleep in the queue would be gone before its last words. A timer made first
+  // makes sure those services exist before ours, so ours shuts down before them.
+  if (!asio::has_service<ShutdownWatch>(ctx)) asio::steady_timer probe(executor);
   asio::use_service<ShutdownWatch>(ctx).add(std::move(service));
 }
 

@@ -415,6 +415,25 @@ class REDIS_LOCK_EXPORT LockManager {
   /// The full text of the most recent error reply from the server (thread-safe copy).
   std::string last_server_error() const;
 
+  /// Ends this manager's work gracefully: every operation of it that is waiting (every
+  /// acquire form, async_acquire_all, Election::async_campaign and async_observe) completes
+  /// with `operation_aborted`, exactly as its own per-operation cancellation would: it
+  /// leaves the wait queues it joined, and a lease that reached it meanwhile is released.
+  /// So a holder's release hands nothing to a place nobody will claim.
+  ///
+  /// Guards are not touched: a lease a guard holds stays held (and renewed) until the guard
+  /// releases it or is destroyed; release them to end everything. Releases, extensions and
+  /// inspections under way run to their end (each is bounded by `command_timeout`).
+  /// Operations started after this call are not affected; the manager stays usable.
+  /// Call it before destroying the io_context and let the context run until its work is
+  /// done: the give-backs are commands. (An io_context destroyed with acquires still queued
+  /// writes their give-backs on its way out where a plain link can take them at once, and
+  /// otherwise leaves the places to lapse, 1.2 s at most.)
+  ///
+  /// Thread safety: may be called from any thread, concurrently. A moved-from manager, or
+  /// one whose io_context is gone, does nothing.
+  void cancel();
+
  private:
   friend class Election;
   friend struct detail::initiate_acquire;

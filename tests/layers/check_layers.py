@@ -11,7 +11,7 @@ LAYERS = {
     1: ["resp", "backoff", "keys", "token", "error", "completion", "redis_lock_scripts", "decimal"],
     2: ["connection", "tls"],
     3: ["router", "redirect", "sentinel_locator", "quorum", "quorum_call", "replies"],
-    4: ["lock_service", "acquire_all", "acquire_fsm", "acquire_op", "lease_ops", "renewal", "waiters", "script_op", "lease",
+    4: ["lock_service", "acquire_all", "acquire_fsm", "acquire_op", "pending", "lease_ops", "renewal", "waiters", "script_op", "lease",
         "validate", "shutdown_watch", "admin", "election"],
     5: ["lock", "config"],
 }
