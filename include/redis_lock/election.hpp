@@ -64,6 +64,13 @@ class REDIS_LOCK_EXPORT Election {
         std::move(value), options);
   }
 
+  /// `async_campaign(value, {}, token)`: the default LockOptions.
+  template <class CompletionToken>
+    requires detail::token_without_options<CompletionToken, LockGuard>
+  auto async_campaign(std::string value, CompletionToken&& token) {
+    return async_campaign(std::move(value), LockOptions{}, std::forward<CompletionToken>(token));
+  }
+
   /// The current leader, if any: one atomic read (as LockManager::async_inspect).
   ///
   /// Completion signature: `void(boost::system::error_code, std::optional<Leader>)`.

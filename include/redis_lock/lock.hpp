@@ -289,9 +289,7 @@ class REDIS_LOCK_EXPORT LockManager {
   /// LockGuard g = co_await locks.async_acquire("report:daily", asio::use_awaitable);
   /// \endcode
   template <class CompletionToken>
-    requires(!std::is_convertible_v<CompletionToken, LockOptions> &&
-             boost::asio::completion_token_for<CompletionToken,
-                                               void(boost::system::error_code, LockGuard)>)
+    requires detail::token_without_options<CompletionToken, LockGuard>
   auto async_acquire(std::string_view resource, CompletionToken&& token) {
     return async_acquire(resource, LockOptions{}, std::forward<CompletionToken>(token));
   }
@@ -328,6 +326,15 @@ class REDIS_LOCK_EXPORT LockManager {
         options, detail::LockKind{detail::LockKind::Type::permit, limit});
   }
 
+  /// `async_acquire_permit(resource, limit, {}, token)`: the default LockOptions.
+  template <class CompletionToken>
+    requires detail::token_without_options<CompletionToken, LockGuard>
+  auto async_acquire_permit(std::string_view resource, std::uint32_t limit,
+                            CompletionToken&& token) {
+    return async_acquire_permit(resource, limit, LockOptions{},
+                                std::forward<CompletionToken>(token));
+  }
+
   /// Takes a shared (read) hold of the read-write lock `resource`: any number of shared
   /// holders together, never with an exclusive holder. Fair: a reader does not overtake an
   /// exclusive waiter queued before it, and readers queued together are let in together.
@@ -343,6 +350,13 @@ class REDIS_LOCK_EXPORT LockManager {
         options, detail::LockKind{detail::LockKind::Type::shared, 0});
   }
 
+  /// `async_acquire_shared(resource, {}, token)`: the default LockOptions.
+  template <class CompletionToken>
+    requires detail::token_without_options<CompletionToken, LockGuard>
+  auto async_acquire_shared(std::string_view resource, CompletionToken&& token) {
+    return async_acquire_shared(resource, LockOptions{}, std::forward<CompletionToken>(token));
+  }
+
   /// Takes the exclusive (write) hold of the read-write lock `resource`: no other holder,
   /// shared or exclusive, at the same time. As async_acquire_shared otherwise.
   template <class CompletionToken = boost::asio::deferred_t>
@@ -351,6 +365,13 @@ class REDIS_LOCK_EXPORT LockManager {
     return boost::asio::async_initiate<CompletionToken, void(boost::system::error_code, LockGuard)>(
         detail::initiate_acquire(executor_, context_alive_), token, service_, std::string(resource),
         options, detail::LockKind{detail::LockKind::Type::exclusive, 0});
+  }
+
+  /// `async_acquire_exclusive(resource, {}, token)`: the default LockOptions.
+  template <class CompletionToken>
+    requires detail::token_without_options<CompletionToken, LockGuard>
+  auto async_acquire_exclusive(std::string_view resource, CompletionToken&& token) {
+    return async_acquire_exclusive(resource, LockOptions{}, std::forward<CompletionToken>(token));
   }
 
   /// Takes the mutexes of all `resources` (the locks async_acquire takes), or none.
@@ -373,6 +394,14 @@ class REDIS_LOCK_EXPORT LockManager {
                                        void(boost::system::error_code, std::vector<LockGuard>)>(
         detail::initiate_acquire_all(executor_, context_alive_), token, service_,
         std::move(resources), options);
+  }
+
+  /// `async_acquire_all(resources, {}, token)`: the default LockOptions.
+  template <class CompletionToken>
+    requires detail::token_without_options<CompletionToken, std::vector<LockGuard>>
+  auto async_acquire_all(std::vector<std::string> resources, CompletionToken&& token) {
+    return async_acquire_all(std::move(resources), LockOptions{},
+                             std::forward<CompletionToken>(token));
   }
 
   /// Who holds `resource`, for how long, and how many wait: one atomic read of the lease,

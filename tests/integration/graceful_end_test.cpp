@@ -103,7 +103,9 @@ TEST_F(GracefulEnd, CancelEndsEveryPendingAcquireAndLeavesItsQueuePlace) {
 
   // Only the waiter's manager is cancelled: the other manager's permit still waits.
   waiter.cancel();
-  ASSERT_TRUE(run_until(io, [&] { return ended == 3; }, 5s)) << "cancel() must end them at once";
+  ASSERT_TRUE(run_until(
+      io, [&] { return ended == 3; }, 5s))
+      << "cancel() must end them at once";
   EXPECT_EQ(ends[0], asio::error::operation_aborted);
   EXPECT_EQ(ends[2], asio::error::operation_aborted);
   EXPECT_EQ(ends[3], asio::error::operation_aborted);
@@ -111,15 +113,18 @@ TEST_F(GracefulEnd, CancelEndsEveryPendingAcquireAndLeavesItsQueuePlace) {
   // long before the 800 ms at least that an abandoned place lives on (1.2 s after its last
   // refresh, every 400 ms).
   const auto cancelled_at = Clock::now();
-  EXPECT_TRUE(run_until(io, [&] { return inspect(resource).waiters == 0; }, 500ms))
+  EXPECT_TRUE(run_until(
+      io, [&] { return inspect(resource).waiters == 0; }, 500ms))
       << "the queue places were not left";
-  EXPECT_TRUE(run_until(io, [&] { return inspect(rw).waiters == 0; }, 500ms));
+  EXPECT_TRUE(run_until(
+      io, [&] { return inspect(rw).waiters == 0; }, 500ms));
   EXPECT_LT(Clock::now() - cancelled_at, 500ms);
   EXPECT_EQ(inspect(semaphore).waiters, 1u) << "another manager's wait is not touched";
 
   // The holder's release now finds nobody queued: the next client is served at once.
   held = LockGuard{};
-  ASSERT_TRUE(run_until(io, [&] { return !inspect(resource).held; }, 5s));
+  ASSERT_TRUE(run_until(
+      io, [&] { return !inspect(resource).held; }, 5s));
   EXPECT_TRUE(one_try(resource));
 
   // The manager works on after cancel(): a new acquire is not cancelled by the earlier call.
@@ -131,7 +136,8 @@ TEST_F(GracefulEnd, CancelEndsEveryPendingAcquireAndLeavesItsQueuePlace) {
   });
   ASSERT_TRUE(run_until(io, [&] { return taken; }));
   permit = LockGuard{};
-  ASSERT_TRUE(run_until(io, [&] { return ended == 4; }, 10s));
+  ASSERT_TRUE(run_until(
+      io, [&] { return ended == 4; }, 10s));
   EXPECT_FALSE(ends[1]) << ends[1].message();
 }
 
@@ -192,7 +198,8 @@ TEST_F(GracefulEnd, AnIoContextDestroyedWhileAnAcquireWaitsGivesItsPlaceBack) {
   EXPECT_LT(Clock::now() - gone_at, 500ms);
 
   held = LockGuard{};
-  ASSERT_TRUE(run_until(io, [&] { return !inspect(resource).held; }, 5s));
+  ASSERT_TRUE(run_until(
+      io, [&] { return !inspect(resource).held; }, 5s));
   const auto released = Clock::now();
   EXPECT_TRUE(one_try(resource)) << "the lease went to a dead waiter's place";
   EXPECT_LT(Clock::now() - released, 1s);
@@ -219,9 +226,11 @@ TEST_F(GracefulEnd, CancelEndsAnElectionsWaitingCandidateAndItsObserver) {
                         [&](error_code ec, std::optional<Leader>) { observer = ec; });
   ASSERT_TRUE(run_until(io, [&] { return inspect("election:" + name).waiters == 1; }));
   other_side.cancel();
-  ASSERT_TRUE(run_until(io, [&] { return candidate && observer; }, 5s));
+  ASSERT_TRUE(run_until(
+      io, [&] { return candidate && observer; }, 5s));
   EXPECT_EQ(*candidate, asio::error::operation_aborted);
   EXPECT_EQ(*observer, asio::error::operation_aborted);
-  EXPECT_TRUE(run_until(io, [&] { return inspect("election:" + name).waiters == 0; }, 500ms));
+  EXPECT_TRUE(run_until(
+      io, [&] { return inspect("election:" + name).waiters == 0; }, 500ms));
   EXPECT_TRUE(leadership.owns_lock()) << "the other manager's leader is not touched";
 }

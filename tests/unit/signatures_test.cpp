@@ -8,6 +8,7 @@
 // nothing).
 #include "record_initiation.hpp"
 
+#include <redis_lock/election.hpp>
 #include <redis_lock/redis_lock.hpp>
 #include <redis_lock/with_lock.hpp>
 
@@ -26,6 +27,7 @@
 namespace asio = boost::asio;
 using namespace std::chrono_literals;
 using boost::system::error_code;
+using redis_lock::Election;
 using redis_lock::LockGuard;
 using redis_lock::LockManager;
 using redis_lock::LockOptions;
@@ -91,6 +93,31 @@ static_assert(requires(LockManager & m) {
   {
     m.async_acquire("r", {.ttl = 5s}, asio::use_awaitable)
     } -> std::same_as<asio::awaitable<LockGuard>>;
+});
+
+// Every acquire form, like async_acquire, takes a token where the options would go (the
+// defaults), and still takes braced options before a token.
+static_assert(requires(LockManager & m, LockOptions& opts, Election& e) {
+  { m.async_acquire_shared("r", asio::use_awaitable) } -> std::same_as<asio::awaitable<LockGuard>>;
+  {
+    m.async_acquire_exclusive("r", asio::use_awaitable)
+    } -> std::same_as<asio::awaitable<LockGuard>>;
+  {
+    m.async_acquire_permit("r", 3, asio::use_awaitable)
+    } -> std::same_as<asio::awaitable<LockGuard>>;
+  {
+    m.async_acquire_all(std::vector<std::string>{"a", "b"}, asio::use_awaitable)
+    } -> std::same_as<asio::awaitable<std::vector<LockGuard>>>;
+  { e.async_campaign("v", asio::use_awaitable) } -> std::same_as<asio::awaitable<LockGuard>>;
+  { m.async_acquire_shared("r", asio::use_future) } -> std::same_as<std::future<LockGuard>>;
+  m.async_acquire_shared("r", {.ttl = 5s}, asio::use_awaitable);
+  m.async_acquire_exclusive("r", opts, asio::use_awaitable);
+  m.async_acquire_permit("r", 3, {}, asio::deferred);
+  m.async_acquire_all(std::vector<std::string>{"a"}, {.wait = 1s}, asio::use_awaitable);
+  e.async_campaign("v", {.ttl = 5s}, asio::use_awaitable);
+  m.async_acquire_shared("r");
+  m.async_acquire_permit("r", 3);
+  m.async_acquire_all(std::vector<std::string>{"a"});
 });
 
 // with_lock and async_with_lock: the options may be left out before the work.

@@ -13,6 +13,7 @@
 #include <redis_lock/detail/lock_kind.hpp>
 
 #include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/async_result.hpp>
 #include <boost/asio/system_executor.hpp>
 
 #include <atomic>
@@ -20,6 +21,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -37,6 +39,13 @@ struct GuardAccess;
 /// What every initiation carries: where its completion goes by default. `io` is the
 /// executor of the manager that made the guard (or of the manager itself), kept through
 /// moves and releases; `alive` says whether its execution context still runs.
+/// A completion token passed where the LockOptions would go: the overloads that leave the
+/// options out take it (a LockOptions, or a braced list, picks the full form).
+template <class Token, class Result>
+concept token_without_options =
+    !std::is_convertible_v<Token, LockOptions> &&
+    boost::asio::completion_token_for<Token, void(boost::system::error_code, Result)>;
+
 class initiation_base {
  public:
   using executor_type = boost::asio::any_io_executor;
