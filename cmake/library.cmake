@@ -47,9 +47,11 @@ add_library(redis_lock_internal OBJECT
   src/config.cpp
   src/connection.cpp
   src/election.cpp
+  src/engine.cpp
   src/error.cpp
   src/keys.cpp
   src/lease_ops.cpp
+  src/observe_op.cpp
   src/lock.cpp
   src/lock_service.cpp
   src/quorum.cpp

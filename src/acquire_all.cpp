@@ -4,10 +4,11 @@
 #include "acquire_op.hpp"
 #include "completion.hpp"
 #include "decimal.hpp"
+#include "engine.hpp"
 #include "lease_ops.hpp"
-#include "lock_service.hpp"
 #include "replies.hpp"
 #include "token.hpp"
+#include "validate.hpp"
 
 #include <redis_lock/error.hpp>
 #include <redis_lock/observer.hpp>
@@ -75,6 +76,28 @@ void GroupOp::give_back() {
 
 // ---------------------------------------------------------------------------------------
 // AcquireAllOp
+
+void start_acquire_all(Engine& engine, std::vector<std::string> resources, LockOptions options,
+                       AcquireAllHandler handler) {
+  if (!engine.alive()) return;  // the context is gone: drop the handler, as Asio does
+  auto broken = engine.config_violation();
+  if (!broken) broken = check_all(resources);
+  for (std::size_t i = 0; !broken && i < resources.size(); ++i) {
+    broken = check(resources[i], options, engine.topology());
+  }
+  if (broken) {
+    engine.report_refusal(resources.empty() ? std::string() : resources.front(), broken.error,
+                          broken.rule);
+    return deliver(engine.executor(), Defer::yes, std::move(handler), broken.error,
+                   std::vector<LockGuard>{});
+  }
+  auto op = std::make_shared<AcquireAllOp>(std::move(handler), std::move(resources), options);
+  op->service = engine.shared_from_this();
+  op->deadline = wait_deadline(Clock::now(), options.wait);
+  // Installed in the initiating call, as for acquire (start_acquire).
+  install_cancellation(op->handler, op);
+  engine.on_strand([op = std::move(op)]() mutable { op->start(); });
+}
 
 AcquireAllOp::~AcquireAllOp() {
   if (service) service->pending().remove(*this);  // dropped unfinished at shutdown
@@ -224,7 +247,7 @@ void AcquireAllOp::take_one() {
             ++self->next;
             self->step();
           }));
-  service->acquire(resources[index], sub, LockKind{}, AcquireHandler(std::move(completion)));
+  start_acquire(*service, resources[index], sub, LockKind{}, AcquireHandler(std::move(completion)));
 }
 
 void AcquireAllOp::confirm() {

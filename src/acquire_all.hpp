@@ -30,6 +30,13 @@ namespace redis_lock::detail {
 std::vector<std::size_t> taking_order(std::span<const std::string> resources,
                                       std::span<const std::uint16_t> slots);
 
+class Engine;
+
+/// async_acquire_all: checks the arguments (a refusal completes at once, nothing sent), then
+/// takes the resources on the strand. From any thread.
+void start_acquire_all(Engine& engine, std::vector<std::string> resources, LockOptions options,
+                       AcquireAllHandler handler);
+
 /// acquire_group.lua on the resources of one slot.
 struct GroupOp final : ScriptOp {
   using Callback = std::function<void(boost::system::error_code, Reply)>;
@@ -60,7 +67,7 @@ struct AcquireAllOp final : std::enable_shared_from_this<AcquireAllOp>, PendingO
   void cancel() override;
 
   AcquireAllHandler handler;
-  std::shared_ptr<LockService> service;
+  std::shared_ptr<Engine> service;
   std::vector<std::string> resources;  // as given; guards come back in this order
   LockOptions options;
   Clock::time_point deadline;

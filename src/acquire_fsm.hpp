@@ -25,6 +25,16 @@ struct AcquirePlan {
   int min_replicas = 0;  ///< > 0: a grant is confirmed by WAIT before it is delivered
 };
 
+/// When a wait of `wait` that starts at `now` runs out (time_point::max(): never).
+inline std::chrono::steady_clock::time_point wait_deadline(
+    std::chrono::steady_clock::time_point now, std::chrono::milliseconds wait) noexcept {
+  using Clock = std::chrono::steady_clock;
+  return wait >= std::chrono::duration_cast<std::chrono::milliseconds>(Clock::time_point::max() -
+                                                                       now)
+             ? Clock::time_point::max()
+             : now + wait;
+}
+
 class AcquireFsm {
  public:
   using Clock = std::chrono::steady_clock;

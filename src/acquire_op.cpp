@@ -2,11 +2,13 @@
 #include "acquire_op.hpp"
 
 #include "completion.hpp"
+#include "decimal.hpp"
+#include "engine.hpp"
 #include "lease_ops.hpp"
-#include "lock_service.hpp"
 #include "renewal.hpp"
 #include "replies.hpp"
 #include "token.hpp"
+#include "validate.hpp"
 
 #include <redis_lock/error.hpp>
 
@@ -16,6 +18,86 @@ namespace asio = boost::asio;
 using boost::system::error_code;
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
+
+namespace {
+
+/// Starts a checked acquire (the token, the deadline, cancellation, the first attempt).
+void start(Engine& engine, std::shared_ptr<AcquireOp> op) {
+  const auto& options = op->options;
+  op->service = engine.shared_from_this();
+  op->keys = engine.keys_of(op->resource, op->kind);
+  if (is_lease_set(op->kind)) op->mutex_queue = engine.keys_of(op->resource).queue();
+  op->slot = engine.slot_of(op->keys.lease());
+  op->durable = options.min_replicas > 0;
+  op->queues = options.wait.count() > 0 && !engine.redlock();
+  op->arg = to_decimal(options.ttl.count());
+  op->deadline = wait_deadline(Clock::now(), options.wait);
+  try {
+    op->token = random_token();
+  } catch (const std::exception&) {
+    return deliver(engine.executor(), Defer::yes, std::move(op->handler),
+                   error_code(error::server_error), LockGuard{});
+  }
+  // The cancellation handler is installed here, in the initiating call, on the caller's
+  // thread: Asio lets a signal be emitted only where its operation was initiated and
+  // completes, never concurrently with installing the handler. (Installing it later on our
+  // strand raced with an emit from the caller's strand: Stress.ThreadsCancellations... under
+  // TSan.) For the same reason it is cleared where the completion handler runs, just before
+  // (completion.hpp's complete()), not on our strand. It holds the op weakly and nothing
+  // else (no strand: a handler dropped at shutdown may be destroyed with the caller's signal
+  // after the io_context).
+  install_cancellation(op->handler, op);
+  engine.on_strand([op = std::move(op)]() mutable { op->start(); });
+}
+
+}  // namespace
+
+void start_acquire(Engine& engine, std::string resource, LockOptions options, LockKind kind,
+                   AcquireHandler handler) {
+  if (!engine.alive()) return;  // the context is gone: drop the handler, as Asio does
+  auto broken = engine.config_violation();
+  if (!broken) broken = check(resource, options, engine.topology());
+  if (!broken) broken = check(kind, engine.topology());
+  if (broken)
+    return engine.refuse(std::move(resource), broken.error, broken.rule, std::move(handler));
+  auto op = std::make_shared<AcquireOp>(std::move(handler), std::move(resource), options);
+  switch (kind.type) {
+    case LockKind::Type::mutex:
+      op->data = engine.holder_label();
+      break;
+    case LockKind::Type::permit:
+      op->kind = LeaseKind::shared;
+      op->marker = "#S" + to_decimal(kind.limit);
+      break;
+    case LockKind::Type::shared:
+      op->kind = LeaseKind::shared;
+      op->marker = "#RW";
+      break;
+    case LockKind::Type::exclusive:
+      op->kind = LeaseKind::exclusive;
+      op->marker = "#RW";
+      break;
+  }
+  start(engine, std::move(op));
+}
+
+void start_campaign(Engine& engine, std::string resource, std::string value, LockOptions options,
+                    AcquireHandler handler) {
+  if (!engine.alive()) return;  // the context is gone: drop the handler, as Asio does
+  options.auto_renew = true;    // the leadership lasts while the guard is held
+  auto broken = engine.config_violation();
+  if (!broken) broken = check(resource, options, engine.topology());
+  if (!broken) broken = check_admin(resource, engine.topology());
+  if (!broken) broken = check_value(value);
+  if (broken)
+    return engine.refuse(std::move(resource), broken.error, broken.rule, std::move(handler));
+  auto op = std::make_shared<AcquireOp>(std::move(handler), std::move(resource), options);
+  op->kind = LeaseKind::leader;
+  const auto& label = engine.holder_label();
+  op->data.reserve(label.size() + 1 + value.size());
+  op->data.append(label).append("\n").append(value);
+  start(engine, std::move(op));
+}
 
 using Action = AcquireFsm::Action;
 using Kind = AcquireFsm::Action::Kind;
@@ -178,7 +260,7 @@ void AcquireOp::on_reply(error_code ec, Reply reply) {
   }
 }
 
-LockGuard make_guard(LockService& service, const std::string& resource, const std::string& token,
+LockGuard make_guard(Engine& service, const std::string& resource, const std::string& token,
                      LeaseKind kind, const LockOptions& options, long long fence,
                      Clock::time_point sent) {
   auto lease = std::make_shared<LeaseState>();

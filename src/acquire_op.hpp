@@ -23,9 +23,20 @@
 
 namespace redis_lock::detail {
 
+class Engine;
+
+/// async_acquire of any kind (LockManager::async_acquire*): checks the arguments (a refusal
+/// completes at once, nothing sent), then the first attempt on the strand. From any thread.
+void start_acquire(Engine& engine, std::string resource, LockOptions options, LockKind kind,
+                   AcquireHandler handler);
+/// An election's candidate (Election::async_campaign): an acquire of `resource` that records
+/// `value` and announces each change of leader.
+void start_campaign(Engine& engine, std::string resource, std::string value, LockOptions options,
+                    AcquireHandler handler);
+
 /// The guard of a lease taken by an attempt sent at `sent` (its validity is dated from then),
 /// watched by the renewal watchdog if `options` ask for it.
-LockGuard make_guard(LockService& service, const std::string& resource, const std::string& token,
+LockGuard make_guard(Engine& service, const std::string& resource, const std::string& token,
                      LeaseKind kind, const LockOptions& options, long long fence,
                      std::chrono::steady_clock::time_point sent);
 
@@ -39,7 +50,7 @@ struct AcquireOp final : ScriptOp, Waiter, PendingOp {
   AcquireOp(AcquireHandler h, std::string resource_name, LockOptions opts);
   ~AcquireOp();
 
-  /// The first attempt (LockService::start set the keys, the token and `deadline`).
+  /// The first attempt (start_acquire set the keys, the token and `deadline`).
   void start();
   void cancel() override;
   /// Queued (or maybe, with an attempt in flight): the give-back written at once.

@@ -1,9 +1,17 @@
 // SPDX-License-Identifier: MIT
 #include "admin.hpp"
 
+#include "completion.hpp"
+#include "engine.hpp"
+#include "replies.hpp"
+
+#include <redis_lock/error.hpp>
+
 #include <charconv>
 
 namespace redis_lock::detail {
+
+using boost::system::error_code;
 
 namespace {
 
@@ -68,6 +76,78 @@ std::optional<Inspection> read_inspection(const Reply& reply) {
     return std::nullopt;
   }
   return out;
+}
+
+void read_state(Engine& engine, const std::string& resource,
+                std::function<void(error_code, Inspection)> done) {
+  auto op = std::make_shared<AdminOp>();
+  op->service = engine.shared_from_this();
+  op->keys = engine.keys_of(resource);
+  op->slot = engine.slot_of(op->keys.lease());
+  // The lease sets' queue expiry, in `arg` (the op's strings hold what its words point to).
+  op->arg = engine.keys_of(resource, LeaseKind::shared).queue_expiry();
+  op->set_args(inspect_script,
+               {op->keys.lease(), op->keys.info(), op->keys.queue_expiry(), op->arg}, {});
+  op->done = [self = op->service, done = std::move(done)](error_code ec, Reply reply) {
+    if (!ec && reply.is_error()) ec = self->server_error(reply);
+    if (ec) return done(ec, Inspection{});
+    auto read = read_inspection(reply);
+    if (!read) return done(error::unexpected_reply, Inspection{});
+    done({}, std::move(*read));
+  };
+  engine.on_strand([op = std::move(op)]() mutable {
+    auto& service = *op->service;
+    service.send(std::move(op));
+  });
+}
+
+void start_inspect(Engine& engine, std::string resource, InspectHandler handler) {
+  if (!engine.alive()) return;
+  if (auto broken = engine.check_admin_call(resource)) {
+    return deliver(engine.executor(), Defer::yes, std::move(handler), broken.error, LockInfo{});
+  }
+  auto shared = std::make_shared<InspectHandler>(std::move(handler));
+  read_state(engine, resource,
+             [self = engine.shared_from_this(), shared](error_code ec, Inspection state) {
+               deliver(self->executor(), Defer::no, std::move(*shared), ec, std::move(state.info));
+             });
+}
+
+void start_force_release(Engine& engine, std::string resource, BoolHandler handler) {
+  if (!engine.alive()) return;
+  if (auto broken = engine.check_admin_call(resource)) {
+    return deliver(engine.executor(), Defer::yes, std::move(handler), broken.error, false);
+  }
+  auto op = std::make_shared<AdminOp>();
+  op->service = engine.shared_from_this();
+  op->keys = engine.keys_of(resource);
+  op->slot = engine.slot_of(op->keys.lease());
+  const auto sets = engine.keys_of(resource, LeaseKind::shared);
+  op->token = sets.queue();  // (the op's own strings: its words point into them)
+  op->arg = sets.queue_expiry();
+  op->announce =
+      std::string(engine.cluster() ? "S" : "P").append(engine.waiters().channel_prefix(op->slot));
+  op->resource_announce = engine.announce_of(resource);
+  op->set_args(force_release_script,
+               {op->keys.lease(), op->keys.queue(), op->keys.queue_expiry(), op->keys.fence(),
+                op->keys.info(), op->token, op->arg},
+               {op->announce, op->resource_announce});
+  auto shared = std::make_shared<BoolHandler>(std::move(handler));
+  op->done = [self = op->service, shared](error_code ec, Reply reply) {
+    bool released = false;
+    if (!ec && reply.is_error()) {
+      ec = self->server_error(reply);
+    } else if (!ec) {
+      const auto read = replies::read_compare(reply);  // 1: somebody held it, 0: nobody
+      if (read == replies::Compare::malformed) ec = error::unexpected_reply;
+      released = read == replies::Compare::done;
+    }
+    deliver(self->executor(), Defer::no, std::move(*shared), ec, released);
+  };
+  engine.on_strand([op = std::move(op)]() mutable {
+    auto& service = *op->service;
+    service.send(std::move(op));
+  });
 }
 
 }  // namespace redis_lock::detail

@@ -4,6 +4,7 @@
 // and force_release.lua (LockManager::async_force_release).
 #pragma once
 
+#include "lease_ops.hpp"
 #include "script_op.hpp"
 
 #include <redis_lock/election.hpp>
@@ -35,5 +36,17 @@ struct Inspection {
 
 /// inspect.lua's reply; nullopt when malformed.
 std::optional<Inspection> read_inspection(const Reply& reply);
+
+class Engine;
+
+/// inspect.lua on `resource`; `done` on the strand (malformed: error::unexpected_reply).
+/// From any thread.
+void read_state(Engine& engine, const std::string& resource,
+                std::function<void(boost::system::error_code, Inspection)> done);
+/// LockManager::async_inspect: checks the resource (a refusal completes at once), then one
+/// read_state.
+void start_inspect(Engine& engine, std::string resource, InspectHandler handler);
+/// LockManager::async_force_release: force_release.lua.
+void start_force_release(Engine& engine, std::string resource, BoolHandler handler);
 
 }  // namespace redis_lock::detail

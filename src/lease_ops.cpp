@@ -2,8 +2,10 @@
 #include "lease_ops.hpp"
 
 #include "completion.hpp"
-#include "lock_service.hpp"
+#include "decimal.hpp"
+#include "engine.hpp"
 #include "replies.hpp"
+#include "validate.hpp"
 #include "waiters.hpp"
 
 #include <redis_lock/error.hpp>
@@ -84,7 +86,7 @@ void CompareOp::finish(error_code ec, Reply reply) {
   deliver(service->executor(), Defer::no, std::move(handler), ec, done);
 }
 
-void prepare_release(LockService& service, CompareOp& op, std::string resource, std::string token,
+void prepare_release(Engine& service, CompareOp& op, std::string resource, std::string token,
                      LeaseKind kind, std::string_view member_suffix) {
   op.service = service.shared_from_this();
   op.keys = service.keys_of(resource, kind);
@@ -126,8 +128,8 @@ void prepare_release(LockService& service, CompareOp& op, std::string resource, 
       {op.token, suffix, op.notify});
 }
 
-void prepare_extend(LockService& service, ScriptOp& op, const std::string& resource,
-                    std::string token, LeaseKind kind, std::string ttl_ms) {
+void prepare_extend(Engine& service, ScriptOp& op, const std::string& resource, std::string token,
+                    LeaseKind kind, std::string ttl_ms) {
   op.service = service.shared_from_this();
   op.keys = service.keys_of(resource, kind);
   op.slot = service.slot_of(op.keys.lease());
@@ -152,7 +154,7 @@ void set_extend_args(ScriptOp& op, LeaseKind kind) {
 
 namespace {
 
-void give_back_on(const std::shared_ptr<LockService>& service, std::size_t node,
+void give_back_on(const std::shared_ptr<Engine>& service, std::size_t node,
                   std::shared_ptr<const OwnedCommand> release, Clock::time_point until,
                   milliseconds backoff) {
   if (!service->running()) return;
@@ -171,7 +173,7 @@ void give_back_on(const std::shared_ptr<LockService>& service, std::size_t node,
 
 }  // namespace
 
-void give_back_on(LockService& service, std::size_t node, std::string_view resource,
+void give_back_on(Engine& service, std::size_t node, std::string_view resource,
                   std::string_view token, Clock::time_point until) {
   if (!service.running()) return;
   // The same release command as any other, with its own copy of the bytes.
@@ -180,6 +182,27 @@ void give_back_on(LockService& service, std::size_t node, std::string_view resou
   give_back_on(service.shared_from_this(), node,
                std::make_shared<const OwnedCommand>(release.Routed::command()), until,
                give_back_first_retry);
+}
+
+void start_extend(Engine& engine, std::string resource, std::string token,
+                  std::shared_ptr<LeaseState> lease, milliseconds ttl, BoolHandler handler) {
+  if (!engine.alive()) return;
+  if (auto broken = check_extension(ttl)) {
+    return deliver(engine.executor(), Defer::yes, std::move(handler), broken.error, false);
+  }
+  auto op = std::make_shared<CompareOp>(std::move(handler));
+  const auto kind = lease ? lease->kind : LeaseKind::mutex;
+  prepare_extend(engine, *op, resource, std::move(token), kind, to_decimal(ttl.count()));
+  op->lease = std::move(lease);
+  op->new_ttl = ttl;
+  op->command = LeaseCommand::extend;
+  // min_replicas: on the connection whose WAIT counts it (the acquire's).
+  op->durable = op->lease && op->lease->min_replicas > 0;
+  if (engine.observer()) op->resource = resource;
+  engine.on_strand([op = std::move(op)]() mutable {
+    auto& service = *op->service;
+    service.send(std::move(op));
+  });
 }
 
 }  // namespace redis_lock::detail

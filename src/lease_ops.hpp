@@ -59,19 +59,25 @@ struct CompareOp final : ScriptOp {
 /// Fills in a release of `token`'s lease of `kind`: compare-and-delete, hand the lease to the
 /// next waiter (published on its manager's channel), leave the queue (as member token +
 /// `member_suffix`; empty: a holder's, who is not queued).
-void prepare_release(LockService& service, CompareOp& op, std::string resource, std::string token,
+void prepare_release(Engine& service, CompareOp& op, std::string resource, std::string token,
                      LeaseKind kind, std::string_view member_suffix = {});
 
 /// Fills in an extension of `token`'s lease of `kind` to `ttl_ms` (compare-and-PEXPIRE; a
 /// leader's also tells the election's observers).
-void prepare_extend(LockService& service, ScriptOp& op, const std::string& resource,
-                    std::string token, LeaseKind kind, std::string ttl_ms);
+void prepare_extend(Engine& service, ScriptOp& op, const std::string& resource, std::string token,
+                    LeaseKind kind, std::string ttl_ms);
 /// The arguments of an extension prepare_extend filled in, set again (before a resend).
 void set_extend_args(ScriptOp& op, LeaseKind kind);
 
+/// LockGuard::async_extend: checks the ttl (a refusal completes at once), then
+/// compare-and-PEXPIRE on the strand. From any thread.
+void start_extend(Engine& engine, std::string resource, std::string token,
+                  std::shared_ptr<LeaseState> lease, std::chrono::milliseconds ttl,
+                  BoolHandler handler);
+
 /// Redlock: gives back on master `node` what `token` may hold there, resent through link
 /// failures until `until`.
-void give_back_on(LockService& service, std::size_t node, std::string_view resource,
+void give_back_on(Engine& service, std::size_t node, std::string_view resource,
                   std::string_view token, std::chrono::steady_clock::time_point until);
 
 }  // namespace redis_lock::detail

@@ -3,8 +3,8 @@
 
 #include "completion.hpp"
 #include "decimal.hpp"
+#include "engine.hpp"
 #include "lease_ops.hpp"
-#include "lock_service.hpp"
 #include "replies.hpp"
 #include "script_op.hpp"
 

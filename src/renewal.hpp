@@ -21,7 +21,7 @@
 
 namespace redis_lock::detail {
 
-class LockService;
+class Engine;
 
 /// When each watched lease is looked at next, and what is then done. No I/O, no clock of
 /// its own: `now` is given.
@@ -71,7 +71,7 @@ class RenewalSchedule {
 /// The schedule's timer and commands, on the manager's strand.
 class Watchdog {
  public:
-  explicit Watchdog(LockService& service) : service_(service) {}
+  explicit Watchdog(Engine& service) : service_(service) {}
   void watch(const std::shared_ptr<LeaseState>& lease);
   void unwatch(LeaseState& lease);
   void mark_lost(const std::shared_ptr<LeaseState>& lease);
@@ -86,7 +86,7 @@ class Watchdog {
   void renewed(const std::shared_ptr<LeaseState>& lease, std::chrono::steady_clock::time_point sent,
                boost::system::error_code ec, const Reply& reply, std::span<const NodeResult> nodes);
 
-  LockService& service_;
+  Engine& service_;
   RenewalSchedule schedule_;
   std::unique_ptr<boost::asio::steady_timer> timer_;
   std::chrono::steady_clock::time_point timer_at_{};

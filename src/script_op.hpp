@@ -15,7 +15,7 @@
 
 namespace redis_lock::detail {
 
-class LockService;
+class Engine;
 
 /// A script call. Its argument views point into its own strings, which never move (ops live
 /// in a shared_ptr). The op also takes the late reply of a command that timed out, if it
@@ -43,7 +43,7 @@ struct ScriptOp : Routed, LateReplies, std::enable_shared_from_this<ScriptOp> {
     for (auto a : script_args) argv[argc++] = a;
   }
 
-  std::shared_ptr<LockService> service;
+  std::shared_ptr<Engine> service;
   ResourceKeys keys;
   std::string token;
   std::string arg;       // ttl in ms (acquire, extend) or the release's member suffix

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 #include "shutdown_watch.hpp"
 
-#include "lock_service.hpp"
+#include "engine.hpp"
 
 #include <boost/asio/execution_context.hpp>
 #include <boost/asio/query.hpp>
@@ -22,7 +22,7 @@ class ShutdownWatch final : public asio::execution_context::service {
   static asio::execution_context::id id;
   explicit ShutdownWatch(asio::execution_context& ctx) : asio::execution_context::service(ctx) {}
 
-  void add(std::weak_ptr<LockService> entry) {
+  void add(std::weak_ptr<Engine> entry) {
     std::lock_guard lock(mutex_);
     std::erase_if(services_, [](const auto& w) { return w.expired(); });
     services_.push_back(std::move(entry));
@@ -30,7 +30,7 @@ class ShutdownWatch final : public asio::execution_context::service {
 
  private:
   void shutdown() override {
-    std::vector<std::weak_ptr<LockService>> services;
+    std::vector<std::weak_ptr<Engine>> services;
     {
       std::lock_guard lock(mutex_);
       services.swap(services_);
@@ -41,14 +41,14 @@ class ShutdownWatch final : public asio::execution_context::service {
   }
 
   std::mutex mutex_;
-  std::vector<std::weak_ptr<LockService>> services_;
+  std::vector<std::weak_ptr<Engine>> services_;
 };
 
 asio::execution_context::id ShutdownWatch::id;
 
 }  // namespace
 
-void watch_shutdown(const asio::any_io_executor& executor, std::weak_ptr<LockService> service) {
+void watch_shutdown(const asio::any_io_executor& executor, std::weak_ptr<Engine> service) {
   auto& ctx = asio::query(executor, asio::execution::context);
   // A context shuts its services down in the reverse order of their creation, and the timer
   // service (with the reactor under it) destroys the handlers waiting on it when it does:

@@ -10,11 +10,10 @@
 
 namespace redis_lock::detail {
 
-class LockService;
+class Engine;
 
 /// Registers `service` with the context of `executor`: its on_context_shutdown() is called
 /// when that context shuts down (if it still lives).
-void watch_shutdown(const boost::asio::any_io_executor& executor,
-                    std::weak_ptr<LockService> service);
+void watch_shutdown(const boost::asio::any_io_executor& executor, std::weak_ptr<Engine> service);
 
 }  // namespace redis_lock::detail

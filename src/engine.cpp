@@ -1,0 +1,275 @@
+// SPDX-License-Identifier: MIT
+// The context every op runs in (engine.hpp).
+#include "engine.hpp"
+
+#include "completion.hpp"
+#include "decimal.hpp"
+#include "lease_ops.hpp"
+#include "quorum_call.hpp"
+#include "redis_lock_scripts.hpp"
+#include "replies.hpp"
+#include "shutdown_watch.hpp"
+#include "tls.hpp"
+#include "token.hpp"
+#include "validate.hpp"
+
+#include <boost/asio/associated_cancellation_slot.hpp>
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include <vector>
+
+namespace redis_lock::detail {
+
+namespace asio = boost::asio;
+using boost::system::error_code;
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+namespace {
+
+/// Checks the configuration (nothing has been sent) and reads the TLS files, once.
+Violation prepare(const ConnectionConfig& config, const ManagerOptions& options,
+                  std::shared_ptr<asio::ssl::context>& tls) {
+  if (auto broken = check(config)) return broken;
+  if (auto broken = check(options)) return broken;
+  if (auto ec = make_tls_context(config, tls)) return {ec, "the TLS files could not be used"};
+  return {};
+}
+
+}  // namespace
+
+Engine::Engine(asio::any_io_executor ex, ConnectionConfig config, ManagerOptions options)
+    : executor_(std::move(ex)), options_(std::move(options)), config_(config) {
+  const auto broken = prepare(config_, options_, tls_);
+  config_error_ = broken.error;
+  config_rule_ = broken.rule;
+  strand_.emplace(asio::make_strand(executor_));
+  router_ = std::make_shared<Router>(*strand_, std::move(config), options_.client_name, tls_);
+  waiters_ = std::make_shared<Waiters>(router_, options_.key_prefix, random_token().substr(0, 16),
+                                       cluster());
+  // Every command connection has our scripts before its first command: a NOSCRIPT resend
+  // would run after commands sent later (a Redlock give-back after the next attempt's grant).
+  std::vector<std::string_view> scripts = {acquire_script.body, release_script.body,
+                                           extend_script.body};
+  if (redlock()) {
+    scripts.push_back(raise_fence_script.body);
+  } else {
+    // The lease sets' and the group acquire's, which Redlock does not offer.
+    for (const auto* s :
+         {&acquire_set_script, &release_set_script, &extend_set_script, &acquire_group_script}) {
+      scripts.push_back(s->body);
+    }
+  }
+  router_->set_preload(std::move(scripts));
+}
+
+Engine::~Engine() = default;
+
+void Engine::watch_context_shutdown() {
+  waiters_->attach();
+  watch_shutdown(executor_, weak_from_this());
+}
+
+void Engine::on_context_shutdown() noexcept {
+  alive_.store(false);
+  context_alive_->store(false);
+  // Nothing runs on the context any more (it is being destroyed), and its handlers still
+  // hold our ops: an acquire queued on a server gives its place back now, where a link can
+  // take the write, instead of leaving it to a release that would hand the lease to it.
+  try {
+    for (const auto& op : pending_.snapshot()) op->last_words();
+  } catch (const std::exception&) {
+    // No memory for the snapshot: the places lapse by themselves (1.2 s).
+  }
+  if (router_) {
+    router_->shutdown();
+    router_.reset();
+  }
+  waiters_->shutdown();
+  watchdog_.shutdown();
+  strand_.reset();
+  executor_ = asio::any_io_executor();
+}
+
+void Engine::cancel_all() {
+  if (!alive_.load()) return;
+  on_strand([self = shared_from_this()] {
+    // A snapshot: a cancelled op leaves the list, and a completion handler run inline may
+    // start new operations, which this call does not cancel.
+    for (const auto& op : self->pending_.snapshot()) op->cancel();
+  });
+}
+
+bool Engine::give_back_now(std::size_t node, std::string_view resource, std::string_view token,
+                           LeaseKind kind, std::string_view member_suffix) noexcept {
+  if (!router_ || redlock()) return false;
+  try {
+    CompareOp op{BoolHandler{}};
+    prepare_release(*this, op, std::string(resource), std::string(token), kind, member_suffix);
+    return router_->write_now(node, op.Routed::command());
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+std::string Engine::last_server_error() const {
+  std::lock_guard lock(error_mutex_);
+  return last_server_error_;
+}
+
+error_code Engine::server_error(const Reply& reply) {
+  {
+    std::lock_guard lock(error_mutex_);
+    last_server_error_ = reply.str;
+  }
+  return error_from_reply(reply.str);
+}
+
+ResourceKeys Engine::keys_of(std::string_view resource, LeaseKind kind) const {
+  return make_keys(options_.key_prefix, resource, is_lease_set(kind));
+}
+
+std::string Engine::announce_of(std::string_view resource) const {
+  // PUBLISH, also on a Cluster (which forwards it to every node): an observer's subscription
+  // then never moves with a slot, and SUBSCRIBE / UNSUBSCRIBE are answered as commands.
+  return std::string("P").append(options_.key_prefix).append("leader:").append(resource);
+}
+
+std::uint16_t Engine::slot_of(std::string_view lease_key) const noexcept {
+  return cluster() ? key_slot(lease_key) : 0;
+}
+
+void Engine::send(std::shared_ptr<ScriptOp> op) {
+  if (!router_) return;  // the context shut down: drop, as Asio drops pending handlers
+  if (!redlock()) return router_->send(std::move(op));
+  auto acquire = op->quorum_acquire();
+  fan_out(router_, *strand_, config_.nodes.size(), config_.command_timeout, std::move(op),
+          std::move(acquire));
+}
+
+void Engine::wait_replicas(std::size_t node, int replicas, milliseconds timeout,
+                           Connection::Callback callback) {
+  if (!router_) return;
+  const auto count = to_decimal(replicas);
+  const auto ms = to_decimal(timeout.count());
+  const std::string_view command[] = {"WAIT", count, ms};
+  // The server answers WAIT after up to `timeout`: the command's own deadline comes on top.
+  router_->connection(node, Router::Pool::durable)
+      .execute(command, std::move(callback), nullptr, timeout);
+}
+
+bool Engine::retry_later(Clock::time_point until, milliseconds delay, std::function<void()> again) {
+  if (!router_ || !strand_) return false;
+  const auto at = Clock::now() + delay;
+  if (at >= until) return false;
+  auto timer = std::make_shared<asio::steady_timer>(*strand_, at);
+  timer->async_wait([timer, again = std::move(again)](error_code ec) {
+    if (!ec) again();
+  });
+  return true;
+}
+
+void Engine::watch(const std::shared_ptr<LeaseState>& lease) {
+  if (router_) watchdog_.watch(lease);
+}
+
+void Engine::add_waiter(const std::string& token, std::weak_ptr<Waiter> waiter,
+                        std::uint16_t slot) {
+  if (!router_ || redlock()) return;  // Redlock waiters back off; no release is published
+  waiters_->add(token, std::move(waiter), slot);
+}
+
+void Engine::remove_waiter(const std::string& token) { waiters_->remove(token); }
+
+// ---------------------------------------------------------------------------------------
+// The operations
+
+void Engine::report_refusal(std::string resource, error_code ec, std::string_view why) {
+  if (!observer()) return;
+  on_strand([self = shared_from_this(), resource = std::move(resource), ec, why] {
+    AcquireEvent e{resource, AcquireOutcome::failed, ec, Clock::duration::zero(), 0, false, 0};
+    e.detail = why;
+    self->observer()->on_acquire(e);
+  });
+}
+
+void Engine::refuse(std::string resource, error_code ec, std::string_view why,
+                    AcquireHandler handler) {
+  report_refusal(std::move(resource), ec, why);
+  deliver(executor_, Defer::yes, std::move(handler), ec, LockGuard{});
+}
+
+Violation Engine::check_admin_call(std::string_view resource) const {
+  if (config_error_) return {config_error_, config_rule_};
+  return check_admin(resource, config_.topology);
+}
+
+void Engine::release(std::string resource, std::string token, LeaseKind kind, BoolHandler handler,
+                     bool by_guard, Clock::time_point patience, Clock::time_point give_back_until,
+                     std::string_view member_suffix) {
+  if (!alive_.load()) return;
+  auto op = std::make_shared<CompareOp>(std::move(handler));
+  if (by_guard && observer()) op->resource = resource;
+  prepare_release(*this, *op, std::move(resource), std::move(token), kind, member_suffix);
+  op->patience = patience;
+  op->give_back_until = give_back_until;
+  on_strand(
+      [self = shared_from_this(), op = std::move(op)]() mutable { self->send(std::move(op)); });
+}
+
+void Engine::release_detached(std::string resource, std::string token, LeaseKind kind,
+                              bool by_guard, Clock::time_point patience) noexcept {
+  try {
+    // A guard's release on destruction: also resent through link failures while its lease
+    // may still be valid.
+    release(std::move(resource), std::move(token), kind, BoolHandler{}, by_guard, patience,
+            /*give_back_until=*/std::min(patience, Clock::now() + give_back_horizon));
+  } catch (...) {
+    // Out of memory while posting: the lease expires after its ttl instead.
+  }
+}
+
+void Engine::give_back(std::string resource, std::string token, LeaseKind kind,
+                       Clock::time_point until, std::string_view member_suffix) noexcept {
+  if (!alive_.load()) return;
+  try {
+    if (redlock()) {
+      on_strand([self = shared_from_this(), resource = std::move(resource),
+                 token = std::move(token), until] {
+        for (std::size_t i = 0; i < self->config_.nodes.size(); ++i) {
+          give_back_on(*self, i, resource, token, until);
+        }
+      });
+      return;
+    }
+    // Routed like any release (Cluster redirects), retried through moving slots and link
+    // failures until `until`.
+    release(std::move(resource), std::move(token), kind, BoolHandler{}, /*by_guard=*/false, until,
+            until, member_suffix);
+  } catch (...) {
+    // Out of memory: the lease expires after its ttl instead.
+  }
+}
+
+void Engine::forget(const std::shared_ptr<LeaseState>& lease) noexcept {
+  lease->released.store(true);
+  if (!lease->auto_renew && !lease->has_waiter.load()) return;  // nothing on the strand
+  if (!alive_.load()) return;
+  try {
+    on_strand([self = shared_from_this(), lease] {
+      self->watchdog_.unwatch(*lease);
+      if (lease->lost_waiter) {
+        auto handler = std::move(*lease->lost_waiter);
+        lease->lost_waiter.reset();
+        deliver(self->executor_, Defer::no, std::move(handler),
+                error_code(asio::error::operation_aborted));
+      }
+    });
+  } catch (...) {
+    // Out of memory: the entry stays until its next check, which sees `released`.
+  }
+}
+
+}  // namespace redis_lock::detail

@@ -1,0 +1,196 @@
+// SPDX-License-Identifier: MIT
+// Layer 4 (engine): the context every op runs in. It owns the topology (the router, and
+// Redlock's fan-out), the waiters' subscriptions, the renewal watchdog and the list of ops
+// under way, and gives the ops the strand, sending, naming (keys, slots, channels), the
+// observer and the server's errors. Ops include this, never the facade (lock_service.hpp),
+// which only starts them. See docs/architecture.md.
+#pragma once
+
+#include "admin.hpp"
+#include "connection.hpp"
+#include "keys.hpp"
+#include "lease.hpp"
+#include "pending.hpp"
+#include "renewal.hpp"
+#include "router.hpp"
+#include "validate.hpp"
+#include "waiters.hpp"
+
+#include <redis_lock/lock.hpp>
+#include <redis_lock/observer.hpp>
+
+#include <boost/asio/associated_cancellation_slot.hpp>
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/post.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace redis_lock::detail {
+
+struct ScriptOp;
+class Engine;
+
+/// How the engine makes and adjusts LockGuards (defined by the facade, lock_service.cpp,
+/// which knows that every Engine is a LockService).
+struct GuardAccess {
+  static LockGuard make(std::shared_ptr<Engine> engine, std::string resource, std::string token,
+                        std::uint64_t fencing_token, std::shared_ptr<LeaseState> lease);
+  /// The watchdog stops renewing the guard's lease, which is no longer auto-renewed (after
+  /// async_acquire_all renewed the locks it collected, for a caller that did not ask for
+  /// renewal). On the strand, before the guard is handed out.
+  static void stop_renewing(LockGuard& guard);
+  /// An auto-renewed guard's renewal stops at `until` (max_hold from the hand-out).
+  static void hold_until(LockGuard& guard, std::chrono::steady_clock::time_point until);
+};
+
+class Engine : public std::enable_shared_from_this<Engine> {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  Engine(boost::asio::any_io_executor ex, ConnectionConfig config, ManagerOptions options);
+  virtual ~Engine();
+
+  /// Registers with the execution context so that its shutdown is noticed; call once.
+  void watch_context_shutdown();
+  /// Called by the shutdown watch when the context shuts down.
+  void on_context_shutdown() noexcept;
+  /// False once the context shut down; guards keep it after they are empty.
+  ContextAlive context_alive() const noexcept { return context_alive_; }
+  /// The context has not shut down (the router and the strand exist). On the strand.
+  bool running() const noexcept { return router_ != nullptr; }
+
+  /// False once the context shut down: new operations are dropped (as Asio drops handlers).
+  bool alive() const noexcept { return alive_.load(); }
+  /// The configuration's fault, if it cannot work: every acquire fails with it.
+  Violation config_violation() const noexcept { return {config_error_, config_rule_}; }
+  Topology topology() const noexcept { return config_.topology; }
+  std::size_t node_count() const noexcept { return config_.nodes.size(); }
+
+  // Callable from any thread.
+  /// `by_guard`: a guard's own release (reported to the observer), not a clean-up.
+  /// `patience`: a Cluster refusal for a slot in motion (TRYAGAIN, CLUSTERDOWN) is retried
+  /// until then at least (the lease's valid_until(): past it the release no longer matters).
+  /// `give_back_until` (detached releases only): resent through link failures until then.
+  /// `member_suffix`: an acquire's give-back leaves the queue as token + this.
+  void release(std::string resource, std::string token, LeaseKind kind, BoolHandler handler,
+               bool by_guard = false, Clock::time_point patience = {},
+               Clock::time_point give_back_until = {}, std::string_view member_suffix = {});
+  void release_detached(std::string resource, std::string token, LeaseKind kind,
+                        bool by_guard = false, Clock::time_point patience = {}) noexcept;
+  /// Gives back what an acquire with `token` may hold, or the queue place it may have:
+  /// a release that is sent again through link failures until `until`, past which the
+  /// lease (and the queue entry) has expired anyway. On Redlock, on every master.
+  void give_back(std::string resource, std::string token, LeaseKind kind, Clock::time_point until,
+                 std::string_view member_suffix) noexcept;
+  /// The same give-back written at once on a command connection of `node`, without Asio:
+  /// for an op's last words while the context shuts down. False when no link could take it.
+  bool give_back_now(std::size_t node, std::string_view resource, std::string_view token,
+                     LeaseKind kind, std::string_view member_suffix) noexcept;
+  /// The guard let go of the lease (release, destruction): stop renewing, end waits.
+  void forget(const std::shared_ptr<LeaseState>& lease) noexcept;
+  std::string last_server_error() const;
+  /// LockManager::cancel(): every pending operation (pending()) ends as its own cancellation
+  /// would. Callable from any thread.
+  void cancel_all();
+
+  // For the ops, on the strand.
+  /// Sends `op` to the node serving its slot, or (Redlock) to every master.
+  void send(std::shared_ptr<ScriptOp> op);
+  /// WAIT for `replicas` on the connection of `node` that the durable commands use.
+  void wait_replicas(std::size_t node, int replicas, std::chrono::milliseconds timeout,
+                     Connection::Callback callback);
+  /// A give-back's next try after a link failure: `again` on the strand after `delay`, or
+  /// false (nothing scheduled) when that would be past `until`.
+  bool retry_later(Clock::time_point until, std::chrono::milliseconds delay,
+                   std::function<void()> again);
+  void watch(const std::shared_ptr<LeaseState>& lease);
+  /// The operations under way that cancel_all() ends and the context's shutdown asks for
+  /// their last words.
+  PendingOps& pending() noexcept { return pending_; }
+  void add_waiter(const std::string& token, std::weak_ptr<Waiter> waiter, std::uint16_t slot);
+  void remove_waiter(const std::string& token);
+  /// The error an error reply stands for (and the manager's last_server_error()).
+  boost::system::error_code server_error(const Reply& reply);
+
+  ResourceKeys keys_of(std::string_view resource, LeaseKind kind = LeaseKind::mutex) const;
+  /// '<P|S><channel>' on which `resource`'s changes of leader are announced (an election's).
+  std::string announce_of(std::string_view resource) const;
+  /// ManagerOptions::holder_label.
+  const std::string& holder_label() const noexcept { return options_.holder_label; }
+  /// The slot that routes the commands on `lease_key` (0 unless on a Cluster).
+  std::uint16_t slot_of(std::string_view lease_key) const noexcept;
+  bool redlock() const noexcept { return config_.topology == Topology::redlock; }
+  bool cluster() const noexcept { return config_.topology == Topology::cluster; }
+  Router& router() const noexcept { return *router_; }
+  Waiters& waiters() const noexcept { return *waiters_; }
+  Watchdog& watchdog() noexcept { return watchdog_; }
+  const boost::asio::any_io_executor& executor() const noexcept { return executor_; }
+  Observer* observer() const noexcept { return options_.observer.get(); }
+  const Connection::Strand& strand() const noexcept { return *strand_; }
+
+  /// Runs `fn` on the strand: at once when called there, else posted.
+  template <class Fn>
+  void on_strand(Fn&& fn);
+  /// An admin op's refusal (config, resource, Redlock), or none.
+  Violation check_admin_call(std::string_view resource) const;
+  /// Reports a refused acquire to the observer and completes it (nothing was sent).
+  void refuse(std::string resource, boost::system::error_code ec, std::string_view why,
+              AcquireHandler handler);
+  /// Reports a refused acquire to the observer (nothing was sent).
+  void report_refusal(std::string resource, boost::system::error_code ec, std::string_view why);
+
+ private:
+  boost::asio::any_io_executor executor_;
+  ManagerOptions options_;
+  ConnectionConfig config_;
+  std::shared_ptr<boost::asio::ssl::context> tls_;  // rediss://, shared by our connections
+  boost::system::error_code config_error_;          // config_ unusable: every acquire fails with it
+  std::string_view config_rule_;                    // ... and the rule it broke
+  // Reset when the context shuts down: a strand's state belongs to a service of the
+  // context, and guards may keep this object alive after the context is gone.
+  std::optional<Connection::Strand> strand_;
+  std::shared_ptr<Router> router_;  // null once the execution context shut down
+  std::shared_ptr<Waiters> waiters_;
+  Watchdog watchdog_{*this};
+  PendingOps pending_;
+  std::atomic<bool> alive_{true};
+  std::shared_ptr<std::atomic<bool>> context_alive_ = std::make_shared<std::atomic<bool>>(true);
+  mutable std::mutex error_mutex_;
+  std::string last_server_error_;
+};
+
+/// Installs an operation's cancellation handler in the slot its completion handler carries,
+/// if any, in the initiating call (see start_acquire). A cancellation reaches
+/// `op->cancel()` on the manager's strand while the op lives. The handler holds the op and
+/// the manager weakly and nothing else: the caller's signal may destroy it after the
+/// io_context (an op dropped at shutdown never cleared it), and a strand destroyed then
+/// touched the context's freed state. Cleared by complete() (completion.hpp).
+template <class Handler, class Op>
+void install_cancellation(Handler& handler, const std::shared_ptr<Op>& op) {
+  auto slot = boost::asio::get_associated_cancellation_slot(handler);
+  if (!slot.is_connected()) return;
+  slot.assign([weak = std::weak_ptr<Op>(op),
+               manager = std::weak_ptr<Engine>(op->service)](boost::asio::cancellation_type) {
+    const auto service = manager.lock();
+    if (!service || !service->context_alive()->load() || weak.expired()) return;
+    boost::asio::post(service->strand(), [weak] {
+      if (auto alive = weak.lock()) alive->cancel();
+    });
+  });
+}
+
+template <class Fn>
+void Engine::on_strand(Fn&& fn) {
+  // dispatch: a command issued from a completion handler (already on the strand) is queued
+  // at once and joins the write of its neighbours; from elsewhere it is posted.
+  boost::asio::dispatch(*strand_, std::forward<Fn>(fn));
+}
+
+}  // namespace redis_lock::detail
