@@ -89,7 +89,7 @@ void start_acquire_all(Engine& engine, std::vector<std::string> resources, LockO
     engine.report_refusal(resources.empty() ? std::string() : resources.front(), broken.error,
                           broken.rule);
     return deliver(engine.executor(), Defer::yes, std::move(handler), broken.error,
-                   std::vector<LockGuard>{});
+                   std::vector<Grant>{});
   }
   auto op = std::make_shared<AcquireAllOp>(std::move(handler), std::move(resources), options);
   op->service = engine.shared_from_this();
@@ -191,7 +191,7 @@ void AcquireAllOp::take_group(std::size_t end) {
       }
       for (auto i = self->next; i < end; ++i) {
         self->guards[self->order[i]] =
-            make_guard(*self->service, self->resources[self->order[i]], op->token, LeaseKind::mutex,
+            make_grant(*self->service, self->resources[self->order[i]], op->token, LeaseKind::mutex,
                        self->collecting(), e[i - self->next + 1].integer, op->sent);
         if (auto* observer = self->service->observer()) {
           AcquireEvent event{self->resources[self->order[i]],
@@ -239,7 +239,7 @@ void AcquireAllOp::take_one() {
   auto completion = asio::bind_cancellation_slot(
       acquire_cancel.slot(),
       asio::bind_executor(
-          service->strand(), [self = shared_from_this(), index](error_code ec, LockGuard guard) {
+          service->strand(), [self = shared_from_this(), index](error_code ec, Grant guard) {
             self->in_flight = false;
             if (ec) return self->finish(self->cancelled ? asio::error::operation_aborted : ec);
             if (!guard) return self->finish({});  // held until the wait ran out: not an error
@@ -253,16 +253,16 @@ void AcquireAllOp::take_one() {
 void AcquireAllOp::confirm() {
   // A renewal was refused: that lock is someone else's now.
   for (const auto& guard : guards) {
-    if (guard.lost()) return start_over();
+    if (guard.lease->known_lost(Clock::now())) return start_over();
   }
   const auto now = Clock::now();
   const auto enough = options.ttl * 2 / 3;
   in_flight = true;
   for (auto& guard : guards) {
-    if (guard.valid_until() - now >= enough) continue;
+    if (guard.lease->valid_until() - now >= enough) continue;
     ++extending;
-    guard.async_extend(
-        options.ttl,
+    start_extend(
+        *service, guard.resource, guard.token, guard.lease, options.ttl,
         asio::bind_executor(service->strand(), [self = shared_from_this()](error_code ec, bool ok) {
           if (ec && !self->extend_error) self->extend_error = ec;
           if (!ec && !ok) self->lapsed = true;
@@ -273,7 +273,7 @@ void AcquireAllOp::confirm() {
           if (self->lapsed) return self->start_over();
           // A renewal of another one may have been refused meanwhile.
           for (const auto& held : self->guards) {
-            if (held.lost()) return self->start_over();
+            if (held.lease->known_lost(Clock::now())) return self->start_over();
           }
           self->finish({}, true);
         }));
@@ -287,7 +287,7 @@ void AcquireAllOp::start_over() {
   // A lapsed lock may have passed to someone else: none of them is handed out. Released,
   // and taken again from the first within what is left of the wait (or, out of it, the
   // same as a lock held elsewhere: no error, no guards).
-  for (auto& g : guards) g = LockGuard{};
+  for (auto& g : guards) g.release();
   lapsed = false;
   if (options.wait.count() == 0 || Clock::now() >= deadline) return finish({});
   next = 0;
@@ -299,14 +299,14 @@ void AcquireAllOp::finish(error_code ec, bool all) {
   if (done) return;
   done = true;
   service->pending().remove(*this);
-  std::vector<LockGuard> result;
+  std::vector<Grant> result;
   if (!ec && all) {
     // Renewed while collected; handed out as asked.
     if (!options.auto_renew) {
-      for (auto& g : guards) GuardAccess::stop_renewing(g);
+      for (auto& g : guards) service->stop_renewing(*g.lease);
     } else if (options.max_hold.count() > 0) {
       const auto until = Clock::now() + options.max_hold;
-      for (auto& g : guards) GuardAccess::hold_until(g, until);
+      for (auto& g : guards) g.lease->hold_until = until;
     }
     result = std::move(guards);
   } else {

@@ -11,7 +11,8 @@
 #include "script_op.hpp"
 
 #include <redis_lock/config.hpp>
-#include <redis_lock/lock.hpp>
+#include <redis_lock/detail/grant.hpp>
+#include <redis_lock/detail/handlers.hpp>
 
 #include <boost/asio/cancellation_signal.hpp>
 
@@ -91,7 +92,7 @@ struct AcquireAllOp final : std::enable_shared_from_this<AcquireAllOp>, PendingO
 
   std::vector<std::size_t> order;
   std::vector<std::uint16_t> slots;  // by index into resources
-  std::vector<LockGuard> guards;     // by index into resources
+  std::vector<Grant> guards;         // by index into resources
   std::size_t next = 0;              // the next position in `order` to take
   std::size_t group_tried = 0;       // positions before this had their group script
   bool in_flight = false;            // a group script, an acquire or extensions are under way

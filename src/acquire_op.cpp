@@ -36,7 +36,7 @@ void start(Engine& engine, std::shared_ptr<AcquireOp> op) {
     op->token = random_token();
   } catch (const std::exception&) {
     return deliver(engine.executor(), Defer::yes, std::move(op->handler),
-                   error_code(error::server_error), LockGuard{});
+                   error_code(error::server_error), Grant{});
   }
   // The cancellation handler is installed here, in the initiating call, on the caller's
   // thread: Asio lets a signal be emitted only where its operation was initiated and
@@ -147,12 +147,12 @@ void AcquireOp::run(Action a) {
       return;
     case Kind::replicate:
       replicating =
-          make_guard(*service, resource, token, kind, options, fsm.fence(), fsm.granted_at());
+          make_grant(*service, resource, token, kind, options, fsm.fence(), fsm.granted_at());
       return confirm_replicated();
     case Kind::complete:
-      if (!a.grant) return finish(a.ec, LockGuard{});  // a guard kept for WAIT releases
+      if (!a.grant) return finish(a.ec, Grant{});  // a grant kept for WAIT releases
       if (replicating) return finish(a.ec, std::move(replicating));
-      return finish(a.ec, make_guard(*service, resource, token, kind, options, fsm.fence(),
+      return finish(a.ec, make_grant(*service, resource, token, kind, options, fsm.fence(),
                                      fsm.granted_at()));
   }
 }
@@ -260,9 +260,9 @@ void AcquireOp::on_reply(error_code ec, Reply reply) {
   }
 }
 
-LockGuard make_guard(Engine& service, const std::string& resource, const std::string& token,
-                     LeaseKind kind, const LockOptions& options, long long fence,
-                     Clock::time_point sent) {
+Grant make_grant(Engine& service, const std::string& resource, const std::string& token,
+                 LeaseKind kind, const LockOptions& options, long long fence,
+                 Clock::time_point sent) {
   auto lease = std::make_shared<LeaseState>();
   lease->kind = kind;
   lease->confirm(sent, options.ttl);
@@ -277,8 +277,8 @@ LockGuard make_guard(Engine& service, const std::string& resource, const std::st
     lease->auto_renew = true;
     service.watch(lease);
   }
-  return GuardAccess::make(service.shared_from_this(), resource, token,
-                           static_cast<std::uint64_t>(fence), std::move(lease));
+  return Grant(service.shared_from_this(), resource, token, static_cast<std::uint64_t>(fence),
+               std::move(lease));
 }
 
 void AcquireOp::confirm_replicated() {
@@ -305,23 +305,29 @@ void AcquireOp::sleep_until(Clock::time_point until) {
   });
 }
 
-void AcquireOp::finish(error_code ec, LockGuard guard) {
+void AcquireOp::finish(error_code ec, Grant grant) {
   service->pending().remove(*this);
   if (timer) timer->cancel();
-  if (auto* observer = service->observer()) report(*observer, ec, guard);
+  if (auto* observer = service->observer()) report(*observer, ec, grant);
   service->remove_waiter(token);
-  deliver(service->executor(), Defer::no, std::move(handler), ec, std::move(guard));
+  deliver(service->executor(), Defer::no, std::move(handler), ec, std::move(grant));
 }
 
-void AcquireOp::report(Observer& observer, error_code ec, const LockGuard& guard) const noexcept {
-  AcquireEvent e{
-      resource,     AcquireOutcome::acquired, ec,           Clock::now() - called, fsm.attempts(),
-      fsm.waited(), guard.fencing_token(),    node_results, error_detail};
+void AcquireOp::report(Observer& observer, error_code ec, const Grant& grant) const noexcept {
+  AcquireEvent e{resource,
+                 AcquireOutcome::acquired,
+                 ec,
+                 Clock::now() - called,
+                 fsm.attempts(),
+                 fsm.waited(),
+                 grant.fence,
+                 node_results,
+                 error_detail};
   if (ec == asio::error::operation_aborted) {
     e.outcome = AcquireOutcome::cancelled;
   } else if (ec) {
     e.outcome = AcquireOutcome::failed;
-  } else if (!guard) {
+  } else if (!grant) {
     e.outcome = AcquireOutcome::not_acquired;
   }
   observer.on_acquire(e);

@@ -12,7 +12,9 @@
 #include "waiters.hpp"
 
 #include <redis_lock/config.hpp>
-#include <redis_lock/lock.hpp>
+#include <redis_lock/detail/grant.hpp>
+#include <redis_lock/detail/handlers.hpp>
+#include <redis_lock/detail/lock_kind.hpp>
 
 #include <boost/asio/steady_timer.hpp>
 
@@ -34,11 +36,11 @@ void start_acquire(Engine& engine, std::string resource, LockOptions options, Lo
 void start_campaign(Engine& engine, std::string resource, std::string value, LockOptions options,
                     AcquireHandler handler);
 
-/// The guard of a lease taken by an attempt sent at `sent` (its validity is dated from then),
-/// watched by the renewal watchdog if `options` ask for it.
-LockGuard make_guard(Engine& service, const std::string& resource, const std::string& token,
-                     LeaseKind kind, const LockOptions& options, long long fence,
-                     std::chrono::steady_clock::time_point sent);
+/// The grant of a lease taken by an attempt sent at `sent` (its validity is dated from then),
+/// watched by the renewal watchdog if `options` ask for it. The public layer makes it a guard.
+Grant make_grant(Engine& service, const std::string& resource, const std::string& token,
+                 LeaseKind kind, const LockOptions& options, long long fence,
+                 std::chrono::steady_clock::time_point sent);
 
 // Handlers are only ever move-constructed: in Boost 1.81, move-assigning an
 // any_completion_handler recurses until the stack overflows.
@@ -79,15 +81,14 @@ struct AcquireOp final : ScriptOp, Waiter, PendingOp {
   void give_back();
   void sleep_until(Clock::time_point until);
   void confirm_replicated();
-  void finish(boost::system::error_code ec, LockGuard guard);
-  void report(Observer& observer, boost::system::error_code ec,
-              const LockGuard& guard) const noexcept;
+  void finish(boost::system::error_code ec, Grant grant);
+  void report(Observer& observer, boost::system::error_code ec, const Grant& grant) const noexcept;
 
   AcquireFsm fsm{AcquirePlan{}};
   std::string how;                 // acquire.lua's ARGV[3], set once
   std::string_view member_suffix;  // queue member = token + this: the tail of `how`
   std::string error_detail;        // the server's error reply, reported with a failure
-  LockGuard replicating;           // granted, until WAIT confirms it
+  Grant replicating;               // granted, until WAIT confirms it
   std::unique_ptr<boost::asio::steady_timer> timer;
 };
 

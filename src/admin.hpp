@@ -7,8 +7,8 @@
 #include "lease_ops.hpp"
 #include "script_op.hpp"
 
-#include <redis_lock/election.hpp>
-#include <redis_lock/lock.hpp>
+#include <redis_lock/detail/handlers.hpp>
+#include <redis_lock/state.hpp>
 
 #include <functional>
 #include <optional>

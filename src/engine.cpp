@@ -175,6 +175,11 @@ void Engine::watch(const std::shared_ptr<LeaseState>& lease) {
   if (router_) watchdog_.watch(lease);
 }
 
+void Engine::stop_renewing(LeaseState& lease) {
+  watchdog_.unwatch(lease);
+  lease.auto_renew = false;
+}
+
 void Engine::add_waiter(const std::string& token, std::weak_ptr<Waiter> waiter,
                         std::uint16_t slot) {
   if (!router_ || redlock()) return;  // Redlock waiters back off; no release is published
@@ -198,7 +203,7 @@ void Engine::report_refusal(std::string resource, error_code ec, std::string_vie
 void Engine::refuse(std::string resource, error_code ec, std::string_view why,
                     AcquireHandler handler) {
   report_refusal(std::move(resource), ec, why);
-  deliver(executor_, Defer::yes, std::move(handler), ec, LockGuard{});
+  deliver(executor_, Defer::yes, std::move(handler), ec, Grant{});
 }
 
 Violation Engine::check_admin_call(std::string_view resource) const {
@@ -270,6 +275,48 @@ void Engine::forget(const std::shared_ptr<LeaseState>& lease) noexcept {
   } catch (...) {
     // Out of memory: the entry stays until its next check, which sees `released`.
   }
+}
+
+// ---------------------------------------------------------------------------------------
+// Grant: a lease on its way to the caller
+
+Grant::Grant(std::shared_ptr<Engine> e, std::string r, std::string t, std::uint64_t f,
+             std::shared_ptr<LeaseState> l) noexcept
+    : engine(std::move(e)),
+      resource(std::move(r)),
+      token(std::move(t)),
+      fence(f),
+      lease(std::move(l)) {}
+
+Grant& Grant::operator=(Grant&& other) noexcept {
+  if (this != &other) {
+    release();
+    engine = std::move(other.engine);
+    resource = std::move(other.resource);
+    token = std::move(other.token);
+    fence = std::exchange(other.fence, 0);
+    lease = std::move(other.lease);
+  }
+  return *this;
+}
+
+Grant::~Grant() { release(); }
+
+void Grant::release() noexcept {
+  if (!engine) return;
+  auto e = std::move(engine);
+  engine.reset();
+  auto kind = LeaseKind::mutex;
+  Clock::time_point patience{};
+  if (auto held = std::exchange(lease, nullptr)) {
+    kind = held->kind;
+    e->forget(held);  // stops its renewal
+    patience = held->valid_until();
+  }
+  e->release_detached(std::move(resource), std::move(token), kind, /*by_guard=*/false, patience);
+  resource.clear();
+  token.clear();
+  fence = 0;
 }
 
 }  // namespace redis_lock::detail

@@ -6,7 +6,6 @@
 // which only starts them. See docs/architecture.md.
 #pragma once
 
-#include "admin.hpp"
 #include "connection.hpp"
 #include "keys.hpp"
 #include "lease.hpp"
@@ -16,7 +15,10 @@
 #include "validate.hpp"
 #include "waiters.hpp"
 
-#include <redis_lock/lock.hpp>
+#include <redis_lock/config.hpp>
+#include <redis_lock/detail/grant.hpp>
+#include <redis_lock/detail/handlers.hpp>
+#include <redis_lock/detail/lock_kind.hpp>
 #include <redis_lock/observer.hpp>
 
 #include <boost/asio/associated_cancellation_slot.hpp>
@@ -36,19 +38,6 @@ namespace redis_lock::detail {
 
 struct ScriptOp;
 class Engine;
-
-/// How the engine makes and adjusts LockGuards (defined by the facade, lock_service.cpp,
-/// which knows that every Engine is a LockService).
-struct GuardAccess {
-  static LockGuard make(std::shared_ptr<Engine> engine, std::string resource, std::string token,
-                        std::uint64_t fencing_token, std::shared_ptr<LeaseState> lease);
-  /// The watchdog stops renewing the guard's lease, which is no longer auto-renewed (after
-  /// async_acquire_all renewed the locks it collected, for a caller that did not ask for
-  /// renewal). On the strand, before the guard is handed out.
-  static void stop_renewing(LockGuard& guard);
-  /// An auto-renewed guard's renewal stops at `until` (max_hold from the hand-out).
-  static void hold_until(LockGuard& guard, std::chrono::steady_clock::time_point until);
-};
 
 class Engine : public std::enable_shared_from_this<Engine> {
  public:
@@ -111,6 +100,10 @@ class Engine : public std::enable_shared_from_this<Engine> {
   bool retry_later(Clock::time_point until, std::chrono::milliseconds delay,
                    std::function<void()> again);
   void watch(const std::shared_ptr<LeaseState>& lease);
+  /// The watchdog stops renewing `lease`, which is no longer auto-renewed (after
+  /// async_acquire_all renewed the locks it collected, for a caller that did not ask for
+  /// renewal). On the strand, before the grant is handed out.
+  void stop_renewing(LeaseState& lease);
   /// The operations under way that cancel_all() ends and the context's shutdown asks for
   /// their last words.
   PendingOps& pending() noexcept { return pending_; }

@@ -75,9 +75,19 @@ struct LeaseState {
   }
   /// An auto-renewed lease that reached its validity without a confirmed renewal: lost
   /// (lock.hpp), whatever the watchdog is doing. `auto_renew` is written only before the
-  /// guard is handed out (GuardAccess::stop_renewing included), so any thread may read it.
+  /// guard is handed out (Engine::stop_renewing included), so any thread may read it.
   bool lapsed_unrenewed(Clock::time_point now) const noexcept {
     return lapse_seen.load() || (auto_renew && now >= valid_until());
+  }
+  /// LockGuard::lost(): the watchdog marked the loss (on the manager's strand), or an
+  /// auto-renewed lease's validity passed unrenewed, whether or not that strand still runs
+  /// (its io_context may be gone). Once said, it stays said: a renewal confirmed later marks
+  /// the loss instead of moving the validity (Watchdog::renewed, CompareOp::finish).
+  bool known_lost(Clock::time_point now) noexcept {
+    if (lost.load() || lapse_seen.load()) return true;
+    if (!lapsed_unrenewed(now)) return false;
+    lapse_seen.store(true);
+    return true;
   }
   /// `started` is when the command that set the ttl was issued; less the drift margin.
   void confirm(Clock::time_point started, std::chrono::milliseconds lease_ttl) noexcept {

@@ -15,17 +15,18 @@ using boost::system::error_code;
 
 LockGuard::LockGuard() noexcept = default;
 
-LockGuard::LockGuard(std::shared_ptr<detail::LockService> service, asio::any_io_executor executor,
-                     detail::ContextAlive context_alive, std::string resource, std::string token,
-                     std::uint64_t fencing_token,
-                     std::shared_ptr<detail::LeaseState> lease) noexcept
-    : service_(std::move(service)),
-      resource_(std::move(resource)),
-      token_(std::move(token)),
-      fencing_token_(fencing_token),
-      lease_(std::move(lease)),
-      executor_(std::move(executor)),
-      context_alive_(std::move(context_alive)) {}
+LockGuard::LockGuard(detail::Grant&& grant) noexcept {
+  if (!grant) return;
+  // A guard completes on its manager's executor, also once it is empty. Every Engine is the
+  // facade a guard calls back into (lock_service.hpp).
+  executor_ = grant.engine->executor();
+  context_alive_ = grant.engine->context_alive();
+  service_ = std::static_pointer_cast<detail::LockService>(std::move(grant.engine));
+  resource_ = std::move(grant.resource);
+  token_ = std::move(grant.token);
+  fencing_token_ = std::exchange(grant.fence, 0);
+  lease_ = std::move(grant.lease);
+}
 
 LockGuard::LockGuard(LockGuard&& other) noexcept
     : service_(std::move(other.service_)),
@@ -66,15 +67,7 @@ std::chrono::steady_clock::time_point LockGuard::valid_until() const noexcept {
 }
 
 bool LockGuard::lost() const noexcept {
-  // The watchdog marks the loss on the manager's strand; an auto-renewed lease whose
-  // validity passed is lost whether or not that strand still runs (its io_context may be
-  // gone). Once said, it stays said: a renewal confirmed later marks the loss instead of
-  // moving the validity (Watchdog::renewed, CompareOp::finish).
-  if (!lease_) return false;
-  if (lease_->lost.load() || lease_->lapse_seen.load()) return true;
-  if (!lease_->lapsed_unrenewed(std::chrono::steady_clock::now())) return false;
-  lease_->lapse_seen.store(true);
-  return true;
+  return lease_ && lease_->known_lost(std::chrono::steady_clock::now());
 }
 
 asio::cancellation_slot LockGuard::lost_slot() const noexcept {

@@ -33,9 +33,8 @@ void LockService::force_release(std::string resource, BoolHandler handler) {
   start_force_release(*this, std::move(resource), std::move(handler));
 }
 
-void LockService::extend(std::string resource, std::string token,
-                         std::shared_ptr<LeaseState> lease, std::chrono::milliseconds ttl,
-                         BoolHandler handler) {
+void LockService::extend(std::string resource, std::string token, std::shared_ptr<LeaseState> lease,
+                         std::chrono::milliseconds ttl, BoolHandler handler) {
   start_extend(*this, std::move(resource), std::move(token), std::move(lease), ttl,
                std::move(handler));
 }
@@ -45,7 +44,8 @@ void LockService::wait_lost(std::shared_ptr<LeaseState> lease, ErrorHandler hand
   on_strand([self = shared_from_this(), lease = std::move(lease),
              handler = std::move(handler)]() mutable {
     if (lease->lost.load()) {
-      return deliver(self->executor(), Defer::yes, std::move(handler), error_code(error::lock_lost));
+      return deliver(self->executor(), Defer::yes, std::move(handler),
+                     error_code(error::lock_lost));
     }
     lease->has_waiter.store(true);
     if (lease->released.load()) {
@@ -60,30 +60,6 @@ void LockService::wait_lost(std::shared_ptr<LeaseState> lease, ErrorHandler hand
     }
     lease->lost_waiter.emplace(std::move(handler));
   });
-}
-
-// GuardAccess (declared in engine.hpp): every Engine is a LockService, the facade a guard
-// calls back into.
-
-/// A guard completes on its manager's executor, also once it is empty.
-LockGuard GuardAccess::make(std::shared_ptr<Engine> engine, std::string resource,
-                            std::string token, std::uint64_t fencing_token,
-                            std::shared_ptr<LeaseState> lease) {
-  auto executor = engine->executor();
-  auto alive = engine->context_alive();
-  return LockGuard(std::static_pointer_cast<LockService>(std::move(engine)), std::move(executor),
-                   std::move(alive), std::move(resource), std::move(token), fencing_token,
-                   std::move(lease));
-}
-
-void GuardAccess::stop_renewing(LockGuard& guard) {
-  if (!guard.service_ || !guard.lease_) return;
-  guard.service_->watchdog().unwatch(*guard.lease_);
-  guard.lease_->auto_renew = false;
-}
-
-void GuardAccess::hold_until(LockGuard& guard, std::chrono::steady_clock::time_point until) {
-  if (guard.lease_) guard.lease_->hold_until = until;
 }
 
 }  // namespace redis_lock::detail

@@ -6,7 +6,9 @@
 
 #include "engine.hpp"
 
-#include <redis_lock/lock.hpp>
+#include <redis_lock/config.hpp>
+#include <redis_lock/detail/handlers.hpp>
+#include <redis_lock/detail/lock_kind.hpp>
 
 #include <chrono>
 #include <memory>

@@ -231,7 +231,7 @@ void Watchdog::renewed(const std::shared_ptr<LeaseState>& lease, Clock::time_poi
   }
   const auto next = RenewalSchedule::after(*lease, answer, sent, now);
   if (!next) return mark_lost(lease);
-  if (!lease->auto_renew) return;  // renewal stopped meanwhile (GuardAccess::stop_renewing)
+  if (!lease->auto_renew) return;  // renewal stopped meanwhile (Engine::stop_renewing)
   put(lease, *next);
 }
 

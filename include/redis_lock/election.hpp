@@ -5,6 +5,7 @@
 #pragma once
 
 #include <redis_lock/lock.hpp>
+#include <redis_lock/state.hpp>
 
 #include <atomic>
 #include <cstdint>
@@ -13,12 +14,6 @@
 #include <string>
 
 namespace redis_lock {
-
-/// Who leads an election.
-struct Leader {
-  std::string value;   ///< what the leader proclaimed (e.g. its address)
-  std::uint64_t term;  ///< strictly increasing per election: the leadership's fencing token
-};
 
 /// One election, named `name`, among every process whose LockManager uses the same servers
 /// and key prefix. Its leadership is the lock on the resource `election:<name>` (what

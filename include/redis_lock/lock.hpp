@@ -8,6 +8,7 @@
 #include <redis_lock/detail/initiations.hpp>
 #include <redis_lock/error.hpp>
 #include <redis_lock/export.hpp>
+#include <redis_lock/state.hpp>
 
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/async_result.hpp>
@@ -158,13 +159,12 @@ class REDIS_LOCK_EXPORT LockGuard {
   }
 
  private:
-  friend struct detail::GuardAccess;
+  friend LockGuard detail::to_public(detail::Grant&& grant) noexcept;
   friend struct detail::initiate_release;
   friend struct detail::initiate_extend;
   friend struct detail::initiate_wait_lost;
-  LockGuard(std::shared_ptr<detail::LockService> service, boost::asio::any_io_executor executor,
-            detail::ContextAlive context_alive, std::string resource, std::string token,
-            std::uint64_t fencing_token, std::shared_ptr<detail::LeaseState> lease) noexcept;
+  /// Takes over the lease the engine granted (nothing, for an empty grant).
+  explicit LockGuard(detail::Grant&& grant) noexcept;
   void release_detached() noexcept;
   static void release_impl(LockGuard guard, detail::BoolHandler handler);
   static void extend_impl(std::shared_ptr<detail::LockService> service, std::string resource,
@@ -186,34 +186,15 @@ class REDIS_LOCK_EXPORT LockGuard {
   detail::ContextAlive context_alive_;
 };
 
-/// What LockManager::async_inspect saw of one resource, in one atomic read.
-struct LockInfo {
-  /// Somebody holds it (a mutex's lease, or at least one hold of a semaphore or read-write
-  /// lock).
-  bool held = false;
-  /// The holder's ManagerOptions::holder_label ("" when it set none, or for a semaphore's or
-  /// read-write lock's holds, which record none).
-  std::string holder;
-  /// How long until the lease expires unless renewed (the longest of a lease set's holds).
-  std::chrono::milliseconds ttl_left{0};
-  /// The holder's fencing token (0 when not held, and for a semaphore's or read-write
-  /// lock's holds, which record none).
-  std::uint64_t fencing_token = 0;
-  /// Waiters queued for it, alive (refreshing their place).
-  std::size_t waiters = 0;
-
-  /// What a resource is in use as.
-  enum class Kind : std::uint8_t {
-    none,       ///< nothing is held (waiters may still be queued)
-    mutex,      ///< a mutex's lease (async_acquire, and an election's leadership)
-    semaphore,  ///< a semaphore's permits (async_acquire_permit)
-    read_write  ///< a read-write lock's holds (async_acquire_shared / _exclusive)
-  };
-  Kind kind = Kind::none;   ///< what the resource is in use as
-  std::uint32_t limit = 0;  ///< a semaphore's number of permits
-  std::size_t holders = 0;  ///< how many hold it (a mutex: 0 or 1)
-  bool exclusive = false;   ///< a read-write lock held exclusively
-};
+namespace detail {
+inline LockGuard to_public(Grant&& grant) noexcept { return LockGuard(std::move(grant)); }
+inline std::vector<LockGuard> to_public(std::vector<Grant>&& grants) {
+  std::vector<LockGuard> guards;
+  guards.reserve(grants.size());
+  for (auto& g : grants) guards.push_back(to_public(std::move(g)));
+  return guards;
+}
+}  // namespace detail
 
 /// Takes locks on one Redis server. Many requests share one pipelined connection.
 ///

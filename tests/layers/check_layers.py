@@ -17,10 +17,10 @@ LAYERS = {
 }
 NAMES = {1: "protocol", 2: "connection", 3: "topology", 4: "engine", 5: "public API"}
 LAYER_OF = {stem: layer for layer, stems in LAYERS.items() for stem in stems}
-# Public headers: the types every layer may use, LockGuard's header that the engine builds
-# guards with, and the API on top of it.
-PUBLIC = {"config": 1, "error": 1, "observer": 1, "export": 1, "version": 1, "lock": 4, "election": 4,
-          "with_lock": 5, "redis_lock": 5}
+# Public headers: the types every layer may use, and the API on top (the engine hands the
+# public layer Grants; only the public layer makes LockGuards of them).
+PUBLIC = {"config": 1, "error": 1, "observer": 1, "export": 1, "version": 1, "state": 1,
+          "lock": 5, "election": 5, "with_lock": 5, "redis_lock": 5}
 
 
 def layer_of_include(name: str):

@@ -28,8 +28,18 @@ namespace {
 const Clock::time_point t0 = Clock::time_point{} + std::chrono::hours(1);
 Clock::time_point at(long long ms) { return t0 + milliseconds(ms); }
 
-enum class Ev { start, listening, unheard, refused, heard, read_leader, read_nobody, read_failed,
-                timer, cancel };
+enum class Ev {
+  start,
+  listening,
+  unheard,
+  refused,
+  heard,
+  read_leader,
+  read_nobody,
+  read_failed,
+  timer,
+  cancel
+};
 
 struct Event {
   Event(Ev e, long long at_ms = 0, std::string text = {}, std::uint64_t leader_term = 0,
@@ -74,16 +84,26 @@ ObserveFsm::Action failed(error_code ec) { return act(Kind::complete, false, ec)
 
 ObserveFsm::Action feed(ObserveFsm& fsm, const Event& e) {
   switch (e.ev) {
-    case Ev::start: return fsm.start();
-    case Ev::listening: return fsm.listening();
-    case Ev::unheard: return fsm.unheard(at(e.t));
-    case Ev::refused: return fsm.refused(e.ec);
-    case Ev::heard: return fsm.heard(at(e.t), e.message);
-    case Ev::read_leader: return fsm.state_read(at(e.t), {}, e.term, milliseconds(e.ttl_left));
-    case Ev::read_nobody: return fsm.state_read(at(e.t), {}, std::nullopt, 0ms);
-    case Ev::read_failed: return fsm.state_read(at(e.t), e.ec, std::nullopt, 0ms);
-    case Ev::timer: return fsm.timer_fired();
-    case Ev::cancel: return fsm.cancel();
+    case Ev::start:
+      return fsm.start();
+    case Ev::listening:
+      return fsm.listening();
+    case Ev::unheard:
+      return fsm.unheard(at(e.t));
+    case Ev::refused:
+      return fsm.refused(e.ec);
+    case Ev::heard:
+      return fsm.heard(at(e.t), e.message);
+    case Ev::read_leader:
+      return fsm.state_read(at(e.t), {}, e.term, milliseconds(e.ttl_left));
+    case Ev::read_nobody:
+      return fsm.state_read(at(e.t), {}, std::nullopt, 0ms);
+    case Ev::read_failed:
+      return fsm.state_read(at(e.t), e.ec, std::nullopt, 0ms);
+    case Ev::timer:
+      return fsm.timer_fired();
+    case Ev::cancel:
+      return fsm.cancel();
   }
   return {};
 }
@@ -101,75 +121,159 @@ std::ostream& operator<<(std::ostream& os, const Row& r) { return os << r.name; 
 const error_code aborted = boost::asio::error::operation_aborted;
 
 const Row rows[] = {
-    {"TermZeroLearnsTheLeaderAtOnce", 0, false,
-     {{start(), watch()}, {listening(), read()}, {read_leader(1, 3, 5000), leader()}}, true},
-    {"TermZeroLearnsThatNobodyLeads", 0, false,
-     {{start(), watch()}, {listening(), read()}, {read_nobody(1), nobody()}}, true},
-    {"AfterAnEndedTermNobodyIsNoNews", 1, true,
-     {{start(), watch()}, {listening(), read()}, {read_nobody(1), none()},
-      {heard(50, "2 5000 web-1\nv"), read()}, {read_leader(51, 2, 5000), leader()}},
+    {"TermZeroLearnsTheLeaderAtOnce",
+     0,
+     false,
+     {{start(), watch()}, {listening(), read()}, {read_leader(1, 3, 5000), leader()}},
      true},
-    {"TheCurrentLeaderIsWatchedUntilItsLeaseCouldEnd", 3, false,
-     {{start(), watch()}, {listening(), read()}, {read_leader(1, 3, 4000), sleep(4006)}}, false},
-    {"ARenewalReArmsTheExpiryRead", 3, false,
-     {{start(), watch()}, {listening(), read()}, {read_leader(1, 3, 4000), sleep(4006)},
+    {"TermZeroLearnsThatNobodyLeads",
+     0,
+     false,
+     {{start(), watch()}, {listening(), read()}, {read_nobody(1), nobody()}},
+     true},
+    {"AfterAnEndedTermNobodyIsNoNews",
+     1,
+     true,
+     {{start(), watch()},
+      {listening(), read()},
+      {read_nobody(1), none()},
+      {heard(50, "2 5000 web-1\nv"), read()},
+      {read_leader(51, 2, 5000), leader()}},
+     true},
+    {"TheCurrentLeaderIsWatchedUntilItsLeaseCouldEnd",
+     3,
+     false,
+     {{start(), watch()}, {listening(), read()}, {read_leader(1, 3, 4000), sleep(4006)}},
+     false},
+    {"ARenewalReArmsTheExpiryRead",
+     3,
+     false,
+     {{start(), watch()},
+      {listening(), read()},
+      {read_leader(1, 3, 4000), sleep(4006)},
       {heard(1000, "3 5000 web-1\nv"), sleep(6005)}},
      false},
-    {"ASilentLeadersLeaseEndIsReadAndNobodyFollows", 3, false,
-     {{start(), watch()}, {listening(), read()}, {read_leader(1, 3, 100), sleep(106)},
-      {timer(), read()}, {read_nobody(106), nobody()}},
+    {"ASilentLeadersLeaseEndIsReadAndNobodyFollows",
+     3,
+     false,
+     {{start(), watch()},
+      {listening(), read()},
+      {read_leader(1, 3, 100), sleep(106)},
+      {timer(), read()},
+      {read_nobody(106), nobody()}},
      true},
-    {"AnAnnouncedNewTermIsCheckedNotTrusted", 3, false,
-     {{start(), watch()}, {listening(), read()}, {read_leader(1, 3, 4000), sleep(4006)},
-      {heard(10, "999 5000 forged\nx"), read()}, {read_leader(11, 3, 3990), sleep(4006)}},
+    {"AnAnnouncedNewTermIsCheckedNotTrusted",
+     3,
+     false,
+     {{start(), watch()},
+      {listening(), read()},
+      {read_leader(1, 3, 4000), sleep(4006)},
+      {heard(10, "999 5000 forged\nx"), read()},
+      {read_leader(11, 3, 3990), sleep(4006)}},
      false},
-    {"AnAnnouncedEndIsChecked", 3, false,
-     {{start(), watch()}, {listening(), read()}, {read_leader(1, 3, 4000), sleep(4006)},
-      {heard(10, "- 3"), read()}, {read_leader(11, 4, 5000), leader()}},
+    {"AnAnnouncedEndIsChecked",
+     3,
+     false,
+     {{start(), watch()},
+      {listening(), read()},
+      {read_leader(1, 3, 4000), sleep(4006)},
+      {heard(10, "- 3"), read()},
+      {read_leader(11, 4, 5000), leader()}},
      true},
-    {"AnOlderTermsEndIsIgnored", 3, false,
-     {{start(), watch()}, {listening(), read()}, {read_leader(1, 3, 4000), sleep(4006)},
-      {heard(10, "- 2"), none()}, {heard(11, "2 5000 a\nb"), none()}},
+    {"AnOlderTermsEndIsIgnored",
+     3,
+     false,
+     {{start(), watch()},
+      {listening(), read()},
+      {read_leader(1, 3, 4000), sleep(4006)},
+      {heard(10, "- 2"), none()},
+      {heard(11, "2 5000 a\nb"), none()}},
      false},
-    {"GarbageOnTheChannelIsIgnored", 3, false,
-     {{start(), watch()}, {heard(1, "hello"), none()}, {heard(1, "0 5000 x"), none()},
-      {heard(1, "4 -5 x"), none()}, {heard(1, "- x"), none()}},
+    {"GarbageOnTheChannelIsIgnored",
+     3,
+     false,
+     {{start(), watch()},
+      {heard(1, "hello"), none()},
+      {heard(1, "0 5000 x"), none()},
+      {heard(1, "4 -5 x"), none()},
+      {heard(1, "- x"), none()}},
      false},
-    {"AnAnnouncementDuringAReadReadsOnceMore", 3, false,
-     {{start(), watch()}, {listening(), read()}, {heard(5, "4 5000 b\nv"), none()},
-      {read_leader(6, 3, 4000), read()}, {read_leader(8, 4, 5000), leader()}},
+    {"AnAnnouncementDuringAReadReadsOnceMore",
+     3,
+     false,
+     {{start(), watch()},
+      {listening(), read()},
+      {heard(5, "4 5000 b\nv"), none()},
+      {read_leader(6, 3, 4000), read()},
+      {read_leader(8, 4, 5000), leader()}},
      true},
-    {"ALostSubscriptionSubscribesAgainAfterAPause", 3, false,
-     {{start(), watch()}, {listening(), read()}, {read_leader(1, 3, 4000), sleep(4006)},
-      {unheard(100), sleep(200)}, {timer(), watch()}, {listening(), read()}},
+    {"ALostSubscriptionSubscribesAgainAfterAPause",
+     3,
+     false,
+     {{start(), watch()},
+      {listening(), read()},
+      {read_leader(1, 3, 4000), sleep(4006)},
+      {unheard(100), sleep(200)},
+      {timer(), watch()},
+      {listening(), read()}},
      false},
-    {"ARenewalAfterALostSubscriptionWinsTheTimer", 3, false,
-     {{start(), watch()}, {unheard(100), sleep(200)}, {heard(150, "3 1000 a\nv"), sleep(1155)},
+    {"ARenewalAfterALostSubscriptionWinsTheTimer",
+     3,
+     false,
+     {{start(), watch()},
+      {unheard(100), sleep(200)},
+      {heard(150, "3 1000 a\nv"), sleep(1155)},
       {timer(), read()}},
      false},
-    {"ARefusedSubscribeEnds", 0, false,
-     {{start(), watch()}, {refused(error::no_permission), failed(error::no_permission)}}, true},
-    {"AFailedReadEnds", 0, false,
-     {{start(), watch()}, {listening(), read()},
+    {"ARefusedSubscribeEnds",
+     0,
+     false,
+     {{start(), watch()}, {refused(error::no_permission), failed(error::no_permission)}},
+     true},
+    {"AFailedReadEnds",
+     0,
+     false,
+     {{start(), watch()},
+      {listening(), read()},
       {read_failed(error::connection_lost), failed(error::connection_lost)}},
      true},
-    {"CancelledWhileWatching", 3, false,
-     {{start(), watch()}, {listening(), read()}, {read_leader(1, 3, 4000), sleep(4006)},
-      {cancel(), failed(aborted)}, {timer(), none()}},
+    {"CancelledWhileWatching",
+     3,
+     false,
+     {{start(), watch()},
+      {listening(), read()},
+      {read_leader(1, 3, 4000), sleep(4006)},
+      {cancel(), failed(aborted)},
+      {timer(), none()}},
      true},
-    {"CancelledDuringAReadIgnoresItsAnswer", 3, false,
-     {{start(), watch()}, {listening(), read()}, {cancel(), failed(aborted)},
+    {"CancelledDuringAReadIgnoresItsAnswer",
+     3,
+     false,
+     {{start(), watch()},
+      {listening(), read()},
+      {cancel(), failed(aborted)},
       {read_leader(2, 4, 5000), none()}},
      true},
-    {"ASubscribeConfirmedAfterTheEndChangesNothing", 0, false,
-     {{start(), watch()}, {cancel(), failed(aborted)}, {listening(), none()},
-      {heard(1, "5 100 a\nb"), none()}, {unheard(2), none()}, {refused(error::no_permission),
-                                                                none()}},
+    {"ASubscribeConfirmedAfterTheEndChangesNothing",
+     0,
+     false,
+     {{start(), watch()},
+      {cancel(), failed(aborted)},
+      {listening(), none()},
+      {heard(1, "5 100 a\nb"), none()},
+      {unheard(2), none()},
+      {refused(error::no_permission), none()}},
      true},
-    {"CancelledTwiceCompletesOnce", 0, false,
-     {{start(), watch()}, {cancel(), failed(aborted)}, {cancel(), none()}}, true},
-    {"StartedAfterCancelDoesNotWatch", 0, false,
-     {{cancel(), failed(aborted)}, {start(), none()}}, true},
+    {"CancelledTwiceCompletesOnce",
+     0,
+     false,
+     {{start(), watch()}, {cancel(), failed(aborted)}, {cancel(), none()}},
+     true},
+    {"StartedAfterCancelDoesNotWatch",
+     0,
+     false,
+     {{cancel(), failed(aborted)}, {start(), none()}},
+     true},
 };
 
 class ObserveFsmRows : public ::testing::TestWithParam<Row> {};

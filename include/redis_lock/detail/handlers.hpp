@@ -4,6 +4,8 @@
 // lock to work on.
 #pragma once
 
+#include <redis_lock/detail/grant.hpp>
+
 #include <boost/asio/any_completion_handler.hpp>
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/associated_cancellation_slot.hpp>
@@ -28,10 +30,11 @@ struct Leader;
 
 namespace detail {
 
-using AcquireHandler =
-    boost::asio::any_completion_handler<void(boost::system::error_code, LockGuard)>;
+// The engine completes acquires with Grants; the caller's handler, wrapped in SlotClearing,
+// gets them as LockGuards (to_public).
+using AcquireHandler = boost::asio::any_completion_handler<void(boost::system::error_code, Grant)>;
 using AcquireAllHandler =
-    boost::asio::any_completion_handler<void(boost::system::error_code, std::vector<LockGuard>)>;
+    boost::asio::any_completion_handler<void(boost::system::error_code, std::vector<Grant>)>;
 using BoolHandler = boost::asio::any_completion_handler<void(boost::system::error_code, bool)>;
 using ErrorHandler = boost::asio::any_completion_handler<void(boost::system::error_code)>;
 using InspectHandler =
@@ -73,6 +76,15 @@ void complete_without_lock(const boost::asio::any_io_executor& io, const Context
               std::move(ex), with_args(std::forward<Handler>(handler), std::move(args)...)));
 }
 
+/// What the caller's handler gets for what the engine completes with: a LockGuard for a
+/// Grant (defined in lock.hpp), the rest as it is.
+LockGuard to_public(Grant&& grant) noexcept;
+std::vector<LockGuard> to_public(std::vector<Grant>&& grants);
+template <class T>
+T&& to_public(T&& value) noexcept {
+  return std::forward<T>(value);
+}
+
 /// The caller's handler, as the compiled library gets it (type-erased). Invoked, it first
 /// empties its associated cancellation slot (the caller's), then runs. Type-erasing a handler
 /// whose slot is connected (any_completion_handler, Boost 1.81) attaches a cancellation
@@ -80,7 +92,8 @@ void complete_without_lock(const boost::asio::any_io_executor& io, const Context
 /// that an operation's slot handler lives no longer than the operation (Asio's own
 /// operations clear it before they complete). It runs on the handler's associated executor,
 /// where the caller may emit, so never concurrently with an emit. Every associator
-/// (executor, allocator, cancellation slot) is the caller's handler's.
+/// (executor, allocator, cancellation slot) is the caller's handler's. What the engine
+/// completes with reaches the caller as the public type (to_public: a Grant as a LockGuard).
 template <class Handler>
 struct SlotClearing {
   Handler inner;
@@ -90,7 +103,7 @@ struct SlotClearing {
     if (auto slot = boost::asio::get_associated_cancellation_slot(inner); slot.is_connected()) {
       slot.clear();
     }
-    std::move(inner)(std::forward<Args>(args)...);
+    std::move(inner)(to_public(std::forward<Args>(args))...);
   }
 };
 

@@ -34,7 +34,6 @@ namespace detail {
 
 class LockService;
 struct LeaseState;
-struct GuardAccess;
 
 /// What every initiation carries: where its completion goes by default. `io` is the
 /// executor of the manager that made the guard (or of the manager itself), kept through
