@@ -101,16 +101,27 @@ void read_state(Engine& engine, const std::string& resource,
   });
 }
 
+template <class Handler, class Value>
+void CancellableCall<Handler, Value>::complete(error_code ec, Value value) {
+  if (!handler) return;  // cancelled, or completed already
+  deliver(service->executor(), Defer::no, std::move(handler), ec, std::move(value));
+}
+
+template struct CancellableCall<InspectHandler, LockInfo>;
+template struct CancellableCall<BoolHandler, bool>;
+template struct CancellableCall<LeaderHandler, std::optional<Leader>>;
+
 void start_inspect(Engine& engine, std::string resource, InspectHandler handler) {
   if (!engine.alive()) return;
   if (auto broken = engine.check_admin_call(resource)) {
     return deliver(engine.executor(), Defer::yes, std::move(handler), broken.error, LockInfo{});
   }
-  auto shared = std::make_shared<InspectHandler>(std::move(handler));
-  read_state(engine, resource,
-             [self = engine.shared_from_this(), shared](error_code ec, Inspection state) {
-               deliver(self->executor(), Defer::no, std::move(*shared), ec, std::move(state.info));
-             });
+  auto call = std::make_shared<CancellableCall<InspectHandler, LockInfo>>(
+      engine.shared_from_this(), std::move(handler));
+  install_cancellation(call->handler, call);  // in the initiating call, as for acquire
+  read_state(engine, resource, [call](error_code ec, Inspection state) {
+    call->complete(ec, std::move(state.info));
+  });
 }
 
 void start_force_release(Engine& engine, std::string resource, BoolHandler handler) {
@@ -132,8 +143,10 @@ void start_force_release(Engine& engine, std::string resource, BoolHandler handl
                {op->keys.lease(), op->keys.queue(), op->keys.queue_expiry(), op->keys.fence(),
                 op->keys.info(), op->token, op->arg},
                {op->announce, op->resource_announce});
-  auto shared = std::make_shared<BoolHandler>(std::move(handler));
-  op->done = [self = op->service, shared](error_code ec, Reply reply) {
+  auto call = std::make_shared<CancellableCall<BoolHandler, bool>>(engine.shared_from_this(),
+                                                                    std::move(handler));
+  install_cancellation(call->handler, call);  // in the initiating call, as for acquire
+  op->done = [self = op->service, call](error_code ec, Reply reply) {
     bool released = false;
     if (!ec && reply.is_error()) {
       ec = self->server_error(reply);
@@ -142,7 +155,7 @@ void start_force_release(Engine& engine, std::string resource, BoolHandler handl
       if (read == replies::Compare::malformed) ec = error::unexpected_reply;
       released = read == replies::Compare::done;
     }
-    deliver(self->executor(), Defer::no, std::move(*shared), ec, released);
+    call->complete(ec, released);
   };
   engine.on_strand([op = std::move(op)]() mutable {
     auto& service = *op->service;

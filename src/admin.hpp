@@ -10,7 +10,10 @@
 #include <redis_lock/detail/handlers.hpp>
 #include <redis_lock/state.hpp>
 
+#include <boost/asio/error.hpp>
+
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -38,6 +41,21 @@ struct Inspection {
 std::optional<Inspection> read_inspection(const Reply& reply);
 
 class Engine;
+
+/// A one-command operation's caller, cancellable: cancel() completes it with
+/// operation_aborted at once, and the reply, when it comes, finds nobody waiting. On the
+/// strand. (The operations change nothing the caller holds: an inspection reads, a
+/// force-release runs on, or not, as it would have without the caller.)
+template <class Handler, class Value>
+struct CancellableCall : std::enable_shared_from_this<CancellableCall<Handler, Value>> {
+  CancellableCall(std::shared_ptr<Engine> e, Handler h)
+      : service(std::move(e)), handler(std::move(h)) {}
+  void cancel() { complete(boost::asio::error::operation_aborted, Value{}); }
+  void complete(boost::system::error_code ec, Value value);
+
+  std::shared_ptr<Engine> service;
+  Handler handler;
+};
 
 /// inspect.lua on `resource`; `done` on the strand (malformed: error::unexpected_reply).
 /// From any thread.

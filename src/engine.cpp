@@ -220,6 +220,8 @@ void Engine::release(std::string resource, std::string token, LeaseKind kind, Bo
   prepare_release(*this, *op, std::move(resource), std::move(token), kind, member_suffix);
   op->patience = patience;
   op->give_back_until = give_back_until;
+  // A guard's async_release: in the initiating call, as for acquire (start_acquire).
+  if (op->handler) install_cancellation(op->handler, op);
   on_strand(
       [self = shared_from_this(), op = std::move(op)]() mutable { self->send(std::move(op)); });
 }

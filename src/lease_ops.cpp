@@ -10,6 +10,8 @@
 
 #include <redis_lock/error.hpp>
 
+#include <boost/asio/error.hpp>
+
 namespace redis_lock::detail {
 
 using boost::system::error_code;
@@ -32,6 +34,12 @@ void CompareOp::on_reply(error_code ec, Reply reply) {
     return confirm_replicated();
   }
   finish(ec, std::move(reply));
+}
+
+void CompareOp::cancel() {
+  if (!handler) return;  // completed already (or a detached release: nobody waits)
+  deliver(service->executor(), Defer::no, std::move(handler),
+          error_code(boost::asio::error::operation_aborted), false);
 }
 
 void CompareOp::confirm_replicated() {
@@ -199,6 +207,7 @@ void start_extend(Engine& engine, std::string resource, std::string token,
   // min_replicas: on the connection whose WAIT counts it (the acquire's).
   op->durable = op->lease && op->lease->min_replicas > 0;
   if (engine.observer()) op->resource = resource;
+  install_cancellation(op->handler, op);  // in the initiating call, as for acquire
   engine.on_strand([op = std::move(op)]() mutable {
     auto& service = *op->service;
     service.send(std::move(op));

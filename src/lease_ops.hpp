@@ -49,6 +49,10 @@ struct CompareOp final : ScriptOp {
   std::string notify;  // a release: '<P|S><channel prefix>' of the next waiter's manager
 
   void on_reply(boost::system::error_code ec, Reply reply) override;
+  /// The caller's cancellation: completes with operation_aborted now. The command runs on:
+  /// a release may still release (else the lease expires by its ttl), an extension still
+  /// extend (the guard's validity moves only when a reply confirms it, as before).
+  void cancel();
 
  private:
   /// min_replicas: an extension counts once WAIT says enough replicas have it.

@@ -223,18 +223,18 @@ void start_observe(Engine& engine, std::string resource, bool wait, std::uint64_
                    std::optional<Leader>{});
   }
   if (!wait) {
-    auto shared = std::make_shared<LeaderHandler>(std::move(handler));
-    return read_state(
-        engine, resource,
-        [self = engine.shared_from_this(), shared, ended](error_code ec, Inspection state) {
-          auto leader = ec ? std::optional<Leader>{} : state.leader();
-          // observe(0) saw nobody: observe(1) then waits for the next leader.
-          if (!ec && !leader && ended) {
-            std::uint64_t none = 0;
-            ended->compare_exchange_strong(none, 1);
-          }
-          deliver(self->executor(), Defer::no, std::move(*shared), ec, std::move(leader));
-        });
+    auto call = std::make_shared<CancellableCall<LeaderHandler, std::optional<Leader>>>(
+        engine.shared_from_this(), std::move(handler));
+    install_cancellation(call->handler, call);  // in the initiating call, as for acquire
+    return read_state(engine, resource, [call, ended](error_code ec, Inspection state) {
+      auto leader = ec ? std::optional<Leader>{} : state.leader();
+      // observe(0) saw nobody: observe(1) then waits for the next leader.
+      if (!ec && !leader && ended && call->handler) {
+        std::uint64_t none = 0;
+        ended->compare_exchange_strong(none, 1);
+      }
+      call->complete(ec, std::move(leader));
+    });
   }
   auto op = std::make_shared<ObserveOp>(engine.shared_from_this(), std::move(resource), after_term,
                                         std::move(ended), std::move(handler));

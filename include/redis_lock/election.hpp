@@ -69,7 +69,8 @@ class REDIS_LOCK_EXPORT Election {
   /// The current leader, if any: one atomic read (as LockManager::async_inspect).
   ///
   /// Completion signature: `void(boost::system::error_code, std::optional<Leader>)`.
-  /// Cancellation: not supported; bounded by `command_timeout`.
+  /// Cancellation: supported: completes with `operation_aborted` at once. Otherwise bounded
+  /// by `command_timeout`.
   template <class CompletionToken = boost::asio::deferred_t>
   auto async_leader(CompletionToken&& token = {}) {
     return boost::asio::async_initiate<CompletionToken,

@@ -122,7 +122,10 @@ class REDIS_LOCK_EXPORT LockGuard {
   /// false when the lease had expired or belongs to another holder now. An empty guard
   /// completes with `(no error, false)` on the handler's associated executor without
   /// touching Redis.
-  /// Per-operation cancellation: not supported; the command is bounded by `command_timeout`.
+  /// Per-operation cancellation: supported (`bind_cancellation_slot`): completes with
+  /// `operation_aborted` at once; the release already sent runs on, so the lease is released
+  /// or, if the command fails, expires by its ttl (the guard is empty either way).
+  /// Otherwise bounded by `command_timeout`.
   /// Exception safety: strong for the guard (it is empty afterwards either way); errors are
   /// reported through the completion, never thrown.
   /// Thread safety: like any other member of the guard, from one thread at a time.
@@ -146,7 +149,10 @@ class REDIS_LOCK_EXPORT LockGuard {
   /// reports owns_lock(); it is up to the caller to stop). `ttl <= 0` completes with
   /// `error::invalid_argument` before anything is sent. An empty guard completes with
   /// `(no error, false)` without touching Redis.
-  /// Per-operation cancellation: not supported; bounded by `command_timeout`.
+  /// Per-operation cancellation: supported: completes with `operation_aborted` at once; the
+  /// extension already sent may still be applied, and valid_until() moves only if its reply
+  /// confirms it (so a cancelled extension never makes the guard trust a lease it lost).
+  /// Otherwise bounded by `command_timeout`.
   /// Exception safety: no exception on the async path; errors go to the completion.
   /// Thread safety: from the thread that owns the guard.
   /// Object lifetimes: the operation copies what it needs; the guard may be moved or
@@ -392,7 +398,8 @@ class REDIS_LOCK_EXPORT LockManager {
   /// Completion signature: `void(boost::system::error_code, LockInfo)`. Errors as
   /// async_acquire's I/O and server errors; `invalid_argument` for an empty resource or on a
   /// Redlock manager (each master has its own view; nothing is sent).
-  /// Per-operation cancellation: not supported; bounded by `command_timeout`.
+  /// Per-operation cancellation: supported: completes with `operation_aborted` at once (the
+  /// read's answer is dropped). Otherwise bounded by `command_timeout`.
   /// Thread safety and lifetimes as async_acquire.
   ///
   /// \code
@@ -414,7 +421,9 @@ class REDIS_LOCK_EXPORT LockManager {
   /// call, is what keeps it from doing harm (docs/safety.md).
   ///
   /// Completion signature: `void(boost::system::error_code, bool released)`: false when
-  /// nothing held it (nothing is changed). Errors and the rest as async_inspect.
+  /// nothing held it (nothing is changed). Errors and the rest as async_inspect; a cancelled
+  /// force-release completes with `operation_aborted` at once while the command sent runs on
+  /// (the holder may still be evicted).
   template <class CompletionToken = boost::asio::deferred_t>
   auto async_force_release(std::string_view resource, CompletionToken&& token = {}) {
     return boost::asio::async_initiate<CompletionToken, void(boost::system::error_code, bool)>(

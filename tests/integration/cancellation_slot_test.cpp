@@ -6,6 +6,7 @@
 // io_context is destroyed cleanly also when an operation was dropped at shutdown (ASan
 // watches these). docs/architecture.md, "Cancellation slots".
 #include "live.hpp"
+#include "tcp_proxy.hpp"
 
 #include <redis_lock/with_lock.hpp>
 
@@ -198,9 +199,9 @@ TEST_F(CancellationSlot, LeaseSetsAcquireAllCampaignObserveAndWithLockClearIt) {
   }
 }
 
-TEST_F(CancellationSlot, OperationsWithoutCancellationClearIt) {
-  // These do not support cancellation, but a caller's handler may still carry a slot (a
-  // coroutine's use_awaitable always does): nothing may be left in it either.
+TEST_F(CancellationSlot, OneCommandOperationsAndWaitLostClearIt) {
+  // Completed by their reply (or, for wait_lost, by the release), not cancelled: nothing may
+  // be left in the slot either (a coroutine's use_awaitable always carries one).
   const auto resource = unique_resource();
   auto held = hold(resource);
   ASSERT_TRUE(held);
@@ -252,6 +253,54 @@ TEST_F(CancellationSlot, OperationsWithoutCancellationClearIt) {
     p.expect_cleared(io, "moved-from manager");
     EXPECT_EQ(p.ec, error::invalid_argument);
   }
+}
+
+TEST(CancellationSlotOneCommand, ReleaseExtendInspectForceReleaseAndLeaderEndAtOnceWhenCancelled) {
+  // Behind a link that delivers every reply 400 ms late: each operation is cancelled at
+  // once and must complete with operation_aborted then, not when its reply comes. What the
+  // command does on the server still happens (a cancelled release releases, or the lease
+  // expires by itself: docs say so).
+  TcpProxy slow(shared_server_port());
+  ConnectionConfig cfg = shared_server_config();
+  cfg.port = slow.port();
+  cfg.command_timeout = 5s;
+  asio::io_context io;
+  LockManager locks(io.get_executor(), cfg);
+  const auto resource = unique_resource();
+  LockGuard held;
+  locks.async_acquire(resource, {.ttl = 10s}, [&](error_code ec, LockGuard g) {
+    ASSERT_FALSE(ec) << ec.message();
+    held = std::move(g);
+  });
+  ASSERT_TRUE(run_until(io, [&] { return held.owns_lock(); }));
+  slow.set_delay(400ms);
+  auto cancelled_at_once = [&](const std::string& what, auto initiate) {
+    Probe p;
+    initiate(p);
+    io.poll();  // the initiation reaches the strand; the command is on its way
+    const auto emitted = std::chrono::steady_clock::now();
+    p.signal.emit(asio::cancellation_type::terminal);
+    p.expect_cleared(io, what);
+    EXPECT_EQ(p.ec, asio::error::operation_aborted) << what << ": " << p.ec.message();
+    EXPECT_LT(std::chrono::steady_clock::now() - emitted, 300ms)
+        << what << ": completed with its reply, not at the cancellation";
+  };
+  cancelled_at_once("inspect", [&](Probe& p) { locks.async_inspect(resource, p.handler()); });
+  cancelled_at_once("extend", [&](Probe& p) { held.async_extend(10s, p.handler()); });
+  cancelled_at_once("leader", [&](Probe& p) {
+    Election election(locks, unique_resource("election"));
+    election.async_leader(p.handler());
+  });
+  cancelled_at_once("force_release of another resource", [&](Probe& p) {
+    locks.async_force_release(unique_resource("other"), p.handler());
+  });
+  cancelled_at_once("release", [&](Probe& p) { held.async_release(p.handler()); });
+  EXPECT_FALSE(held.owns_lock());
+  // The release ran on all the same: the lease is gone once its reply is due.
+  slow.set_delay(0ms);
+  EXPECT_TRUE(run_until(io, [&] {
+    return redis_command(shared_server_port(), {"EXISTS", lease_key(resource)}) == "0";
+  }, 5s)) << "the cancelled release did not release";
 }
 
 TEST(CancellationSlotLifetime, ASignalOutlivingTheIoContextIsDestroyedCleanly) {
