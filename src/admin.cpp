@@ -116,8 +116,8 @@ void start_inspect(Engine& engine, std::string resource, InspectHandler handler)
   if (auto broken = engine.check_admin_call(resource)) {
     return deliver(engine.executor(), Defer::yes, std::move(handler), broken.error, LockInfo{});
   }
-  auto call = std::make_shared<CancellableCall<InspectHandler, LockInfo>>(
-      engine.shared_from_this(), std::move(handler));
+  auto call = std::make_shared<CancellableCall<InspectHandler, LockInfo>>(engine.shared_from_this(),
+                                                                          std::move(handler));
   install_cancellation(call->handler, call);  // in the initiating call, as for acquire
   read_state(engine, resource, [call](error_code ec, Inspection state) {
     call->complete(ec, std::move(state.info));
@@ -144,7 +144,7 @@ void start_force_release(Engine& engine, std::string resource, BoolHandler handl
                 op->keys.info(), op->token, op->arg},
                {op->announce, op->resource_announce});
   auto call = std::make_shared<CancellableCall<BoolHandler, bool>>(engine.shared_from_this(),
-                                                                    std::move(handler));
+                                                                   std::move(handler));
   install_cancellation(call->handler, call);  // in the initiating call, as for acquire
   op->done = [self = op->service, call](error_code ec, Reply reply) {
     bool released = false;

@@ -298,9 +298,13 @@ TEST(CancellationSlotOneCommand, ReleaseExtendInspectForceReleaseAndLeaderEndAtO
   EXPECT_FALSE(held.owns_lock());
   // The release ran on all the same: the lease is gone once its reply is due.
   slow.set_delay(0ms);
-  EXPECT_TRUE(run_until(io, [&] {
-    return redis_command(shared_server_port(), {"EXISTS", lease_key(resource)}) == "0";
-  }, 5s)) << "the cancelled release did not release";
+  EXPECT_TRUE(run_until(
+      io,
+      [&] {
+        return redis_command(shared_server_port(), {"EXISTS", lease_key(resource)}) == "0";
+      },
+      5s))
+      << "the cancelled release did not release";
 }
 
 TEST(CancellationSlotLifetime, ASignalOutlivingTheIoContextIsDestroyedCleanly) {

@@ -318,3 +318,88 @@ TEST(WithLock, CancelledByCancelAfter) {
   expect_free_at_once(other, io, resource);
 }
 #endif
+
+TEST(WithLock, PermitsHoldsAndSeveralResources) {
+  // with_lock takes every kind: the work runs with what it took, which is released after.
+  asio::io_context io;
+  LockManager locks(io.get_executor(), shared_server_config());
+  const auto semaphore = unique_resource("semaphore");
+  const auto rw = unique_resource("rw");
+  const std::vector<std::string> several = {unique_resource("a"), unique_resource("b")};
+  std::vector<std::string> seen;
+  run_co(io, [&]() -> asio::awaitable<void> {
+    auto ec = co_await with_lock(locks, Permit{semaphore, 2}, {.ttl = 5s},
+                                 [&](const LockGuard& g) -> asio::awaitable<void> {
+                                   seen.push_back("permit " + std::to_string(g.owns_lock()));
+                                   co_return;
+                                 });
+    EXPECT_FALSE(ec) << ec.message();
+    ec =
+        co_await with_lock(locks, SharedHold{rw}, [&](const LockGuard& g) -> asio::awaitable<void> {
+          seen.push_back("shared " + std::to_string(g.owns_lock()));
+          // A second shared hold at the same time: readers share.
+          auto [ec2, other] =
+              co_await locks.async_acquire_shared(rw, asio::as_tuple(asio::use_awaitable));
+          EXPECT_FALSE(ec2);
+          EXPECT_TRUE(other) << "a shared hold excludes another reader";
+        });
+    EXPECT_FALSE(ec) << ec.message();
+    ec = co_await with_lock(
+        locks, ExclusiveHold{rw}, {.ttl = 5s}, [&](const LockGuard& g) -> asio::awaitable<void> {
+          seen.push_back("exclusive " + std::to_string(g.owns_lock()));
+          auto [ec2, reader] =
+              co_await locks.async_acquire_shared(rw, asio::as_tuple(asio::use_awaitable));
+          EXPECT_FALSE(ec2);
+          EXPECT_FALSE(reader) << "the exclusive hold let a reader in";
+        });
+    EXPECT_FALSE(ec) << ec.message();
+    ec = co_await with_lock(locks, AllOf{several}, {.ttl = 5s},
+                            [&](const std::vector<LockGuard>& gs) -> asio::awaitable<void> {
+                              seen.push_back("all " + std::to_string(gs.size()));
+                              co_return;
+                            });
+    EXPECT_FALSE(ec) << ec.message();
+    // Held elsewhere: the work does not run.
+    auto [ec3, blocker] =
+        co_await locks.async_acquire(several[1], asio::as_tuple(asio::use_awaitable));
+    EXPECT_TRUE(blocker);
+    ec = co_await with_lock(locks, AllOf{several},
+                            [&](const std::vector<LockGuard>&) -> asio::awaitable<void> {
+                              seen.push_back("must not run");
+                              co_return;
+                            });
+    EXPECT_EQ(ec, error::not_acquired);
+  });
+  EXPECT_EQ(seen, (std::vector<std::string>{"permit 1", "shared 1", "exclusive 1", "all 2"}));
+  // Everything was released: all of it can be taken again at once.
+  asio::io_context again;
+  LockManager other(again.get_executor(), shared_server_config());
+  bool taken = false;
+  other.async_acquire_exclusive(rw, [&](error_code ec, LockGuard g) {
+    EXPECT_FALSE(ec);
+    taken = g.owns_lock();
+  });
+  again.run_for(5s);
+  EXPECT_TRUE(taken) << "a hold with_lock took was not released";
+}
+
+TEST(WithLock, AsyncWithLockOnAPermit) {
+  asio::io_context io;
+  LockManager locks(io.get_executor(), shared_server_config());
+  std::optional<error_code> result;
+  bool ran = false;
+  async_with_lock(
+      locks, Permit{unique_resource(), 1}, {.ttl = 5s},
+      [&](const LockGuard& g) -> asio::awaitable<void> {
+        ran = g.owns_lock();
+        co_return;
+      },
+      [&](std::exception_ptr e, error_code ec) {
+        EXPECT_FALSE(e);
+        result = ec;
+      });
+  io.run_for(5s);
+  ASSERT_TRUE(result);
+  EXPECT_FALSE(*result) << result->message();
+  EXPECT_TRUE(ran);
+}

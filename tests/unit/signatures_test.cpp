@@ -130,6 +130,18 @@ static_assert(async_with_lock_accepts<const char*, Work, asio::use_future_t<>>);
 static_assert(async_with_lock_accepts<const char*, LockOptions&, Work>);
 static_assert(async_with_lock_accepts<const char*, LockOptions, Work, asio::deferred_t>);
 static_assert(!async_with_lock_accepts<const char*, LockOptions&>);
+// ... and every kind: a permit, a shared or exclusive hold, several resources (whose work
+// takes the guards).
+auto work_all = [](const std::vector<LockGuard>&) -> asio::awaitable<void> { co_return; };
+using WorkAll = decltype(work_all);
+static_assert(with_lock_accepts<redis_lock::Permit, LockOptions, Work>);
+static_assert(with_lock_accepts<redis_lock::SharedHold, Work>);
+static_assert(with_lock_accepts<redis_lock::ExclusiveHold, LockOptions&, Work>);
+static_assert(with_lock_accepts<redis_lock::AllOf, LockOptions, WorkAll>);
+static_assert(with_lock_accepts<redis_lock::AllOf, WorkAll>);
+static_assert(!with_lock_accepts<redis_lock::AllOf, Work>);  // the work takes all the guards
+static_assert(async_with_lock_accepts<redis_lock::Permit, LockOptions, Work>);
+static_assert(async_with_lock_accepts<redis_lock::AllOf, LockOptions, WorkAll, asio::deferred_t>);
 static_assert(requires(LockManager & m) {
   { redis_lock::with_lock(m, "r", work) } -> std::same_as<asio::awaitable<error_code>>;
   { redis_lock::with_lock(m, "r", {}, work) } -> std::same_as<asio::awaitable<error_code>>;
