@@ -32,6 +32,9 @@ void start(Engine& engine, std::shared_ptr<AcquireOp> op) {
   op->queues = options.wait.count() > 0 && !engine.redlock();
   op->arg = to_decimal(options.ttl.count());
   op->deadline = wait_deadline(Clock::now(), options.wait);
+  // The state machine exists before anything can reach the op (a cancellation included).
+  op->fsm = AcquireFsm(AcquirePlan{options.ttl, options.wait, op->deadline, op->queues,
+                                   engine.redlock(), options.min_replicas});
   try {
     op->token = random_token();
   } catch (const std::exception&) {
@@ -113,10 +116,11 @@ AcquireOp::~AcquireOp() {
 }
 
 void AcquireOp::start() {
+  // Not if a cancellation came first (it completed the op already).
+  const auto first = fsm.start(Clock::now());
+  if (first.kind == Action::Kind::none) return;
   service->pending().add(*this, std::static_pointer_cast<AcquireOp>(shared_from_this()));
-  fsm = AcquireFsm(AcquirePlan{options.ttl, options.wait, deadline, queues, service->redlock(),
-                               options.min_replicas});
-  run(fsm.start(Clock::now()));
+  run(first);
 }
 
 void AcquireOp::run(Action a) {
@@ -150,7 +154,10 @@ void AcquireOp::run(Action a) {
           make_grant(*service, resource, token, kind, options, fsm.fence(), fsm.granted_at());
       return confirm_replicated();
     case Kind::complete:
-      if (!a.grant) return finish(a.ec, Grant{});  // a grant kept for WAIT releases
+      if (!a.grant) {
+        replicating.release();  // a lease kept for WAIT that is not handed out
+        return finish(a.ec, Grant{});
+      }
       if (replicating) return finish(a.ec, std::move(replicating));
       return finish(a.ec, make_grant(*service, resource, token, kind, options, fsm.fence(),
                                      fsm.granted_at()));
@@ -217,8 +224,12 @@ void AcquireOp::last_words() noexcept {
   const auto phase = fsm.phase();
   if (phase == Phase::done || phase == Phase::starting) return;
   // An attempt in flight may have queued us (or taken the lease a release handed us).
-  if (!fsm.in_queue() && !(phase == Phase::attempting && queues)) return;
-  service->give_back_now(node, resource, token, kind, member_suffix);
+  const bool in_flight = phase == Phase::attempting;
+  if (!fsm.in_queue() && !(in_flight && queues)) return;
+  // Behind the attempt in flight, on its connection: elsewhere the give-back could reach
+  // the server first, and the attempt queue us after it.
+  service->give_back_now(node, in_flight ? std::optional<bool>(durable) : std::nullopt, resource,
+                         token, kind, member_suffix);
 }
 
 void AcquireOp::nudge() { run(fsm.nudge()); }

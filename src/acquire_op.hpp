@@ -73,6 +73,7 @@ struct AcquireOp final : ScriptOp, Waiter, PendingOp {
   std::string marker;                 // a lease set's kind and limit ('#S<limit>' or '#RW')
   std::string mutex_queue;            // a lease set's: the same resource's mutex queue key
   std::string data;  // a mutex's: recorded with the lease (label, and a leader's value)
+  AcquireFsm fsm{AcquirePlan{}};  // set by start_acquire, before the op can be reached
 
  private:
   /// Performs what the state machine decided.
@@ -84,7 +85,6 @@ struct AcquireOp final : ScriptOp, Waiter, PendingOp {
   void finish(boost::system::error_code ec, Grant grant);
   void report(Observer& observer, boost::system::error_code ec, const Grant& grant) const noexcept;
 
-  AcquireFsm fsm{AcquirePlan{}};
   std::string how;                 // acquire.lua's ARGV[3], set once
   std::string_view member_suffix;  // queue member = token + this: the tail of `how`
   std::string error_detail;        // the server's error reply, reported with a failure

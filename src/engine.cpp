@@ -102,13 +102,16 @@ void Engine::cancel_all() {
   });
 }
 
-bool Engine::give_back_now(std::size_t node, std::string_view resource, std::string_view token,
-                           LeaseKind kind, std::string_view member_suffix) noexcept {
+bool Engine::give_back_now(std::size_t node, std::optional<bool> after_durable,
+                           std::string_view resource, std::string_view token, LeaseKind kind,
+                           std::string_view member_suffix) noexcept {
   if (!router_ || redlock()) return false;
   try {
     CompareOp op{BoolHandler{}};
     prepare_release(*this, op, std::string(resource), std::string(token), kind, member_suffix);
-    return router_->write_now(node, op.Routed::command());
+    const auto pool =
+        after_durable.value_or(false) ? Router::Pool::durable : Router::Pool::commands;
+    return router_->write_now(node, pool, !after_durable.has_value(), op.Routed::command());
   } catch (const std::exception&) {
     return false;
   }
@@ -288,7 +291,12 @@ Grant::Grant(std::shared_ptr<Engine> e, std::string r, std::string t, std::uint6
       resource(std::move(r)),
       token(std::move(t)),
       fence(f),
-      lease(std::move(l)) {}
+      lease(std::move(l)) {
+  if (engine) {
+    executor = engine->executor();
+    alive = engine->context_alive();
+  }
+}
 
 Grant& Grant::operator=(Grant&& other) noexcept {
   if (this != &other) {
@@ -298,6 +306,8 @@ Grant& Grant::operator=(Grant&& other) noexcept {
     token = std::move(other.token);
     fence = std::exchange(other.fence, 0);
     lease = std::move(other.lease);
+    executor = std::move(other.executor);
+    alive = std::move(other.alive);
   }
   return *this;
 }
@@ -315,7 +325,9 @@ void Grant::release() noexcept {
     e->forget(held);  // stops its renewal
     patience = held->valid_until();
   }
-  e->release_detached(std::move(resource), std::move(token), kind, /*by_guard=*/false, patience);
+  // Reported to the observer as the release of a guard, as when the guard this grant would
+  // have become was dropped.
+  e->release_detached(std::move(resource), std::move(token), kind, /*by_guard=*/true, patience);
   resource.clear();
   token.clear();
   fence = 0;

@@ -43,7 +43,6 @@ class Engine : public std::enable_shared_from_this<Engine> {
  public:
   using Clock = std::chrono::steady_clock;
 
-  Engine(boost::asio::any_io_executor ex, ConnectionConfig config, ManagerOptions options);
   virtual ~Engine();
 
   /// Registers with the execution context so that its shutdown is noticed; call once.
@@ -80,8 +79,11 @@ class Engine : public std::enable_shared_from_this<Engine> {
                  std::string_view member_suffix) noexcept;
   /// The same give-back written at once on a command connection of `node`, without Asio:
   /// for an op's last words while the context shuts down. False when no link could take it.
-  bool give_back_now(std::size_t node, std::string_view resource, std::string_view token,
-                     LeaseKind kind, std::string_view member_suffix) noexcept;
+  /// `after_durable`: an attempt is still in flight on the durable connection (else on the
+  /// command connection) and the give-back must follow it there; none in flight: either.
+  bool give_back_now(std::size_t node, std::optional<bool> after_durable, std::string_view resource,
+                     std::string_view token, LeaseKind kind,
+                     std::string_view member_suffix) noexcept;
   /// The guard let go of the lease (release, destruction): stop renewing, end waits.
   void forget(const std::shared_ptr<LeaseState>& lease) noexcept;
   std::string last_server_error() const;
@@ -138,6 +140,10 @@ class Engine : public std::enable_shared_from_this<Engine> {
               AcquireHandler handler);
   /// Reports a refused acquire to the observer (nothing was sent).
   void report_refusal(std::string resource, boost::system::error_code ec, std::string_view why);
+
+ protected:
+  /// Only as a LockService (the facade), which a guard's public layer relies on.
+  Engine(boost::asio::any_io_executor ex, ConnectionConfig config, ManagerOptions options);
 
  private:
   boost::asio::any_io_executor executor_;

@@ -17,10 +17,10 @@ LockGuard::LockGuard() noexcept = default;
 
 LockGuard::LockGuard(detail::Grant&& grant) noexcept {
   if (!grant) return;
-  // A guard completes on its manager's executor, also once it is empty. Every Engine is the
-  // facade a guard calls back into (lock_service.hpp).
-  executor_ = grant.engine->executor();
-  context_alive_ = grant.engine->context_alive();
+  // A guard completes on its manager's executor, also once it is empty (read on the strand
+  // when the lease was granted). Every Engine is the facade a guard calls back into.
+  executor_ = std::move(grant.executor);
+  context_alive_ = std::move(grant.alive);
   service_ = std::static_pointer_cast<detail::LockService>(std::move(grant.engine));
   resource_ = std::move(grant.resource);
   token_ = std::move(grant.token);

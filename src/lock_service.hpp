@@ -19,7 +19,8 @@ namespace redis_lock::detail {
 
 class LockService final : public Engine {
  public:
-  using Engine::Engine;
+  LockService(boost::asio::any_io_executor ex, ConnectionConfig config, ManagerOptions options)
+      : Engine(std::move(ex), std::move(config), std::move(options)) {}
 
   // The operations, callable from any thread. Each checks its arguments (a refusal completes
   // at once, nothing sent) and starts its op on the strand.

@@ -60,11 +60,13 @@ TEST(PendingOps, RemovingFromTheMiddleKeepsTheOthersFindable) {
 TEST(PendingOps, ASnapshotHoldsOnlyTheLivingAndKeepsThemAlive) {
   PendingOps ops;
   auto a = std::make_shared<Op>(1);
-  auto b = std::make_shared<Op>(2);
   ops.add(*a, a);
+  // b's owner lets go while b is still listed (its weak pointer expires); the object itself
+  // lives on here, so the list's entry never dangles in this test.
+  Op b_object(2);
+  std::shared_ptr<Op> b(&b_object, [](Op*) {});
   ops.add(*b, b);
-  std::weak_ptr<Op> weak_b = b;
-  b.reset();  // destroyed unfinished before its destructor could unlist it (a test's shortcut)
+  b.reset();
   auto snap = ops.snapshot();
   ASSERT_EQ(snap.size(), 1u);
   EXPECT_EQ(static_cast<Op&>(*snap[0]).id, 1);
@@ -72,6 +74,9 @@ TEST(PendingOps, ASnapshotHoldsOnlyTheLivingAndKeepsThemAlive) {
   EXPECT_EQ(static_cast<Op&>(*snap[0]).id, 1) << "the snapshot keeps it alive";
   for (const auto& p : snap) p->cancel();
   EXPECT_EQ(static_cast<Op&>(*snap[0]).cancelled, 1);
+  ops.remove(b_object);
+  ops.remove(static_cast<Op&>(*snap[0]));
+  EXPECT_EQ(ops.size(), 0u);
 }
 
 TEST(PendingOps, AnOpOfAnotherListIsNotRemovedByMistake) {

@@ -6,6 +6,10 @@
 
 #include <redis_lock/export.hpp>
 
+#include <boost/asio/any_io_executor.hpp>
+
+#include <atomic>
+
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -21,6 +25,8 @@ struct LeaseState;
 class REDIS_LOCK_EXPORT Grant {
  public:
   Grant() noexcept = default;
+  /// On the manager's strand: the executor and the context's flag are read there, where
+  /// the context's shutdown cannot change them.
   Grant(std::shared_ptr<Engine> engine, std::string resource, std::string token,
         std::uint64_t fence, std::shared_ptr<LeaseState> lease) noexcept;
   Grant(Grant&& other) noexcept = default;  // `other` keeps no engine: nothing to release
@@ -39,6 +45,8 @@ class REDIS_LOCK_EXPORT Grant {
   std::string token;
   std::uint64_t fence = 0;
   std::shared_ptr<LeaseState> lease;
+  boost::asio::any_io_executor executor;           ///< the manager's: a guard completes on it
+  std::shared_ptr<const std::atomic<bool>> alive;  ///< the manager's context still runs
 };
 
 }  // namespace redis_lock::detail

@@ -78,8 +78,8 @@ void complete_without_lock(const boost::asio::any_io_executor& io, const Context
 
 /// What the caller's handler gets for what the engine completes with: a LockGuard for a
 /// Grant (defined in lock.hpp), the rest as it is.
-LockGuard to_public(Grant&& grant) noexcept;
-std::vector<LockGuard> to_public(std::vector<Grant>&& grants);
+inline LockGuard to_public(Grant&& grant) noexcept;
+inline std::vector<LockGuard> to_public(std::vector<Grant>&& grants);
 template <class T>
 T&& to_public(T&& value) noexcept {
   return std::forward<T>(value);

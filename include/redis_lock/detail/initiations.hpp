@@ -35,9 +35,6 @@ namespace detail {
 class LockService;
 struct LeaseState;
 
-/// What every initiation carries: where its completion goes by default. `io` is the
-/// executor of the manager that made the guard (or of the manager itself), kept through
-/// moves and releases; `alive` says whether its execution context still runs.
 /// A completion token passed where the LockOptions would go: the overloads that leave the
 /// options out take it (a LockOptions, or a braced list, picks the full form).
 template <class Token, class Result>
@@ -45,6 +42,9 @@ concept token_without_options =
     !std::is_convertible_v<Token, LockOptions> &&
     boost::asio::completion_token_for<Token, void(boost::system::error_code, Result)>;
 
+/// What every initiation carries: where its completion goes by default. `io` is the
+/// executor of the manager that made the guard (or of the manager itself), kept through
+/// moves and releases; `alive` says whether its execution context still runs.
 class initiation_base {
  public:
   using executor_type = boost::asio::any_io_executor;
