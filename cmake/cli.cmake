@@ -11,7 +11,10 @@ target_link_libraries(redis_lock_cli_options PUBLIC Boost::program_options)
 redis_lock_warnings(redis_lock_cli_options)
 
 add_executable(redis_lock_cli
-  tools/redis-lock/main.cpp tools/redis-lock/process.cpp tools/redis-lock/diagnose.cpp)
+  tools/redis-lock/main.cpp tools/redis-lock/process.cpp tools/redis-lock/diagnose.cpp
+  tools/redis-lock/output.cpp tools/redis-lock/supervision.cpp tools/redis-lock/cmd_run.cpp
+  tools/redis-lock/cmd_status.cpp tools/redis-lock/cmd_force_release.cpp
+  tools/redis-lock/cmd_observe.cpp)
 # Installed beside a shared redis_lock, it finds the library relative to itself.
 set_target_properties(redis_lock_cli PROPERTIES
   OUTPUT_NAME redis-lock

@@ -33,7 +33,8 @@ class Category final : public boost::system::error_category {
       case error::server_error:
         return "the server returned an error";
       case error::wrong_type:
-        return "WRONGTYPE Operation against a key holding the wrong kind of value";
+        return "WRONGTYPE: the resource is in use as another kind of lock (a mutex, a semaphore or "
+               "a read-write lock), or its key holds another type";
       case error::not_authenticated:
         return "NOAUTH Authentication required";
       case error::auth_failed:
