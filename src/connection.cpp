@@ -43,16 +43,28 @@ struct Connection::Link {
   Clock::time_point drain_until = Clock::time_point::max();
   Clock::time_point idle_since{};  // when in_flight last became empty
   bool writing = false;
+  // Bytes of write_buf on the socket so far, counted as each write_some returns (in the I/O
+  // path, before the completion handler is queued): a write whose handler has not run yet
+  // may be complete already (Connection::write_now).
+  std::size_t written = 0;
   bool reading = false;
   bool is_tcp = true;
 
   // One read and one write may be outstanding at once, on the strand, also through TLS.
   template <class Handler>
   void write(Handler&& handler) {
+    written = 0;
     if (tls) {
       asio::async_write(*tls, asio::buffer(write_buf), std::forward<Handler>(handler));
     } else {
-      asio::async_write(socket, asio::buffer(write_buf), std::forward<Handler>(handler));
+      // transfer_all, counting what went out.
+      asio::async_write(
+          socket, asio::buffer(write_buf),
+          [this](const error_code& ec, std::size_t sent) -> std::size_t {
+            written = sent;
+            return ec || sent >= write_buf.size() ? 0 : write_buf.size() - sent;
+          },
+          std::forward<Handler>(handler));
     }
   }
   template <class Handler>
@@ -125,7 +137,9 @@ Connection::~Connection() = default;
 bool Connection::write_now(std::span<const std::string_view> command) noexcept {
   // A write under way may have sent part of a command: ours would land in its middle. TLS
   // needs its stream's state, which only Asio's operations may touch.
-  if (shut_down_ || state_ != State::ready || !link_ || link_->tls || link_->writing ||
+  // (A write whose bytes all went out, its handler still queued, is no longer under way.)
+  const bool mid_write = link_ && link_->writing && link_->written < link_->write_buf.size();
+  if (shut_down_ || state_ != State::ready || !link_ || link_->tls || mid_write ||
       !link_->socket.is_open()) {
     return false;
   }
