@@ -2,8 +2,8 @@
 // redis-lock status: who holds a resource; and the label every subcommand records.
 #include "commands.hpp"
 
-#include <cstring>
 #include <unistd.h>
+#include <cstring>
 
 #include <redis_lock/redis_lock.hpp>
 

@@ -27,7 +27,6 @@ std::vector<int> signals_to_catch() {
   return caught;
 }
 
-
 /// The command's environment: ours without the connection's secrets, plus the lock.
 std::vector<std::string> command_environment(const Options& o, std::uint64_t fence) {
   std::vector<std::string> env;

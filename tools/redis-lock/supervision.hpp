@@ -36,7 +36,6 @@ using std::chrono::milliseconds;
 /// SIGPIPE was ignored when we started (the command inherits that); set by main.
 extern bool sigpipe_was_ignored;
 
-
 /// The signals passed on to the command (and that end a wait for the lock).
 inline constexpr int forwarded_signals[] = {SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2};
 /// How long the release may take before we say it failed and exit anyway.
