@@ -39,17 +39,20 @@ namespace redis_lock {
 /// strings of their own: GCC 12 destroys twice an aggregate with a std::string built in a
 /// co_await expression, as `co_await with_lock(locks, Permit{name, 3}, ...)` is.)
 struct Permit {
-  std::string_view resource;
-  std::uint32_t limit = 1;
+  std::string_view resource;  ///< the semaphore
+  std::uint32_t limit = 1;    ///< its number of permits
 };
+/// A shared (read) hold of the read-write lock `resource` (async_acquire_shared).
 struct SharedHold {
-  std::string_view resource;
+  std::string_view resource;  ///< the read-write lock
 };
+/// The exclusive (write) hold of the read-write lock `resource` (async_acquire_exclusive).
 struct ExclusiveHold {
-  std::string_view resource;
+  std::string_view resource;  ///< the read-write lock
 };
+/// The mutexes of all `resources`, or none (async_acquire_all); the work gets every guard.
 struct AllOf {
-  std::span<const std::string> resources;
+  std::span<const std::string> resources;  ///< the mutexes' names
 };
 
 namespace detail {
