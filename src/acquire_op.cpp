@@ -228,8 +228,9 @@ void AcquireOp::last_words() noexcept {
   if (!fsm.in_queue() && !(in_flight && queues)) return;
   // Behind the attempt in flight, on its connection: elsewhere the give-back could reach
   // the server first, and the attempt queue us after it.
-  service->give_back_now(node, in_flight ? std::optional<bool>(durable) : std::nullopt, resource,
-                         token, kind, member_suffix);
+  const auto pool = durable ? Router::Pool::durable : Router::Pool::commands;
+  service->give_back_now(node, in_flight ? std::optional(pool) : std::nullopt, resource, token,
+                         kind, member_suffix);
 }
 
 void AcquireOp::nudge() { run(fsm.nudge()); }

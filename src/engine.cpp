@@ -102,16 +102,14 @@ void Engine::cancel_all() {
   });
 }
 
-bool Engine::give_back_now(std::size_t node, std::optional<bool> after_durable,
+bool Engine::give_back_now(std::size_t node, std::optional<Router::Pool> behind,
                            std::string_view resource, std::string_view token, LeaseKind kind,
                            std::string_view member_suffix) noexcept {
   if (!router_ || redlock()) return false;
   try {
     CompareOp op{BoolHandler{}};
     prepare_release(*this, op, std::string(resource), std::string(token), kind, member_suffix);
-    const auto pool =
-        after_durable.value_or(false) ? Router::Pool::durable : Router::Pool::commands;
-    return router_->write_now(node, pool, !after_durable.has_value(), op.Routed::command());
+    return router_->write_now(node, behind, op.Routed::command());
   } catch (const std::exception&) {
     return false;
   }
@@ -263,6 +261,12 @@ void Engine::give_back(std::string resource, std::string token, LeaseKind kind,
   }
 }
 
+Engine::Clock::time_point Engine::let_go(const std::shared_ptr<LeaseState>& lease) noexcept {
+  if (!lease) return {};
+  forget(lease);
+  return lease->valid_until();
+}
+
 void Engine::forget(const std::shared_ptr<LeaseState>& lease) noexcept {
   lease->released.store(true);
   if (!lease->auto_renew && !lease->has_waiter.load()) return;  // nothing on the strand
@@ -318,13 +322,9 @@ void Grant::release() noexcept {
   if (!engine) return;
   auto e = std::move(engine);
   engine.reset();
-  auto kind = LeaseKind::mutex;
-  Clock::time_point patience{};
-  if (auto held = std::exchange(lease, nullptr)) {
-    kind = held->kind;
-    e->forget(held);  // stops its renewal
-    patience = held->valid_until();
-  }
+  const auto held = std::exchange(lease, nullptr);
+  const auto kind = held ? held->kind : LeaseKind::mutex;
+  const auto patience = e->let_go(held);  // stops its renewal
   // Reported to the observer as the release of a guard, as when the guard this grant would
   // have become was dropped.
   e->release_detached(std::move(resource), std::move(token), kind, /*by_guard=*/true, patience);

@@ -79,13 +79,17 @@ class Engine : public std::enable_shared_from_this<Engine> {
                  std::string_view member_suffix) noexcept;
   /// The same give-back written at once on a command connection of `node`, without Asio:
   /// for an op's last words while the context shuts down. False when no link could take it.
-  /// `after_durable`: an attempt is still in flight on the durable connection (else on the
-  /// command connection) and the give-back must follow it there; none in flight: either.
-  bool give_back_now(std::size_t node, std::optional<bool> after_durable, std::string_view resource,
-                     std::string_view token, LeaseKind kind,
+  /// `behind`: the connection an attempt is still in flight on, which the give-back must
+  /// follow; none in flight: either.
+  bool give_back_now(std::size_t node, std::optional<Router::Pool> behind,
+                     std::string_view resource, std::string_view token, LeaseKind kind,
                      std::string_view member_suffix) noexcept;
   /// The guard let go of the lease (release, destruction): stop renewing, end waits.
   void forget(const std::shared_ptr<LeaseState>& lease) noexcept;
+  /// A holder (a guard, or a grant on its way) lets go of `lease`: forget() it, and return
+  /// until when its release is worth retrying (the lease's validity), or time_point{}
+  /// without a lease.
+  Clock::time_point let_go(const std::shared_ptr<LeaseState>& lease) noexcept;
   std::string last_server_error() const;
   /// LockManager::cancel(): every pending operation (pending()) ends as its own cancellation
   /// would. Callable from any thread.

@@ -76,23 +76,12 @@ asio::cancellation_slot LockGuard::lost_slot() const noexcept {
 
 LockGuard::~LockGuard() { release_detached(); }
 
-namespace {
-/// The guard lets go of `lease` (no more renewals or loss waits); returns until when its
-/// release is worth retrying (the lease's validity), or time_point{} without a lease.
-std::chrono::steady_clock::time_point let_go(detail::LockService& service,
-                                             std::shared_ptr<detail::LeaseState> lease) {
-  if (!lease) return {};
-  service.forget(lease);
-  return lease->valid_until();
-}
-}  // namespace
-
 void LockGuard::release_detached() noexcept {
   if (!service_) return;
   auto service = std::move(service_);
   service_.reset();
   const auto kind = lease_ ? lease_->kind : detail::LeaseKind::mutex;
-  const auto patience = let_go(*service, std::exchange(lease_, nullptr));
+  const auto patience = service->let_go(std::exchange(lease_, nullptr));
   service->release_detached(std::move(resource_), std::move(token_), kind, /*by_guard=*/true,
                             patience);
   resource_.clear();
@@ -105,7 +94,7 @@ void LockGuard::release_impl(LockGuard guard, detail::BoolHandler handler) {
   // out leaves it empty, so its destructor posts nothing more.
   auto service = std::exchange(guard.service_, nullptr);
   const auto kind = guard.lease_ ? guard.lease_->kind : detail::LeaseKind::mutex;
-  const auto patience = let_go(*service, std::exchange(guard.lease_, nullptr));
+  const auto patience = service->let_go(std::exchange(guard.lease_, nullptr));
   service->release(std::move(guard.resource_), std::move(guard.token_), kind, std::move(handler),
                    /*by_guard=*/true, patience);
 }

@@ -339,11 +339,11 @@ bool Router::apply_slots(const Reply& reply, std::size_t from) {
   return true;
 }
 
-bool Router::write_now(std::size_t node, Pool pool, bool any_pool,
+bool Router::write_now(std::size_t node, std::optional<Pool> only,
                        std::span<const std::string_view> command) noexcept {
   if (shut_down_ || node >= nodes_.size()) return false;
   for (const auto p : {Pool::commands, Pool::durable}) {
-    if (!any_pool && p != pool) continue;
+    if (only && p != *only) continue;
     const auto& c = nodes_[node].pools[static_cast<std::size_t>(p)];
     if (c && c->write_now(command)) return true;
   }

@@ -116,9 +116,9 @@ class Router : public std::enable_shared_from_this<Router> {
   /// Calls `fn(node)` for every node that has a subscriber connection.
   void for_each_subscriber(const std::function<void(std::size_t, Connection&)>& fn);
   /// Writes `command` at once on a command connection of `node` (Connection::write_now),
-  /// while the context shuts down: on `pool` only (behind a command still in flight there,
-  /// which it must follow), or on either when `any_pool`. True when one took it.
-  bool write_now(std::size_t node, Pool pool, bool any_pool,
+  /// while the context shuts down: on `only` (behind a command still in flight there, which
+  /// it must follow), or on either without one. True when one took it.
+  bool write_now(std::size_t node, std::optional<Pool> only,
                  std::span<const std::string_view> command) noexcept;
   void shutdown() noexcept;
 
