@@ -45,6 +45,7 @@ add_library(redis_lock_internal OBJECT
   src/backoff.cpp
   src/admin.cpp
   src/config.cpp
+  src/connect_fsm.cpp
   src/connection.cpp
   src/election.cpp
   src/engine.cpp

@@ -3,6 +3,8 @@
 // late completions must never touch the queues of its successor.
 #include "connection.hpp"
 
+#include "connect_fsm.hpp"
+
 #include <redis_lock/error.hpp>
 
 #include <boost/asio/generic/stream_protocol.hpp>
@@ -108,16 +110,10 @@ struct Connection::Link {
 
 namespace {
 
-constexpr std::chrono::milliseconds backoff_first{25};
-constexpr std::chrono::milliseconds backoff_max{1000};
 constexpr auto never = std::chrono::steady_clock::time_point::max();
 /// A write buffer keeps at most this much capacity between writes: a batch of about 50
 /// lock commands, so that a busy pipeline reuses it and a rare large write gives it back.
 constexpr std::size_t kKeptWriteCapacity = 16 * 1024;
-
-std::chrono::milliseconds drain_grace(std::chrono::milliseconds command_timeout) {
-  return std::max(command_timeout * 10, std::chrono::milliseconds(2000));
-}
 
 // A message on a (shard) channel, or a Cluster node telling a shard subscriber that the
 // channel's slot moved away (we never send SUNSUBSCRIBE ourselves, so it is always a push).
@@ -152,6 +148,7 @@ Connection::Connection(Strand strand, ConnectionConfig config, std::string clien
       config_(std::move(config)),
       client_name_(std::move(client_name)),
       tls_(std::move(tls)),
+      fsm_(config_.command_timeout),
       timer_(std::make_unique<asio::steady_timer>(strand_.get_inner_executor())),
       connect_timer_(std::make_unique<asio::steady_timer>(strand_.get_inner_executor())) {}
 
@@ -163,7 +160,7 @@ bool Connection::write_now(std::span<const std::string_view> command) noexcept {
   // (A write whose bytes all went out, its handler still queued, is no longer under way:
   // Link::write counts them.)
   const bool mid_write = link_ && link_->writing && link_->written < link_->write_buf.size();
-  if (shut_down_ || state_ != State::ready || !link_ || link_->tls || mid_write ||
+  if (shut_down_ || fsm_.state() != State::ready || !link_ || link_->tls || mid_write ||
       !link_->socket.is_open()) {
     return false;
   }
@@ -195,7 +192,7 @@ void Connection::set_subscriber(PushHandler on_push, LinkDownHandler on_link_dow
 
 void Connection::keep_reading(bool on) {
   keep_reading_ = on;
-  if (!link_ || state_ != State::ready) return;
+  if (!link_ || fsm_.state() != State::ready) return;
   if (on) {
     start_read(link_);
   } else if (link_->reading && link_->in_flight.empty()) {
@@ -206,12 +203,12 @@ void Connection::keep_reading(bool on) {
 }
 
 std::optional<Endpoint> Connection::located() const {
-  if (!locator_ || state_ != State::ready) return std::nullopt;
+  if (!locator_ || fsm_.state() != State::ready) return std::nullopt;
   return Endpoint{config_.host, config_.port};
 }
 
 void Connection::leave_server() {
-  if (state_ == State::ready) drop_link(error::connection_lost);
+  if (fsm_.state() == State::ready) drop_link(error::connection_lost);
 }
 
 void Connection::notify_link_down() {
@@ -238,7 +235,7 @@ void Connection::execute(std::span<const std::string_view> command, Callback cal
                             Clock::now() + config_.command_timeout + extra_time,
                             queued_bytes_.size() - before});
   arm_timer();
-  switch (state_) {
+  switch (fsm_.state()) {
     case State::closed:
       start_connect();
       break;
@@ -254,35 +251,20 @@ void Connection::execute(std::span<const std::string_view> command, Callback cal
 // Connecting
 
 void Connection::start_connect() {
-  const auto now = Clock::now();
-  if (now < next_connect_at_) {
-    // A recent attempt failed: wait a little instead of hammering a server that is down.
-    // But not past half the oldest queued command's time: a server that is back (a
-    // restarted Redlock master, say) gets tried before that command times out, instead of
-    // the backoff counting as "no answer". One attempt per command timeout at most still
-    // keeps a dead server from being hammered.
-    auto wake = next_connect_at_;
-    if (!queued_.empty()) {
-      wake = std::min(wake, queued_.front().deadline - config_.command_timeout / 2);
+  const auto act = fsm_.need_link(
+      Clock::now(), queued_.empty() ? Clock::time_point::max() : queued_.front().deadline);
+  if (act.kind == ConnectFsm::Action::Kind::connect) return connect_now();
+  // A recent attempt failed: wait a little instead of hammering a server that is down.
+  connect_timer_->expires_at(act.until);
+  connect_timer_->async_wait(on_strand([self = shared_from_this()](error_code ec) {
+    if (ec || self->shut_down_) return;
+    if (self->fsm_.backoff_over(!self->queued_.empty()).kind == ConnectFsm::Action::Kind::connect) {
+      self->connect_now();
     }
-    if (wake <= now) return connect_now();
-    state_ = State::backoff;
-    connect_timer_->expires_at(wake);
-    connect_timer_->async_wait(on_strand([self = shared_from_this()](error_code ec) {
-      if (ec || self->shut_down_ || self->state_ != State::backoff) return;
-      if (self->queued_.empty()) {
-        self->state_ = State::closed;
-      } else {
-        self->connect_now();
-      }
-    }));
-    return;
-  }
-  connect_now();
+  }));
 }
 
 void Connection::connect_now() {
-  state_ = State::connecting;
   link_ = std::make_shared<Link>(strand_.get_inner_executor(), reply_limits_);
   auto link = link_;
   if (locator_) {
@@ -304,7 +286,7 @@ void Connection::resolve_and_connect(const std::shared_ptr<Link>& link) {
   connect_timer_->expires_after(config_.connect_timeout);
   connect_timer_->async_wait(on_strand([self = shared_from_this(), link](error_code ec) {
     if (ec || self->link_ != link) return;
-    if (self->state_ == State::connecting || self->state_ == State::handshake) {
+    if (self->fsm_.state() == State::connecting || self->fsm_.state() == State::handshake) {
       self->on_connect_deadline();
     }
   }));
@@ -389,44 +371,15 @@ void Connection::start_tls(const std::shared_ptr<Link>& link) {
 }
 
 void Connection::start_handshake(const std::shared_ptr<Link>& link) {
-  // AUTH / SELECT / CLIENT SETNAME go out alone, and user commands wait until every reply
-  // is in: pipelining them together could run a lock command on a connection whose AUTH
-  // failed.
   std::string resp;
-  std::vector<HandshakeStep> steps;
-  if (!config_.password.empty()) {
-    if (config_.username.empty()) {
-      append_command(resp, {"AUTH", config_.password});
-    } else {
-      append_command(resp, {"AUTH", config_.username, config_.password});
-    }
-    steps.push_back(HandshakeStep::auth);
-  }
-  if (config_.database != 0) {
-    const auto db = std::to_string(config_.database);
-    append_command(resp, {"SELECT", db});
-    steps.push_back(HandshakeStep::select);
-  }
-  if (!client_name_.empty()) {
-    append_command(resp, {"CLIENT", "SETNAME", client_name_});
-    steps.push_back(HandshakeStep::setname);
-  }
-  if (locator_) {
-    // The address came from a sentinel, which may not have noticed a failover yet: only a
-    // master will do.
-    append_command(resp, {"ROLE"});
-    steps.push_back(HandshakeStep::role);
-  }
-  for (const auto body : preload_) {
-    append_command(resp, {"SCRIPT", "LOAD", body});
-    steps.push_back(HandshakeStep::script_load);
-  }
-  if (steps.empty()) {
-    // Nothing to say first: ask for nothing, but still learn that the server answers.
-    append_command(resp, {"PING"});
-    steps.push_back(HandshakeStep::ping);
-  }
-  state_ = State::handshake;
+  const auto steps = Handshake::plan({.username = config_.username,
+                                      .password = config_.password,
+                                      .database = config_.database,
+                                      .client_name = client_name_,
+                                      .confirm_master = static_cast<bool>(locator_),
+                                      .preload = preload_},
+                                     resp);
+  fsm_.connected();
   handshake_left_ = steps.size();
   for (const auto step : steps) {
     // These callbacks live in the link's own queue, which the connection owns: they hold
@@ -452,29 +405,14 @@ void Connection::write_link(const std::shared_ptr<Link>& link) {
   start_read(link);
 }
 
-void Connection::on_handshake_reply(const std::shared_ptr<Link>& link, HandshakeStep step,
+void Connection::on_handshake_reply(const std::shared_ptr<Link>& link, Handshake::Step step,
                                     error_code ec, const Reply& reply) {
-  if (link_ != link || state_ != State::handshake) return;
+  if (link_ != link || fsm_.state() != State::handshake) return;
   if (ec) return;  // drop_link is failing the handshake already
-  // A user without the right to name its connection, or to load scripts ahead, may still
-  // take locks.
-  if (reply.is_error() && step != HandshakeStep::setname && step != HandshakeStep::script_load) {
-    const auto code = error_from_reply(reply.str);
-    if (code != error::server_error) return connect_failed(code);
-    // "ERR DB index is out of range": the configuration asks for what is not there.
-    return connect_failed(step == HandshakeStep::select ? error::invalid_argument
-                                                        : error::auth_failed);
-  }
-  if (step == HandshakeStep::role &&
-      !(reply.type == Reply::Type::array && !reply.elements.empty() &&
-        reply.elements[0].type == Reply::Type::string && reply.elements[0].str == "master")) {
-    return connect_failed(error::master_not_found);
-  }
+  if (const auto refused = Handshake::check(step, reply)) return connect_failed(*refused);
   if (--handshake_left_ == 0) {
-    state_ = State::ready;
+    fsm_.ready();
     connect_timer_->cancel();
-    backoff_ = std::chrono::milliseconds{0};
-    next_connect_at_ = {};
     flush();
     if (link_ == link) start_read(link);
   }
@@ -486,10 +424,8 @@ void Connection::connect_failed(error_code ec) {
   // Only handshake commands can be in flight before `ready`; they die with the link.
   if (link_) link_->in_flight.clear();
   close_link();
-  state_ = State::closed;
   handshake_left_ = 0;
-  backoff_ = backoff_.count() == 0 ? backoff_first : std::min(backoff_ * 2, backoff_max);
-  next_connect_at_ = Clock::now() + backoff_;
+  fsm_.failed(Clock::now());
   if (connect_timer_) connect_timer_->cancel();
   auto failed = std::move(queued_);
   queued_.clear();
@@ -518,11 +454,10 @@ bool Connection::idle_link_is_dead() {
 }
 
 void Connection::flush() {
-  if (state_ != State::ready || queued_.empty() || link_->writing) return;
+  if (fsm_.state() != State::ready || queued_.empty() || link_->writing) return;
   if (link_->in_flight.empty() && idle_link_is_dead()) {
     close_link();
-    state_ = State::closed;
-    next_connect_at_ = {};
+    fsm_.lost();
     start_connect();
     return notify_link_down();
   }
@@ -552,7 +487,7 @@ error_code Connection::link_error(const Link& link, error_code ec) const {
   // A TLS alert, or the connection closed, while the handshake's commands are out: the
   // server refused us. (TLS 1.3 servers check a client certificate after the client thinks
   // the handshake is done; our AUTH/PING may then meet a reset instead of the alert.)
-  const bool refused = link.tls && state_ == State::handshake &&
+  const bool refused = link.tls && fsm_.state() == State::handshake &&
                        (ec.category() == asio::error::get_ssl_category() ||
                         ec == asio::ssl::error::stream_truncated || ec == asio::error::eof ||
                         ec == asio::error::connection_reset || ec == asio::error::broken_pipe);
@@ -561,7 +496,7 @@ error_code Connection::link_error(const Link& link, error_code ec) const {
 
 void Connection::start_read(const std::shared_ptr<Link>& link) {
   const bool wanted =
-      !link->in_flight.empty() || (keep_reading_ && link == link_ && state_ == State::ready);
+      !link->in_flight.empty() || (keep_reading_ && link == link_ && fsm_.state() == State::ready);
   if (link->reading || !wanted) return;
   link->reading = true;
   link->read_some(on_strand([self = shared_from_this(), link](error_code ec, std::size_t n) {
@@ -601,7 +536,7 @@ void Connection::on_read(const std::shared_ptr<Link>& link, error_code ec, std::
     if (link->in_flight.empty()) link->idle_since = Clock::now();
     // A located master that answers READONLY was demoted by a failover: after this reply,
     // leave it (the commands behind it fail with read_only too) and locate again.
-    const bool demoted = locator_ && current && state_ == State::ready && reply->is_error() &&
+    const bool demoted = locator_ && current && fsm_.state() == State::ready && reply->is_error() &&
                          reply->str.starts_with("READONLY");
     if (pending.callback) {
       std::move(pending.callback)(error_code{}, std::move(*reply));
@@ -620,14 +555,14 @@ void Connection::on_read(const std::shared_ptr<Link>& link, error_code ec, std::
 }
 
 void Connection::drop_link(error_code ec) {
-  if (state_ != State::ready) {
+  if (fsm_.state() != State::ready) {
     // Lost during the handshake: a connect failure (with backoff), not a lost command.
     return connect_failed(ec == error::tls_handshake_failed ? ec : error::connect_failed);
   }
   std::deque<Pending> failed;
   if (link_) failed = std::move(link_->in_flight);
   close_link();
-  state_ = State::closed;
+  fsm_.lost();
   handshake_left_ = 0;
   if (connect_timer_) connect_timer_->cancel();
   // Queued commands were never written: they may go out on a fresh connection.
@@ -640,7 +575,7 @@ void Connection::drop_link(error_code ec) {
 void Connection::start_draining() {
   auto link = std::move(link_);
   link_.reset();
-  state_ = State::closed;
+  fsm_.left();
   link->drain_until = Clock::now() + drain_grace(config_.command_timeout);
   draining_.push_back(link);
   std::vector<Callback> timed_out;
@@ -700,7 +635,7 @@ void Connection::on_timer() {
     if (link->drain_until <= now) close_drained(link, error::connection_lost);
   }
   // A written command without a reply in time: everything behind it on its link is stuck.
-  if (state_ == State::ready && link_) {
+  if (fsm_.state() == State::ready && link_) {
     for (const auto& p : link_->in_flight) {
       if (p.deadline == never) continue;
       if (p.deadline <= now) start_draining();
@@ -714,10 +649,10 @@ void Connection::on_timer() {
     expired.push_back(std::move(queued_.front()));
     queued_.pop_front();
   }
-  if (queued_.empty() && state_ != State::ready && state_ != State::closed) {
+  if (queued_.empty() && fsm_.state() != State::ready && fsm_.state() != State::closed) {
     // Nothing left to connect for: stop trying, stay idle.
     close_link();
-    state_ = State::closed;
+    fsm_.left();
     if (connect_timer_) connect_timer_->cancel();
   }
   arm_timer();

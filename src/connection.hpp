@@ -3,6 +3,7 @@
 // matching, connect and per-command deadlines, the handshake, and lazy reconnection.
 #pragma once
 
+#include "connect_fsm.hpp"
 #include "resp.hpp"
 
 #include <redis_lock/config.hpp>
@@ -126,7 +127,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     Clock::time_point deadline;
     std::size_t bytes = 0;  // size of its RESP in queued_bytes_ while queued
   };
-  enum class State { closed, backoff, connecting, handshake, ready };
+  using State = ConnectFsm::State;
 
   void start_connect();
   void connect_now();
@@ -136,8 +137,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void start_tls(const std::shared_ptr<Link>& link);
   void start_handshake(const std::shared_ptr<Link>& link);
   void write_link(const std::shared_ptr<Link>& link);
-  enum class HandshakeStep { auth, select, setname, ping, role, script_load };
-  void on_handshake_reply(const std::shared_ptr<Link>& link, HandshakeStep step,
+  void on_handshake_reply(const std::shared_ptr<Link>& link, Handshake::Step step,
                           boost::system::error_code ec, const Reply& reply);
   void flush();
   bool idle_link_is_dead();
@@ -173,14 +173,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
   ConnectionConfig config_;
   std::string client_name_;
   std::shared_ptr<boost::asio::ssl::context> tls_;
-  State state_ = State::closed;
+  ConnectFsm fsm_;
   std::shared_ptr<Link> link_;
   std::string queued_bytes_;
   std::deque<Pending> queued_;
   std::vector<std::shared_ptr<Link>> draining_;
   std::size_t handshake_left_ = 0;
-  std::chrono::milliseconds backoff_{0};
-  Clock::time_point next_connect_at_{};
   std::unique_ptr<boost::asio::steady_timer> timer_;  // earliest command deadline
   bool timer_armed_ = false;
   Clock::time_point timer_at_{};

@@ -1,0 +1,115 @@
+// SPDX-License-Identifier: MIT
+// Layer 2 (connection), no I/O: a connection's decisions, apart from its sockets. When to
+// connect and how long to back off after a failure (ConnectFsm), what a handshake says and
+// what each of its replies means (Handshake), and how long a stuck link drains. Connection
+// is the driver: it does the I/O and feeds the outcomes back. tests/unit/connect_fsm_test.cpp
+// runs them through tables with a fake clock.
+#pragma once
+
+#include "backoff.hpp"
+#include "resp.hpp"
+
+#include <boost/system/error_code.hpp>
+
+#include <chrono>
+#include <cstddef>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace redis_lock::detail {
+
+/// The life of a connection's link: closed, waiting out a backoff, connecting (locating,
+/// resolving, TCP, TLS), in its handshake, ready for commands.
+///
+/// | event                         | from                 | to         | action            |
+/// |-------------------------------|----------------------|------------|-------------------|
+/// | `need_link` (commands queued) | closed, no backoff   | connecting | connect           |
+/// |                               | closed, in backoff   | backoff    | wait until (1)    |
+/// | `backoff_over`                | backoff, queued      | connecting | connect           |
+/// |                               | backoff, nothing     | closed     | none              |
+/// | `connected` (TCP/TLS up)      | connecting           | handshake  | (send handshake)  |
+/// | `ready` (handshake answered)  | handshake            | ready      | backoff reset     |
+/// | `failed` (connect, handshake) | any                  | closed     | backoff doubles   |
+/// | `lost` (a ready link dropped) | ready                | closed     | next connect now  |
+/// | `left` (drain, idle, gone)    | any                  | closed     | none              |
+///
+/// (1) The backoff's end, but never past half the oldest queued command's time: a server that
+/// is back (a restarted Redlock master) is tried before that command times out, instead of
+/// the backoff counting as "no answer". One attempt per command timeout at most still keeps
+/// a dead server from being hammered.
+class ConnectFsm {
+ public:
+  using Clock = std::chrono::steady_clock;
+  enum class State { closed, backoff, connecting, handshake, ready };
+  struct Action {
+    enum class Kind { none, connect, wait };
+    Kind kind = Kind::none;
+    Clock::time_point until{};  ///< with `wait`
+  };
+  /// The first wait after a failure, doubling up to the last.
+  static constexpr std::chrono::milliseconds backoff_first{25};
+  static constexpr std::chrono::milliseconds backoff_max{1000};
+
+  explicit ConnectFsm(std::chrono::milliseconds command_timeout) noexcept
+      : command_timeout_(command_timeout) {}
+
+  State state() const noexcept { return state_; }
+  /// The earliest time of the next connect (before it: back off).
+  Clock::time_point next_connect_at() const noexcept { return next_connect_at_; }
+
+  /// Commands are queued and no link is up (state closed). `oldest_deadline`: the deadline
+  /// of the oldest queued command.
+  Action need_link(Clock::time_point now, Clock::time_point oldest_deadline) noexcept;
+  /// The backoff's timer fired; `queued`: commands still wait for a link.
+  Action backoff_over(bool queued) noexcept;
+  /// The link's transport is up (TCP, then TLS): the handshake goes out.
+  void connected() noexcept { state_ = State::handshake; }
+  /// Every handshake reply was good: commands may go.
+  void ready() noexcept;
+  /// Connecting or the handshake failed: back off before the next try.
+  void failed(Clock::time_point now) noexcept;
+  /// A ready link dropped (or was found dead while idle): the next connect goes at once.
+  void lost() noexcept;
+  /// The link was given up without a failure of its own (it drains a timeout, nothing is
+  /// left to connect for): closed, the backoff as it was.
+  void left() noexcept { state_ = State::closed; }
+
+ private:
+  Action connect() noexcept;
+
+  std::chrono::milliseconds command_timeout_;
+  State state_ = State::closed;
+  Backoff backoff_{backoff_first, backoff_max};
+  Clock::time_point next_connect_at_{};
+};
+
+/// How long a link whose command timed out stays open for late replies: ten command
+/// timeouts, at least 2 s.
+std::chrono::milliseconds drain_grace(std::chrono::milliseconds command_timeout) noexcept;
+
+/// What a connection says before any user command: AUTH, SELECT, CLIENT SETNAME, ROLE,
+/// SCRIPT LOAD (or PING when there is nothing to say), and what each answer means.
+class Handshake {
+ public:
+  enum class Step { auth, select, setname, ping, role, script_load };
+  struct Settings {
+    std::string_view username = {};
+    std::string_view password = {};
+    int database = 0;
+    std::string_view client_name = {};
+    bool confirm_master = false;  ///< the address came from a sentinel: ask ROLE
+    std::span<const std::string_view> preload = {};
+  };
+
+  /// Appends the handshake's commands (RESP) to `out`, one step per command, in order.
+  static std::vector<Step> plan(const Settings& settings, std::string& out);
+  /// One step's reply: the error to fail the connect with, or none to go on. A refused
+  /// CLIENT SETNAME or SCRIPT LOAD is no failure: a user without those rights may still take
+  /// locks.
+  static std::optional<boost::system::error_code> check(Step step, const Reply& reply);
+};
+
+}  // namespace redis_lock::detail
