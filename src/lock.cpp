@@ -5,10 +5,33 @@
 #include "completion.hpp"
 #include "lock_service.hpp"
 
+#include <boost/asio/post.hpp>
+#include <boost/asio/system_executor.hpp>
+
 namespace redis_lock {
 
 namespace asio = boost::asio;
 using boost::system::error_code;
+
+std::vector<LockGuard> detail::to_public(std::vector<Grant>&& grants) {
+  std::vector<LockGuard> guards;
+  guards.reserve(grants.size());
+  for (auto& g : grants) guards.push_back(to_public(std::move(g)));
+  return guards;
+}
+
+void detail::post_completion(const asio::any_io_executor& io,
+                             asio::any_completion_handler<void()> handler) {
+  // The handler's own executor is its associated executor (any_completion_handler keeps
+  // it); posting through `io` or the system executor dispatches there.
+  if (io) return asio::post(io, std::move(handler));
+  asio::post(asio::system_executor(), std::move(handler));
+}
+
+detail::initiation_base::executor_type detail::initiation_base::get_executor() const noexcept {
+  if (io_) return io_;
+  return executor_type(asio::system_executor());
+}
 
 // ---------------------------------------------------------------------------------------
 // LockGuard

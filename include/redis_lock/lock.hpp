@@ -194,12 +194,6 @@ class REDIS_LOCK_EXPORT LockGuard {
 
 namespace detail {
 inline LockGuard to_public(Grant&& grant) noexcept { return LockGuard(std::move(grant)); }
-inline std::vector<LockGuard> to_public(std::vector<Grant>&& grants) {
-  std::vector<LockGuard> guards;
-  guards.reserve(grants.size());
-  for (auto& g : grants) guards.push_back(to_public(std::move(g)));
-  return guards;
-}
 }  // namespace detail
 
 /// Takes locks on one Redis server. Many requests share one pipelined connection.
@@ -263,7 +257,8 @@ class REDIS_LOCK_EXPORT LockManager {
   /// if (!g) co_return reply_409();
   /// \endcode
   template <class CompletionToken = boost::asio::deferred_t>
-  auto async_acquire(std::string_view resource, LockOptions options, CompletionToken&& token = {}) {
+  auto async_acquire(std::string_view resource, LockOptions options = {},
+                     CompletionToken&& token = {}) {
     return boost::asio::async_initiate<CompletionToken, void(boost::system::error_code, LockGuard)>(
         detail::initiate_acquire(executor_, context_alive_), token, service_, std::string(resource),
         options);
@@ -279,12 +274,6 @@ class REDIS_LOCK_EXPORT LockManager {
     requires detail::token_without_options<CompletionToken, LockGuard>
   auto async_acquire(std::string_view resource, CompletionToken&& token) {
     return async_acquire(resource, LockOptions{}, std::forward<CompletionToken>(token));
-  }
-
-  /// `async_acquire(resource, {})`: the default LockOptions and the default completion
-  /// token, `deferred`: the returned operation does nothing until it is awaited or invoked.
-  auto async_acquire(std::string_view resource) {
-    return async_acquire(resource, LockOptions{}, boost::asio::deferred);
   }
 
   /// Takes one of `limit` permits of the semaphore `resource`: at most `limit` guards hold

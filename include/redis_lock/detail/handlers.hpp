@@ -5,19 +5,19 @@
 #pragma once
 
 #include <redis_lock/detail/grant.hpp>
+#include <redis_lock/export.hpp>
 
 #include <boost/asio/any_completion_handler.hpp>
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/associated_cancellation_slot.hpp>
 #include <boost/asio/associated_executor.hpp>
 #include <boost/asio/associator.hpp>
-#include <boost/asio/bind_executor.hpp>
-#include <boost/asio/post.hpp>
 #include <boost/system/error_code.hpp>
 
 #include <atomic>
 #include <memory>
 #include <optional>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -46,40 +46,10 @@ using LeaderHandler =
 /// guards and moved-from managers, like the executor.
 using ContextAlive = std::shared_ptr<const std::atomic<bool>>;
 
-/// `handler(args...)` as a nullary function object.
-template <class Handler, class... Args>
-auto with_args(Handler&& handler, Args... args) {
-  return [h = std::forward<Handler>(handler), ... a = std::move(args)]() mutable {
-    std::move(h)(std::move(a)...);
-  };
-}
-
-/// Completes an operation on an empty guard (or a moved-from manager) without touching
-/// Redis and never inside the initiating call: on the handler's associated executor,
-/// defaulting to `io`, the executor of the manager that made the guard (Asio's I/O-executor
-/// rule). Only a default-constructed guard has no `io`: its completions then run on the
-/// handler's own associated executor (Asio's system executor for a plain callback).
-/// Done here, where the handler's type is known, so that no type-erased executor is involved.
-/// When `alive` says the manager's execution context has shut down, the handler is dropped
-/// instead of posted onto a dead context (Asio drops pending handlers too).
-template <class Handler, class... Args>
-void complete_without_lock(const boost::asio::any_io_executor& io, const ContextAlive& alive,
-                           Handler&& handler, Args... args) {
-  if (io && alive && !alive->load()) return;
-  if (!io) {
-    auto ex = boost::asio::get_associated_executor(handler);  // the system executor by default
-    return boost::asio::post(ex, with_args(std::forward<Handler>(handler), std::move(args)...));
-  }
-  auto ex = boost::asio::get_associated_executor(handler, io);
-  boost::asio::post(
-      io, boost::asio::bind_executor(
-              std::move(ex), with_args(std::forward<Handler>(handler), std::move(args)...)));
-}
-
 /// What the caller's handler gets for what the engine completes with: a LockGuard for a
 /// Grant (defined in lock.hpp), the rest as it is.
 inline LockGuard to_public(Grant&& grant) noexcept;
-inline std::vector<LockGuard> to_public(std::vector<Grant>&& grants);
+REDIS_LOCK_EXPORT std::vector<LockGuard> to_public(std::vector<Grant>&& grants);
 template <class T>
 T&& to_public(T&& value) noexcept {
   return std::forward<T>(value);
@@ -112,6 +82,43 @@ SlotClearing<std::decay_t<Handler>> slot_clearing(Handler&& handler) {
   return {std::forward<Handler>(handler)};
 }
 
+/// `handler(args...)` as a nullary handler. Every associator (executor, allocator,
+/// cancellation slot) is the handler's: see the `associator` specialisation below.
+template <class Handler, class... Args>
+struct BoundCompletion {
+  Handler inner;
+  std::tuple<Args...> args;
+
+  void operator()() {
+    std::apply([this](Args&... a) { std::move(inner)(std::move(a)...); }, args);
+  }
+};
+
+/// Posts `handler` onto `io` to run on its associated executor (default `io`); without
+/// `io`, onto Asio's system executor, to run on the handler's associated executor (default:
+/// the system executor). Compiled in the library, so that this header needs neither
+/// `post` nor `bind_executor`.
+REDIS_LOCK_EXPORT void post_completion(const boost::asio::any_io_executor& io,
+                                       boost::asio::any_completion_handler<void()> handler);
+
+/// Completes an operation on an empty guard (or a moved-from manager) without touching
+/// Redis and never inside the initiating call: on the handler's associated executor,
+/// defaulting to `io`, the executor of the manager that made the guard (Asio's I/O-executor
+/// rule). Only a default-constructed guard has no `io`: its completions then run on the
+/// handler's own associated executor (Asio's system executor for a plain callback).
+/// When `alive` says the manager's execution context has shut down, the handler is dropped
+/// instead of posted onto a dead context (Asio drops pending handlers too).
+template <class Handler, class... Args>
+void complete_without_lock(const boost::asio::any_io_executor& io, const ContextAlive& alive,
+                           Handler&& handler, Args... args) {
+  if (io && alive && !alive->load()) return;
+  // Type-erased, its slot is emptied before it runs, as SlotClearing says why.
+  post_completion(io,
+                  boost::asio::any_completion_handler<void()>(
+                      BoundCompletion<SlotClearing<std::decay_t<Handler>>, Args...>{
+                          slot_clearing(std::forward<Handler>(handler)), {std::move(args)...}}));
+}
+
 }  // namespace detail
 }  // namespace redis_lock
 
@@ -126,6 +133,21 @@ struct associator<Associator, redis_lock::detail::SlotClearing<Handler>, Default
     return Associator<Handler, DefaultCandidate>::get(h.inner);
   }
   static auto get(const redis_lock::detail::SlotClearing<Handler>& h,
+                  const DefaultCandidate& c) noexcept
+      -> decltype(Associator<Handler, DefaultCandidate>::get(h.inner, c)) {
+    return Associator<Handler, DefaultCandidate>::get(h.inner, c);
+  }
+};
+
+template <template <typename, typename> class Associator, typename Handler, typename... Args,
+          typename DefaultCandidate>
+struct associator<Associator, redis_lock::detail::BoundCompletion<Handler, Args...>,
+                  DefaultCandidate> : Associator<Handler, DefaultCandidate> {
+  static typename Associator<Handler, DefaultCandidate>::type get(
+      const redis_lock::detail::BoundCompletion<Handler, Args...>& h) noexcept {
+    return Associator<Handler, DefaultCandidate>::get(h.inner);
+  }
+  static auto get(const redis_lock::detail::BoundCompletion<Handler, Args...>& h,
                   const DefaultCandidate& c) noexcept
       -> decltype(Associator<Handler, DefaultCandidate>::get(h.inner, c)) {
     return Associator<Handler, DefaultCandidate>::get(h.inner, c);
