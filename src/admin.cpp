@@ -89,8 +89,12 @@ void read_state(Engine& engine, const std::string& resource,
   op->set_args(inspect_script,
                {op->keys.lease(), op->keys.info(), op->keys.queue_expiry(), op->arg}, {});
   op->done = [self = op->service, done = std::move(done)](error_code ec, Reply reply) {
-    if (!ec && reply.is_error()) ec = self->server_error(reply);
-    if (ec) return done(ec, Inspection{});
+    Inspection failed;
+    if (!ec && reply.is_error()) {
+      ec = self->server_error(reply);
+      failed.detail = std::move(reply.str);
+    }
+    if (ec) return done(ec, std::move(failed));
     auto read = read_inspection(reply);
     if (!read) return done(error::unexpected_reply, Inspection{});
     done({}, std::move(*read));
@@ -102,9 +106,16 @@ void read_state(Engine& engine, const std::string& resource,
 }
 
 template <class Handler, class Value>
-void CancellableCall<Handler, Value>::complete(error_code ec, Value value) {
+void CancellableCall<Handler, Value>::complete(error_code ec, Value value, std::string detail) {
   if (!handler) return;  // cancelled, or completed already
+  service->report_admin(command, std::move(resource), ec, started, std::move(detail));
   deliver(service->executor(), Defer::no, std::move(handler), ec, std::move(value));
+}
+
+void report_admin_refusal(Engine& engine, AdminCommand command, std::string resource,
+                          const Violation& broken) {
+  engine.report_admin(command, std::move(resource), broken.error, std::chrono::steady_clock::now(),
+                      std::string(broken.rule));
 }
 
 template struct CancellableCall<InspectHandler, LockInfo>;
@@ -114,19 +125,21 @@ template struct CancellableCall<LeaderHandler, std::optional<Leader>>;
 void start_inspect(Engine& engine, std::string resource, InspectHandler handler) {
   if (!engine.alive()) return;
   if (auto broken = engine.check_admin_call(resource)) {
+    report_admin_refusal(engine, AdminCommand::inspect, std::move(resource), broken);
     return deliver(engine.executor(), Defer::yes, std::move(handler), broken.error, LockInfo{});
   }
-  auto call = std::make_shared<CancellableCall<InspectHandler, LockInfo>>(engine.shared_from_this(),
-                                                                          std::move(handler));
+  auto call = std::make_shared<CancellableCall<InspectHandler, LockInfo>>(
+      engine.shared_from_this(), std::move(handler), AdminCommand::inspect, resource);
   install_cancellation(call->handler, call);  // in the initiating call, as for acquire
   read_state(engine, resource, [call](error_code ec, Inspection state) {
-    call->complete(ec, std::move(state.info));
+    call->complete(ec, std::move(state.info), std::move(state.detail));
   });
 }
 
 void start_force_release(Engine& engine, std::string resource, BoolHandler handler) {
   if (!engine.alive()) return;
   if (auto broken = engine.check_admin_call(resource)) {
+    report_admin_refusal(engine, AdminCommand::force_release, std::move(resource), broken);
     return deliver(engine.executor(), Defer::yes, std::move(handler), broken.error, false);
   }
   auto op = std::make_shared<AdminOp>();
@@ -143,19 +156,21 @@ void start_force_release(Engine& engine, std::string resource, BoolHandler handl
                {op->keys.lease(), op->keys.queue(), op->keys.queue_expiry(), op->keys.fence(),
                 op->keys.info(), op->token, op->arg},
                {op->announce, op->resource_announce});
-  auto call = std::make_shared<CancellableCall<BoolHandler, bool>>(engine.shared_from_this(),
-                                                                   std::move(handler));
+  auto call = std::make_shared<CancellableCall<BoolHandler, bool>>(
+      engine.shared_from_this(), std::move(handler), AdminCommand::force_release, resource);
   install_cancellation(call->handler, call);  // in the initiating call, as for acquire
   op->done = [self = op->service, call](error_code ec, Reply reply) {
     bool released = false;
+    std::string detail;
     if (!ec && reply.is_error()) {
       ec = self->server_error(reply);
+      detail = std::move(reply.str);
     } else if (!ec) {
       const auto read = replies::read_compare(reply);  // 1: somebody held it, 0: nobody
       if (read == replies::Compare::malformed) ec = error::unexpected_reply;
       released = read == replies::Compare::done;
     }
-    call->complete(ec, released);
+    call->complete(ec, released, std::move(detail));
   };
   engine.on_strand([op = std::move(op)]() mutable {
     auto& service = *op->service;

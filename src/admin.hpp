@@ -6,8 +6,10 @@
 
 #include "lease_ops.hpp"
 #include "script_op.hpp"
+#include "validate.hpp"
 
 #include <redis_lock/detail/handlers.hpp>
+#include <redis_lock/observer.hpp>
 #include <redis_lock/state.hpp>
 
 #include <boost/asio/error.hpp>
@@ -33,6 +35,7 @@ struct AdminOp final : ScriptOp {
 struct Inspection {
   LockInfo info;
   std::string value;
+  std::string detail;  ///< with an error: the server's error reply
   /// The election's leader, if a mutex lease with a recorded holder is held.
   std::optional<Leader> leader() const;
 };
@@ -46,21 +49,29 @@ class Engine;
 /// operation_aborted at once, and the reply, when it comes, finds nobody waiting. On the
 /// strand. (The operations change nothing the caller holds: an inspection reads, a
 /// force-release runs on, or not, as it would have without the caller.)
+/// Its completion, also a cancelled one, is reported to the observer (on_admin).
 template <class Handler, class Value>
 struct CancellableCall : std::enable_shared_from_this<CancellableCall<Handler, Value>> {
-  CancellableCall(std::shared_ptr<Engine> e, Handler h)
-      : service(std::move(e)), handler(std::move(h)) {}
+  CancellableCall(std::shared_ptr<Engine> e, Handler h, AdminCommand c, std::string r)
+      : service(std::move(e)), handler(std::move(h)), command(c), resource(std::move(r)) {}
   void cancel() { complete(boost::asio::error::operation_aborted, Value{}); }
-  void complete(boost::system::error_code ec, Value value);
+  /// `detail`: with an error, the server's reply.
+  void complete(boost::system::error_code ec, Value value, std::string detail = {});
 
   std::shared_ptr<Engine> service;
   Handler handler;
+  AdminCommand command;
+  std::string resource;
+  std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
 };
 
 /// inspect.lua on `resource`; `done` on the strand (malformed: error::unexpected_reply).
 /// From any thread.
 void read_state(Engine& engine, const std::string& resource,
                 std::function<void(boost::system::error_code, Inspection)> done);
+/// A refused admin call (`broken`): reported to the observer; the caller completes it.
+void report_admin_refusal(Engine& engine, AdminCommand command, std::string resource,
+                          const Violation& broken);
 /// LockManager::async_inspect: checks the resource (a refusal completes at once), then one
 /// read_state.
 void start_inspect(Engine& engine, std::string resource, InspectHandler handler);

@@ -201,6 +201,15 @@ void Engine::report_refusal(std::string resource, error_code ec, std::string_vie
   });
 }
 
+void Engine::report_admin(AdminCommand command, std::string resource, error_code ec,
+                          Clock::time_point started, std::string detail) {
+  if (!observer()) return;
+  on_strand([self = shared_from_this(), command, resource = std::move(resource), ec, started,
+             detail = std::move(detail)] {
+    self->observer()->on_admin({resource, command, ec, Clock::now() - started, detail});
+  });
+}
+
 void Engine::refuse(std::string resource, error_code ec, std::string_view why,
                     AcquireHandler handler) {
   report_refusal(std::move(resource), ec, why);

@@ -144,6 +144,10 @@ class Engine : public std::enable_shared_from_this<Engine> {
               AcquireHandler handler);
   /// Reports a refused acquire to the observer (nothing was sent).
   void report_refusal(std::string resource, boost::system::error_code ec, std::string_view why);
+  /// Reports a completed admin operation (inspect, force-release, leader, observe) to the
+  /// observer, if there is one, on the strand. `detail`: the rule or the server's reply.
+  void report_admin(AdminCommand command, std::string resource, boost::system::error_code ec,
+                    std::chrono::steady_clock::time_point started, std::string detail);
 
  protected:
   /// Only as a LockService (the facade), which a guard's public layer relies on.

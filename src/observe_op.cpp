@@ -157,7 +157,10 @@ struct ObserveOp final : Watcher, PendingOp, std::enable_shared_from_this<Observ
   void cancel() override { run(fsm.cancel()); }
   void listening() override { run(fsm.listening()); }
   void unheard() override { run(fsm.unheard(Clock::now())); }
-  void refused(const Reply& error) override { run(fsm.refused(service->server_error(error))); }
+  void refused(const Reply& error) override {
+    detail = error.str;
+    run(fsm.refused(service->server_error(error)));
+  }
   void heard(std::string_view message) override { run(fsm.heard(Clock::now(), message)); }
 
   void run(Action a) {
@@ -170,6 +173,7 @@ struct ObserveOp final : Watcher, PendingOp, std::enable_shared_from_this<Observ
       case Kind::read:
         return read_state(*service, resource,
                           [self = shared_from_this()](error_code ec, Inspection read) {
+                            if (ec) self->detail = read.detail;
                             self->state = std::move(read);
                             const auto leader = self->state.leader();
                             self->run(self->fsm.state_read(
@@ -198,6 +202,8 @@ struct ObserveOp final : Watcher, PendingOp, std::enable_shared_from_this<Observ
       }
     }
     service->waiters().unwatch(channel, this);
+    service->report_admin(AdminCommand::observe, resource, ec, started,
+                          ec ? std::move(detail) : std::string());
     deliver(service->executor(), Defer::no, std::move(handler), ec, std::move(leader));
   }
 
@@ -211,6 +217,8 @@ struct ObserveOp final : Watcher, PendingOp, std::enable_shared_from_this<Observ
   Inspection state;  // the last read's
   LeaderHandler handler;
   asio::steady_timer timer;
+  Clock::time_point started = Clock::now();
+  std::string detail;  // with an error: the server's reply that caused it
 };
 
 }  // namespace
@@ -219,12 +227,14 @@ void start_observe(Engine& engine, std::string resource, bool wait, std::uint64_
                    EndedTerm ended, LeaderHandler handler) {
   if (!engine.alive()) return;
   if (auto broken = engine.check_admin_call(resource)) {
+    report_admin_refusal(engine, wait ? AdminCommand::observe : AdminCommand::leader,
+                         std::move(resource), broken);
     return deliver(engine.executor(), Defer::yes, std::move(handler), broken.error,
                    std::optional<Leader>{});
   }
   if (!wait) {
     auto call = std::make_shared<CancellableCall<LeaderHandler, std::optional<Leader>>>(
-        engine.shared_from_this(), std::move(handler));
+        engine.shared_from_this(), std::move(handler), AdminCommand::leader, resource);
     install_cancellation(call->handler, call);  // in the initiating call, as for acquire
     return read_state(engine, resource, [call, ended](error_code ec, Inspection state) {
       auto leader = ec ? std::optional<Leader>{} : state.leader();
@@ -233,7 +243,7 @@ void start_observe(Engine& engine, std::string resource, bool wait, std::uint64_
         std::uint64_t none = 0;
         ended->compare_exchange_strong(none, 1);
       }
-      call->complete(ec, std::move(leader));
+      call->complete(ec, std::move(leader), std::move(state.detail));
     });
   }
   auto op = std::make_shared<ObserveOp>(engine.shared_from_this(), std::move(resource), after_term,

@@ -75,6 +75,27 @@ struct LeaseEvent {
   std::string_view detail = {};
 };
 
+/// An operation that holds nothing: it reads or clears a resource's state, or watches an
+/// election.
+enum class AdminCommand {
+  inspect,        ///< `LockManager::async_inspect`
+  force_release,  ///< `LockManager::async_force_release`
+  leader,         ///< `Election::async_leader`
+  observe,        ///< `Election::async_observe` (reported when it completes)
+};
+
+/// One completed inspection, force-release, leader read or election observation.
+struct AdminEvent {
+  std::string_view resource;  ///< as given (an election's name for `leader` and `observe`)
+  AdminCommand command;       ///< which operation
+  /// None when it was answered; `operation_aborted` when it was cancelled.
+  boost::system::error_code error;
+  std::chrono::steady_clock::duration latency;  ///< from the call to the completion
+  /// With an error: what was wrong, as a user reads it: the rule the resource or the
+  /// configuration broke, or the server's error reply. Empty when the error says it all.
+  std::string_view detail = {};
+};
+
 /// Receives what one or more LockManagers do. Install it with `ManagerOptions::observer`;
 /// without one (the default) the cost is one pointer test per event.
 ///
@@ -92,6 +113,9 @@ class Observer {
   /// A held lease was lost: a renewal found it gone, or no renewal succeeded before it could
   /// have expired (the guard's `lost_slot()` fires right after this call).
   virtual void on_lost(std::string_view /*resource*/) noexcept {}
+  /// An inspection, force-release, leader read or election observation completed (also
+  /// with bad input, cancelled, or failed).
+  virtual void on_admin(const AdminEvent&) noexcept {}
 };
 
 }  // namespace redis_lock

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
 // Server errors become distinct codes, and the server's own text is kept.
+#include "keys.hpp"
 #include "live.hpp"
 
 #include <algorithm>
@@ -117,4 +118,84 @@ TEST(ServerErrors, EachFailedOperationCarriesItsOwnDetail) {
   EXPECT_EQ(details[0], "LockOptions::ttl must be > 0");
   EXPECT_EQ(details[1].rfind("WRONGTYPE", 0), 0u) << details[1];
   EXPECT_EQ(details[2].rfind("WRONGTYPE", 0), 0u) << details[2];
+}
+
+namespace {
+
+struct AdminRecorder final : Observer {
+  struct Seen {
+    AdminCommand command;
+    std::string resource;
+    error_code error;
+    std::string detail;
+  };
+  void on_admin(const AdminEvent& e) noexcept override {
+    std::lock_guard lock(mutex);
+    seen.push_back({e.command, std::string(e.resource), e.error, std::string(e.detail)});
+  }
+  std::vector<Seen> take() {
+    std::lock_guard lock(mutex);
+    return std::exchange(seen, {});
+  }
+  std::mutex mutex;
+  std::vector<Seen> seen;
+};
+
+}  // namespace
+
+TEST(ServerErrors, AdminOperationsReportTheirOwnOutcomeAndDetail) {
+  // Inspect, force-release and an election's leader read name themselves to the observer,
+  // each with its own error and the text behind it: the server's reply, or the broken rule.
+  asio::io_context io;
+  auto cfg = shared_server_config();
+  auto recorder = std::make_shared<AdminRecorder>();
+  LockManager locks(io.get_executor(), cfg, {.observer = recorder});
+  const auto listed = unique_resource(), free = unique_resource();
+  // The queue's expiry index holds a string: inspect.lua's ZCOUNT on it is refused.
+  const auto expiry = detail::make_keys("lock:", listed).queue_expiry();
+  ASSERT_EQ(redis_command(cfg.port, {"SET", expiry, "x"}), "OK");
+  int completed = 0;
+  const auto expect = [&](error_code want) {
+    return [&completed, want](error_code ec, auto&&...) {
+      EXPECT_EQ(ec, want) << ec.message();
+      ++completed;
+    };
+  };
+  locks.async_inspect(listed, expect(error::wrong_type));
+  locks.async_inspect("", expect(error::invalid_argument));
+  locks.async_force_release("", expect(error::invalid_argument));
+  locks.async_force_release(free, expect({}));
+  Election election(locks, unique_resource("election"));
+  election.async_leader(expect({}));
+  ASSERT_TRUE(run_until(
+      io, [&] { return completed == 5; }, 10s));
+  // Reported on the strand before the handler runs, or posted there: let them land.
+  io.restart();
+  io.run_for(50ms);
+  auto seen = recorder->take();
+  ASSERT_EQ(seen.size(), 5u);
+  const auto find = [&](AdminCommand c, const std::string& r) -> const AdminRecorder::Seen* {
+    for (const auto& s : seen) {
+      if (s.command == c && s.resource == r) return &s;
+    }
+    return nullptr;
+  };
+  const auto* wrong = find(AdminCommand::inspect, listed);
+  ASSERT_TRUE(wrong);
+  EXPECT_EQ(wrong->error, error::wrong_type);
+  EXPECT_EQ(wrong->detail.rfind("WRONGTYPE", 0), 0u) << wrong->detail;
+  const auto* empty_inspect = find(AdminCommand::inspect, "");
+  ASSERT_TRUE(empty_inspect);
+  EXPECT_EQ(empty_inspect->detail, "the resource name must not be empty");
+  const auto* empty_release = find(AdminCommand::force_release, "");
+  ASSERT_TRUE(empty_release);
+  EXPECT_EQ(empty_release->error, error::invalid_argument);
+  const auto* released = find(AdminCommand::force_release, free);
+  ASSERT_TRUE(released);
+  EXPECT_FALSE(released->error);
+  EXPECT_TRUE(released->detail.empty());
+  const auto leader = std::find_if(seen.begin(), seen.end(),
+                                   [](const auto& s) { return s.command == AdminCommand::leader; });
+  ASSERT_NE(leader, seen.end());
+  EXPECT_FALSE(leader->error) << leader->error.message();
 }
