@@ -2,7 +2,7 @@
 // Layer 4 (engine): what a guard and the renewal watchdog share about one held lease.
 #pragma once
 
-#include "quorum.hpp"
+#include "validity.hpp"
 
 #include <boost/asio/any_completion_handler.hpp>
 #include <boost/asio/cancellation_signal.hpp>

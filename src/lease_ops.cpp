@@ -22,7 +22,7 @@ void CompareOp::on_reply(error_code ec, Reply reply) {
   if (ec && !handler && give_back_until != Clock::time_point{}) {
     // The link failed: the release may not have run. Again once a link works.
     auto self = std::static_pointer_cast<CompareOp>(shared_from_this());
-    if (service->retry_later(give_back_until, std::exchange(backoff, doubled(backoff)), [self] {
+    if (service->retry_later(give_back_until, backoff.next(), [self] {
           self->rearm();
           self->service->send(self);
         })) {
@@ -164,7 +164,7 @@ namespace {
 
 void give_back_on(const std::shared_ptr<Engine>& service, std::size_t node,
                   std::shared_ptr<const OwnedCommand> release, Clock::time_point until,
-                  milliseconds backoff) {
+                  Backoff backoff) {
   if (!service->running()) return;
   auto again = release;
   service->router().send_to(
@@ -172,10 +172,11 @@ void give_back_on(const std::shared_ptr<Engine>& service, std::size_t node,
       Connection::Callback(
           [service, node, again = std::move(again), until, backoff](error_code ec, Reply) {
             if (!ec) return;  // it ran (or the server refused it: it never will)
-            service->retry_later(until, backoff,
-                                 [service, node, again, until, next = doubled(backoff)] {
-                                   give_back_on(service, node, again, until, next);
-                                 });
+            auto next = backoff;
+            const auto wait = next.next();
+            service->retry_later(until, wait, [service, node, again, until, next] {
+              give_back_on(service, node, again, until, next);
+            });
           }));
 }
 
@@ -189,7 +190,7 @@ void give_back_on(Engine& service, std::size_t node, std::string_view resource,
   prepare_release(service, release, std::string(resource), std::string(token), LeaseKind::mutex);
   give_back_on(service.shared_from_this(), node,
                std::make_shared<const OwnedCommand>(release.Routed::command()), until,
-               give_back_first_retry);
+               give_back_backoff);
 }
 
 void start_extend(Engine& engine, std::string resource, std::string token,

@@ -4,6 +4,7 @@
 // give-back that releases what a failed acquire may hold, resent through link failures.
 #pragma once
 
+#include "backoff.hpp"
 #include "lease.hpp"
 #include "script_op.hpp"
 
@@ -27,10 +28,8 @@ inline constexpr std::chrono::milliseconds give_back_first_retry{25};
 inline constexpr std::chrono::milliseconds give_back_max_retry{500};
 inline constexpr std::chrono::milliseconds give_back_horizon{60'000};
 
-/// The next wait of a give-back's retries: doubling, up to give_back_max_retry.
-inline std::chrono::milliseconds doubled(std::chrono::milliseconds backoff) noexcept {
-  return std::min(backoff * 2, give_back_max_retry);
-}
+/// A give-back's retries: 25 ms doubling up to give_back_max_retry.
+inline constexpr Backoff give_back_backoff{give_back_first_retry, give_back_max_retry};
 
 /// A compare-and-act script on one lease: release (arg = channel) or extend (arg = ttl).
 // Handlers are only ever move-constructed: in Boost 1.81, move-assigning an
@@ -44,7 +43,7 @@ struct CompareOp final : ScriptOp {
   std::chrono::steady_clock::time_point sent = std::chrono::steady_clock::now();
   /// A give-back: resent through link failures until then.
   std::chrono::steady_clock::time_point give_back_until{};
-  std::chrono::milliseconds backoff{give_back_first_retry};
+  Backoff backoff = give_back_backoff;
   BoolHandler handler;
   std::string notify;  // a release: '<P|S><channel prefix>' of the next waiter's manager
 

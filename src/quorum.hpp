@@ -6,6 +6,7 @@
 #pragma once
 
 #include "resp.hpp"
+#include "validity.hpp"
 
 #include <boost/system/error_code.hpp>
 
@@ -14,11 +15,6 @@
 #include <vector>
 
 namespace redis_lock::detail {
-
-/// What a lease loses to clock drift between us and the server(s): Redlock's ttl/100 + 2 ms.
-inline std::chrono::milliseconds drift_margin(std::chrono::milliseconds ttl) noexcept {
-  return ttl / 100 + std::chrono::milliseconds(2);
-}
 
 namespace quorum {
 

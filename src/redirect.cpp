@@ -57,8 +57,7 @@ std::optional<std::chrono::milliseconds> Tries::retry(Clock::time_point now,
   if (until == Clock::time_point{}) until = std::max(now + command_timeout, patience);
   if (now >= until) return std::nullopt;
   redirects = 0;
-  return std::min(std::chrono::milliseconds(5 << std::min(retries++, 5)),
-                  std::chrono::milliseconds(100));
+  return backoff.next();
 }
 
 Step decide(const Action& action, bool cluster, bool body_sent, bool has_body, Tries& tries,

@@ -4,6 +4,8 @@
 // error text and the clock; tests/unit/redirect_test.cpp drives it with tables of cases.
 #pragma once
 
+#include "backoff.hpp"
+
 #include <redis_lock/config.hpp>
 
 #include <chrono>
@@ -39,8 +41,9 @@ inline constexpr int max_redirects = 5;
 
 /// The state of one command's redirections and retries.
 struct Tries {
-  int redirects = 0;          ///< MOVED/ASK followed in this try
-  int retries = 0;            ///< TRYAGAIN/CLUSTERDOWN retries
+  int redirects = 0;  ///< MOVED/ASK followed in this try
+  /// TRYAGAIN/CLUSTERDOWN: 5 ms doubling, at most 100 ms.
+  Backoff backoff{std::chrono::milliseconds(5), std::chrono::milliseconds(100)};
   Clock::time_point until{};  ///< TRYAGAIN/CLUSTERDOWN: retried until then (set on the first)
   /// Whether one more MOVED/ASK may be followed (and counts it).
   bool follow() noexcept { return ++redirects <= max_redirects; }
