@@ -93,35 +93,41 @@ std::vector<Handshake::Step> Handshake::plan(const Settings& s, std::string& out
 }
 
 std::optional<error_code> Handshake::check(Step step, const Reply& reply) {
-  if (reply.is_error() && step != Step::setname && step != Step::script_load) {
-    // A server loading its data after a restart, running a long script, or a replica cut off
-    // from its master is down for now, not refusing us: a failed connect, retried with
-    // backoff (and ridden out by an acquire that waits), never "wrong password".
-    const std::string_view text = reply.str;
-    for (const std::string_view transient : {"LOADING", "BUSY", "MASTERDOWN"}) {
-      if (text.starts_with(transient)) return error_code(error::connect_failed);
+  if (!reply.is_error()) {
+    if (step == Step::role &&
+        !(reply.type == Reply::Type::array && !reply.elements.empty() &&
+          reply.elements[0].type == Reply::Type::string && reply.elements[0].str == "master")) {
+      return error_code(error::master_not_found);
     }
-    const auto code = error_from_reply(text);
-    if (code != error::server_error) return code;
-    switch (step) {
-      case Step::select:
-        // "ERR DB index is out of range", "ERR SELECT is not allowed in cluster mode": the
-        // configuration asks for what is not there.
-        return error_code(error::invalid_argument);
-      case Step::role:
-        return error_code(error::master_not_found);  // not confirmed as a master
-      case Step::auth:
-        return error_code(error::auth_failed);
-      default:
-        return error_code(error::connect_failed);
-    }
+    return std::nullopt;
   }
-  if (step == Step::role &&
-      !(reply.type == Reply::Type::array && !reply.elements.empty() &&
-        reply.elements[0].type == Reply::Type::string && reply.elements[0].str == "master")) {
-    return error_code(error::master_not_found);
+  // A server loading its data after a restart, running a long script, or a replica cut off
+  // from its master is down for now, not refusing us: a failed connect, retried with backoff
+  // (and ridden out by an acquire that waits), never "wrong password". Whatever the step:
+  // while it loads, Redis refuses SCRIPT LOAD (which a lock connection always sends) and
+  // lets AUTH, SELECT, CLIENT SETNAME and ROLE through.
+  const std::string_view text = reply.str;
+  for (const std::string_view transient : {"LOADING", "BUSY", "MASTERDOWN"}) {
+    if (text.starts_with(transient)) return error_code(error::connect_failed);
   }
-  return std::nullopt;
+  // A user without the right to name its connection, or to load scripts ahead, may still
+  // take locks (a script not loaded goes with its first command).
+  if (step == Step::setname || step == Step::script_load) return std::nullopt;
+  const auto code = error_from_reply(text);
+  if (code != error::server_error) return code;
+  switch (step) {
+    case Step::select:
+      // "ERR DB index is out of range", "ERR SELECT is not allowed in cluster mode": the
+      // configuration asks for what is not there.
+      return error_code(error::invalid_argument);
+    case Step::role:
+      return error_code(error::master_not_found);  // not confirmed as a master
+    case Step::auth:
+      return error_code(error::auth_failed);
+    default:
+      // A PING refused otherwise (renamed, say): the server answers, and says no.
+      return error_code(error::server_error);
+  }
 }
 
 }  // namespace redis_lock::detail

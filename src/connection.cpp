@@ -66,6 +66,8 @@ struct Connection::Link {
   // Bytes of write_buf on the socket so far. Connection::write_now needs the true count
   // also for a write whose handler never runs (the io_context stopped): see write().
   std::size_t written = 0;
+  // write_now left part of a command on the socket: nothing may be written after it.
+  bool torn = false;
   bool reading = false;
   bool is_tcp = true;
 
@@ -80,7 +82,9 @@ struct Connection::Link {
       // handler runs, and a stop in between left bytes on the socket that we took for
       // unsent: a last word written after them landed in a command's middle (one run in 30
       // under TSan and a CPU hog). The rest, when the socket's buffer was full, goes
-      // through async_write, counted as each part completes (transfer_all).
+      // through async_write, whose parts are counted only as its intermediate handlers
+      // run (the last one not at all): a stop then finds the write under way, and the last
+      // words are not written (the places lapse, as after a crash).
       written = send_now(socket.native_handle(), write_buf);
       const auto first = written;
       asio::async_write(
@@ -161,14 +165,17 @@ bool Connection::write_now(std::span<const std::string_view> command) noexcept {
   // Link::write counts them.)
   const bool mid_write = link_ && link_->writing && link_->written < link_->write_buf.size();
   if (shut_down_ || fsm_.state() != State::ready || !link_ || link_->tls || mid_write ||
-      !link_->socket.is_open()) {
+      link_->torn || !link_->socket.is_open()) {
     return false;
   }
   try {
     std::string bytes;
     append_command(bytes, command);
     // All or nothing: with the socket's buffer full, or the link gone, the place lapses.
-    return send_now(link_->socket.native_handle(), bytes) == bytes.size();
+    // Part of it sent: the link is torn, and no later last word may follow those bytes.
+    const auto sent = send_now(link_->socket.native_handle(), bytes);
+    if (sent > 0 && sent < bytes.size()) link_->torn = true;
+    return sent == bytes.size();
   } catch (const std::exception&) {
     return false;
   }

@@ -5,6 +5,7 @@
 #include "completion.hpp"
 #include "lock_service.hpp"
 
+#include <boost/asio/dispatch.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/system_executor.hpp>
 
@@ -23,9 +24,15 @@ std::vector<LockGuard> detail::to_public(std::vector<Grant>&& grants) {
 void detail::post_completion(const asio::any_io_executor& io,
                              asio::any_completion_handler<void()> handler) {
   // The handler's own executor is its associated executor (any_completion_handler keeps
-  // it); posting through `io` or the system executor dispatches there.
+  // it); posting through `io` dispatches there, as Asio's own operations do.
   if (io) return asio::post(io, std::move(handler));
-  asio::post(asio::system_executor(), std::move(handler));
+  // A handler whose executor no any_io_executor can hold (complete_without_lock passes
+  // every other one as `io`): a system thread hands it to that executor, never inside the
+  // initiating call. (Posted as it is, Asio's work_dispatcher would keep that executor's
+  // work counted on the system thread until after the handler ran, and then touch its
+  // context, which the caller may have destroyed by then: TSan's heap-use-after-free.)
+  asio::post(asio::system_executor(),
+             [h = std::move(handler)]() mutable { asio::dispatch(std::move(h)); });
 }
 
 detail::initiation_base::executor_type detail::initiation_base::get_executor() const noexcept {

@@ -346,6 +346,10 @@ TEST(Handshake, EachReplyMeans) {
       {Step::script_load, text("e0e1f9fabfc9d4800c877a703b823ac0578ff8db"), std::nullopt},
       {Step::script_load, error_reply("NOPERM this user has no permissions to run 'script|load'"),
        std::nullopt},
+      // ... but a server still loading its data refuses SCRIPT LOAD, the step a lock
+      // connection always has (AUTH, SELECT, SETNAME and ROLE pass while it loads)
+      {Step::script_load, loading, error::connect_failed},
+      {Step::setname, error_reply("BUSY Redis is busy running a script."), error::connect_failed},
       // PING
       {Step::ping, text("PONG"), std::nullopt},
       {Step::ping, error_reply("NOAUTH Authentication required."), error::not_authenticated},
@@ -356,6 +360,7 @@ TEST(Handshake, EachReplyMeans) {
       {Step::ping, loading, error::connect_failed},
       {Step::ping, error_reply("BUSY Redis is busy running a script."), error::connect_failed},
       {Step::ping, error_reply("MASTERDOWN Link with MASTER is down"), error::connect_failed},
+      {Step::ping, error_reply("ERR unknown command 'PING'"), error::server_error},
       // ROLE
       {Step::role, array_of({"master"}), std::nullopt},
       {Step::role, array_of({"slave", "127.0.0.1"}), error::master_not_found},

@@ -94,9 +94,9 @@ struct BoundCompletion {
   }
 };
 
-/// Posts `handler` onto `io` to run on its associated executor (default `io`); without
-/// `io`, onto Asio's system executor, to run on the handler's associated executor (default:
-/// the system executor). Compiled in the library, so that this header needs neither
+/// Posts `handler` onto `io` to run on its associated executor (default `io`). Without
+/// `io` (a handler whose executor no any_io_executor can hold), a system thread hands it to
+/// its associated executor. Compiled in the library, so that this header needs neither
 /// `post` nor `bind_executor`.
 REDIS_LOCK_EXPORT void post_completion(const boost::asio::any_io_executor& io,
                                        boost::asio::any_completion_handler<void()> handler);
@@ -112,8 +112,17 @@ template <class Handler, class... Args>
 void complete_without_lock(const boost::asio::any_io_executor& io, const ContextAlive& alive,
                            Handler&& handler, Args... args) {
   if (io && alive && !alive->load()) return;
+  boost::asio::any_io_executor target = io;
+  if (!io) {
+    // A default-constructed guard: the handler's own executor, posted to at once, so that
+    // its context counts the work from now on (the system executor for a plain callback).
+    using Own = boost::asio::associated_executor_t<std::decay_t<Handler>>;
+    if constexpr (std::is_convertible_v<Own, boost::asio::any_io_executor>) {
+      target = boost::asio::get_associated_executor(handler);
+    }
+  }
   // Type-erased, its slot is emptied before it runs, as SlotClearing says why.
-  post_completion(io,
+  post_completion(target,
                   boost::asio::any_completion_handler<void()>(
                       BoundCompletion<SlotClearing<std::decay_t<Handler>>, Args...>{
                           slot_clearing(std::forward<Handler>(handler)), {std::move(args)...}}));
