@@ -69,14 +69,17 @@ void start_acquire(Engine& engine, std::string resource, LockOptions options, Lo
       op->data = engine.holder_label();
       break;
     case LockKind::Type::permit:
+      op->shown = AcquireKind::permit;
       op->kind = LeaseKind::shared;
       op->marker = "#S" + to_decimal(kind.limit);
       break;
     case LockKind::Type::shared:
+      op->shown = AcquireKind::shared;
       op->kind = LeaseKind::shared;
       op->marker = "#RW";
       break;
     case LockKind::Type::exclusive:
+      op->shown = AcquireKind::exclusive;
       op->kind = LeaseKind::exclusive;
       op->marker = "#RW";
       break;
@@ -96,6 +99,7 @@ void start_campaign(Engine& engine, std::string resource, std::string value, Loc
     return engine.refuse(std::move(resource), broken.error, broken.rule, std::move(handler));
   auto op = std::make_shared<AcquireOp>(std::move(handler), std::move(resource), options);
   op->kind = LeaseKind::leader;
+  op->shown = AcquireKind::election;
   const auto& label = engine.holder_label();
   op->data.reserve(label.size() + 1 + value.size());
   op->data.append(label).append("\n").append(value);
@@ -124,6 +128,12 @@ void AcquireOp::start() {
 }
 
 void AcquireOp::run(Action a) {
+  if (!wait_reported && fsm.waited()) {
+    // Joined the queue (the event that set it came just now): said before anything else,
+    // so the completion's AcquireEvent (waited) always follows it.
+    wait_reported = true;
+    if (auto* observer = service->observer()) observer->on_wait({resource, shown});
+  }
   if (a.give_back) give_back();
   if (a.new_token) {
     // The give-back on its way releases whatever this token holds: never use it again.
@@ -334,13 +344,16 @@ void AcquireOp::report(Observer& observer, error_code ec, const Grant& grant) co
                  fsm.waited(),
                  grant.fence,
                  node_results,
-                 error_detail};
+                 error_detail,
+                 shown};
   if (ec == asio::error::operation_aborted) {
     e.outcome = AcquireOutcome::cancelled;
   } else if (ec) {
     e.outcome = AcquireOutcome::failed;
   } else if (!grant) {
     e.outcome = AcquireOutcome::not_acquired;
+  } else {
+    mark_held(*grant.lease, shown);
   }
   observer.on_acquire(e);
 }

@@ -73,7 +73,8 @@ struct AcquireOp final : ScriptOp, Waiter, PendingOp {
   std::string marker;                 // a lease set's kind and limit ('#S<limit>' or '#RW')
   std::string mutex_queue;            // a lease set's: the same resource's mutex queue key
   std::string data;  // a mutex's: recorded with the lease (label, and a leader's value)
-  AcquireFsm fsm{AcquirePlan{}};  // set by start_acquire, before the op can be reached
+  AcquireKind shown = AcquireKind::mutex;  // which call it was, as the observer hears it
+  AcquireFsm fsm{AcquirePlan{}};           // set by start_acquire, before the op can be reached
 
  private:
   /// Performs what the state machine decided.
@@ -88,6 +89,7 @@ struct AcquireOp final : ScriptOp, Waiter, PendingOp {
   std::string how;                 // acquire.lua's ARGV[3], set once
   std::string_view member_suffix;  // queue member = token + this: the tail of `how`
   std::string error_detail;        // the server's error reply, reported with a failure
+  bool wait_reported = false;      // on_wait said it joined the queue
   Grant replicating;               // granted, until WAIT confirms it
   std::unique_ptr<boost::asio::steady_timer> timer;
 };

@@ -223,7 +223,7 @@ Violation Engine::check_admin_call(std::string_view resource) const {
 
 void Engine::release(std::string resource, std::string token, LeaseKind kind, BoolHandler handler,
                      bool by_guard, Clock::time_point patience, Clock::time_point give_back_until,
-                     std::string_view member_suffix) {
+                     std::string_view member_suffix, std::shared_ptr<LeaseState> ended) {
   if (!alive_.load()) return;
   auto op = std::make_shared<CompareOp>(std::move(handler));
   if (by_guard && observer()) op->resource = resource;
@@ -232,19 +232,49 @@ void Engine::release(std::string resource, std::string token, LeaseKind kind, Bo
   op->give_back_until = give_back_until;
   // A guard's async_release: in the initiating call, as for acquire (start_acquire).
   if (op->handler) install_cancellation(op->handler, op);
-  on_strand(
-      [self = shared_from_this(), op = std::move(op)]() mutable { self->send(std::move(op)); });
+  on_strand([self = shared_from_this(), op = std::move(op), ended = std::move(ended)]() mutable {
+    if (ended) self->report_hold_end(*ended, HoldEnd::released);
+    self->send(std::move(op));
+  });
 }
 
 void Engine::release_detached(std::string resource, std::string token, LeaseKind kind,
-                              bool by_guard, Clock::time_point patience) noexcept {
+                              bool by_guard, Clock::time_point patience,
+                              std::shared_ptr<LeaseState> ended) noexcept {
   try {
     // A guard's release on destruction: also resent through link failures while its lease
     // may still be valid.
     release(std::move(resource), std::move(token), kind, BoolHandler{}, by_guard, patience,
-            /*give_back_until=*/std::min(patience, Clock::now() + give_back_horizon));
+            /*give_back_until=*/std::min(patience, Clock::now() + give_back_horizon), {},
+            std::move(ended));
   } catch (...) {
     // Out of memory while posting: the lease expires after its ttl instead.
+  }
+}
+
+void Engine::release_held(std::string resource, std::string token,
+                          std::shared_ptr<LeaseState> lease, BoolHandler handler) {
+  Clock::time_point patience{};
+  auto kind = LeaseKind::mutex;
+  std::shared_ptr<LeaseState> ended;
+  if (lease) {
+    kind = lease->kind;
+    forget(lease);  // stops its renewal
+    patience = lease->valid_until();
+    // Its end, unless its loss was reported first (or its acquire never was).
+    if (lease->hold_reported.exchange(false)) ended = std::move(lease);
+  }
+  if (!handler) {
+    return release_detached(std::move(resource), std::move(token), kind, /*by_guard=*/true,
+                            patience, std::move(ended));
+  }
+  release(std::move(resource), std::move(token), kind, std::move(handler), /*by_guard=*/true,
+          patience, {}, {}, std::move(ended));
+}
+
+void Engine::report_hold_end(const LeaseState& lease, HoldEnd end) noexcept {
+  if (auto* o = observer()) {
+    o->on_hold_end({lease.resource, lease.shown, end, Clock::now() - lease.held_since});
   }
 }
 
@@ -268,12 +298,6 @@ void Engine::give_back(std::string resource, std::string token, LeaseKind kind,
   } catch (...) {
     // Out of memory: the lease expires after its ttl instead.
   }
-}
-
-Engine::Clock::time_point Engine::let_go(const std::shared_ptr<LeaseState>& lease) noexcept {
-  if (!lease) return {};
-  forget(lease);
-  return lease->valid_until();
 }
 
 void Engine::forget(const std::shared_ptr<LeaseState>& lease) noexcept {
@@ -331,12 +355,9 @@ void Grant::release() noexcept {
   if (!engine) return;
   auto e = std::move(engine);
   engine.reset();
-  const auto held = std::exchange(lease, nullptr);
-  const auto kind = held ? held->kind : LeaseKind::mutex;
-  const auto patience = e->let_go(held);  // stops its renewal
   // Reported to the observer as the release of a guard, as when the guard this grant would
   // have become was dropped.
-  e->release_detached(std::move(resource), std::move(token), kind, /*by_guard=*/true, patience);
+  e->release_held(std::move(resource), std::move(token), std::exchange(lease, nullptr), {});
   resource.clear();
   token.clear();
   fence = 0;

@@ -67,11 +67,21 @@ class Engine : public std::enable_shared_from_this<Engine> {
   /// until then at least (the lease's valid_until(): past it the release no longer matters).
   /// `give_back_until` (detached releases only): resent through link failures until then.
   /// `member_suffix`: an acquire's give-back leaves the queue as token + this.
+  /// `ended`: a lease whose hold ends with this release, reported to the observer
+  /// (on_hold_end) on the strand, as the release is sent.
   void release(std::string resource, std::string token, LeaseKind kind, BoolHandler handler,
                bool by_guard = false, Clock::time_point patience = {},
-               Clock::time_point give_back_until = {}, std::string_view member_suffix = {});
+               Clock::time_point give_back_until = {}, std::string_view member_suffix = {},
+               std::shared_ptr<LeaseState> ended = {});
   void release_detached(std::string resource, std::string token, LeaseKind kind,
-                        bool by_guard = false, Clock::time_point patience = {}) noexcept;
+                        bool by_guard = false, Clock::time_point patience = {},
+                        std::shared_ptr<LeaseState> ended = {}) noexcept;
+  /// A holder (a guard, or a grant on its way) lets go of `lease` (may be null): stops its
+  /// renewal and releases it, through `handler` (async_release) or, without one, detached
+  /// (resent through link failures while the lease may be valid). Its hold's end goes to the
+  /// observer with the release, if its acquire was reported.
+  void release_held(std::string resource, std::string token, std::shared_ptr<LeaseState> lease,
+                    BoolHandler handler);
   /// Gives back what an acquire with `token` may hold, or the queue place it may have:
   /// a release that is sent again through link failures until `until`, past which the
   /// lease (and the queue entry) has expired anyway. On Redlock, on every master.
@@ -86,10 +96,8 @@ class Engine : public std::enable_shared_from_this<Engine> {
                      std::string_view member_suffix) noexcept;
   /// The guard let go of the lease (release, destruction): stop renewing, end waits.
   void forget(const std::shared_ptr<LeaseState>& lease) noexcept;
-  /// A holder (a guard, or a grant on its way) lets go of `lease`: forget() it, and return
-  /// until when its release is worth retrying (the lease's validity), or time_point{}
-  /// without a lease.
-  Clock::time_point let_go(const std::shared_ptr<LeaseState>& lease) noexcept;
+  /// A held lease's end, told to the observer (if there is one). On the strand.
+  void report_hold_end(const LeaseState& lease, HoldEnd end) noexcept;
   std::string last_server_error() const;
   /// LockManager::cancel(): every pending operation (pending()) ends as its own cancellation
   /// would. Callable from any thread.

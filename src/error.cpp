@@ -76,6 +76,40 @@ class Category final : public boost::system::error_category {
 
 }  // namespace
 
+const char* error_name(error e) noexcept {
+  switch (e) {
+#define REDIS_LOCK_ERROR_NAME(x) \
+  case error::x:                 \
+    return #x;
+    REDIS_LOCK_ERROR_NAME(invalid_argument)
+    REDIS_LOCK_ERROR_NAME(timeout)
+    REDIS_LOCK_ERROR_NAME(connect_timeout)
+    REDIS_LOCK_ERROR_NAME(connect_failed)
+    REDIS_LOCK_ERROR_NAME(connection_lost)
+    REDIS_LOCK_ERROR_NAME(protocol_error)
+    REDIS_LOCK_ERROR_NAME(server_error)
+    REDIS_LOCK_ERROR_NAME(wrong_type)
+    REDIS_LOCK_ERROR_NAME(not_authenticated)
+    REDIS_LOCK_ERROR_NAME(auth_failed)
+    REDIS_LOCK_ERROR_NAME(no_permission)
+    REDIS_LOCK_ERROR_NAME(out_of_memory)
+    REDIS_LOCK_ERROR_NAME(read_only)
+    REDIS_LOCK_ERROR_NAME(lock_lost)
+    REDIS_LOCK_ERROR_NAME(shutdown)
+    REDIS_LOCK_ERROR_NAME(unexpected_reply)
+    REDIS_LOCK_ERROR_NAME(not_replicated)
+    REDIS_LOCK_ERROR_NAME(not_acquired)
+    REDIS_LOCK_ERROR_NAME(tls_config_invalid)
+    REDIS_LOCK_ERROR_NAME(tls_handshake_failed)
+    REDIS_LOCK_ERROR_NAME(cluster_down)
+    REDIS_LOCK_ERROR_NAME(master_not_found)
+    REDIS_LOCK_ERROR_NAME(no_quorum)
+    REDIS_LOCK_ERROR_NAME(limit_mismatch)
+#undef REDIS_LOCK_ERROR_NAME
+  }
+  return "unknown";
+}
+
 const boost::system::error_category& error_category() noexcept {
   static const Category instance;
   return instance;

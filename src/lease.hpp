@@ -4,6 +4,8 @@
 
 #include "validity.hpp"
 
+#include <redis_lock/observer.hpp>
+
 #include <boost/asio/any_completion_handler.hpp>
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/system/error_code.hpp>
@@ -70,6 +72,13 @@ struct LeaseState {
   boost::asio::cancellation_signal signal;
   std::optional<ErrorHandler> lost_waiter;  // emplaced, never assigned (Boost 1.81)
 
+  // The observer heard of it (an acquired AcquireEvent): its hold's end is reported once, by
+  // whichever of its release (any thread, exchanged) and its loss (the strand) comes first.
+  // `shown` and `held_since` are written on the strand before the guard is handed out.
+  std::atomic<bool> hold_reported{false};
+  AcquireKind shown = AcquireKind::mutex;
+  Clock::time_point held_since{};
+
   Clock::time_point valid_until() const noexcept {
     return Clock::time_point(Clock::duration(valid_until_ticks.load()));
   }
@@ -95,5 +104,12 @@ struct LeaseState {
         (started + lease_ttl - drift_margin(lease_ttl)).time_since_epoch().count());
   }
 };
+
+/// The observer hears that `lease` is handed out, as `kind`: its hold's end will be reported.
+inline void mark_held(LeaseState& lease, AcquireKind kind) noexcept {
+  lease.shown = kind;
+  lease.held_since = LeaseState::Clock::now();
+  lease.hold_reported.store(true);
+}
 
 }  // namespace redis_lock::detail

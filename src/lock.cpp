@@ -110,10 +110,8 @@ void LockGuard::release_detached() noexcept {
   if (!service_) return;
   auto service = std::move(service_);
   service_.reset();
-  const auto kind = lease_ ? lease_->kind : detail::LeaseKind::mutex;
-  const auto patience = service->let_go(std::exchange(lease_, nullptr));
-  service->release_detached(std::move(resource_), std::move(token_), kind, /*by_guard=*/true,
-                            patience);
+  service->release_held(std::move(resource_), std::move(token_), std::exchange(lease_, nullptr),
+                        {});
   resource_.clear();
   token_.clear();
   fencing_token_ = 0;
@@ -123,10 +121,8 @@ void LockGuard::release_impl(LockGuard guard, detail::BoolHandler handler) {
   // The header completes empty guards itself: `guard` holds a lock here. Taking everything
   // out leaves it empty, so its destructor posts nothing more.
   auto service = std::exchange(guard.service_, nullptr);
-  const auto kind = guard.lease_ ? guard.lease_->kind : detail::LeaseKind::mutex;
-  const auto patience = service->let_go(std::exchange(guard.lease_, nullptr));
-  service->release(std::move(guard.resource_), std::move(guard.token_), kind, std::move(handler),
-                   /*by_guard=*/true, patience);
+  service->release_held(std::move(guard.resource_), std::move(guard.token_),
+                        std::exchange(guard.lease_, nullptr), std::move(handler));
 }
 
 void LockGuard::extend_impl(std::shared_ptr<detail::LockService> service, std::string resource,

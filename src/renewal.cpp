@@ -238,7 +238,10 @@ void Watchdog::renewed(const std::shared_ptr<LeaseState>& lease, Clock::time_poi
 void Watchdog::mark_lost(const std::shared_ptr<LeaseState>& lease) {
   if (lease->lost.exchange(true)) return;
   unwatch(*lease);
-  if (auto* observer = service_.observer()) observer->on_lost(lease->resource);
+  if (auto* observer = service_.observer()) {
+    observer->on_lost(lease->resource);
+    if (lease->hold_reported.exchange(false)) service_.report_hold_end(*lease, HoldEnd::lost);
+  }
   lease->signal.emit(asio::cancellation_type::terminal);
   if (lease->lost_waiter) {
     auto handler = std::move(*lease->lost_waiter);

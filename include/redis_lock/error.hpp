@@ -43,6 +43,10 @@ enum class error {
 /// The category of `redis_lock::error`; its name() is "redis_lock".
 REDIS_LOCK_EXPORT const boost::system::error_category& error_category() noexcept;
 
+/// The enumerator's name ("timeout", "connection_lost", ...): a short, stable word for logs
+/// and metric labels; "unknown" for a value that is not an `error`.
+REDIS_LOCK_EXPORT const char* error_name(error e) noexcept;
+
 /// Makes `error_code`s from `redis_lock::error`, so `ec == redis_lock::error::timeout` works.
 inline boost::system::error_code make_error_code(error e) noexcept {
   return {static_cast<int>(e), error_category()};

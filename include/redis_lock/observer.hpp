@@ -12,6 +12,15 @@
 
 namespace redis_lock {
 
+/// Which call an acquire came from, and so what its lease is of.
+enum class AcquireKind : std::uint8_t {
+  mutex,      ///< `async_acquire` (and each resource of `async_acquire_all`)
+  permit,     ///< `async_acquire_permit`: one of a semaphore's permits
+  shared,     ///< `async_acquire_shared`: a read-write lock's shared hold
+  exclusive,  ///< `async_acquire_exclusive`: a read-write lock's exclusive hold
+  election,   ///< `Election::async_campaign`: the leadership
+};
+
 /// How an `async_acquire` ended.
 enum class AcquireOutcome {
   acquired,      ///< the guard holds the lock
@@ -51,6 +60,34 @@ struct AcquireEvent {
   /// configuration broke ("LockOptions::ttl must be > 0"), or the server's error reply.
   /// Empty when the error says it all (I/O).
   std::string_view detail = {};
+  /// Which call it was (a refusal before anything was sent: `mutex` unless the call was
+  /// checked as another kind).
+  AcquireKind kind = AcquireKind::mutex;
+};
+
+/// An acquire joined its resource's wait queue: the resource was held elsewhere and the
+/// acquire's `wait` had not run out. Reported once per acquire, before its AcquireEvent,
+/// which then has `waited` set: acquires waiting now = these minus those AcquireEvents.
+struct WaitEvent {
+  std::string_view resource;  ///< as given to the acquire
+  AcquireKind kind;           ///< which call
+};
+
+/// How a held lease stopped being held, from its guard's point of view.
+enum class HoldEnd : std::uint8_t {
+  released,  ///< its guard was released or dropped (whether or not the lease was still ours)
+  lost,      ///< the lease was lost while held (`on_lost`, the guard's `lost_slot()`)
+};
+
+/// The end of a lease an AcquireEvent handed out (`acquired`): once per such lease, at its
+/// release or its loss, whichever comes first. Leases held now = acquired AcquireEvents minus
+/// these. (A guard that outlives its manager's io_context, or is dropped after the context
+/// stopped running, cannot be reported: the manager's strand no longer runs.)
+struct HoldEvent {
+  std::string_view resource;                     ///< the guard's resource
+  AcquireKind kind;                              ///< which call acquired it
+  HoldEnd end;                                   ///< released or lost
+  std::chrono::steady_clock::duration held_for;  ///< from its AcquireEvent to its end
 };
 
 /// What a compare-and-act command on a held lease did.
@@ -116,6 +153,10 @@ class Observer {
   /// An inspection, force-release, leader read or election observation completed (also
   /// with bad input, cancelled, or failed).
   virtual void on_admin(const AdminEvent&) noexcept {}
+  /// An acquire joined its resource's wait queue (see WaitEvent).
+  virtual void on_wait(const WaitEvent&) noexcept {}
+  /// A lease handed out by an acquire stopped being held: released or lost (see HoldEvent).
+  virtual void on_hold_end(const HoldEvent&) noexcept {}
 };
 
 }  // namespace redis_lock

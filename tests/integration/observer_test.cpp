@@ -4,9 +4,12 @@
 #include "live.hpp"
 #include "tcp_proxy.hpp"
 
+#include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/steady_timer.hpp>
 
+#include <functional>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 using namespace redis_lock;
@@ -235,4 +238,183 @@ TEST(Observer, LeaseEventsCarryLatencyAndErrors) {
     EXPECT_FALSE(late.back().succeeded);
     EXPECT_TRUE(late.back().error) << "a renewal without an answer reported no error";
   }());
+}
+
+namespace {
+
+/// What a metrics observer keeps: acquires waiting and leases held now, by kind, from
+/// on_wait / on_acquire / on_hold_end alone.
+struct Tally final : Observer {
+  static constexpr int kinds = 5;
+  std::mutex mutex;
+  int waiting[kinds] = {};
+  int held[kinds] = {};
+  int acquired = 0;
+  std::vector<HoldEvent> ends;  // (views cleared)
+  std::vector<std::string> ended;
+
+  void on_wait(const WaitEvent& e) noexcept override {
+    std::lock_guard lock(mutex);
+    ++waiting[static_cast<int>(e.kind)];
+  }
+  void on_acquire(const AcquireEvent& e) noexcept override {
+    std::lock_guard lock(mutex);
+    if (e.waited) --waiting[static_cast<int>(e.kind)];
+    if (e.outcome == AcquireOutcome::acquired) {
+      ++held[static_cast<int>(e.kind)];
+      ++acquired;
+    }
+  }
+  void on_hold_end(const HoldEvent& e) noexcept override {
+    std::lock_guard lock(mutex);
+    --held[static_cast<int>(e.kind)];
+    ended.emplace_back(e.resource);
+    ends.push_back(e);
+    ends.back().resource = {};
+  }
+  int waiting_now(AcquireKind k) {
+    std::lock_guard lock(mutex);
+    return waiting[static_cast<int>(k)];
+  }
+  int held_now(AcquireKind k) {
+    std::lock_guard lock(mutex);
+    return held[static_cast<int>(k)];
+  }
+};
+
+/// Polls (on the io_context) until `done()` or 5 s.
+asio::awaitable<bool> eventually(std::function<bool()> done) {
+  for (const auto until = std::chrono::steady_clock::now() + 5s;
+       std::chrono::steady_clock::now() < until;) {
+    if (done()) co_return true;
+    co_await sleep_for(5ms);
+  }
+  co_return done();
+}
+
+}  // namespace
+
+TEST(Observer, WaitsAndHoldsPairUpForGauges) {
+  // A gauge of acquires waiting and one of leases held, kept from the events alone, read
+  // what is true at each step and come back to zero: every wait is followed by its
+  // acquire's event, every acquired lease by one end of its hold (released or lost, not
+  // both), whatever the kind and however it ends.
+  asio::io_context io;
+  auto tally = std::make_shared<Tally>();
+  LockManager locks(io.get_executor(), shared_server_config(), {.observer = tally});
+  LockManager other(io.get_executor(), shared_server_config());  // not observed
+  const auto resource = unique_resource();
+  const auto port = shared_server_port();
+  using K = AcquireKind;
+  run_co(
+      io,
+      [&]() -> asio::awaitable<void> {
+        // A mutex held for 30 ms, released.
+        auto g = co_await locks.async_acquire(resource, {.ttl = 5s}, asio::use_awaitable);
+        CO_ASSERT_TRUE(g);
+        EXPECT_EQ(tally->held_now(K::mutex), 1);
+        co_await sleep_for(30ms);
+        EXPECT_TRUE(co_await g.async_release(asio::use_awaitable));
+        CO_ASSERT_TRUE(co_await eventually([&] { return tally->held_now(K::mutex) == 0; }));
+
+        // Waiting: counted while it waits, and not once it has the lease.
+        auto theirs = co_await other.async_acquire(resource, {.ttl = 5s}, asio::use_awaitable);
+        CO_ASSERT_TRUE(theirs);
+        auto waiter = locks.async_acquire(resource, {.ttl = 5s, .wait = 5s},
+                                          asio::as_tuple(asio::use_awaitable));
+        auto ex = co_await asio::this_coro::executor;
+        std::optional<LockGuard> got;
+        asio::co_spawn(ex, std::move(waiter), [&](std::exception_ptr, auto result) {
+          got.emplace(std::move(std::get<1>(result)));
+        });
+        CO_ASSERT_TRUE(co_await eventually([&] { return tally->waiting_now(K::mutex) == 1; }));
+        EXPECT_FALSE(got.has_value());
+        EXPECT_TRUE(co_await theirs.async_release(asio::use_awaitable));
+        CO_ASSERT_TRUE(co_await eventually([&] { return got.has_value(); }));
+        EXPECT_TRUE(*got);
+        EXPECT_EQ(tally->waiting_now(K::mutex), 0);
+        EXPECT_EQ(tally->held_now(K::mutex), 1);
+        got.reset();  // dropped: its destructor's release ends the hold
+        CO_ASSERT_TRUE(co_await eventually([&] { return tally->held_now(K::mutex) == 0; }));
+
+        // A wait that runs out, and one cancelled: both leave the gauge.
+        theirs = co_await other.async_acquire(resource, {.ttl = 5s}, asio::use_awaitable);
+        CO_ASSERT_TRUE(theirs);
+        auto [ec1, none1] = co_await locks.async_acquire(resource, {.ttl = 5s, .wait = 100ms},
+                                                         asio::as_tuple(asio::use_awaitable));
+        EXPECT_FALSE(ec1);
+        EXPECT_FALSE(none1);
+        EXPECT_EQ(tally->waiting_now(K::mutex), 0);
+        asio::cancellation_signal cancel;
+        bool cancelled = false;
+        locks.async_acquire(
+            resource, {.ttl = 5s, .wait = 5s},
+            asio::bind_cancellation_slot(cancel.slot(), [&](error_code e, LockGuard) {
+              cancelled = e == asio::error::operation_aborted;
+            }));
+        CO_ASSERT_TRUE(co_await eventually([&] { return tally->waiting_now(K::mutex) == 1; }));
+        cancel.emit(asio::cancellation_type::terminal);
+        CO_ASSERT_TRUE(co_await eventually([&] { return cancelled; }));
+        EXPECT_EQ(tally->waiting_now(K::mutex), 0);
+        EXPECT_TRUE(co_await theirs.async_release(asio::use_awaitable));
+
+        // Every kind, each reported as itself.
+        auto permit = co_await locks.async_acquire_permit(resource + "-sem", 2, {.ttl = 5s},
+                                                          asio::use_awaitable);
+        auto shared =
+            co_await locks.async_acquire_shared(resource + "-rw", {.ttl = 5s}, asio::use_awaitable);
+        Election election(locks, resource + "-election");
+        auto leader = co_await election.async_campaign("me", {.ttl = 5s}, asio::use_awaitable);
+        std::vector<std::string> two;  // (no braced list in a coroutine: GCC 12 rejects it)
+        two.push_back(resource + "-a");
+        two.push_back(resource + "-b");
+        auto both =
+            co_await locks.async_acquire_all(std::move(two), {.ttl = 5s}, asio::use_awaitable);
+        CO_ASSERT_TRUE(permit && shared && leader && both.size() == 2u);
+        EXPECT_EQ(tally->held_now(K::permit), 1);
+        EXPECT_EQ(tally->held_now(K::shared), 1);
+        EXPECT_EQ(tally->held_now(K::election), 1);
+        EXPECT_EQ(tally->held_now(K::mutex), 2);
+        EXPECT_TRUE(co_await shared.async_release(asio::use_awaitable));
+        auto exclusive = co_await locks.async_acquire_exclusive(resource + "-rw", {.ttl = 5s},
+                                                                asio::use_awaitable);
+        CO_ASSERT_TRUE(exclusive);
+        EXPECT_EQ(tally->held_now(K::exclusive), 1);
+        {
+          auto gone = std::move(permit);
+          auto gone2 = std::move(exclusive);
+          auto gone3 = std::move(leader);
+          auto gone4 = std::move(both);
+        }
+        CO_ASSERT_TRUE(co_await eventually([&] {
+          return tally->held_now(K::permit) == 0 && tally->held_now(K::exclusive) == 0 &&
+                 tally->held_now(K::election) == 0 && tally->held_now(K::mutex) == 0;
+        }));
+
+        // Lost while held: its end is the loss, and dropping the guard later adds none.
+        auto renewed = co_await locks.async_acquire(
+            resource, {.ttl = 600ms, .auto_renew = true, .renew_every = 50ms}, asio::use_awaitable);
+        CO_ASSERT_TRUE(renewed);
+        redis_command(port, {"DEL", lease_key(resource)});
+        auto [lost] = co_await renewed.async_wait_lost(asio::as_tuple(asio::use_awaitable));
+        EXPECT_EQ(lost, error::lock_lost);
+        EXPECT_EQ(tally->held_now(K::mutex), 0) << "the loss ended the hold";
+        { auto gone = std::move(renewed); }
+        co_await sleep_for(50ms);  // a second end, had the drop made one, would be in by now
+      }(),
+      15s);
+  std::lock_guard lock(tally->mutex);
+  for (int k = 0; k < Tally::kinds; ++k) {
+    EXPECT_EQ(tally->waiting[k], 0) << "kind " << k;
+    EXPECT_EQ(tally->held[k], 0) << "kind " << k;
+  }
+  EXPECT_EQ(static_cast<int>(tally->ends.size()), tally->acquired);
+  ASSERT_FALSE(tally->ends.empty());
+  EXPECT_EQ(tally->ends.front().end, HoldEnd::released);
+  EXPECT_GE(tally->ends.front().held_for, 30ms);
+  EXPECT_EQ(tally->ends.back().end, HoldEnd::lost);
+  EXPECT_EQ(tally->ended.back(), resource);
+  const auto lost_ends = std::count_if(tally->ends.begin(), tally->ends.end(),
+                                       [](const HoldEvent& e) { return e.end == HoldEnd::lost; });
+  EXPECT_EQ(lost_ends, 1);
 }

@@ -19,32 +19,33 @@ namespace {
 struct Expected {
   error code;
   const char* says;
+  const char* name;  // error_name()
 };
 constexpr Expected every_code[] = {
-    {error::invalid_argument, "invalid argument"},
-    {error::timeout, "timed out"},
-    {error::connect_timeout, "connecting"},
-    {error::connect_failed, "could not connect"},
-    {error::connection_lost, "lost"},
-    {error::protocol_error, "RESP"},
-    {error::server_error, "server returned an error"},
-    {error::wrong_type, "WRONGTYPE"},
-    {error::not_authenticated, "NOAUTH"},
-    {error::auth_failed, "WRONGPASS"},
-    {error::no_permission, "NOPERM"},
-    {error::out_of_memory, "OOM"},
-    {error::read_only, "READONLY"},
-    {error::lock_lost, "lock was lost"},
-    {error::shutdown, "shutting down"},
-    {error::unexpected_reply, "unexpected shape"},
-    {error::not_replicated, "replicas"},
-    {error::not_acquired, "held elsewhere"},
-    {error::tls_config_invalid, "TLS CA"},
-    {error::tls_handshake_failed, "TLS handshake failed"},
-    {error::cluster_down, "Cluster"},
-    {error::master_not_found, "sentinel"},
-    {error::no_quorum, "Redlock"},
-    {error::limit_mismatch, "another limit"},
+    {error::invalid_argument, "invalid argument", "invalid_argument"},
+    {error::timeout, "timed out", "timeout"},
+    {error::connect_timeout, "connecting", "connect_timeout"},
+    {error::connect_failed, "could not connect", "connect_failed"},
+    {error::connection_lost, "lost", "connection_lost"},
+    {error::protocol_error, "RESP", "protocol_error"},
+    {error::server_error, "server returned an error", "server_error"},
+    {error::wrong_type, "WRONGTYPE", "wrong_type"},
+    {error::not_authenticated, "NOAUTH", "not_authenticated"},
+    {error::auth_failed, "WRONGPASS", "auth_failed"},
+    {error::no_permission, "NOPERM", "no_permission"},
+    {error::out_of_memory, "OOM", "out_of_memory"},
+    {error::read_only, "READONLY", "read_only"},
+    {error::lock_lost, "lock was lost", "lock_lost"},
+    {error::shutdown, "shutting down", "shutdown"},
+    {error::unexpected_reply, "unexpected shape", "unexpected_reply"},
+    {error::not_replicated, "replicas", "not_replicated"},
+    {error::not_acquired, "held elsewhere", "not_acquired"},
+    {error::tls_config_invalid, "TLS CA", "tls_config_invalid"},
+    {error::tls_handshake_failed, "TLS handshake failed", "tls_handshake_failed"},
+    {error::cluster_down, "Cluster", "cluster_down"},
+    {error::master_not_found, "sentinel", "master_not_found"},
+    {error::no_quorum, "Redlock", "no_quorum"},
+    {error::limit_mismatch, "another limit", "limit_mismatch"},
 };
 
 }  // namespace
@@ -54,7 +55,8 @@ TEST(ErrorCategory, NameAndMessages) {
   EXPECT_STREQ(category.name(), "redis_lock");
   std::set<std::string> messages;
   int value = 1;
-  for (const auto& [code, says] : every_code) {
+  std::set<std::string> names;
+  for (const auto& [code, says, name] : every_code) {
     SCOPED_TRACE(value);
     EXPECT_EQ(static_cast<int>(code), value++) << "codes are numbered from 1, in order";
     const boost::system::error_code ec = code;
@@ -63,6 +65,8 @@ TEST(ErrorCategory, NameAndMessages) {
     const auto msg = ec.message();
     EXPECT_NE(msg.find(says), std::string::npos) << msg;
     EXPECT_TRUE(messages.insert(msg).second) << "two codes share the message " << msg;
+    EXPECT_STREQ(redis_lock::error_name(code), name);
+    EXPECT_TRUE(names.insert(name).second);
     char buffer[8];
     EXPECT_STREQ(category.message(ec.value(), buffer, sizeof buffer), msg.c_str());
     const std::error_code std_ec = code;
@@ -73,6 +77,8 @@ TEST(ErrorCategory, NameAndMessages) {
   // The table above is the whole enum: the value after the last code is no code.
   EXPECT_EQ(category.message(value), "unknown redis_lock error");
   EXPECT_EQ(category.message(0), "unknown redis_lock error");
+  EXPECT_STREQ(redis_lock::error_name(static_cast<error>(value)), "unknown");
+  EXPECT_STREQ(redis_lock::error_name(static_cast<error>(0)), "unknown");
   boost::system::error_code ec = error::timeout;
   EXPECT_EQ(ec, error::timeout);
   EXPECT_NE(ec, error::connection_lost);
