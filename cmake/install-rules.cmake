@@ -14,11 +14,27 @@ install(TARGETS redis_lock EXPORT redis_lockTargets
 if(TARGET redis_lock_cli)
   install(TARGETS redis_lock_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 endif()
+# (<redis_lock/prometheus.hpp> with its library only.)
 install(DIRECTORY include/redis_lock "${PROJECT_BINARY_DIR}/include/redis_lock"
-  DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+  DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
+  PATTERN prometheus.hpp EXCLUDE)
 install(EXPORT redis_lockTargets
   NAMESPACE redis_lock::
   DESTINATION ${REDIS_LOCK_CMAKE_DIR})
+# The optional component, in an export set of its own: find_package(redis_lock COMPONENTS
+# prometheus) loads it (and finds prometheus-cpp) only when asked for.
+if(TARGET redis_lock_prometheus)
+  install(TARGETS redis_lock_prometheus EXPORT redis_lock_prometheusTargets
+    RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
+    LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
+    ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
+    INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+  install(FILES include/redis_lock/prometheus.hpp
+    DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/redis_lock)
+  install(EXPORT redis_lock_prometheusTargets
+    NAMESPACE redis_lock::
+    DESTINATION ${REDIS_LOCK_CMAKE_DIR})
+endif()
 
 # A static redis_lock carries its private dependencies (hiredis, OpenSSL) to the consumer's link.
 get_target_property(_rl_type redis_lock TYPE)

@@ -21,7 +21,7 @@ LAYER_OF = {stem: layer for layer, stems in LAYERS.items() for stem in stems}
 # Public headers: the types every layer may use, and the API on top (the engine hands the
 # public layer Grants; only the public layer makes LockGuards of them).
 PUBLIC = {"config": 1, "error": 1, "observer": 1, "export": 1, "version": 1, "state": 1,
-          "lock": 5, "election": 5, "with_lock": 5, "redis_lock": 5}
+          "lock": 5, "election": 5, "with_lock": 5, "redis_lock": 5, "prometheus": 6}
 
 
 def layer_of_include(name: str):
@@ -62,9 +62,21 @@ def main() -> int:
             elif target > mine:
                 failures.append(
                     f"{path}:{number}: {NAMES[mine]} ({stem}) includes {NAMES[target]} ({name})")
+    # Optional components (src/<component>/, e.g. prometheus) are built on the public API
+    # alone: no include of src/ or of the public headers' detail/ plumbing.
+    components = sorted(p for p in src.glob("*/*") if p.suffix in (".hpp", ".cpp"))
+    for path in components:
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            m = re.match(r'\s*#\s*include\s+(?:"([^"]+)"|<(redis_lock/[^>]+)>)', line)
+            if not m:
+                continue
+            name = m.group(1) or m.group(2)
+            if m.group(1) or name.startswith("redis_lock/detail/") or PUBLIC.get(Path(name).stem) is None:
+                failures.append(f"{path}:{number}: an optional component includes {name}; "
+                                "it may use the public headers only")
     for f in failures:
         print(f)
-    print(f"{len(files)} files checked, {len(failures)} problems")
+    print(f"{len(files) + len(components)} files checked, {len(failures)} problems")
     return 1 if failures else 0
 
 
