@@ -70,6 +70,10 @@ bool is_final(int status) { return status == 201 || status == 402 || status == 4
 
 // A client that wants an answer: the same request again after Retry-After (or 200 ms when the
 // service did not answer at all) until a final status or `give_up`. `first`: the first answer.
+// Every answer the storm got (retries and the replays afterwards included), by status and
+// whether it was a replay: what the service's checkout_responses_total must add up to.
+std::map<std::pair<int, bool>, int> every_answer;
+
 asio::awaitable<HttpAnswer> until_final(asio::ip::tcp::endpoint target, std::string order_id,
                                         std::int64_t amount, Clock::time_point give_up,
                                         HttpAnswer& first, int& attempts) {
@@ -77,6 +81,7 @@ asio::awaitable<HttpAnswer> until_final(asio::ip::tcp::endpoint target, std::str
   for (;;) {
     ++attempts;
     HttpAnswer a = co_await post_checkout(target, order_id, amount, "EUR");
+    ++every_answer[{a.status, a.replayed}];
     if (attempts == 1) first = a;
     if (is_final(a.status) || Clock::now() >= give_up) co_return a;
     pause.expires_after(a.retry_after > 0 ? std::chrono::milliseconds(a.retry_after * 1000)
@@ -322,7 +327,9 @@ int main(int argc, char** argv) {
   for (int k = 0; k < orders; ++k) {
     asio::co_spawn(again, post_checkout(target, order_ids[k], amount_of(k), "EUR"),
                    [&replays, k](std::exception_ptr e, HttpAnswer a) {
-                     if (!e) replays[k] = std::move(a);
+                     if (e) return;
+                     ++every_answer[{a.status, a.replayed}];
+                     replays[k] = std::move(a);
                    });
   }
   again.run();
@@ -389,6 +396,11 @@ int main(int argc, char** argv) {
     std::printf("    %-44s %4d\n", it != names.end() ? it->second : std::to_string(status).c_str(),
                 n);
   }
+  std::printf("  every answer (status, r: replayed):");
+  for (const auto& [what, n] : every_answer) {
+    std::printf(" %d%s=%d", what.first, what.second ? "r" : "", n);
+  }
+  std::printf("\n");
   const Counts at_provider = count(provider_charges, order_ids);
   const Counts in_ledger = count(ledger_charges, order_ids);
   print_counts("provider", at_provider, orders);

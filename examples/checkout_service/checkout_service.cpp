@@ -28,6 +28,8 @@
 //   `Idempotent-Replayed: true`, for good (the order's record is its financial record); so is
 //   an answer the provider gave as a replay of an earlier call.
 //   GET /healthz
+//   GET /metrics (with --metrics-port, on a port of each worker's own): the lock's metrics
+//     (redis_lock::PrometheusObserver) and the service's (service_metrics.hpp)
 //
 // The flow (see docs/guide.md, "Payments: what gives exactly-once and what the lock adds"):
 //   1. a decided order is answered from the ledger, without the lock;
@@ -53,7 +55,7 @@
 //                    [--provider-key-window-s 86400] [--reconcile-ms 1000]
 //                    [--reconcile-max-backoff-ms 300000] [--shutdown-grace-ms MS]
 //                    [--prefix checkout:] [--provider-concurrency N]
-//                    [--ledger-replicas N] [--ledger-unchecked]
+//                    [--ledger-replicas N] [--ledger-unchecked] [--metrics-port P]
 //   checkout_service --ledger-url URL [--prefix checkout:] --list-escalated
 //   checkout_service --ledger-url URL [--prefix checkout:] --resolve ORDER
 //                    (--charge-id ID | --declined-charge-id ID | --not-charged)
@@ -76,6 +78,7 @@
 // provider as a bearer token.
 #include "http_call.hpp"
 #include "ledger.hpp"
+#include "service_metrics.hpp"
 
 #include <redis_lock/redis_lock.hpp>
 
@@ -150,6 +153,8 @@ struct Options {
   int ledger_replicas = 0;
   bool ledger_unchecked = false;
   std::string provider_api_key;  // from CHECKOUT_PROVIDER_API_KEY
+  // /metrics on this port + the worker's index (0: a free port each, printed).
+  std::optional<unsigned short> metrics_port;
   // Admin modes.
   bool list_escalated = false;
   std::string resolve;  // an escalated order to resolve
@@ -374,7 +379,8 @@ class Worker {
         opt_(opt),
         index_(index),
         provider_(parse_endpoint(opt.provider)),
-        locks_(io.get_executor(), lock_config, {.key_prefix = opt.prefix + "lock:"}),
+        locks_(io.get_executor(), lock_config,
+               {.key_prefix = opt.prefix + "lock:", .observer = metrics_.lock_observer()}),
         ledger_(ledger_config, opt.prefix, {.replicas = opt.ledger_replicas}),
         acceptor_(io) {}
 
@@ -402,6 +408,7 @@ class Worker {
     std::fflush(stdout);
     asio::co_spawn(io_, accept_loop(), asio::detached);
     asio::co_spawn(io_, reconcile_loop(), asio::detached);
+    if (opt_.metrics_port) listen_metrics();
   }
 
   /// Stops accepting and closes idle connections; requests and charges in progress finish
@@ -410,6 +417,7 @@ class Worker {
   void stop() {
     error_code ignored;
     acceptor_.close(ignored);
+    metrics_acceptor_.close(ignored);
     stopping_ = true;
     reconcile_timer_.cancel();
     room_.cancel();
@@ -560,6 +568,12 @@ class Worker {
       res.set(http::field::allow, "POST");
       co_return res;
     }
+    Response res = co_await post_checkout(req);
+    metrics_.response(res.result_int(), res.count("Idempotent-Replayed") > 0);
+    co_return res;
+  }
+
+  asio::awaitable<Response> post_checkout(const Request& req) {
     error_code ec;
     const json::value body = json::parse(req.body(), ec);
     const json::object* obj = ec || repeats_a_key(req.body()) ? nullptr : body.if_object();
@@ -622,6 +636,7 @@ class Worker {
     if (guard) co_await guard.async_release(asio::as_tuple(asio::use_awaitable));
     switch (s.outcome) {
       case Settled::decided: {
+        if (!s.replayed && s.order.status == 201) metrics_.charge("request");
         (s.replayed                  ? replayed_
          : s.order.status == 201     ? charged_
          : s.order.charge_id.empty() ? failed_
@@ -704,8 +719,12 @@ class Worker {
     if (!opt_.provider_api_key.empty()) {
       headers.emplace_back("Authorization", "Bearer " + opt_.provider_api_key);
     }
-    co_return co_await checkout::http_call(provider_, method, std::move(path), std::move(body),
-                                           deadline, std::move(headers));
+    const auto sent = Clock::now();
+    auto answer = co_await checkout::http_call(provider_, method, std::move(path), std::move(body),
+                                               deadline, std::move(headers));
+    metrics_.provider(method == http::verb::post ? "charge" : "lookup", answer.status,
+                      Clock::now() - sent);
+    co_return answer;
   }
 
   /// Steps 3-6, under the order's lock (or without one, with --no-lock): for a client request
@@ -960,6 +979,7 @@ class Worker {
       } catch (const checkout::LedgerError&) {
         continue;
       }
+      int max_retry = 0;  // of this round's retries
       for (const auto& order_id : overdue) {
         if (stopping_) break;
         std::optional<checkout::Record> order;
@@ -994,13 +1014,20 @@ class Worker {
         }
         const Settled s = co_await settle(guard, order_id, order->amount, order->currency, true);
         if (guard) co_await guard.async_release(asio::as_tuple(asio::use_awaitable));
+        max_retry = std::max(max_retry, retry->n);
         if (s.outcome == Settled::decided) {
           ++reconciled_;
+          metrics_.retried("decided");
+          if (!s.replayed && s.order.status == 201) metrics_.charge("reconciler");
         } else if (s.outcome == Settled::voided) {
           ++voided_;
+          metrics_.retried("voided");
         } else if (s.outcome == Settled::under_review) {
           ++escalated_;
+          metrics_.retried("escalated");
         } else {
+          metrics_.retried("pending");
+          metrics_.backoff(retry->delay + opt_.lock_ttl);
           // Each undecided retry is logged; past half the provider's key window the order
           // is escalated to a person.
           std::fprintf(stderr,
@@ -1010,7 +1037,54 @@ class Worker {
                        static_cast<long long>((retry->delay + opt_.lock_ttl).count()));
         }
       }
+      metrics_.round_done(max_retry);
     }
+  }
+
+  /// /metrics on its own port, one request per connection (a scraper connects each time).
+  void listen_metrics() {
+    const auto port = *opt_.metrics_port ? *opt_.metrics_port + index_ : 0;
+    const asio::ip::tcp::endpoint ep(asio::ip::make_address(opt_.listen),
+                                     static_cast<unsigned short>(port));
+    metrics_acceptor_.open(ep.protocol());
+    metrics_acceptor_.set_option(asio::socket_base::reuse_address(true));
+    metrics_acceptor_.bind(ep);
+    metrics_acceptor_.listen();
+    std::printf("checkout worker %d (pid %d) serves /metrics on %s:%u\n", index_, ::getpid(),
+                opt_.listen.c_str(), metrics_acceptor_.local_endpoint().port());
+    std::fflush(stdout);
+    asio::co_spawn(io_, metrics_loop(), asio::detached);
+  }
+
+  asio::awaitable<void> metrics_loop() {
+    for (;;) {
+      auto [ec, socket] =
+          co_await metrics_acceptor_.async_accept(asio::as_tuple(asio::use_awaitable));
+      if (ec == asio::error::operation_aborted || !metrics_acceptor_.is_open()) co_return;
+      if (ec) continue;
+      asio::co_spawn(io_, metrics_session(beast::tcp_stream(std::move(socket))), asio::detached);
+    }
+  }
+
+  asio::awaitable<void> metrics_session(beast::tcp_stream stream) {
+    stream.expires_after(5s);  // a scraper that sends nothing does not hold shutdown up
+    beast::flat_buffer buffer;
+    Request req;
+    auto [ec, n] = co_await http::async_read(stream, buffer, req, asio::as_tuple(asio::use_awaitable));
+    if (ec) co_return;
+    Response res{http::status::ok, req.version()};
+    if (req.target() != "/metrics" || req.method() != http::verb::get) {
+      res = reply(req, http::status::not_found,
+                  {{"error", "not_found"}, {"message", "GET /metrics on this port"}});
+    } else {
+      res.set(http::field::content_type, "text/plain; version=0.0.4; charset=utf-8");
+      res.body() = metrics_.text();
+    }
+    res.keep_alive(false);
+    res.prepare_payload();
+    co_await http::async_write(stream, res, asio::as_tuple(asio::use_awaitable));
+    error_code ignored;
+    stream.socket().shutdown(asio::ip::tcp::socket::shutdown_send, ignored);
   }
 
   Response replay(const Request& req, const checkout::Record& stored) {
@@ -1061,10 +1135,12 @@ class Worker {
   const Options& opt_;
   int index_;
   asio::ip::tcp::endpoint provider_;
+  checkout::ServiceMetrics metrics_;  // (before locks_: its observer is theirs)
   redis_lock::LockManager locks_;
   checkout::Ledger ledger_;
   asio::thread_pool pool_{4};
   asio::ip::tcp::acceptor acceptor_;
+  asio::ip::tcp::acceptor metrics_acceptor_{io_};
   asio::steady_timer grace_{io_};
   // Connections waiting for their next request, and since when.
   std::map<beast::tcp_stream*, Clock::time_point> reading_;
@@ -1110,7 +1186,7 @@ int run_worker(const Options& opt, const Configs& configs, int index) {
       "                        [--reconcile-max-backoff-ms MS] [--shutdown-grace-ms MS]\n"
       "                        [--prefix PREFIX] [--provider-concurrency N]\n"
       "                        [--ledger-replicas N] [--ledger-unchecked]\n"
-      "                        [--max-connections N]\n"
+      "                        [--max-connections N] [--metrics-port P]\n"
       "       checkout_service --ledger-url URL [--prefix PREFIX] --list-escalated\n"
       "       checkout_service --ledger-url URL [--prefix PREFIX] --resolve ORDER\n"
       "                        (--charge-id ID | --declined-charge-id ID | --not-charged)\n"
@@ -1128,7 +1204,10 @@ int run_worker(const Options& opt, const Configs& configs, int index) {
       "  workers together (0, the default: no bound); --no-lock: no order lock (to measure\n"
       "  what it saves); --max-connections N: per worker (1000 by default), and never more\n"
       "  than half the descriptor limit left after 64 (each request may hold a provider\n"
-      "  connection too). CHECKOUT_PROVIDER_API_KEY: the provider's API key;\n"
+      "  connection too); --metrics-port P: each worker serves GET /metrics (the lock's\n"
+      "  metrics and the service's, Prometheus' text format) on --listen's address, port P\n"
+      "  plus its index (0: a free port each, printed). CHECKOUT_PROVIDER_API_KEY: the\n"
+      "  provider's API key;\n"
       "  REDIS_LOCK_PASSWORD and CHECKOUT_LEDGER_PASSWORD: the passwords of the lock's and\n"
       "  the ledger's Redis, when their URLs carry none (a URL's password shows in ps).\n"
       "  --list-escalated prints the escalated orders, one JSON object a line; --resolve\n"
@@ -1208,6 +1287,8 @@ Options parse(int argc, char** argv) {
         opt.provider_concurrency = static_cast<std::uint32_t>(std::stoul(value));
       else if (arg == "--ledger-replicas")
         opt.ledger_replicas = std::stoi(value);
+      else if (arg == "--metrics-port")
+        opt.metrics_port = static_cast<unsigned short>(std::stoul(value));
       else if (arg == "--max-connections")
         opt.max_connections = std::stoi(value);
       else if (arg == "--resolve")
