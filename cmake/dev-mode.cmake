@@ -3,6 +3,16 @@
 # State file of the shared test server (CTest fixture "redis_standalone").
 set(REDIS_LOCK_FIXTURE_STATE "${PROJECT_BINARY_DIR}/tests/standalone.state")
 
+# Prometheus and promtool, for the metrics tests (the rules of docs/operations.md, the
+# checkout example's scrape): the system's, or the programs ./scripts/test extracts from
+# Debian's prometheus package into build/tools/prometheus (nothing installed, no service
+# started). Without them those tests say so and are skipped.
+find_program(REDIS_LOCK_PROMTOOL promtool HINTS "${PROJECT_SOURCE_DIR}/build/tools/prometheus/usr/bin")
+find_program(REDIS_LOCK_PROMETHEUS_SERVER prometheus
+  HINTS "${PROJECT_SOURCE_DIR}/build/tools/prometheus/usr/bin")
+# Where the tests write the rules of docs/operations.md (metrics.operations_rules_extracted).
+set(REDIS_LOCK_RULES_DIR "${PROJECT_BINARY_DIR}/tests/operations_rules")
+
 if(REDIS_LOCK_BUILD_TESTS)
   enable_testing()
   add_subdirectory(tests)

@@ -51,10 +51,15 @@
 #   provider_bound        the storm with --provider-concurrency 3 and a provider that takes
 #                         25 ms per charge: never more than 3 charges in flight at once
 #                         (the provider's own count), and 3 reached
+#   metrics               the storm scraped by a real Prometheus (PROMETHEUS, else on PATH;
+#                         exit 77 without one): its query API agrees with the load generator
+#                         and the workers; the rules of docs/operations.md
+#                         (REDIS_LOCK_RULES_DIR) produce series
 #   demo                  the storm (with at most 4 provider calls at once), then a fault round (a worker killed mid-charge, the lock
 #                         server restarted, a dropped provider response) on fresh orders
 set -euo pipefail
 scenario=$1 service=$2 load=$3 provider=$4
+here=$(cd "$(dirname "$0")" && pwd)
 
 dir=$(mktemp -d)
 pids=()
@@ -148,6 +153,9 @@ start_service() {
   wait_for "$workers workers" listening "$workers"
 }
 listening() { [ "$(grep -c 'listening on' "$dir/service.log")" -ge "$1" ]; }
+# The workers' /metrics addresses (--metrics-port 0), as they printed them.
+metrics_targets() { sed -n 's|^checkout worker .* serves /metrics on \(.*\)$|\1|p' "$dir/service.log"; }
+serving_metrics() { [ "$(metrics_targets | wc -l)" -ge "$1" ]; }
 # The pid of the worker that first called the provider for ORDER (waits for it).
 caller_of() {
   wait_for "a call to the provider for $1" grep -q "calling the provider for $1\$" "$dir/service.log"
@@ -848,7 +856,8 @@ PY
       lock_value "$dir/with.out" "$dir/without.out" "$orders" >"$dir/value.out" || true
       cat "$dir/value.out"
       kill -TERM "$service_pid"; wait "$service_pid" || true
-      start_service "$workers" --lock-ttl-ms 2000 --provider-timeout-ms 1500 "${bound[@]}"
+      start_service "$workers" --lock-ttl-ms 2000 --provider-timeout-ms 1500 "${bound[@]}" \
+        --metrics-port 0
     fi
     echo "== the fault round: a worker killed mid-charge, the lock server restarted empty, a"
     echo "   provider response dropped; every unfinished order retried as a client would"
@@ -875,6 +884,44 @@ PY
       [ "$t" -gt "$before" ] || fail "a later holder of $x got token $t, not above $before"
     done
     echo "fencing tokens kept rising across the lock server's restart: $before (killed holder), then $after"
+    if [ "$scenario" = demo ]; then
+      python3 "$here/metrics_summary.py" $(metrics_targets) || fail "no worker served /metrics"
+    fi
+    ;;
+
+  metrics)
+    # A real Prometheus scrapes every worker's /metrics (every 500 ms) through the storm;
+    # what its HTTP query API answers must be what the load generator counted (answers by
+    # status, charges, 409s as order locks not acquired) and what the workers' pages say, and
+    # the rules of docs/operations.md must have produced series.
+    prom=${PROMETHEUS:-$(command -v prometheus || true)}
+    if [ -z "$prom" ] || ! [ -x "$prom" ]; then
+      echo "SKIPPED: no prometheus program (Debian's prometheus package; ./scripts/test fetches it)"
+      exit 77
+    fi
+    [ -n "${REDIS_LOCK_RULES_DIR:-}" ] || fail "REDIS_LOCK_RULES_DIR (the rules of docs/operations.md) is not set"
+    workers=${CHECKOUT_WORKERS:-4}
+    start_service "$workers" --metrics-port 0
+    wait_for "$workers metrics ports" serving_metrics "$workers"
+    prom_port=$(free_port)
+    {
+      echo "global: {scrape_interval: 500ms, scrape_timeout: 400ms, evaluation_interval: 500ms}"
+      echo "rule_files: ['$REDIS_LOCK_RULES_DIR/*.rules.yml']"
+      echo "scrape_configs:"
+      echo "  - job_name: checkout"
+      echo "    static_configs:"
+      echo "      - targets: [$(metrics_targets | sed "s/.*/'&'/" | paste -sd, -)]"
+    } >"$dir/prometheus.yml"
+    "$prom" --config.file="$dir/prometheus.yml" --storage.tsdb.path="$dir/tsdb" \
+      --web.listen-address="127.0.0.1:$prom_port" >"$dir/prometheus.log" 2>&1 &
+    pids+=($!)
+    wait_for "prometheus" python3 -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:$prom_port/-/ready', timeout=1)"
+    orders=${CHECKOUT_ORDERS:-50}
+    storm "m$RANDOM$RANDOM" "$orders" "${CHECKOUT_REQUESTS:-400}" >"$dir/storm.out" ||
+      { cat "$dir/storm.out"; fail "the storm"; }
+    cat "$dir/storm.out"
+    python3 "$here/prometheus_check.py" "$prom_port" "$dir/storm.out" "$orders" $(metrics_targets) ||
+      fail "Prometheus does not agree"
     ;;
 
   *) echo "unknown scenario $scenario" >&2; exit 2 ;;

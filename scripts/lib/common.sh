@@ -56,6 +56,7 @@ boost_packages() {
 REDIS_LOCK_PACKAGES=(
   g++ cmake ninja-build ccache pkg-config
   libhiredis-dev libfmt-dev libssl-dev openssl doxygen valgrind libgtest-dev libbenchmark-dev
+  prometheus-cpp-dev
   redis-server redis-tools python3
   clang libclang-rt-dev
 )
@@ -95,6 +96,35 @@ ensure_packages() {
     echo "  sudo apt-get install -y ${missing[*]}" >&2
     exit 1
   fi
+}
+
+# Prometheus and promtool for the metrics tests (docs/operations.md's rules, the checkout
+# example's scrape). Used from PATH when there; else Debian's prometheus package is fetched
+# (apt-get download: no root needed, nothing installed, no service started) and its two
+# programs extracted into build/tools/prometheus, where the build looks for them. Without
+# apt, those tests say so and are skipped.
+ensure_prometheus() {
+  command -v prometheus >/dev/null && command -v promtool >/dev/null && return 0
+  local into=build/tools/prometheus tmp
+  [ -x "$into/usr/bin/prometheus" ] && [ -x "$into/usr/bin/promtool" ] && return 0
+  if ! command -v apt-get >/dev/null || ! command -v dpkg-deb >/dev/null; then
+    log "no prometheus here and no apt-get: the metrics tests will be skipped"
+    return 0
+  fi
+  log "fetching Debian's prometheus package for its programs (into $into; nothing is installed)"
+  tmp=$(mktemp -d)
+  if ! (cd "$tmp" && apt-get download prometheus >/dev/null 2>&1); then
+    # A fresh container's package lists are empty.
+    [ "$(id -u)" -eq 0 ] && apt-get update -qq >/dev/null 2>&1
+    (cd "$tmp" && apt-get download prometheus >/dev/null 2>&1) || {
+      log "could not download the prometheus package: the metrics tests will be skipped"
+      rm -rf "$tmp"
+      return 0
+    }
+  fi
+  mkdir -p "$into"
+  dpkg-deb -x "$tmp"/prometheus_*.deb "$into"
+  rm -rf "$tmp"
 }
 
 # The peers of ./scripts/bench: Node.js with npm (for redlock and redis-semaphore, installed
