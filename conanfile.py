@@ -17,8 +17,10 @@ class RedisLockConan(ConanFile):
     topics = ("redis", "distributed-lock", "asio", "fencing-token")
     package_type = "library"
     settings = "os", "arch", "compiler", "build_type"
-    options = {"shared": [True, False], "fPIC": [True, False], "cli": [True, False]}
-    default_options = {"shared": False, "fPIC": True, "cli": True}
+    # prometheus: the optional component redis_lock::prometheus (PrometheusObserver).
+    options = {"shared": [True, False], "fPIC": [True, False], "cli": [True, False],
+               "prometheus": [True, False]}
+    default_options = {"shared": False, "fPIC": True, "cli": True, "prometheus": False}
     exports_sources = "CMakeLists.txt", "LICENSE", "cmake/*", "include/*", "src/*", "tools/*"
 
     def set_version(self):
@@ -38,6 +40,9 @@ class RedisLockConan(ConanFile):
         self.requires("boost/[>=1.81 <2]")
         self.requires("hiredis/[>=1.0 <2]")
         self.requires("openssl/[>=1.1.1 <4]")
+        if self.options.prometheus:
+            # Its public headers take a prometheus::Registry: transitive to the consumer.
+            self.requires("prometheus-cpp/[>=1.0 <2]", transitive_headers=True)
 
     def validate(self):
         from conan.tools.build import check_min_cppstd
@@ -54,6 +59,7 @@ class RedisLockConan(ConanFile):
         toolchain.cache_variables.update({
             "REDIS_LOCK_INSTALL": True,
             "REDIS_LOCK_BUILD_CLI": bool(self.options.cli),
+            "REDIS_LOCK_PROMETHEUS": "ON" if self.options.prometheus else "OFF",
             "REDIS_LOCK_BUILD_TESTS": False,
             "REDIS_LOCK_BUILD_EXAMPLES": False,
             "REDIS_LOCK_BUILD_BENCH": False,
@@ -72,11 +78,20 @@ class RedisLockConan(ConanFile):
         CMake(self).install()
 
     def package_info(self):
+        # The components of the CMake package: redis_lock::redis_lock, and with the option
+        # redis_lock::prometheus (find_package(redis_lock COMPONENTS prometheus)).
         self.cpp_info.set_property("cmake_file_name", "redis_lock")
-        self.cpp_info.set_property("cmake_target_name", "redis_lock::redis_lock")
-        self.cpp_info.set_property("pkg_config_name", "redis_lock")
-        self.cpp_info.libs = ["redis_lock"]
-        self.cpp_info.defines = ["BOOST_ASIO_NO_DEPRECATED"]
+        core = self.cpp_info.components["core"]
+        core.set_property("cmake_target_name", "redis_lock::redis_lock")
+        core.set_property("pkg_config_name", "redis_lock")
+        core.libs = ["redis_lock"]
+        core.requires = ["boost::boost", "hiredis::hiredis", "openssl::openssl"]
+        core.defines = ["BOOST_ASIO_NO_DEPRECATED"]
         if not self.options.shared:
-            self.cpp_info.defines.append("REDIS_LOCK_STATIC_DEFINE")
-        self.cpp_info.system_libs = ["pthread"]
+            core.defines.append("REDIS_LOCK_STATIC_DEFINE")
+        core.system_libs = ["pthread"]
+        if self.options.prometheus:
+            metrics = self.cpp_info.components["prometheus"]
+            metrics.set_property("cmake_target_name", "redis_lock::prometheus")
+            metrics.libs = ["redis_lock_prometheus"]
+            metrics.requires = ["core", "prometheus-cpp::prometheus-cpp"]

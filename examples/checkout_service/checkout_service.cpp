@@ -1070,7 +1070,8 @@ class Worker {
     stream.expires_after(5s);  // a scraper that sends nothing does not hold shutdown up
     beast::flat_buffer buffer;
     Request req;
-    auto [ec, n] = co_await http::async_read(stream, buffer, req, asio::as_tuple(asio::use_awaitable));
+    auto [ec, n] =
+        co_await http::async_read(stream, buffer, req, asio::as_tuple(asio::use_awaitable));
     if (ec) co_return;
     Response res{http::status::ok, req.version()};
     if (req.target() != "/metrics" || req.method() != http::verb::get) {

@@ -51,8 +51,8 @@ class ServiceMetrics {
                      .Name("checkout_reconcile_backoff_seconds")
                      .Help("Wait before an undecided order's next reconcile retry")
                      .Register(*registry_)
-                     .Add({}, prometheus::Histogram::BucketBoundaries{
-                                  1, 2, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 86400})),
+                     .Add({}, prometheus::Histogram::BucketBoundaries{1, 2, 5, 10, 30, 60, 120, 300,
+                                                                      600, 1800, 3600, 86400})),
         max_retry_(prometheus::BuildGauge()
                        .Name("checkout_reconcile_max_retry")
                        .Help("Highest retry number among the orders of the last reconcile round")

@@ -6,7 +6,8 @@ get_filename_component(SOURCE_PATH "${CMAKE_CURRENT_LIST_DIR}/../.." ABSOLUTE)
 
 vcpkg_check_features(OUT_FEATURE_OPTIONS feature_options
   FEATURES
-    cli REDIS_LOCK_BUILD_CLI)
+    cli REDIS_LOCK_BUILD_CLI
+    prometheus REDIS_LOCK_PROMETHEUS)
 
 vcpkg_cmake_configure(
   SOURCE_PATH "${SOURCE_PATH}"

@@ -26,8 +26,14 @@ cli_deps = {d if isinstance(d, str) else d["name"]
 if "boost-program-options" not in cli_deps:
     failures.append("vcpkg.json's cli feature lacks boost-program-options")
 
+prom_deps = {d if isinstance(d, str) else d["name"]
+             for d in manifest.get("features", {}).get("prometheus", {}).get("dependencies", [])}
+if "prometheus-cpp" not in prom_deps:
+    failures.append("vcpkg.json's prometheus feature lacks prometheus-cpp")
+
 portfile = (source / "ports/redis-lock/portfile.cmake").read_text()
-for needed in ("PACKAGE_NAME redis_lock", "CONFIG_PATH lib/cmake/redis_lock", "REDIS_LOCK_BUILD_CLI"):
+for needed in ("PACKAGE_NAME redis_lock", "CONFIG_PATH lib/cmake/redis_lock", "REDIS_LOCK_BUILD_CLI",
+               "prometheus REDIS_LOCK_PROMETHEUS"):
     if needed not in portfile:
         failures.append(f"portfile.cmake lacks {needed}")
 if not (source / "ports/redis-lock/usage").is_file():
@@ -40,7 +46,8 @@ pattern = re.search(r're\.search\(r"(.+?)", text\)', recipe).group(1)
 found = re.search(pattern, (source / "CMakeLists.txt").read_text())
 if not found or found.group(1) != version:
     failures.append(f"conanfile.py reads version {found and found.group(1)} != {version}")
-for needed in ("boost/", "hiredis/", "openssl/", '"redis_lock::redis_lock"'):
+for needed in ("boost/", "hiredis/", "openssl/", '"redis_lock::redis_lock"', "prometheus-cpp/",
+               '"redis_lock::prometheus"', '"REDIS_LOCK_PROMETHEUS"'):
     if needed not in recipe:
         failures.append(f"conanfile.py lacks {needed}")
 if "fmt/" in recipe:
