@@ -201,7 +201,7 @@ void AcquireAllOp::take_group(std::size_t end) {
                              1,
                              false,
                              static_cast<std::uint64_t>(e[i - self->next + 1].integer)};
-          mark_held(*self->guards[self->order[i]].lease, AcquireKind::mutex);
+          mark_held(*self->guards[self->order[i]].lease, AcquireKind::mutex, Clock::now());
           observer->on_acquire(event);
         }
       }

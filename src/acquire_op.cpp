@@ -336,10 +336,11 @@ void AcquireOp::finish(error_code ec, Grant grant) {
 }
 
 void AcquireOp::report(Observer& observer, error_code ec, const Grant& grant) const noexcept {
+  const auto now = Clock::now();
   AcquireEvent e{resource,
                  AcquireOutcome::acquired,
                  ec,
-                 Clock::now() - called,
+                 now - called,
                  fsm.attempts(),
                  fsm.waited(),
                  grant.fence,
@@ -353,7 +354,7 @@ void AcquireOp::report(Observer& observer, error_code ec, const Grant& grant) co
   } else if (!grant) {
     e.outcome = AcquireOutcome::not_acquired;
   } else {
-    mark_held(*grant.lease, shown);
+    mark_held(*grant.lease, shown, now);
   }
   observer.on_acquire(e);
 }

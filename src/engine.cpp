@@ -108,7 +108,7 @@ bool Engine::give_back_now(std::size_t node, std::optional<Router::Pool> behind,
   if (!router_ || redlock()) return false;
   try {
     CompareOp op{BoolHandler{}};
-    prepare_release(*this, op, std::string(resource), std::string(token), kind, member_suffix);
+    prepare_release(*this, op, resource, std::string(token), kind, member_suffix);
     return router_->write_now(node, behind, op.Routed::command());
   } catch (const std::exception&) {
     return false;
@@ -226,8 +226,8 @@ void Engine::release(std::string resource, std::string token, LeaseKind kind, Bo
                      std::string_view member_suffix, std::shared_ptr<LeaseState> ended) {
   if (!alive_.load()) return;
   auto op = std::make_shared<CompareOp>(std::move(handler));
-  if (by_guard && observer()) op->resource = resource;
-  prepare_release(*this, *op, std::move(resource), std::move(token), kind, member_suffix);
+  prepare_release(*this, *op, resource, std::move(token), kind, member_suffix);
+  if (by_guard && observer()) op->resource = std::move(resource);  // the event's
   op->patience = patience;
   op->give_back_until = give_back_until;
   // A guard's async_release: in the initiating call, as for acquire (start_acquire).

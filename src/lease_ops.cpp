@@ -94,7 +94,7 @@ void CompareOp::finish(error_code ec, Reply reply) {
   deliver(service->executor(), Defer::no, std::move(handler), ec, done);
 }
 
-void prepare_release(Engine& service, CompareOp& op, std::string resource, std::string token,
+void prepare_release(Engine& service, CompareOp& op, std::string_view resource, std::string token,
                      LeaseKind kind, std::string_view member_suffix) {
   op.service = service.shared_from_this();
   op.keys = service.keys_of(resource, kind);
@@ -187,7 +187,7 @@ void give_back_on(Engine& service, std::size_t node, std::string_view resource,
   if (!service.running()) return;
   // The same release command as any other, with its own copy of the bytes.
   CompareOp release{BoolHandler{}};
-  prepare_release(service, release, std::string(resource), std::string(token), LeaseKind::mutex);
+  prepare_release(service, release, resource, std::string(token), LeaseKind::mutex);
   give_back_on(service.shared_from_this(), node,
                std::make_shared<const OwnedCommand>(release.Routed::command()), until,
                give_back_backoff);

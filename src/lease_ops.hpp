@@ -62,7 +62,7 @@ struct CompareOp final : ScriptOp {
 /// Fills in a release of `token`'s lease of `kind`: compare-and-delete, hand the lease to the
 /// next waiter (published on its manager's channel), leave the queue (as member token +
 /// `member_suffix`; empty: a holder's, who is not queued).
-void prepare_release(Engine& service, CompareOp& op, std::string resource, std::string token,
+void prepare_release(Engine& service, CompareOp& op, std::string_view resource, std::string token,
                      LeaseKind kind, std::string_view member_suffix = {});
 
 /// Fills in an extension of `token`'s lease of `kind` to `ttl_ms` (compare-and-PEXPIRE; a

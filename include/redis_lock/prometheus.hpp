@@ -21,7 +21,8 @@
 //   redis_lock_leases_lost_total{kind}                    counter
 //   redis_lock_lease_commands_total{command, outcome}     counter
 //       command: release, extend, renewal; outcome: ok, not_held (expired or taken), error
-//   redis_lock_lease_command_duration_seconds{command}    histogram: send to reply
+//   redis_lock_lease_command_duration_seconds{command}    histogram: send to reply, of
+//       extensions and renewals (the round trips a lease's life depends on)
 //   redis_lock_errors_total{operation, error}             counter
 //       operation: acquire, release, extend, renewal, inspect, force_release, leader, observe
 //       error: error_name() of a redis_lock::error ("timeout", ...), else the category's name
@@ -60,7 +61,7 @@ struct PrometheusOptions {
   /// The time a lease was held: from 1 ms to 30 min.
   std::vector<double> hold_buckets = {0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1,
                                       5,     10,    30,   60,   300, 1800};
-  /// A release's, extension's or renewal's round trip: from 0.2 ms to 1 s.
+  /// An extension's or renewal's round trip: from 0.2 ms to 1 s.
   std::vector<double> command_buckets = {0.0002, 0.0005, 0.001, 0.0025, 0.005, 0.01,
                                          0.025,  0.05,   0.1,   0.25,   1};
   /// Optional: a resource's group ("order:A-17" -> "order"), put on every series as the label

@@ -111,7 +111,7 @@ struct Series {
   pm::Labels labels;  // {group} or none
   std::array<std::atomic<KindSeries*>, kinds> by_kind{};
   std::array<std::array<pm::Counter*, lease_outcomes.size()>, lease_commands.size()> commands{};
-  std::array<pm::Histogram*, lease_commands.size()> command_seconds{};
+  std::array<pm::Histogram*, lease_commands.size()> command_seconds{};  // (not release)
   std::array<std::array<pm::Counter*, admin_outcomes.size()>, admin_commands.size()> admin{};
   std::mutex errors_mutex;
   std::map<std::pair<std::string_view, std::string_view>, pm::Counter*> errors;
@@ -150,7 +150,7 @@ struct PrometheusObserver::Impl {
         commands(family<pm::Counter>(registry, "lease_commands_total",
                                      "Releases, extensions and renewals, by outcome")),
         command_seconds(family<pm::Histogram>(registry, "lease_command_duration_seconds",
-                                              "Round trip of releases, extensions and renewals")),
+                                              "Round trip of extensions and renewals")),
         errors(family<pm::Counter>(registry, "errors_total",
                                    "Operations that failed, by operation and error")),
         admin(family<pm::Counter>(registry, "admin_operations_total",
@@ -179,8 +179,12 @@ struct PrometheusObserver::Impl {
         s->commands[c][o] = &commands.Add(
             with(s->labels, {{"command", lease_commands[c]}, {"outcome", lease_outcomes[o]}}));
       }
-      s->command_seconds[c] = &command_seconds.Add(
-          with(s->labels, {{"command", lease_commands[c]}}), options.command_buckets);
+      // The round trips that decide whether a lease outlives its ttl: extensions and
+      // renewals. (A release's is left out: nothing waits on it, and every pair would pay.)
+      if (c != 0) {
+        s->command_seconds[c] = &command_seconds.Add(
+            with(s->labels, {{"command", lease_commands[c]}}), options.command_buckets);
+      }
     }
     for (std::size_t c = 0; c < admin_commands.size(); ++c) {
       for (std::size_t o = 0; o < admin_outcomes.size(); ++o) {
@@ -322,7 +326,7 @@ void PrometheusObserver::on_lease(const LeaseEvent& e) noexcept {
     if (command >= lease_commands.size()) return;
     const std::size_t outcome = e.error ? 2 : e.succeeded ? 0 : 1;
     s.commands[command][outcome]->Increment();
-    s.command_seconds[command]->Observe(Seconds(e.latency).count());
+    if (auto* h = s.command_seconds[command]) h->Observe(Seconds(e.latency).count());
     if (e.error) impl_->count_error(s, lease_commands[command], e.error);
   } catch (...) {
   }

@@ -184,6 +184,8 @@ TEST(PrometheusObserver, EventsBecomeTheDocumentedSeries) {
   EXPECT_EQ(cmd("renewal", "error"), 1);
   EXPECT_EQ(cmd("extend", "ok"), 1);
   EXPECT_EQ(s("redis_lock_lease_command_duration_seconds_count", {{"command", "renewal"}}), 2);
+  EXPECT_EQ(s("redis_lock_lease_command_duration_seconds_count", {{"command", "release"}}), -1)
+      << "a release's round trip is not kept";
   // Errors by operation and kind of error (a cancellation is not an error).
   const auto err = [&](const char* operation, const char* what) {
     return s("redis_lock_errors_total", {{"operation", operation}, {"error", what}});
