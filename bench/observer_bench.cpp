@@ -9,10 +9,10 @@
 #include <redis_lock/prometheus.hpp>
 #include <redis_lock/redis_lock.hpp>
 
+#include <prometheus/registry.h>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/use_awaitable.hpp>
-#include <prometheus/registry.h>
 
 #include <time.h>
 
@@ -59,8 +59,8 @@ Sample run(const redis_lock::ConnectionConfig& config,
   asio::co_spawn(
       io,
       [&]() -> asio::awaitable<void> {
-        auto g = co_await locks.async_acquire("bench:observer:warm", {.ttl = 5s},
-                                              asio::use_awaitable);
+        auto g =
+            co_await locks.async_acquire("bench:observer:warm", {.ttl = 5s}, asio::use_awaitable);
         co_await g.async_release(asio::use_awaitable);
       },
       [](std::exception_ptr e) {
@@ -125,12 +125,12 @@ int main(int argc, char** argv) {
     prometheus::Registry registry;
     redis_lock::PrometheusObserver observer(registry);
     const int n = quick ? 200'000 : 1'000'000;
-    redis_lock::AcquireEvent acquired{"order:1", redis_lock::AcquireOutcome::acquired, {},
-                                      800us, 1, false, 1};
+    redis_lock::AcquireEvent acquired{
+        "order:1", redis_lock::AcquireOutcome::acquired, {}, 800us, 1, false, 1};
     const redis_lock::HoldEvent end{"order:1", redis_lock::AcquireKind::mutex,
                                     redis_lock::HoldEnd::released, 2ms};
-    const redis_lock::LeaseEvent release{"order:1", redis_lock::LeaseCommand::release, true, {},
-                                         300us};
+    const redis_lock::LeaseEvent release{
+        "order:1", redis_lock::LeaseCommand::release, true, {}, 300us};
     const auto t0 = Clock::now();
     for (int i = 0; i < n; ++i) {
       observer.on_acquire(acquired);
@@ -176,7 +176,9 @@ int main(int argc, char** argv) {
     }
     // Interference (the server, other processes) only adds CPU: the minima are the least
     // disturbed runs of each side.
-    const auto least = [](const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); };
+    const auto least = [](const std::vector<double>& v) {
+      return *std::min_element(v.begin(), v.end());
+    };
     std::printf(
         "| %d in flight | %d x %d | %.2f | %.2f | %.3f [%.3f, %.3f] | %.3f | %.3f | %.3f | %.0f | "
         "%.0f |\n",

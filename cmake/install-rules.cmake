@@ -17,7 +17,8 @@ endif()
 # (<redis_lock/prometheus.hpp> with its library only.)
 install(DIRECTORY include/redis_lock "${PROJECT_BINARY_DIR}/include/redis_lock"
   DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
-  PATTERN prometheus.hpp EXCLUDE)
+  PATTERN prometheus.hpp EXCLUDE
+  PATTERN prometheus_export.hpp EXCLUDE)
 install(EXPORT redis_lockTargets
   NAMESPACE redis_lock::
   DESTINATION ${REDIS_LOCK_CMAKE_DIR})
@@ -30,6 +31,7 @@ if(TARGET redis_lock_prometheus)
     ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
     INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
   install(FILES include/redis_lock/prometheus.hpp
+                "${PROJECT_BINARY_DIR}/include/redis_lock/prometheus_export.hpp"
     DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/redis_lock)
   install(EXPORT redis_lock_prometheusTargets
     NAMESPACE redis_lock::

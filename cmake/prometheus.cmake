@@ -27,6 +27,18 @@ if(NOT REDIS_LOCK_PROMETHEUS STREQUAL "OFF" AND TARGET prometheus-cpp::core)
     CXX_VISIBILITY_PRESET hidden
     VISIBILITY_INLINES_HIDDEN ON
     CXX_EXTENSIONS OFF)
+  # Its own export macro (REDIS_LOCK_PROMETHEUS_EXPORT): a shared build exports from this
+  # library, not from redis_lock.
+  include(GenerateExportHeader)
+  generate_export_header(redis_lock_prometheus
+    BASE_NAME REDIS_LOCK_PROMETHEUS
+    EXPORT_FILE_NAME "${PROJECT_BINARY_DIR}/include/redis_lock/prometheus_export.hpp")
+  target_include_directories(redis_lock_prometheus PUBLIC
+    "$<BUILD_INTERFACE:${PROJECT_BINARY_DIR}/include>")
+  get_target_property(_rl_prom_type redis_lock_prometheus TYPE)
+  if(NOT _rl_prom_type STREQUAL "SHARED_LIBRARY")
+    target_compile_definitions(redis_lock_prometheus PUBLIC REDIS_LOCK_PROMETHEUS_STATIC_DEFINE)
+  endif()
   message(STATUS "redis_lock: building redis_lock::prometheus (prometheus-cpp ${prometheus-cpp_VERSION})")
 elseif(NOT REDIS_LOCK_PROMETHEUS STREQUAL "OFF")
   message(STATUS "redis_lock: prometheus-cpp not found; redis_lock::prometheus is not built")

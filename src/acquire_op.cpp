@@ -58,28 +58,40 @@ void start(Engine& engine, std::shared_ptr<AcquireOp> op) {
 void start_acquire(Engine& engine, std::string resource, LockOptions options, LockKind kind,
                    AcquireHandler handler) {
   if (!engine.alive()) return;  // the context is gone: drop the handler, as Asio does
+  const auto shown = [&] {      // as the observer hears of it
+    switch (kind.type) {
+      case LockKind::Type::permit:
+        return AcquireKind::permit;
+      case LockKind::Type::shared:
+        return AcquireKind::shared;
+      case LockKind::Type::exclusive:
+        return AcquireKind::exclusive;
+      case LockKind::Type::mutex:
+        break;
+    }
+    return AcquireKind::mutex;
+  }();
   auto broken = engine.config_violation();
   if (!broken) broken = check(resource, options, engine.topology());
   if (!broken) broken = check(kind, engine.topology());
-  if (broken)
-    return engine.refuse(std::move(resource), broken.error, broken.rule, std::move(handler));
+  if (broken) {
+    return engine.refuse(std::move(resource), broken.error, broken.rule, std::move(handler), shown);
+  }
   auto op = std::make_shared<AcquireOp>(std::move(handler), std::move(resource), options);
+  op->shown = shown;
   switch (kind.type) {
     case LockKind::Type::mutex:
       op->data = engine.holder_label();
       break;
     case LockKind::Type::permit:
-      op->shown = AcquireKind::permit;
       op->kind = LeaseKind::shared;
       op->marker = "#S" + to_decimal(kind.limit);
       break;
     case LockKind::Type::shared:
-      op->shown = AcquireKind::shared;
       op->kind = LeaseKind::shared;
       op->marker = "#RW";
       break;
     case LockKind::Type::exclusive:
-      op->shown = AcquireKind::exclusive;
       op->kind = LeaseKind::exclusive;
       op->marker = "#RW";
       break;
@@ -95,8 +107,10 @@ void start_campaign(Engine& engine, std::string resource, std::string value, Loc
   if (!broken) broken = check(resource, options, engine.topology());
   if (!broken) broken = check_admin(resource, engine.topology());
   if (!broken) broken = check_value(value);
-  if (broken)
-    return engine.refuse(std::move(resource), broken.error, broken.rule, std::move(handler));
+  if (broken) {
+    return engine.refuse(std::move(resource), broken.error, broken.rule, std::move(handler),
+                         AcquireKind::election);
+  }
   auto op = std::make_shared<AcquireOp>(std::move(handler), std::move(resource), options);
   op->kind = LeaseKind::leader;
   op->shown = AcquireKind::election;

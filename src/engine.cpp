@@ -192,11 +192,13 @@ void Engine::remove_waiter(const std::string& token) { waiters_->remove(token); 
 // ---------------------------------------------------------------------------------------
 // The operations
 
-void Engine::report_refusal(std::string resource, error_code ec, std::string_view why) {
+void Engine::report_refusal(std::string resource, error_code ec, std::string_view why,
+                            AcquireKind kind) {
   if (!observer()) return;
-  on_strand([self = shared_from_this(), resource = std::move(resource), ec, why] {
+  on_strand([self = shared_from_this(), resource = std::move(resource), ec, why, kind] {
     AcquireEvent e{resource, AcquireOutcome::failed, ec, Clock::duration::zero(), 0, false, 0};
     e.detail = why;
+    e.kind = kind;
     self->observer()->on_acquire(e);
   });
 }
@@ -211,8 +213,8 @@ void Engine::report_admin(AdminCommand command, std::string resource, error_code
 }
 
 void Engine::refuse(std::string resource, error_code ec, std::string_view why,
-                    AcquireHandler handler) {
-  report_refusal(std::move(resource), ec, why);
+                    AcquireHandler handler, AcquireKind kind) {
+  report_refusal(std::move(resource), ec, why, kind);
   deliver(executor_, Defer::yes, std::move(handler), ec, Grant{});
 }
 
@@ -261,7 +263,9 @@ void Engine::release_held(std::string resource, std::string token,
     kind = lease->kind;
     forget(lease);  // stops its renewal
     patience = lease->valid_until();
-    // Its end, unless its loss was reported first (or its acquire never was).
+    // Its end, unless its loss was reported first (or its acquire never was). (Should the
+    // release fail to allocate below, the end goes unreported: a held-leases gauge stays one
+    // too high after an out-of-memory.)
     if (lease->hold_reported.exchange(false)) ended = std::move(lease);
   }
   if (!handler) {

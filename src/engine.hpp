@@ -147,11 +147,13 @@ class Engine : public std::enable_shared_from_this<Engine> {
   void on_strand(Fn&& fn);
   /// An admin op's refusal (config, resource, Redlock), or none.
   Violation check_admin_call(std::string_view resource) const;
-  /// Reports a refused acquire to the observer and completes it (nothing was sent).
+  /// Reports a refused acquire (of `kind`) to the observer and completes it (nothing was
+  /// sent).
   void refuse(std::string resource, boost::system::error_code ec, std::string_view why,
-              AcquireHandler handler);
+              AcquireHandler handler, AcquireKind kind = AcquireKind::mutex);
   /// Reports a refused acquire to the observer (nothing was sent).
-  void report_refusal(std::string resource, boost::system::error_code ec, std::string_view why);
+  void report_refusal(std::string resource, boost::system::error_code ec, std::string_view why,
+                      AcquireKind kind = AcquireKind::mutex);
   /// Reports a completed admin operation (inspect, force-release, leader, observe) to the
   /// observer, if there is one, on the strand. `detail`: the rule or the server's reply.
   void report_admin(AdminCommand command, std::string resource, boost::system::error_code ec,

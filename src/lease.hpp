@@ -106,7 +106,8 @@ struct LeaseState {
 };
 
 /// The observer hears that `lease` is handed out, as `kind`: its hold's end will be reported.
-inline void mark_held(LeaseState& lease, AcquireKind kind, LeaseState::Clock::time_point now) noexcept {
+inline void mark_held(LeaseState& lease, AcquireKind kind,
+                      LeaseState::Clock::time_point now) noexcept {
   lease.shown = kind;
   lease.held_since = now;
   lease.hold_reported.store(true);

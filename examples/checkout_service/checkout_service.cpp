@@ -1061,7 +1061,12 @@ class Worker {
       auto [ec, socket] =
           co_await metrics_acceptor_.async_accept(asio::as_tuple(asio::use_awaitable));
       if (ec == asio::error::operation_aborted || !metrics_acceptor_.is_open()) co_return;
-      if (ec) continue;
+      if (ec) {
+        // Out of descriptors (or another failing accept): a pause, not a spin (accept_loop).
+        asio::steady_timer pause(io_, 100ms);
+        co_await pause.async_wait(asio::as_tuple(asio::use_awaitable));
+        continue;
+      }
       asio::co_spawn(io_, metrics_session(beast::tcp_stream(std::move(socket))), asio::detached);
     }
   }

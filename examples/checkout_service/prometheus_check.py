@@ -15,11 +15,15 @@ import urllib.request
 prom_port, storm_output, orders = sys.argv[1], sys.argv[2], int(sys.argv[3])
 targets = sys.argv[4:]
 failures = []
+at = None  # every query reads this one instant (Prometheus' time), once settled
 
 
 def query(expr):
-    """The instant vector of `expr` as a list of (labels, value)."""
-    url = f"http://127.0.0.1:{prom_port}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
+    """The instant vector of `expr` (at `at`, once set) as a list of (labels, value)."""
+    params = {"query": expr}
+    if at is not None:
+        params["time"] = at
+    url = f"http://127.0.0.1:{prom_port}/api/v1/query?" + urllib.parse.urlencode(params)
     with urllib.request.urlopen(url, timeout=5) as r:
         body = json.load(r)
     if body.get("status") != "success":
@@ -38,7 +42,22 @@ def check(what, got, expected):
         failures.append(f"{what}: prometheus says {got}, expected {expected}")
 
 
+def direct_sums():
+    """Each metric's sum over the workers' own pages, scraped now."""
+    sums = {}
+    for target in targets:
+        with urllib.request.urlopen(f"http://{target}/metrics", timeout=5) as r:
+            for line in r.read().decode().splitlines():
+                if line.startswith("#") or not line.strip():
+                    continue
+                series, value = line.rsplit(" ", 1)
+                name = series.split("{", 1)[0]
+                sums[name] = sums.get(name, 0.0) + float(value)
+    return sums
+
+
 # What the load generator heard: "every answer (status, r: replayed): 201=50 201r=30 409=55".
+# (Status 0, no answer, is the client's alone: the service never counted it.)
 text = open(storm_output).read()
 m = re.search(r"every answer \(status, r: replayed\):((?: \d+r?=\d+)*)", text)
 if not m:
@@ -47,20 +66,31 @@ answers = {}
 for item in m.group(1).split():
     key, n = item.split("=")
     answers[(key.rstrip("r"), "true" if key.endswith("r") else "false")] = int(n)
+unanswered = sum(n for (code, _), n in answers.items() if code == "0")
+answers = {k: n for k, n in answers.items() if k[0] != "0"}
+if unanswered:
+    print(f"  ({unanswered} requests got no answer: not the service's to count)")
 total = sum(answers.values())
 
-# Prometheus scrapes every 500 ms: wait (bounded) until its latest scrape of every worker
-# holds the storm's last answer.
-deadline = time.monotonic() + 30
-seen = None
+# Settled: Prometheus' latest scrape of every worker (each second) holds the storm's last
+# answer, and no lease is held or waited for (a reconciler may release a lease just after a
+# client heard the order's outcome from the ledger). Waited for together, bounded; then every
+# query reads that same instant.
+SETTLED = ("(sum(checkout_responses_total) == bool {total})"
+           " * (count(up == 1) == bool {workers})"
+           " * (sum(redis_lock_leases_held) == bool 0)"
+           " * (sum(redis_lock_acquisitions_waiting) == bool 0)")
+deadline = time.monotonic() + 40
 while time.monotonic() < deadline:
-    seen = scalar("sum(checkout_responses_total)")
-    if seen == total and scalar("count(up == 1)") == len(targets):
+    now = time.time()
+    at = now
+    if scalar(SETTLED.format(total=total, workers=len(targets))) == 1:
         break
+    at = None
     time.sleep(0.25)
-print(f"prometheus at 127.0.0.1:{prom_port}, {len(targets)} workers scraped")
+print(f"prometheus at 127.0.0.1:{prom_port}, {len(targets)} workers, read at {at}")
 check("workers up", scalar("count(up == 1)"), len(targets))
-check("answers to POST /checkout", seen, total)
+check("answers to POST /checkout", scalar("sum(checkout_responses_total)"), total)
 
 # Each status the load generator heard, as the workers counted it.
 by_code = {(s["code"], s["replayed"]): v
@@ -86,40 +116,41 @@ acquired = scalar('sum(redis_lock_acquisitions_total{group="order",outcome="acqu
 print(f"  order locks acquired: {acquired} (at least {orders})")
 if acquired is None or acquired < orders:
     failures.append(f"order locks acquired: {acquired}, fewer than the {orders} orders")
-check("order leases held now", scalar('sum(redis_lock_leases_held{group="order"})'), 0)
+check("leases held now", scalar("sum(redis_lock_leases_held)"), 0)
 check("acquires waiting now", scalar("sum(redis_lock_acquisitions_waiting)"), 0)
 check("leases lost", scalar("sum(redis_lock_leases_lost_total)"), 0)
 check("time-to-acquire observations = acquisitions",
       scalar('sum(redis_lock_acquire_duration_seconds_count{group="order"})'), acquired)
 
-# Prometheus' latest samples are what the workers' own pages say (nothing lost or doubled on
-# the way): the sum over the targets, scraped directly.
-direct = {}
-for target in targets:
-    with urllib.request.urlopen(f"http://{target}/metrics", timeout=5) as r:
-        for line in r.read().decode().splitlines():
-            if line.startswith("#") or not line.strip():
-                continue
-            series, value = line.rsplit(" ", 1)
-            name = series.split("{", 1)[0]
-            direct[name] = direct.get(name, 0.0) + float(value)
-for name in ("checkout_responses_total", "checkout_charges_total",
-             "redis_lock_acquisitions_total", "redis_lock_lease_commands_total",
-             "checkout_provider_requests_total"):
+# Prometheus' samples are what the workers' own pages say (nothing lost or doubled on the
+# way). The pages are read now, Prometheus at `at`: compared again until they agree (a
+# reconciler round may count something in between), bounded.
+compared = ("checkout_responses_total", "checkout_charges_total", "redis_lock_acquisitions_total",
+            "redis_lock_lease_commands_total", "checkout_provider_requests_total")
+for attempt in range(40):
+    direct = direct_sums()
+    at = time.time()
+    time.sleep(1.5)  # past Prometheus' next scrape of every worker (each second)
+    mismatched = [n for n in compared if scalar(f"sum({n})") != direct.get(n)]
+    if not mismatched:
+        break
+for name in compared:
     check(f"sum({name}) as the workers say", scalar(f"sum({name})"), direct.get(name))
 
-# The rules of docs/operations.md ran on these series (a rate needs two scrapes of them, and
-# the rules are evaluated every 500 ms: waited for, bounded).
+# The rules of docs/operations.md ran on these series (a rate needs two scrapes of them; the
+# rules are evaluated each second: waited for, bounded).
+at = None
 names = []
-while time.monotonic() < deadline + 15:
+for attempt in range(60):
     rules = query('count by (__name__) ({__name__=~"redis_lock:.+|checkout:.+"})')
     names = sorted(s["__name__"] for s, _ in rules)
     if "redis_lock:acquisitions:rate5m" in names and "checkout:responses:rate5m" in names:
         break
     time.sleep(0.25)
 print(f"  recording rules with series: {', '.join(names) or 'none'}")
-if "redis_lock:acquisitions:rate5m" not in names:
-    failures.append("the recording rule redis_lock:acquisitions:rate5m has no series")
+for rule in ("redis_lock:acquisitions:rate5m", "checkout:responses:rate5m"):
+    if rule not in names:
+        failures.append(f"the recording rule {rule} has no series")
 
 if failures:
     print("FAILED:\n  " + "\n  ".join(failures))

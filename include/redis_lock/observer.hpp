@@ -65,9 +65,10 @@ struct AcquireEvent {
   AcquireKind kind = AcquireKind::mutex;
 };
 
-/// An acquire joined its resource's wait queue: the resource was held elsewhere and the
-/// acquire's `wait` had not run out. Reported once per acquire, before its AcquireEvent,
-/// which then has `waited` set: acquires waiting now = these minus those AcquireEvents.
+/// An acquire found its resource held elsewhere and has a `wait`: it waits (joins the queue),
+/// or, if its wait had already run out, completes not acquired at once. Reported once per
+/// acquire, before its AcquireEvent, which then has `waited` set: acquires waiting now =
+/// these minus those AcquireEvents.
 struct WaitEvent {
   std::string_view resource;  ///< as given to the acquire
   AcquireKind kind;           ///< which call

@@ -31,8 +31,8 @@
 // No series names a resource: their number would grow without bound.
 #pragma once
 
-#include <redis_lock/export.hpp>
 #include <redis_lock/observer.hpp>
+#include <redis_lock/prometheus_export.hpp>
 
 #include <functional>
 #include <map>
@@ -74,7 +74,7 @@ struct PrometheusOptions {
 /// An Observer (ManagerOptions::observer) that records what managers do as Prometheus
 /// metrics in `registry`. One may serve every manager of a process; its calls are thread
 /// safe, and each costs a few atomic operations (a group adds a lookup).
-class REDIS_LOCK_EXPORT PrometheusObserver final : public Observer {
+class REDIS_LOCK_PROMETHEUS_EXPORT PrometheusObserver final : public Observer {
  public:
   /// Registers the metric families in `registry`, which must outlive this observer. Two
   /// observers with the same options on one registry share their series.
@@ -99,7 +99,7 @@ class REDIS_LOCK_EXPORT PrometheusObserver final : public Observer {
 };
 
 /// `std::make_shared<PrometheusObserver>(registry, std::move(options))`.
-REDIS_LOCK_EXPORT std::shared_ptr<PrometheusObserver> make_prometheus_observer(
+REDIS_LOCK_PROMETHEUS_EXPORT std::shared_ptr<PrometheusObserver> make_prometheus_observer(
     prometheus::Registry& registry, PrometheusOptions options = {});
 
 }  // namespace redis_lock

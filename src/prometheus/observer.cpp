@@ -37,9 +37,10 @@ constexpr std::array<const char*, 3> lease_outcomes{"ok", "not_held", "error"};
 constexpr std::array<const char*, 4> admin_commands{"inspect", "force_release", "leader",
                                                     "observe"};
 constexpr std::array<const char*, 3> admin_outcomes{"ok", "error", "cancelled"};
-// The labels the observer sets itself: a constant label of the same name would clash.
-constexpr std::array<const char*, 7> own_labels{"kind",      "outcome", "waited", "command",
-                                                "operation", "error",   "group"};
+// The labels the observer sets itself (and a histogram's `le`, a summary's `quantile`): a
+// constant label of the same name would clash, and Prometheus would refuse the whole scrape.
+constexpr std::array<const char*, 9> own_labels{
+    "kind", "outcome", "waited", "command", "operation", "error", "group", "le", "quantile"};
 
 std::size_t index(AcquireKind k) noexcept {
   const auto i = static_cast<std::size_t>(k);
@@ -209,9 +210,9 @@ struct PrometheusObserver::Impl {
       if (auto it = groups.find(name); it != groups.end()) return *it->second;
     }
     std::unique_lock lock(groups_mutex);
-    auto& slot = groups[name];
-    if (!slot) slot = make_series({{"group", name}});
-    return *slot;
+    if (auto it = groups.find(name); it != groups.end()) return *it->second;
+    auto made = make_series({{"group", name}});  // (may throw: nothing is inserted then)
+    return *groups.emplace(std::move(name), std::move(made)).first->second;
   }
 
   KindSeries& of(Series& s, AcquireKind kind) {
@@ -233,8 +234,9 @@ struct PrometheusObserver::Impl {
     k->held = &held.Add(with(s.labels, {{"kind", name}}));
     k->hold_seconds = &hold_seconds.Add(with(s.labels, {{"kind", name}}), options.hold_buckets);
     k->lost = &lost.Add(with(s.labels, {{"kind", name}}));
-    slot.store(k.get(), std::memory_order_release);
+    // Kept first, published after: a push_back that throws leaves nothing dangling.
     kind_series.push_back(std::move(k));
+    slot.store(kind_series.back().get(), std::memory_order_release);
     return *kind_series.back();
   }
 

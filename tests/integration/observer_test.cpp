@@ -391,6 +391,15 @@ TEST(Observer, WaitsAndHoldsPairUpForGauges) {
                  tally->held_now(K::election) == 0 && tally->held_now(K::mutex) == 0;
         }));
 
+        // Not renewed, taken away behind its back: the extension finds it gone, a loss.
+        auto plain =
+            co_await locks.async_acquire(resource + "-plain", {.ttl = 5s}, asio::use_awaitable);
+        CO_ASSERT_TRUE(plain);
+        redis_command(port, {"DEL", lease_key(resource + "-plain")});
+        EXPECT_FALSE(co_await plain.async_extend(5s, asio::use_awaitable));
+        EXPECT_EQ(tally->held_now(K::mutex), 0) << "the failed extension's loss ended the hold";
+        { auto gone = std::move(plain); }
+
         // Lost while held: its end is the loss, and dropping the guard later adds none.
         auto renewed = co_await locks.async_acquire(
             resource, {.ttl = 600ms, .auto_renew = true, .renew_every = 50ms}, asio::use_awaitable);
@@ -416,5 +425,5 @@ TEST(Observer, WaitsAndHoldsPairUpForGauges) {
   EXPECT_EQ(tally->ended.back(), resource);
   const auto lost_ends = std::count_if(tally->ends.begin(), tally->ends.end(),
                                        [](const HoldEvent& e) { return e.end == HoldEnd::lost; });
-  EXPECT_EQ(lost_ends, 1);
+  EXPECT_EQ(lost_ends, 2);
 }

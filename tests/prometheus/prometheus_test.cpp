@@ -97,6 +97,7 @@ TEST(PrometheusObserver, RefusesOptionsPrometheusWouldNot) {
   refused({.labels = {{"service-name", "x"}}}, "'service-name' is not a label name");
   refused({.labels = {{"__reserved", "x"}}}, "'__reserved' is not a label name");
   refused({.labels = {{"kind", "x"}}}, "'kind' is a label the observer sets itself");
+  refused({.labels = {{"le", "x"}}}, "'le' is a label the observer sets itself");
   refused({.acquire_buckets = {}}, "acquire_buckets is empty");
   refused({.hold_buckets = {1, 1}}, "hold_buckets must be strictly increasing");
   refused({.command_buckets = {0.1, 0.05}}, "command_buckets must be strictly increasing");
@@ -308,6 +309,10 @@ TEST(PrometheusObserver, ALockManagersWorkAsAnOperatorSeesIt) {
     EXPECT_EQ(lost, error::lock_lost);
     auto [ec, none] = co_await locks.async_acquire("", {}, asio::as_tuple(asio::use_awaitable));
     EXPECT_EQ(ec, error::invalid_argument);
+    // A refusal counts under the kind that was asked for.
+    auto [ec2, none2] = co_await locks.async_acquire_permit(resource + "-sem", 0, {},
+                                                            asio::as_tuple(asio::use_awaitable));
+    EXPECT_EQ(ec2, error::invalid_argument);
   });
   const Scrape s(registry);
   SCOPED_TRACE(s.text);
@@ -317,8 +322,9 @@ TEST(PrometheusObserver, ALockManagersWorkAsAnOperatorSeesIt) {
   EXPECT_EQ(acq("acquired"), 3);
   EXPECT_EQ(acq("not_acquired"), 1);
   EXPECT_EQ(acq("error"), 1);
+  EXPECT_EQ(s("redis_lock_acquisitions_total", {{"kind", "permit"}, {"outcome", "error"}}), 1);
   EXPECT_EQ(s("redis_lock_errors_total", {{"error", "invalid_argument"}, {"operation", "acquire"}}),
-            1);
+            2);
   EXPECT_EQ(s("redis_lock_acquire_duration_seconds_count", {{"kind", "mutex"}, {"waited", "true"}}),
             1);
   EXPECT_GE(s("redis_lock_acquire_duration_seconds_sum", {{"kind", "mutex"}, {"waited", "true"}}),
