@@ -722,8 +722,7 @@ class Worker {
     const auto sent = Clock::now();
     auto answer = co_await checkout::http_call(provider_, method, std::move(path), std::move(body),
                                                deadline, std::move(headers));
-    metrics_.provider(method == http::verb::post ? "charge" : "lookup", answer.status,
-                      Clock::now() - sent);
+    metrics_.provider(method == http::verb::post, answer.status, Clock::now() - sent);
     co_return answer;
   }
 

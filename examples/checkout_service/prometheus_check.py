@@ -12,6 +12,8 @@ import time
 import urllib.parse
 import urllib.request
 
+from metrics_summary import scrape  # the same reading of the workers' pages
+
 prom_port, storm_output, orders = sys.argv[1], sys.argv[2], int(sys.argv[3])
 targets = sys.argv[4:]
 failures = []
@@ -43,16 +45,10 @@ def check(what, got, expected):
 
 
 def direct_sums():
-    """Each metric's sum over the workers' own pages, scraped now."""
+    """Each metric's sum over the workers' own pages, scraped now (every worker must answer)."""
     sums = {}
-    for target in targets:
-        with urllib.request.urlopen(f"http://{target}/metrics", timeout=5) as r:
-            for line in r.read().decode().splitlines():
-                if line.startswith("#") or not line.strip():
-                    continue
-                series, value = line.rsplit(" ", 1)
-                name = series.split("{", 1)[0]
-                sums[name] = sums.get(name, 0.0) + float(value)
+    for (name, _), value in scrape(targets, skip_unreachable=False)[0].items():
+        sums[name] = sums.get(name, 0.0) + value
     return sums
 
 
