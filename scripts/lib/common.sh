@@ -57,6 +57,8 @@ REDIS_LOCK_PACKAGES=(
   g++ cmake ninja-build ccache pkg-config
   libhiredis-dev libfmt-dev libssl-dev openssl doxygen valgrind libgtest-dev libbenchmark-dev
   prometheus-cpp-dev
+  python3-yaml python3-requests python3-colorama python3-patch-ng python3-fasteners
+  python3-distro python3-jinja2 python3-dateutil python3-urllib3
   redis-server redis-tools python3
   clang libclang-rt-dev
 )
