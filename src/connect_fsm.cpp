@@ -4,6 +4,8 @@
 #include <redis_lock/error.hpp>
 
 #include <algorithm>
+#include <string>
+#include <utility>
 
 namespace redis_lock::detail {
 
@@ -65,6 +67,12 @@ std::vector<Handshake::Step> Handshake::plan(const Settings& s, std::string& out
     }
     steps.push_back(Step::auth);
   }
+  if (s.check_version) {
+    // After AUTH: an unauthenticated HELLO with a protocol version is refused (NOAUTH).
+    // Protocol 2 is what the connection speaks anyway.
+    append_command(out, {"HELLO", "2"});
+    steps.push_back(Step::hello);
+  }
   if (s.database != 0) {
     const auto db = std::to_string(s.database);
     append_command(out, {"SELECT", db});
@@ -92,7 +100,70 @@ std::vector<Handshake::Step> Handshake::plan(const Settings& s, std::string& out
   return steps;
 }
 
+namespace {
+
+/// The server's name and version from a HELLO reply in RESP2 (a flat array of names and
+/// values: "server", "redis", "version", "7.0.15", ...); empty where it does not say.
+struct ServerVersion {
+  std::string_view name;
+  std::string_view version;
+};
+
+ServerVersion server_version(const Reply& reply) {
+  ServerVersion found;
+  if (reply.type != Reply::Type::array) return found;
+  for (std::size_t i = 0; i + 1 < reply.elements.size(); i += 2) {
+    const auto& key = reply.elements[i];
+    const auto& value = reply.elements[i + 1];
+    if (key.type != Reply::Type::string || value.type != Reply::Type::string) continue;
+    if (key.str == "server") found.name = value.str;
+    if (key.str == "version") found.version = value.str;
+  }
+  return found;
+}
+
+/// "major.minor..." as two numbers; nullopt when the text does not start so.
+std::optional<std::pair<int, int>> major_minor(std::string_view version) {
+  int parts[2] = {0, 0};
+  std::size_t at = 0;
+  for (int& part : parts) {
+    const auto begin = at;
+    while (at < version.size() && version[at] >= '0' && version[at] <= '9' && at - begin < 6) {
+      part = part * 10 + (version[at] - '0');
+      ++at;
+    }
+    if (at == begin) return std::nullopt;
+    if (&part == &parts[0]) {
+      if (at >= version.size() || version[at] != '.') return std::nullopt;
+      ++at;
+    }
+  }
+  return std::pair{parts[0], parts[1]};
+}
+
+bool too_old(std::string_view version) {
+  const auto found = major_minor(version);
+  // A version we cannot read is not held against the server.
+  return found && *found < std::pair{min_server_major, min_server_minor};
+}
+
+bool unknown_command(std::string_view text) { return text.starts_with("ERR unknown command"); }
+
+}  // namespace
+
 std::optional<error_code> Handshake::check(Step step, const Reply& reply) {
+  if (step == Step::hello) {
+    // Redis < 6.0 does not know HELLO. A user whose ACL leaves HELLO out (NOPERM) cannot
+    // ask, and is not refused for it; any other refusal is judged as for the other steps.
+    if (reply.is_error() && unknown_command(reply.str)) {
+      return error_code(error::server_unsupported);
+    }
+    if (!reply.is_error()) {
+      if (too_old(server_version(reply).version)) return error_code(error::server_unsupported);
+      return std::nullopt;
+    }
+    if (reply.str.starts_with("NOPERM")) return std::nullopt;
+  }
   if (!reply.is_error()) {
     if (step == Step::role &&
         !(reply.type == Reply::Type::array && !reply.elements.empty() &&
@@ -128,6 +199,19 @@ std::optional<error_code> Handshake::check(Step step, const Reply& reply) {
       // A PING refused otherwise (renamed, say): the server answers, and says no.
       return error_code(error::server_error);
   }
+}
+
+std::string Handshake::refusal_text(Step step, const Reply& reply) {
+  if (step != Step::hello || (reply.is_error() && !unknown_command(reply.str))) return reply.str;
+  std::string text = "redis_lock needs a lock server at version " +
+                     std::to_string(min_server_major) + "." + std::to_string(min_server_minor) +
+                     " or later (Redis >= 7.0, Valkey): ";
+  if (reply.is_error()) {
+    return text + "this one does not know HELLO, so it is older than 6.0 (" + reply.str + ")";
+  }
+  const auto found = server_version(reply);
+  return text + "this one is " + std::string(found.name.empty() ? "a server" : found.name) + " " +
+         std::string(found.version);
 }
 
 }  // namespace redis_lock::detail

@@ -90,11 +90,16 @@ class ConnectFsm {
 /// timeouts, at least 2 s.
 std::chrono::milliseconds drain_grace(std::chrono::milliseconds command_timeout) noexcept;
 
-/// What a connection says before any user command: AUTH, SELECT, CLIENT SETNAME, ROLE,
-/// SCRIPT LOAD (or PING when there is nothing to say), and what each answer means.
+/// The oldest lock server the library runs on: 7.0, for sharded pub/sub (a Cluster's
+/// waiters) and because nothing older is tested (Redis 7.0.15, Valkey 8.0.1 are).
+inline constexpr int min_server_major = 7;
+inline constexpr int min_server_minor = 0;
+
+/// What a connection says before any user command: AUTH, HELLO, SELECT, CLIENT SETNAME,
+/// ROLE, SCRIPT LOAD (or PING when there is nothing to say), and what each answer means.
 class Handshake {
  public:
-  enum class Step { auth, select, setname, ping, role, script_load };
+  enum class Step { auth, hello, select, setname, ping, role, script_load };
   struct Settings {
     std::string_view username = {};
     std::string_view password = {};
@@ -102,6 +107,9 @@ class Handshake {
     std::string_view client_name = {};
     bool confirm_master = false;  ///< the address came from a sentinel: ask ROLE
     std::span<const std::string_view> preload = {};
+    /// A lock server (not a sentinel): `HELLO 2` learns its name and version, and one older
+    /// than min_server_major.min_server_minor is refused (error::server_unsupported).
+    bool check_version = false;
   };
 
   /// Appends the handshake's commands (RESP) to `out`, one step per command, in order.
@@ -110,6 +118,9 @@ class Handshake {
   /// CLIENT SETNAME or SCRIPT LOAD is no failure: a user without those rights may still take
   /// locks.
   static std::optional<boost::system::error_code> check(Step step, const Reply& reply);
+  /// Why `check` refused a reply, in words for LockManager::last_server_error(): the
+  /// server's own error text, or for HELLO the version found and the version needed.
+  static std::string refusal_text(Step step, const Reply& reply);
 };
 
 }  // namespace redis_lock::detail

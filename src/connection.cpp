@@ -384,7 +384,8 @@ void Connection::start_handshake(const std::shared_ptr<Link>& link) {
                                       .database = config_.database,
                                       .client_name = client_name_,
                                       .confirm_master = static_cast<bool>(locator_),
-                                      .preload = preload_},
+                                      .preload = preload_,
+                                      .check_version = check_version_},
                                      resp);
   fsm_.connected();
   handshake_left_ = steps.size();
@@ -416,7 +417,10 @@ void Connection::on_handshake_reply(const std::shared_ptr<Link>& link, Handshake
                                     error_code ec, const Reply& reply) {
   if (link_ != link || fsm_.state() != State::handshake) return;
   if (ec) return;  // drop_link is failing the handshake already
-  if (const auto refused = Handshake::check(step, reply)) return connect_failed(*refused);
+  if (const auto refused = Handshake::check(step, reply)) {
+    if (on_refused_) on_refused_(Handshake::refusal_text(step, reply));
+    return connect_failed(*refused);
+  }
   if (--handshake_left_ == 0) {
     fsm_.ready();
     connect_timer_->cancel();

@@ -91,6 +91,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
   /// queued after it. A server that refuses (no `script|load` in the user's ACL) leaves
   /// the fallback in charge. The bodies must outlive the connection.
   void set_preload(std::vector<std::string_view> scripts) { preload_ = std::move(scripts); }
+  /// A lock server (not a sentinel): each handshake asks `HELLO 2` and refuses a server
+  /// older than the library needs (Handshake::Settings::check_version).
+  void check_server_version(bool on) noexcept { check_version_ = on; }
+  /// Hears why a handshake was refused, in words (the server's error text, or the version
+  /// found and needed), on the strand, before the queued commands fail.
+  using RefusalHandler = std::function<void(std::string_view)>;
+  void set_refusal_handler(RefusalHandler on_refused) { on_refused_ = std::move(on_refused); }
   /// How large the arrays in this connection's replies may be (from its next link on).
   /// The default suits lock commands; the connection that asks CLUSTER SLOTS needs more.
   void set_reply_limits(ReplyLimits limits) noexcept { reply_limits_ = limits; }
@@ -185,6 +192,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::unique_ptr<boost::asio::steady_timer> connect_timer_;  // connect deadline / backoff
   Locator locator_;
   std::vector<std::string_view> preload_;
+  bool check_version_ = false;
+  RefusalHandler on_refused_;
   ReplyLimits reply_limits_ = ReplyLimits::commands();
   PushHandler on_push_;
   LinkDownHandler on_link_down_;

@@ -63,6 +63,8 @@ Engine::Engine(asio::any_io_executor ex, ConnectionConfig config, ManagerOptions
     }
   }
   router_->set_preload(std::move(scripts));
+  router_->set_refusal_handler(
+      [last_error = last_error_](std::string_view text) { last_error->set(text); });
 }
 
 Engine::~Engine() = default;
@@ -116,15 +118,12 @@ bool Engine::give_back_now(std::size_t node, std::optional<Router::Pool> behind,
 }
 
 std::string Engine::last_server_error() const {
-  std::lock_guard lock(error_mutex_);
-  return last_server_error_;
+  std::lock_guard lock(last_error_->mutex);
+  return last_error_->text;
 }
 
 error_code Engine::server_error(const Reply& reply) {
-  {
-    std::lock_guard lock(error_mutex_);
-    last_server_error_ = reply.str;
-  }
+  last_error_->set(reply.str);
   return error_from_reply(reply.str);
 }
 

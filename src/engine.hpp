@@ -179,8 +179,17 @@ class Engine : public std::enable_shared_from_this<Engine> {
   PendingOps pending_;
   std::atomic<bool> alive_{true};
   std::shared_ptr<std::atomic<bool>> context_alive_ = std::make_shared<std::atomic<bool>>(true);
-  mutable std::mutex error_mutex_;
-  std::string last_server_error_;
+  /// The text of the last error reply (or refused handshake): shared with the connections'
+  /// refusal handlers, which may outlive the engine by a late reply.
+  struct LastError {
+    std::mutex mutex;
+    std::string text;
+    void set(std::string_view said) {
+      std::lock_guard lock(mutex);
+      text = said;
+    }
+  };
+  std::shared_ptr<LastError> last_error_ = std::make_shared<LastError>();
 };
 
 /// Installs an operation's cancellation handler in the slot its completion handler carries,

@@ -69,6 +69,9 @@ class Category final : public boost::system::error_category {
         return "too few Redlock masters answered for a majority decision";
       case error::limit_mismatch:
         return "the semaphore is held or waited for with another limit";
+      case error::server_unsupported:
+        return "the lock server is older than redis_lock needs (Redis >= 7.0 or Valkey); "
+               "last_server_error() names the version found";
     }
     return "unknown redis_lock error";
   }
@@ -105,6 +108,7 @@ const char* error_name(error e) noexcept {
     REDIS_LOCK_ERROR_NAME(master_not_found)
     REDIS_LOCK_ERROR_NAME(no_quorum)
     REDIS_LOCK_ERROR_NAME(limit_mismatch)
+    REDIS_LOCK_ERROR_NAME(server_unsupported)
 #undef REDIS_LOCK_ERROR_NAME
   }
   return "unknown";

@@ -75,9 +75,11 @@ boost::system::error_code error_from_reply(std::string_view text) noexcept {
   for (const auto& p : table) {
     if (starts_with(text, p.prefix)) return p.code;
   }
-  // Redis 7.0 reports an ACL refusal inside a script as a plain ERR.
+  // Redis 7.0 reports an ACL refusal inside a script as a plain ERR, and so does Valkey 8
+  // (Redis 7.2's words): "ERR ACL failure in script: User u has no permissions to run ...".
   if (starts_with(text, "ERR ") &&
-      text.find("user executing the script can't run this command") != std::string_view::npos) {
+      (text.find("user executing the script can't run this command") != std::string_view::npos ||
+       starts_with(text, "ERR ACL failure in script"))) {
     return error::no_permission;
   }
   return error::server_error;

@@ -89,6 +89,8 @@ Connection& Router::connection(std::size_t node, Pool pool) {
           });
     }
     if (pool == Pool::commands || pool == Pool::durable) slot->set_preload(preload_);
+    slot->check_server_version(true);
+    slot->set_refusal_handler(on_refused_);
     if (pool == Pool::subscriber && setup_) setup_(*slot, node);
   }
   return *slot;

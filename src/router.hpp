@@ -88,6 +88,11 @@ class Router : public std::enable_shared_from_this<Router> {
 
   /// Scripts every command connection loads in its handshake (see Connection::set_preload).
   void set_preload(std::vector<std::string_view> scripts) { preload_ = std::move(scripts); }
+  /// Every connection's refused handshakes (Connection::set_refusal_handler). Every
+  /// connection of a node checks the server's version in its handshake.
+  void set_refusal_handler(Connection::RefusalHandler on_refused) {
+    on_refused_ = std::move(on_refused);
+  }
   /// Set once, before the first subscriber connection is made.
   void set_subscriber_setup(SubscriberSetup setup) { setup_ = std::move(setup); }
   bool cluster() const noexcept { return config_.topology == Topology::cluster; }
@@ -153,6 +158,7 @@ class Router : public std::enable_shared_from_this<Router> {
   std::shared_ptr<boost::asio::ssl::context> tls_;
   SubscriberSetup setup_;
   std::vector<std::string_view> preload_;
+  Connection::RefusalHandler on_refused_;
   std::shared_ptr<SentinelLocator> locator_;  // Sentinel only
   bool verifying_ = false;
   std::chrono::steady_clock::time_point next_verify_{};

@@ -38,6 +38,8 @@ enum class error {
   master_not_found,      ///< no sentinel named a reachable master (or it was not a master)
   no_quorum,             ///< Redlock: too few masters answered to decide (nothing is left held)
   limit_mismatch,        ///< the semaphore is held or waited for with another limit
+  server_unsupported,    ///< the lock server is older than 7.0 (at connect; see
+                         ///< `LockManager::last_server_error()` for the version found)
 };
 
 /// The category of `redis_lock::error`; its name() is "redis_lock".

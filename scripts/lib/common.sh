@@ -129,6 +129,36 @@ ensure_prometheus() {
   rm -rf "$tmp"
 }
 
+# Valkey 8.0.1, the second server the live suites run on, built once per checkout from
+# ../shared/tools (beside the project's root) into build/tools/valkey: its bin/ holds
+# valkey-server, valkey-sentinel and valkey-cli and, as Valkey installs them, the names
+# redis-server, redis-sentinel and redis-cli, so that a PATH with it first makes every test,
+# script and example run on Valkey. Prints the bin/ directory; nothing (and returns 1) where
+# the tarball is absent.
+VALKEY_VERSION=8.0.1
+ensure_valkey() {
+  local tarball="../shared/tools/valkey-$VALKEY_VERSION.tar.gz" into="$PWD/build/tools/valkey"
+  local stamp="$into/built-$VALKEY_VERSION"
+  if [ ! -f "$tarball" ]; then
+    log "$tarball is absent: the live suites run on Redis only"
+    return 1
+  fi
+  if [ ! -f "$stamp" ]; then
+    log "building Valkey $VALKEY_VERSION from $tarball (once, into $into)"
+    rm -rf "$into" && mkdir -p "$into/src"
+    tar -xzf "$tarball" -C "$into/src" --strip-components=1
+    # TLS as Debian's redis-server has it: the TLS suites run on both servers.
+    if ! make -C "$into/src" -j2 BUILD_TLS=yes >"$into/build.log" 2>&1 ||
+       ! make -C "$into/src" PREFIX="$into" BUILD_TLS=yes install >>"$into/build.log" 2>&1; then
+      tail -n 30 "$into/build.log" >&2
+      log "building Valkey failed (log: $into/build.log)"
+      exit 1
+    fi
+    touch "$stamp"
+  fi
+  echo "$into/bin"
+}
+
 # The peers of ./scripts/bench: Node.js with npm (for redlock and redis-semaphore, installed
 # from bench/peers/package-lock.json) and Debian's python3-redis.
 ensure_bench_peers() {

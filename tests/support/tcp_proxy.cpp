@@ -11,6 +11,8 @@
 #include <boost/asio/write.hpp>
 
 #include <deque>
+#include <optional>
+#include <regex>
 #include <string>
 #include <thread>
 
@@ -31,6 +33,8 @@ struct TcpProxy::Impl {
   std::atomic<unsigned long long> client_bytes{0};
   std::string slow_after;  // set before any connection (delay_replies_after)
   std::chrono::milliseconds slow_delay{0};
+  std::optional<std::regex> rewrite;  // set before any connection (rewrite_replies)
+  std::string rewrite_to;
   std::thread thread;
 
   asio::awaitable<void> pause_while_cut() {
@@ -84,6 +88,7 @@ struct TcpProxy::Impl {
       if (ec) break;
       std::string bytes(buf, n);
       if (from_server && corrupt_reply.exchange(false)) bytes = "\x07not RESP\r\n";
+      if (from_server && rewrite) bytes = std::regex_replace(bytes, *rewrite, rewrite_to);
       if (!from_server) {
         client_bytes += n;
         if (!slow_after.empty() && bytes.find(slow_after) != std::string::npos) *slowed = true;
@@ -133,6 +138,11 @@ void TcpProxy::set_delay(std::chrono::milliseconds delay) noexcept {
 void TcpProxy::set_blackhole(bool on) noexcept { impl_->blackhole.store(on); }
 
 void TcpProxy::corrupt_next_reply() noexcept { impl_->corrupt_reply.store(true); }
+
+void TcpProxy::rewrite_replies(std::string pattern, std::string replacement) {
+  impl_->rewrite.emplace(pattern);
+  impl_->rewrite_to = std::move(replacement);
+}
 
 void TcpProxy::delay_replies_after(std::string needle, std::chrono::milliseconds delay) {
   impl_->slow_after = std::move(needle);

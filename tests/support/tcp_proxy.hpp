@@ -33,6 +33,10 @@ class TcpProxy {
   /// comes `delay` late (on top of set_delay): e.g. the replies to a CLUSTER SLOTS. Call it
   /// before any client connects.
   void delay_replies_after(std::string needle, std::chrono::milliseconds delay);
+  /// Every chunk the server sends has each match of `pattern` (ECMAScript) replaced by
+  /// `replacement` ($1 ... for its groups): e.g. the version in a HELLO reply. Call it
+  /// before any client connects.
+  void rewrite_replies(std::string pattern, std::string replacement);
   /// Bytes forwarded from clients to the server so far.
   unsigned long long bytes_from_clients() const noexcept;
 

@@ -273,15 +273,22 @@ TEST(Handshake, PlanForEachConfiguration) {
        {.preload = scripts},
        {Step::script_load, Step::script_load},
        {{"SCRIPT", "LOAD", "return 1"}, {"SCRIPT", "LOAD", "return 2"}}},
-      {"everything, AUTH first and the scripts last",
+      {"a lock server: HELLO 2 learns its version",
+       {.check_version = true},
+       {Step::hello},
+       {{"HELLO", "2"}}},
+      {"everything, AUTH first (HELLO with a protocol needs it) and the scripts last",
        {.username = "u",
         .password = "p",
         .database = 1,
         .client_name = "n",
         .confirm_master = true,
-        .preload = scripts},
-       {Step::auth, Step::select, Step::setname, Step::role, Step::script_load, Step::script_load},
+        .preload = scripts,
+        .check_version = true},
+       {Step::auth, Step::hello, Step::select, Step::setname, Step::role, Step::script_load,
+        Step::script_load},
        {{"AUTH", "u", "p"},
+        {"HELLO", "2"},
         {"SELECT", "1"},
         {"CLIENT", "SETNAME", "n"},
         {"ROLE"},
@@ -305,6 +312,19 @@ redis_lock::detail::Reply array_of(std::vector<std::string> words) {
   Reply r;
   r.type = Reply::Type::array;
   for (auto& w : words) r.elements.push_back(text(std::move(w)));
+  return r;
+}
+
+/// A HELLO reply in RESP2 as Redis 7 gives it: names and values, the protocol an integer.
+Reply hello_reply(std::string server, std::string version) {
+  Reply r = array_of({"server", std::move(server), "version", std::move(version), "proto"});
+  Reply proto;
+  proto.type = Reply::Type::integer;
+  proto.integer = 2;
+  r.elements.push_back(proto);
+  for (auto& w : array_of({"mode", "standalone", "role", "master"}).elements) {
+    r.elements.push_back(std::move(w));
+  }
   return r;
 }
 
@@ -370,6 +390,33 @@ TEST(Handshake, EachReplyMeans) {
       {Step::role, error_reply("ERR unknown command 'ROLE'"), error::master_not_found},
       {Step::role, loading, error::connect_failed},
       {Step::role, error_reply("NOAUTH Authentication required."), error::not_authenticated},
+      // HELLO: the version decides
+      {Step::hello, hello_reply("redis", "7.0.15"), std::nullopt},
+      {Step::hello, hello_reply("redis", "7.0.0"), std::nullopt},
+      {Step::hello, hello_reply("valkey", "8.0.1"), std::nullopt},
+      {Step::hello, hello_reply("redis", "7.2.4"), std::nullopt},
+      {Step::hello, hello_reply("redis", "10.0.0"), std::nullopt},
+      {Step::hello, hello_reply("redis", "6.2.14"), error::server_unsupported},
+      {Step::hello, hello_reply("redis", "6.0.0"), error::server_unsupported},
+      {Step::hello, hello_reply("redis", "5.9"), error::server_unsupported},
+      // Redis 5 does not know HELLO.
+      {Step::hello, error_reply("ERR unknown command `HELLO`, with args beginning with: `2`, "),
+       error::server_unsupported},
+      {Step::hello, error_reply("ERR unknown command 'HELLO'"), error::server_unsupported},
+      // Cannot tell: not held against the server.
+      {Step::hello, error_reply("NOPERM this user has no permissions to run the 'hello' command"),
+       std::nullopt},
+      {Step::hello, hello_reply("redis", "unstable"), std::nullopt},
+      {Step::hello, hello_reply("redis", ""), std::nullopt},
+      {Step::hello, hello_reply("redis", "7"), std::nullopt},
+      {Step::hello, hello_reply("redis", ".6"), std::nullopt},
+      {Step::hello, array_of({}), std::nullopt},
+      {Step::hello, text("OK"), std::nullopt},
+      // Other refusals as for the other steps.
+      {Step::hello, loading, error::connect_failed},
+      {Step::hello,
+       error_reply("NOAUTH HELLO must be called with the client already authenticated"),
+       error::not_authenticated},
   };
   int i = 0;
   for (const auto& c : cases) {
@@ -382,6 +429,23 @@ TEST(Handshake, EachReplyMeans) {
       EXPECT_EQ(*got, *c.fails_with) << got->message();
     }
   }
+}
+
+TEST(Handshake, ARefusalSaysWhy) {
+  // The version found and the version needed, for LockManager::last_server_error().
+  EXPECT_EQ(Handshake::refusal_text(Step::hello, hello_reply("redis", "6.2.14")),
+            "redis_lock needs a lock server at version 7.0 or later (Redis >= 7.0, Valkey): "
+            "this one is redis 6.2.14");
+  const auto no_hello = Handshake::refusal_text(
+      Step::hello, error_reply("ERR unknown command 'HELLO', with args beginning with: '2'"));
+  EXPECT_NE(no_hello.find("does not know HELLO, so it is older than 6.0"), std::string::npos)
+      << no_hello;
+  EXPECT_NE(no_hello.find("7.0 or later"), std::string::npos) << no_hello;
+  // Any other refusal: the server's own words.
+  EXPECT_EQ(Handshake::refusal_text(Step::auth, error_reply("WRONGPASS invalid password")),
+            "WRONGPASS invalid password");
+  EXPECT_EQ(Handshake::refusal_text(Step::hello, error_reply("NOAUTH Authentication required.")),
+            "NOAUTH Authentication required.");
 }
 
 }  // namespace

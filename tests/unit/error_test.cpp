@@ -46,6 +46,7 @@ constexpr Expected every_code[] = {
     {error::master_not_found, "sentinel", "master_not_found"},
     {error::no_quorum, "Redlock", "no_quorum"},
     {error::limit_mismatch, "another limit", "limit_mismatch"},
+    {error::server_unsupported, "Redis >= 7.0", "server_unsupported"},
 };
 
 }  // namespace
@@ -98,6 +99,10 @@ TEST(ErrorCategory, ServerReplyMapping) {
             error::not_authenticated);
   EXPECT_EQ(error_from_reply("WRONGPASS invalid username-password pair"), error::auth_failed);
   EXPECT_EQ(error_from_reply("ERR invalid password"), error::auth_failed);
+  // An ACL refusal inside a script: Valkey 8's (and Redis 7.2's) words.
+  EXPECT_EQ(error_from_reply("ERR ACL failure in script: User scripter has no permissions to run "
+                             "the 'exists' command script: 4adb6f1d, on @user_script:128."),
+            error::no_permission);
   EXPECT_EQ(error_from_reply("ERR AUTH <password> called without any password configured for "
                              "the default user. Are you sure your configuration is correct?"),
             error::auth_failed);
