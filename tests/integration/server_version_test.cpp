@@ -82,9 +82,9 @@ TEST(ServerVersion, AUserWithoutHelloStillLocks) {
   // An ACL that leaves HELLO out: the version cannot be asked, and is not held against the
   // server (docs/security.md lists +hello, which lets the check run).
   RedisServer server;
-  ASSERT_EQ(server.command({"ACL", "SETUSER", "nohello", "on", ">pw", "~*", "&*", "+@all",
-                            "-hello"}),
-            "OK");
+  ASSERT_EQ(
+      server.command({"ACL", "SETUSER", "nohello", "on", ">pw", "~*", "&*", "+@all", "-hello"}),
+      "OK");
   auto cfg = server.config();
   cfg.username = "nohello";
   cfg.password = "pw";
