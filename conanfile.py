@@ -117,6 +117,7 @@ class RedisLockConan(ConanFile):
             component.set_property("pkg_config_name", "redis_lock_prometheus")
             component.libs = ["redis_lock_prometheus"]
             component.requires = ["core"]
+            component.defines = ["REDIS_LOCK_PROMETHEUS_STATIC_DEFINE"] if static else []
             # Public: its header takes a prometheus::Registry.
             self._use(component, "prometheus-cpp", ["prometheus-cpp-core"], ["prometheus-cpp-core"])
 

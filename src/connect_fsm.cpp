@@ -153,8 +153,10 @@ bool unknown_command(std::string_view text) { return text.starts_with("ERR unkno
 
 std::optional<error_code> Handshake::check(Step step, const Reply& reply) {
   if (step == Step::hello) {
-    // Redis < 6.0 does not know HELLO. A user whose ACL leaves HELLO out (NOPERM) cannot
-    // ask, and is not refused for it; any other refusal is judged as for the other steps.
+    // Redis < 6.0 does not know HELLO (nor does a server that renamed it away). HELLO needs
+    // no ACL right on Redis >= 6.2 and Valkey; a NOPERM (Redis 6.0, or a proxy) leaves the
+    // version unknown, which is not held against the server. Any other refusal is judged
+    // as for the other steps.
     if (reply.is_error() && unknown_command(reply.str)) {
       return error_code(error::server_unsupported);
     }
@@ -202,6 +204,12 @@ std::optional<error_code> Handshake::check(Step step, const Reply& reply) {
 }
 
 std::string Handshake::refusal_text(Step step, const Reply& reply) {
+  if (step == Step::role && !reply.is_error()) {
+    const bool named = reply.type == Reply::Type::array && !reply.elements.empty() &&
+                       reply.elements[0].type == Reply::Type::string;
+    return "ROLE says " + (named ? reply.elements[0].str : std::string("nothing")) +
+           ", not master: the sentinels' master is not (or no longer) one";
+  }
   if (step != Step::hello || (reply.is_error() && !unknown_command(reply.str))) return reply.str;
   std::string text = "redis_lock needs a lock server at version " +
                      std::to_string(min_server_major) + "." + std::to_string(min_server_minor) +

@@ -418,7 +418,11 @@ void Connection::on_handshake_reply(const std::shared_ptr<Link>& link, Handshake
   if (link_ != link || fsm_.state() != State::handshake) return;
   if (ec) return;  // drop_link is failing the handshake already
   if (const auto refused = Handshake::check(step, reply)) {
-    if (on_refused_) on_refused_(Handshake::refusal_text(step, reply));
+    try {
+      if (on_refused_) on_refused_(Handshake::refusal_text(step, reply));
+    } catch (const std::exception&) {
+      // Only the words are lost (no memory for them): the connect fails all the same.
+    }
     return connect_failed(*refused);
   }
   if (--handshake_left_ == 0) {

@@ -185,6 +185,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
     std::mutex mutex;
     std::string text;
     void set(std::string_view said) {
+      if (said.empty()) return;  // keep the last words that said something
       std::lock_guard lock(mutex);
       text = said;
     }

@@ -31,6 +31,7 @@ struct QuorumCall : std::enable_shared_from_this<QuorumCall> {
   std::vector<long long> fences;  // acquire: each granting master's fencing counter, else -1
   long long pttl = -1;            // acquire: the shortest remaining lease among refusals
   error_code first_error;
+  std::size_t unsupported = 0;  // masters refused at connect as older than 7.0
   Clock::time_point started = Clock::now();
   bool decided = false;
   bool completed = false;  // the op has its reply (decided, and the write-back is done)
@@ -115,6 +116,7 @@ void QuorumCall::on_node_reply(std::size_t node, error_code ec, const Reply& rep
       result.outcome = NodeOutcome::failed;
       result.error = answer.error;
       if (!first_error) first_error = answer.error;
+      if (answer.error == error::server_unsupported) ++unsupported;
       break;
     case quorum::Answer::Kind::granted:
       result.outcome = NodeOutcome::granted;
@@ -145,6 +147,13 @@ void QuorumCall::decide() {
       return complete({}, replies::integer_reply(0));
     case quorum::Verdict::no_quorum:
       if (acquire) give_back();
+      // Masters too old to use are no outage: say so, rather than "no quorum", when they
+      // are why a majority was out of reach. (A minority of them is outvoted, as any
+      // failed master; the node's own error is in the observer's per-node results.)
+      if (unsupported > 0 &&
+          tally.failed - unsupported <= tally.masters - quorum::majority(tally.masters)) {
+        return complete(error::server_unsupported, Reply{});
+      }
       return complete(error::no_quorum, Reply{});
   }
 }

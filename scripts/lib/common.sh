@@ -133,9 +133,11 @@ ensure_prometheus() {
 # ../shared/tools (beside the project's root) into build/tools/valkey: its bin/ holds
 # valkey-server, valkey-sentinel and valkey-cli and, as Valkey installs them, the names
 # redis-server, redis-sentinel and redis-cli, so that a PATH with it first makes every test,
-# script and example run on Valkey. Prints the bin/ directory; nothing (and returns 1) where
-# the tarball is absent.
+# script and example run on Valkey. Sets VALKEY_BIN to that bin/ directory; returns 1 where
+# the tarball is absent; a failed build ends the script. (Call it directly, not in $(...):
+# its exit must end the script.)
 VALKEY_VERSION=8.0.1
+VALKEY_BIN=
 ensure_valkey() {
   local tarball="../shared/tools/valkey-$VALKEY_VERSION.tar.gz" into="$PWD/build/tools/valkey"
   local stamp="$into/built-$VALKEY_VERSION"
@@ -145,10 +147,10 @@ ensure_valkey() {
   fi
   if [ ! -f "$stamp" ]; then
     log "building Valkey $VALKEY_VERSION from $tarball (once, into $into)"
-    rm -rf "$into" && mkdir -p "$into/src"
-    tar -xzf "$tarball" -C "$into/src" --strip-components=1
     # TLS as Debian's redis-server has it: the TLS suites run on both servers.
-    if ! make -C "$into/src" -j2 BUILD_TLS=yes >"$into/build.log" 2>&1 ||
+    if ! { rm -rf "$into" && mkdir -p "$into/src" &&
+           tar -xzf "$tarball" -C "$into/src" --strip-components=1; } ||
+       ! make -C "$into/src" -j2 BUILD_TLS=yes >"$into/build.log" 2>&1 ||
        ! make -C "$into/src" PREFIX="$into" BUILD_TLS=yes install >>"$into/build.log" 2>&1; then
       tail -n 30 "$into/build.log" >&2
       log "building Valkey failed (log: $into/build.log)"
@@ -156,7 +158,11 @@ ensure_valkey() {
     fi
     touch "$stamp"
   fi
-  echo "$into/bin"
+  VALKEY_BIN="$into/bin"
+  if ! "$VALKEY_BIN/redis-server" --version | grep -q "v=$VALKEY_VERSION"; then
+    log "$VALKEY_BIN/redis-server is not Valkey $VALKEY_VERSION"
+    exit 1
+  fi
 }
 
 # The peers of ./scripts/bench: Node.js with npm (for redlock and redis-semaphore, installed

@@ -733,6 +733,26 @@ TEST(Cli, ConnectionErrorsNameTheServerAndTheReason) {
       << plain_text;
 }
 
+TEST(Cli, AnOldServerIsNamedWithTheVersionFoundAndNeeded) {
+  // A server whose HELLO says 6.2.14 (the proxy rewrites the real one's): redis-lock says
+  // which version it found and which it needs, and runs nothing.
+  TcpProxy proxy(shared_server_port());
+  proxy.rewrite_replies("(\\$7\r\nversion\r\n)\\$[0-9]+\r\n[0-9.]+\r\n", "$1$$6\r\n6.2.14\r\n");
+  ChildProcess old(
+      {REDIS_LOCK_CLI_PATH, "--url", "redis://127.0.0.1:" + std::to_string(proxy.port()),
+       unique_resource(), "--", "echo", "ran"},
+      {.stderr_too = true});
+  const auto text = old.read_all();
+  EXPECT_EQ(old.wait(), 3) << text;
+  EXPECT_NE(text.find("version 7.0 or later (Redis >= 7.0, Valkey): this one is "),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find(" 6.2.14 (127.0.0.1:" + std::to_string(proxy.port()) + ")"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("ran\n"), std::string::npos) << text;
+}
+
 TEST(Cli, ATlsFailureIsDiagnosedWithoutSendingPlainText) {
   // A listener that answers nothing and keeps every byte it is sent (a plain-text Redis
   // answers a TLS hello with nothing too). The diagnosis used to follow the failed handshake

@@ -348,8 +348,8 @@ TEST(Connection, LoadsItsScriptsInTheHandshakeAndRecoversFromScriptFlush) {
 
 TEST(Connection, GarbageFromTheServerIsAProtocolError) {
   // No real Redis sends garbage: a fake server is the only way to show this. It answers the
-  // handshake (CLIENT SETNAME and each SCRIPT LOAD refused, which the client tolerates),
-  // then meets the
+  // handshake (HELLO as Redis 7.0 would, CLIENT SETNAME and each SCRIPT LOAD refused, which
+  // the client tolerates), then meets the
   // acquire with bytes that are not RESP: the error must come from the reply parser, not
   // from a failed handshake.
   asio::io_context io;
@@ -364,15 +364,21 @@ TEST(Connection, GarbageFromTheServerIsAProtocolError) {
       if (ec) return;
       seen.append(buf.data(), n);
       auto out = std::make_shared<std::string>();
-      // The handshake's steps: CLIENT SETNAME and one SCRIPT LOAD per script (both may be
-      // refused: the client takes locks without them).
-      std::size_t loads = 0;
-      for (const std::string step : {"\r\nLOAD\r\n", "\r\nSETNAME\r\n"}) {
+      // The handshake's steps, answered in order: HELLO with a version, CLIENT SETNAME and
+      // one SCRIPT LOAD per script refused (the client takes locks without them).
+      std::map<std::size_t, std::string> steps;  // by position in what was seen
+      for (const std::string step : {"\r\nHELLO\r\n", "\r\nLOAD\r\n", "\r\nSETNAME\r\n"}) {
         for (auto at = seen.find(step); at != std::string::npos; at = seen.find(step, at + 1)) {
-          ++loads;
+          steps[at] = step == "\r\nHELLO\r\n"
+                          ? "*4\r\n$6\r\nserver\r\n$5\r\nredis\r\n$7\r\nversion\r\n$5\r\n7.0.0\r\n"
+                          : "-ERR not allowed\r\n";
         }
       }
-      for (; answered < loads; ++answered) *out += "-ERR not allowed\r\n";
+      std::size_t i = 0;
+      for (const auto& [at, reply] : steps) {
+        if (i++ >= answered) *out += reply;
+      }
+      answered = steps.size();
       if (!garbage_sent && seen.find("EVALSHA") != std::string::npos) {
         *out += "?this is not RESP\r\n";
         garbage_sent = true;

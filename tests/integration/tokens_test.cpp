@@ -145,14 +145,27 @@ TEST(Tokens, KeepIncreasingAcrossAClusterFailoverToAReplicaThatMissedWrites) {
   // after a master lost with writes not yet replicated); the old master becomes its replica
   // and drops its data. (Not TAKEOVER, which skips the election: in 3 of 30 runs the
   // master had not given up the slots 20 s later.)
+  // A manual failover whose election the replica does not win within the server's manual
+  // failover timeout (5 s) is abandoned, not retried (seen once on Valkey 8 with both cores
+  // busy): asked again every 6 s while the replica is not a master yet, within 30 s.
   ASSERT_EQ(cluster.node(replica).command({"CLUSTER", "FAILOVER", "FORCE"}), "OK");
-  try {
-    wait_until([&] { return cluster.is_master(replica) && !cluster.is_master(master); }, 30s,
-               "the forced failover");
-  } catch (const std::exception& e) {
-    FAIL() << e.what() << "\nreplica's view:\n"
-           << cluster.node(replica).command({"CLUSTER", "NODES"}) << "\nmaster's view:\n"
-           << cluster.node(master).command({"CLUSTER", "NODES"});
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  auto asked = std::chrono::steady_clock::now();
+  int asks = 1;
+  while (!(cluster.is_master(replica) && !cluster.is_master(master))) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now > deadline) {
+      FAIL() << "timed out waiting for the forced failover (asked " << asks << " times)"
+             << "\nreplica's view:\n"
+             << cluster.node(replica).command({"CLUSTER", "NODES"}) << "\nmaster's view:\n"
+             << cluster.node(master).command({"CLUSTER", "NODES"});
+    }
+    if (now - asked > 6s && !cluster.is_master(replica)) {
+      cluster.node(replica).command({"CLUSTER", "FAILOVER", "FORCE"});
+      asked = now;
+      ++asks;
+    }
+    std::this_thread::sleep_for(20ms);
   }
   cluster.wait_healthy();
   EXPECT_GT(take(locks, io, resource, 30s), before);

@@ -36,8 +36,9 @@ rm -rf "$CONAN_HOME"  # a package built by an earlier run must not pass for this
 conan --version
 
 # The versions the system has (Debian package versions, e.g. 0.14.1-3 -> 0.14.1).
-deb_version() { dpkg-query -W -f='${Version}' "$1" 2>/dev/null | sed 's/^[0-9]*://; s/[-+~].*//'; }
-boost=$(dpkg-query -W -f='${Package} ${Status}\n' 'libboost[0-9]*-dev' 2>/dev/null |
+# (Each may find nothing: the check below says which, instead of set -e ending in silence.)
+deb_version() { { dpkg-query -W -f='${Version}' "$1" 2>/dev/null || true; } | sed 's/^[0-9]*://; s/[-+~].*//'; }
+boost=$({ dpkg-query -W -f='${Package} ${Status}\n' 'libboost[0-9]*-dev' 2>/dev/null || true; } |
         sed -n 's/^libboost\([0-9.]*\)-dev .* installed$/\1/p' | sort -V | tail -n1)
 boost_version=$(deb_version "libboost$boost-dev")
 hiredis_version=$(deb_version libhiredis-dev)

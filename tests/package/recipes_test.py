@@ -5,7 +5,8 @@
 #   - the version: the vcpkg port and the Conan recipe carry the one CMakeLists.txt declares;
 #   - the dependencies: the CMake package's find_dependency lines (what find_package(redis_lock)
 #     needs), the Conan recipe's requires and the port's vcpkg.json name the same libraries,
-#     with the same minimum versions where two of them state one, and the optional parts
+#     with the same minimum versions where the build and the recipe both state one (Boost,
+#     OpenSSL; vcpkg.json states none: a port takes its registry's), and the optional parts
 #     (the CLI, the prometheus component) are optional in each, behind the same switch;
 #   - the options: vcpkg features == Conan options (besides shared/fPIC) == the CMake options
 #     they set, with the same defaults;
@@ -77,17 +78,21 @@ to_vcpkg = {"Boost": {"boost-asio"} | {f"boost-{c.replace('_', '-')}" for c in b
             "OpenSSL": {"openssl"}, "hiredis": {"hiredis"}, "prometheus-cpp": {"prometheus-cpp"}}
 
 # Conan: requires, unconditional or under an option.
-conan_requires = {}  # name -> (minimum, option or None)
-option = None
+conan_requires = {}  # name -> (minimum or None, option or None)
+option, option_indent = None, -1
 for line in recipe.splitlines():
+    if not line.strip():
+        continue
+    indent = len(line) - len(line.lstrip())
+    if option is not None and indent <= option_indent:
+        option = None  # out of the `if self.options.X:` block
     guard = re.match(r"\s*if self\.options\.(\w+):", line)
     if guard:
-        option = guard.group(1)
-    elif re.match(r"\s*def ", line):
-        option = None
-    found = re.search(r'self\.requires\("([\w-]+)/\[>=([0-9.]+)', line)
+        option, option_indent = guard.group(1), indent
+    found = re.search(r'self\.requires\("([\w-]+)/([^"]+)"', line)
     if found:
-        conan_requires[found.group(1)] = (found.group(2), option)
+        minimum = re.match(r"\[>=([0-9.]+)", found.group(2))
+        conan_requires[found.group(1)] = (minimum and minimum.group(1), option)
 
 for cmake_name in sorted(expected_core):
     name = to_conan[cmake_name]

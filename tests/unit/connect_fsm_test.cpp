@@ -441,6 +441,9 @@ TEST(Handshake, ARefusalSaysWhy) {
   EXPECT_NE(no_hello.find("does not know HELLO, so it is older than 6.0"), std::string::npos)
       << no_hello;
   EXPECT_NE(no_hello.find("7.0 or later"), std::string::npos) << no_hello;
+  // ROLE from a replica: what it says it is.
+  EXPECT_EQ(Handshake::refusal_text(Step::role, array_of({"slave", "127.0.0.1"})),
+            "ROLE says slave, not master: the sentinels' master is not (or no longer) one");
   // Any other refusal: the server's own words.
   EXPECT_EQ(Handshake::refusal_text(Step::auth, error_reply("WRONGPASS invalid password")),
             "WRONGPASS invalid password");

@@ -168,6 +168,10 @@ std::string describe_failure(const ConnectionConfig& config, boost::system::erro
              describe_target(config) + " (the server refused SELECT)";
     }
     if (ec == error::server_error && !server_error.empty()) text += ": " + printable(server_error);
+    // The version found and the version needed, which the code alone does not carry.
+    if (ec == error::server_unsupported && !server_error.empty()) {
+      return printable(server_error) + " (" + describe_target(config) + ")";
+    }
     return text;
   }
   if (config.topology != Topology::standalone) return text + " (" + describe_target(config) + ")";
