@@ -11,7 +11,8 @@
 #include <boost/asio/write.hpp>
 
 #include <deque>
-#include <optional>
+#include <memory>
+#include <mutex>
 #include <regex>
 #include <string>
 #include <thread>
@@ -33,8 +34,12 @@ struct TcpProxy::Impl {
   std::atomic<unsigned long long> client_bytes{0};
   std::string slow_after;  // set before any connection (delay_replies_after)
   std::chrono::milliseconds slow_delay{0};
-  std::optional<std::regex> rewrite;  // set before any connection (rewrite_replies)
-  std::string rewrite_to;
+  struct Rewrite {
+    std::regex pattern;
+    std::string replacement;
+  };
+  std::mutex rewrite_mutex;  // rewrite_replies runs on the test's thread, pump on ours
+  std::shared_ptr<const Rewrite> rewrite;
   std::thread thread;
 
   asio::awaitable<void> pause_while_cut() {
@@ -88,7 +93,14 @@ struct TcpProxy::Impl {
       if (ec) break;
       std::string bytes(buf, n);
       if (from_server && corrupt_reply.exchange(false)) bytes = "\x07not RESP\r\n";
-      if (from_server && rewrite) bytes = std::regex_replace(bytes, *rewrite, rewrite_to);
+      if (from_server) {
+        std::shared_ptr<const Rewrite> r;
+        {
+          std::lock_guard lock(rewrite_mutex);
+          r = rewrite;
+        }
+        if (r) bytes = std::regex_replace(bytes, r->pattern, r->replacement);
+      }
       if (!from_server) {
         client_bytes += n;
         if (!slow_after.empty() && bytes.find(slow_after) != std::string::npos) *slowed = true;
@@ -140,8 +152,10 @@ void TcpProxy::set_blackhole(bool on) noexcept { impl_->blackhole.store(on); }
 void TcpProxy::corrupt_next_reply() noexcept { impl_->corrupt_reply.store(true); }
 
 void TcpProxy::rewrite_replies(std::string pattern, std::string replacement) {
-  impl_->rewrite.emplace(pattern);
-  impl_->rewrite_to = std::move(replacement);
+  auto r = std::make_shared<const Impl::Rewrite>(
+      Impl::Rewrite{std::regex(pattern), std::move(replacement)});
+  std::lock_guard lock(impl_->rewrite_mutex);
+  impl_->rewrite = std::move(r);
 }
 
 void TcpProxy::delay_replies_after(std::string needle, std::chrono::milliseconds delay) {

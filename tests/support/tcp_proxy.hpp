@@ -34,8 +34,8 @@ class TcpProxy {
   /// before any client connects.
   void delay_replies_after(std::string needle, std::chrono::milliseconds delay);
   /// Every chunk the server sends has each match of `pattern` (ECMAScript) replaced by
-  /// `replacement` ($1 ... for its groups): e.g. the version in a HELLO reply. Call it
-  /// before any client connects.
+  /// `replacement` ($1 ... for its groups): e.g. the version in a HELLO reply. From then
+  /// on (call it before the client connects for every reply to be rewritten).
   void rewrite_replies(std::string pattern, std::string replacement);
   /// Bytes forwarded from clients to the server so far.
   unsigned long long bytes_from_clients() const noexcept;
