@@ -737,7 +737,7 @@ TEST(Cli, AnOldServerIsNamedWithTheVersionFoundAndNeeded) {
   // A server whose HELLO says 6.2.14 (the proxy rewrites the real one's): redis-lock says
   // which version it found and which it needs, and runs nothing.
   TcpProxy proxy(shared_server_port());
-  proxy.rewrite_replies("(\\$7\r\nversion\r\n)\\$[0-9]+\r\n[0-9.]+\r\n", "$1$$6\r\n6.2.14\r\n");
+  proxy.rewrite_server_version("6.2.14");
   ChildProcess old(
       {REDIS_LOCK_CLI_PATH, "--url", "redis://127.0.0.1:" + std::to_string(proxy.port()),
        unique_resource(), "--", "echo", "ran"},

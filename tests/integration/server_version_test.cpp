@@ -52,8 +52,7 @@ bool ran_lock_commands(const RedisServer& server) {
 TEST(ServerVersion, OlderThanSevenIsRefusedAtTheFirstConnect) {
   RedisServer server;
   TcpProxy proxy(server.port());
-  // The HELLO reply's version, "$7\r\nversion\r\n$6\r\n7.0.15\r\n" (or Valkey's), says 6.2.14.
-  proxy.rewrite_replies("(\\$7\r\nversion\r\n)\\$[0-9]+\r\n[0-9.]+\r\n", "$1$$6\r\n6.2.14\r\n");
+  proxy.rewrite_server_version("6.2.14");
   auto cfg = server.config();
   cfg.port = proxy.port();
   const auto resource = unique_resource("old");
@@ -96,8 +95,7 @@ TEST(ServerVersion, RedlockSaysSoWhenOldMastersKeepAMajorityOutOfReach) {
       std::uint16_t port = masters[i]->port();
       if (i < old_ones) {
         old.push_back(std::make_unique<TcpProxy>(port));
-        old.back()->rewrite_replies("(\\$7\r\nversion\r\n)\\$[0-9]+\r\n[0-9.]+\r\n",
-                                    "$1$$6\r\n6.2.14\r\n");
+        old.back()->rewrite_server_version("6.2.14");
         port = old.back()->port();
       }
       cfg.nodes.push_back({"127.0.0.1", port});

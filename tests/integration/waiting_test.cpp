@@ -536,18 +536,10 @@ TEST(Waiting, AHandedLeaseIsClaimedForItsTtl) {
   // The waiter's commands since the reset: the EVALSHA of its attempt, and of the claim the
   // hand-off message prompted (the message alone grants nothing).
   const auto log = redis_command(server.port(), {"SLOWLOG", "GET", "-1"});
-  std::istringstream in(log);
-  const std::vector<std::string> words{std::istream_iterator<std::string>(in), {}};
-  int waiter_evalshas = 0;
-  for (std::size_t i = 0; i + 1 < words.size(); ++i) {
-    if (words[i] != "EVALSHA") continue;
-    const auto client = std::find_if(words.begin() + static_cast<std::ptrdiff_t>(i), words.end(),
-                                     [](const std::string& word) {
-                                       return word == "waiter" || word == "holder" ||
-                                              word == "waiter:sub" || word == "holder:sub";
-                                     });
-    if (client != words.end() && *client == "waiter") ++waiter_evalshas;
-  }
+  const auto entries = slow_log(server.port());
+  const auto waiter_evalshas = std::count_if(entries.begin(), entries.end(), [](const auto& e) {
+    return e.command == "EVALSHA" && e.client_name == "waiter";
+  });
   EXPECT_EQ(waiter_evalshas, 2) << log;
   EXPECT_TRUE(g.async_release(asio::use_future).get());
   EXPECT_EQ(redis_command(server.port(), {"EXISTS", lease}), "0");

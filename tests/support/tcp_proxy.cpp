@@ -158,6 +158,12 @@ void TcpProxy::rewrite_replies(std::string pattern, std::string replacement) {
   impl_->rewrite = std::move(r);
 }
 
+void TcpProxy::rewrite_server_version(const std::string& version) {
+  // "$7\r\nversion\r\n$6\r\n7.0.15\r\n" (or Valkey's) -> the same with `version`.
+  rewrite_replies("(\\$7\r\nversion\r\n)\\$[0-9]+\r\n[0-9.]+\r\n",
+                  "$1$$" + std::to_string(version.size()) + "\r\n" + version + "\r\n");
+}
+
 void TcpProxy::delay_replies_after(std::string needle, std::chrono::milliseconds delay) {
   impl_->slow_after = std::move(needle);
   impl_->slow_delay = delay;

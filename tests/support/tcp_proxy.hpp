@@ -37,6 +37,9 @@ class TcpProxy {
   /// `replacement` ($1 ... for its groups): e.g. the version in a HELLO reply. From then
   /// on (call it before the client connects for every reply to be rewritten).
   void rewrite_replies(std::string pattern, std::string replacement);
+  /// The server's HELLO replies say `version` instead of its own (a server older, or newer,
+  /// than it is), through rewrite_replies.
+  void rewrite_server_version(const std::string& version);
   /// Bytes forwarded from clients to the server so far.
   unsigned long long bytes_from_clients() const noexcept;
 
