@@ -139,15 +139,20 @@ bool RedisCluster::is_master(std::size_t i) const {
   return false;
 }
 
+bool RedisCluster::serves(std::size_t i, std::uint16_t slot) const {
+  if (!nodes_.at(i)->running()) return false;
+  for (const auto& l : cluster_nodes(nodes_[i]->port())) {
+    if (!l.myself() || !l.master()) continue;
+    for (auto [first, last] : l.slots) {
+      if (slot >= first && slot <= last) return true;
+    }
+  }
+  return false;
+}
+
 std::size_t RedisCluster::master_of(std::uint16_t slot) const {
   for (std::size_t i = 0; i < nodes_.size(); ++i) {
-    if (!nodes_[i]->running()) continue;
-    for (const auto& l : cluster_nodes(nodes_[i]->port())) {
-      if (!l.myself() || !l.master()) continue;
-      for (auto [first, last] : l.slots) {
-        if (slot >= first && slot <= last) return i;
-      }
-    }
+    if (serves(i, slot)) return i;
   }
   throw std::runtime_error("cluster: no live master claims slot " + std::to_string(slot));
 }

@@ -47,6 +47,8 @@ class RedisCluster {
   void move_slot(std::uint16_t slot, std::size_t target, Fn&& between);
 
   bool is_master(std::size_t i) const;
+  /// Node `i` (running) says it is a master serving `slot`.
+  bool serves(std::size_t i, std::uint16_t slot) const;
 
   // The steps of move_slot, for tests that choose which key moves when.
   /// Marks `slot` IMPORTING on `target` and MIGRATING on `source` (its master).
