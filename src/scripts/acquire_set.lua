@@ -82,12 +82,16 @@ if admit then
   end
   if not kind then redis.call('ZADD', lease, '+inf', marker) end
   redis.call('ZADD', lease, now + ttl, holder)
-  if redis.call('PTTL', lease) < ttl then redis.call('PEXPIRE', lease, ttl) end
+  -- The key as long as its longest live hold and its queue, no longer: while we waited it
+  -- lived as long as our place, which may outlast the hold we take now.
+  fit_lease_set(lease, queued and queue)
   local f, err = mint(fence, false)
   if not f then
     redis.call('ZREM', lease, holder)  -- never keep a hold whose fencing token failed
     if redis.call('ZCARD', lease) == 1 and redis.call('EXISTS', queue) == 0 then
       redis.call('DEL', lease)
+    else
+      fit_lease_set(lease, queue)
     end
     return err
   end

@@ -497,3 +497,45 @@ TEST(Semaphore, ALapsedHoldOfAResourceThatChangedKindIsNotOursAndNoError) {
   EXPECT_EQ(holders(cfg.port, resource), 1);
   EXPECT_TRUE(again.async_release(asio::use_future).get());
 }
+
+// A hold let in behind a waiter's queue leaves nothing once it lapses: while the waiter was
+// queued the key lived as long as its place (1.2 s), longer than the hold it then took; the
+// admit must fit the key to what is live, or the marker alone outlives the last hold and the
+// resource refuses every other kind (wrong_type) for up to a place's life. Both holders
+// "die": their guards are kept, unreleased, unrenewed.
+TEST(Semaphore, AHoldLetInFromTheQueueLeavesNothingOnceItLapses) {
+  auto cfg = shared_server_config();
+  Background bg;
+  LockManager first(bg.io.get_executor(), cfg);
+  LockManager second(bg.io.get_executor(), cfg);
+  // 0: a permit of a semaphore of 1, 1: an exclusive hold behind a shared one.
+  for (int kind : {0, 1}) {
+    SCOPED_TRACE("kind " + std::to_string(kind));
+    const auto resource = unique_resource();
+    auto a = kind == 0 ? first.async_acquire_permit(resource, 1, {.ttl = 400ms}, asio::use_future)
+                             .get()
+                       : first.async_acquire_shared(resource, {.ttl = 400ms}, asio::use_future)
+                             .get();
+    ASSERT_TRUE(a);
+    auto [ec, b] = outcome([&](auto h) {
+      if (kind == 0) return second.async_acquire_permit(resource, 1, {.ttl = 200ms, .wait = 3s}, h);
+      second.async_acquire_exclusive(resource, {.ttl = 200ms, .wait = 3s}, h);
+    });
+    ASSERT_FALSE(ec) << ec.message();
+    ASSERT_TRUE(b) << "let in once the first hold lapsed";
+    const auto member = b.token() + (kind == 0 ? "s" : "x");
+    const auto score = redis_command(cfg.port, {"ZSCORE", lease_key(resource), member});
+    ASSERT_FALSE(score.empty()) << "the hold let in is not live";
+    server_clock_passes(cfg.port, std::stoll(score));
+    EXPECT_EQ(redis_command(cfg.port, {"EXISTS", lease_key(resource)}), "0")
+        << "the key outlived its last hold: PTTL "
+        << redis_command(cfg.port, {"PTTL", lease_key(resource)});
+    auto [mutex_ec, m] =
+        outcome([&](auto h) { first.async_acquire(resource, {.ttl = 5s}, h); });
+    EXPECT_FALSE(mutex_ec) << mutex_ec.message() << " (" << first.last_server_error() << ")";
+    EXPECT_TRUE(m) << "an idle resource refused a mutex";
+    if (m) {
+      EXPECT_TRUE(m.async_release(asio::use_future).get());
+    }
+  }
+}
