@@ -260,12 +260,12 @@ void Engine::release_held(std::string resource, std::string token,
   std::shared_ptr<LeaseState> ended;
   if (lease) {
     kind = lease->kind;
-    forget(lease);  // stops its renewal
+    const bool lost = forget(lease);  // stops its renewal
     patience = lease->valid_until();
-    // Its end, unless its loss was reported first (or its acquire never was). (Should the
-    // release fail to allocate below, the end goes unreported: a held-leases gauge stays one
-    // too high after an out-of-memory.)
-    if (lease->hold_reported.exchange(false)) ended = std::move(lease);
+    // Its end, unless its loss was reported first or will be (forget), or its acquire never
+    // was. (Should the release fail to allocate below, the end goes unreported: a
+    // held-leases gauge stays one too high after an out-of-memory.)
+    if (!lost && lease->hold_reported.exchange(false)) ended = std::move(lease);
   }
   if (!handler) {
     return release_detached(std::move(resource), std::move(token), kind, /*by_guard=*/true,
@@ -303,12 +303,15 @@ void Engine::give_back(std::string resource, std::string token, LeaseKind kind,
   }
 }
 
-void Engine::forget(const std::shared_ptr<LeaseState>& lease) noexcept {
+bool Engine::forget(const std::shared_ptr<LeaseState>& lease) noexcept {
+  // Read before `released` is set: after it, the watchdog would skip the lease.
+  const bool lost = lease->known_lost(Clock::now()) && !lease->lost.load();
   lease->released.store(true);
-  if (!lease->auto_renew && !lease->has_waiter.load()) return;  // nothing on the strand
-  if (!alive_.load()) return;
+  if (!lease->auto_renew && !lease->has_waiter.load()) return false;  // nothing on the strand
+  if (!alive_.load()) return false;
   try {
-    on_strand([self = shared_from_this(), lease] {
+    on_strand([self = shared_from_this(), lease, lost] {
+      if (lost) return self->watchdog_.mark_lost(lease);  // ends the wait with lock_lost
       self->watchdog_.unwatch(*lease);
       if (lease->lost_waiter) {
         auto handler = std::move(*lease->lost_waiter);
@@ -317,8 +320,10 @@ void Engine::forget(const std::shared_ptr<LeaseState>& lease) noexcept {
                 error_code(asio::error::operation_aborted));
       }
     });
+    return lost;
   } catch (...) {
     // Out of memory: the entry stays until its next check, which sees `released`.
+    return false;
   }
 }
 

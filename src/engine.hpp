@@ -94,8 +94,12 @@ class Engine : public std::enable_shared_from_this<Engine> {
   bool give_back_now(std::size_t node, std::optional<Router::Pool> behind,
                      std::string_view resource, std::string_view token, LeaseKind kind,
                      std::string_view member_suffix) noexcept;
-  /// The guard let go of the lease (release, destruction): stop renewing, end waits.
-  void forget(const std::shared_ptr<LeaseState>& lease) noexcept;
+  /// The guard let go of the lease (release, destruction): stop renewing, end waits. A
+  /// lease already lost when let go (LeaseState::known_lost: its validity passed unrenewed)
+  /// ends as lost, not as released: its wait completes with lock_lost and the observer hears
+  /// the loss and the hold's end as lost. Returns true when that loss was handed to the
+  /// strand (which then reports the hold's end).
+  bool forget(const std::shared_ptr<LeaseState>& lease) noexcept;
   /// A held lease's end, told to the observer (if there is one). On the strand.
   void report_hold_end(const LeaseState& lease, HoldEnd end) noexcept;
   std::string last_server_error() const;

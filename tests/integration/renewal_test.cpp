@@ -216,3 +216,52 @@ TEST(Renewal, WaitLostEndsWithTheGuard) {
   ASSERT_EQ(fut.wait_for(5s), std::future_status::ready);
   EXPECT_EQ(fut.get(), asio::error::operation_aborted);
 }
+
+// A lease that was lost before its release (its process stood still past its validity, so
+// no renewal went out) ends its wait with lock_lost, not operation_aborted: the release of
+// a lease already lost does not turn the loss into a release. The caller decides from that
+// code whether its work ran unprotected. The io thread is blocked from inside a handler, as
+// a paused process would be; on waking it reads lost() and releases at once, before the
+// watchdog's timer could mark the loss.
+namespace {
+struct LossCount final : Observer {
+  std::atomic<int> lost{0};
+  std::atomic<int> ended_lost{0};
+  std::atomic<int> ended_released{0};
+  void on_lost(std::string_view) noexcept override { ++lost; }
+  void on_hold_end(const HoldEvent& e) noexcept override {
+    ++(e.end == HoldEnd::lost ? ended_lost : ended_released);
+  }
+};
+}  // namespace
+
+TEST(Renewal, AWaitOnALeaseLostBeforeItsReleaseEndsWithLockLost) {
+  asio::io_context io;
+  auto cfg = shared_server_config();
+  auto observer = std::make_shared<LossCount>();
+  LockManager locks(io.get_executor(), cfg, {.observer = observer});
+  const auto resource = unique_resource();
+  std::optional<error_code> waited;
+  bool lost_on_waking = false;
+  std::optional<bool> released;
+  run_co(io, [&]() -> asio::awaitable<void> {
+    auto g = co_await locks.async_acquire(resource, {.ttl = 600ms, .auto_renew = true},
+                                          asio::use_awaitable);
+    CO_ASSERT_TRUE(g);
+    g.async_wait_lost([&](error_code ec) { waited = ec; });
+    co_await sleep_for(1ms);  // the wait is registered
+    // The io thread stands still past the lease's validity and its expiry on the server.
+    std::this_thread::sleep_until(g.valid_until() + 300ms);
+    lost_on_waking = g.lost();
+    released = co_await g.async_release(asio::use_awaitable);
+    co_await sleep_for(1ms);
+  }());
+  EXPECT_TRUE(lost_on_waking);
+  ASSERT_TRUE(released.has_value());
+  EXPECT_FALSE(*released) << "the lease had expired on the server";
+  ASSERT_TRUE(waited.has_value()) << "the wait did not complete";
+  EXPECT_EQ(*waited, error::lock_lost) << waited->message();
+  EXPECT_EQ(observer->lost.load(), 1) << "the loss is reported once";
+  EXPECT_EQ(observer->ended_lost.load(), 1) << "the hold ended as lost";
+  EXPECT_EQ(observer->ended_released.load(), 0);
+}
