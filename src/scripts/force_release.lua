@@ -5,7 +5,9 @@
 -- KEYS[1] lease, KEYS[2] mutex queue, KEYS[3] its expiry, KEYS[4] fencing counter, KEYS[5]
 -- info, KEYS[6] lease sets' queue, KEYS[7] its expiry (one slot); ARGV[1] '<P|S><channel
 -- prefix>' of the waiters' managers, ARGV[2] '<P|S><channel>' of an election's observers.
--- Returns 1 if anybody held it, else 0 (and nothing is changed).
+-- Returns 1 if anybody held it, else 0. Either way what had lapsed goes: a lease set's lapsed
+-- holds and dead waiters (its key too when nobody is left), and its first live waiters
+-- are nudged to try again.
 -- (shared.lua)
 local lease = KEYS[1]
 local what = redis.call('TYPE', lease)['ok']

@@ -17,7 +17,14 @@ if what == 'string' then
   if term then
     text = term .. ' ' .. string.sub(value, 34, at - 1)
   else
-    text = string.gsub(redis.call('GET', KEYS[2]) or '', '^(%d+)@%x*', '%1', 1)
+    -- The record beside the lease, if it names the lease's token: after a hand-off by an
+    -- older client, the record left there is the previous holder's.
+    local record = redis.call('GET', KEYS[2]) or ''
+    local f, from = string.match(record, '^(%d+)@()')
+    text = ''
+    if f and string.sub(record, from, from + 31) == string.sub(value, 1, 32) then
+      text = f .. string.sub(record, from + 32)
+    end
   end
   return {'mutex', redis.call('PTTL', lease), text, waiters, 1, 0}
 end

@@ -493,6 +493,11 @@ TEST(HolderLabel, AClaimNeverReusesATokenRecordedForAnotherLease) {
                                      "0123456789abcdef10000 Plock:notify:"}),
             "1");
   ASSERT_EQ(redis_command(cfg.port, {"GET", keys.lease()}), new_token);
+  // Until c claims, the record beside the lease is b's: inspect does not show it as c's.
+  const auto unclaimed = inspect(a, resource);
+  EXPECT_TRUE(unclaimed.held);
+  EXPECT_EQ(unclaimed.fencing_token, 0u) << "the previous holder's token shown as the holder's";
+  EXPECT_EQ(unclaimed.holder, "") << "the previous holder's label shown as the holder's";
   // c claims: a token of its own, larger than b's.
   const auto claimed = attempt(cfg.port, keys, new_token, "fedcba987654321010000 c");
   ASSERT_EQ(claimed.rfind("1 ", 0), 0u) << claimed;
