@@ -103,8 +103,9 @@ class REDIS_LOCK_EXPORT LockGuard {
   /// Waits until the lease is lost.
   ///
   /// Completion signature: `void(boost::system::error_code)`: `error::lock_lost` when the
-  /// lease is lost (at once if it already is), `operation_aborted` when the guard releases
-  /// first, is destroyed, or holds nothing. At most one wait per guard; a second replaces
+  /// lease is lost (at once if it already is; also when the guard releases a lease that was
+  /// lost already: its validity passed unrenewed), `operation_aborted` when the guard
+  /// releases first, is destroyed, or holds nothing. At most one wait per guard; a second replaces
   /// the first, which completes with `operation_aborted`.
   /// Per-operation cancellation: not supported; release the guard to end the wait.
   /// Thread safety: from the guard's thread. Object lifetimes: the wait shares the lease
