@@ -114,7 +114,7 @@ void prepare_release(Engine& service, CompareOp& op, std::string_view resource, 
   op.notify.assign(service.cluster() ? "S" : "P").append(service.waiters().channel_prefix(op.slot));
   if (is_lease_set(kind)) {
     return op.set_args(release_set_script,
-                       {op.keys.lease(), op.keys.queue(), op.keys.queue_expiry(), op.keys.fence()},
+                       {op.keys.lease(), op.keys.queue(), op.keys.queue_expiry()},
                        {op.token, suffix, op.notify});
   }
   if (kind == LeaseKind::leader) {

@@ -85,19 +85,19 @@ std::shared_ptr<Waiter> HandOffBook::handed_to(const std::string& token) const {
 }
 
 void HandOffBook::keep(const HandOff& hand_off) {
-  if (hand_off.fence == 0) return;  // a nudge: the waiter's attempts find out anyway
+  if (hand_off.token.size() != 32) return;  // no token of ours
   if (kept_.size() == kept_max) kept_.erase(kept_.begin());
   kept_.push_back({std::string(hand_off.token), HandOff{{}, hand_off.fence, hand_off.place}});
 }
 
-HandOff HandOffBook::take_kept(const std::string& token) {
+std::optional<HandOff> HandOffBook::take_kept(const std::string& token) {
   for (auto it = kept_.begin(); it != kept_.end(); ++it) {
     if (it->token != token) continue;
     const HandOff found = it->hand_off;
     kept_.erase(it);
     return found;
   }
-  return {};
+  return std::nullopt;
 }
 
 bool HandOffBook::listening(std::uint16_t slot) const noexcept {
@@ -164,7 +164,7 @@ void Waiters::add(const std::string& token, std::weak_ptr<Waiter> waiter, std::u
   if (const auto node = book_.node_of(slot); node != no_node) {
     router_->connection(node, Router::Pool::subscriber).keep_reading(true);
   }
-  if (const auto kept = book_.take_kept(token); kept.fence != 0 && alive) alive->handed(kept);
+  if (const auto kept = book_.take_kept(token); kept && alive) alive->handed(*kept);
 }
 
 void Waiters::remove(const std::string& token) {

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -102,10 +103,11 @@ class HandOffBook {
   /// A hand-off message for `token`: the waiter to give it to, if it still waits.
   std::shared_ptr<Waiter> handed_to(const std::string& token) const;
   /// A hand-off message for a token nobody waits with: kept (the last few), since it may
-  /// have overtaken the reply that queued its waiter, whose add() then takes it.
+  /// have overtaken the reply that queued its waiter, whose add() then takes it. A bare
+  /// token is kept too: a lease set's release nudges the waiters it hands holds to that way.
   void keep(const HandOff& hand_off);
-  /// The kept message for `token`, taken out of the book (fence 0: none).
-  HandOff take_kept(const std::string& token);
+  /// The kept message for `token`, taken out of the book; none kept: nullopt.
+  std::optional<HandOff> take_kept(const std::string& token);
 
   bool listening(std::uint16_t slot) const noexcept;
   std::size_t node_of(std::uint16_t slot) const noexcept;

@@ -42,9 +42,12 @@ local function take(mark)
   return f
 end
 
-local queued = redis.call('EXISTS', queue) == 1
-local current = redis.call('GET', lease)  -- WRONGTYPE if the key holds something else
-if not queued and not current and not ARGV[4] then
+-- One read when the resource is free and nobody waits (the common case); the lease's value
+-- only when something is there.
+local present = redis.call('EXISTS', lease, queue)
+local current = present > 0 and redis.call('GET', lease)  -- WRONGTYPE: another kind's key
+local queued = present > (current and 1 or 0)
+if present == 0 and not ARGV[4] then
   local f, err = take('')  -- the common, uncontended path
   if not f then return err end
   return {1, f}
@@ -67,31 +70,29 @@ local ours = holds(current, token)  -- handed over to us by a release (or our ow
 local now, head
 if queued and not ours then now, head = drop_dead_waiters(queue, expiry) end
 local head_is_us = not current and (not head or head == member)
-if ours or head_is_us then
+if head_is_us then
   local others = false
   if queued then
     redis.call('ZREM', queue, member)
     redis.call('ZREM', expiry, member)
     others = redis.call('EXISTS', queue) == 1
   end
-  local mark = (others or (ours and marked(current))) and '+' or ''
-  if not ours then return grant(mark) end
+  return grant(others and '+' or '')
+end
+if ours then
+  -- Our member is not queued: the release that handed the lease to us took it out (every
+  -- build's does), as our own grant did (a resent attempt), and that release marked the
+  -- lease if others were left; a waiter that queued since marked it too.
+  local mark = marked(current) and '+' or ''
   -- The release that handed it to us minted our token and recorded it beside our lease
   -- token (an election's observers heard it as the term): keep that one, so that one
   -- holding has one token. A record of another lease's (an older client's hand-off records
   -- none and leaves the last holder's) is not ours: mint. The record lives and dies with
   -- the holding it names, and every grant on this resource writes or deletes it, so no
   -- token was minted here since. The claim folds the record into the lease.
-  local function keep()  -- the lease as it is, for our ttl, with the mark it needs
-    if marked(current) or mark == '' then
-      redis.call('PEXPIRE', lease, ttl)
-    else
-      redis.call('SET', lease, current .. mark, 'PX', ttl)
-    end
-  end
   local term = folded_term(current)
   if term then  -- already folded: our own attempt, resent
-    keep()
+    redis.call('PEXPIRE', lease, ttl)
     return {1, tonumber(term)}
   end
   if not info then return grant(mark) end  -- Redlock: no record, a claim mints
@@ -99,7 +100,7 @@ if ours or head_is_us then
   term = text and string.match(text, '^(%d+)@' .. token .. ' ')
   if ARGV[4] then  -- an election's candidate: the record stays beside the lease (take)
     if not term then return grant(mark) end
-    keep()
+    redis.call('PEXPIRE', lease, ttl)
     redis.call('PEXPIRE', info, ttl)
     return {1, tonumber(term)}
   end

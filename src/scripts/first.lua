@@ -21,8 +21,25 @@ end
 -- is raised: each master's clock differs, so flooring every mint would make the masters
 -- disagree on every acquire and cost the max-register's write-back round trip each time; a
 -- master whose counter lags (it was down) is raised by that write-back anyway.
+-- Where the clock leads the counter (almost always: one mint per microsecond at most), one
+-- SET ... GET writes the clock and reads what it replaces; KEEPTTL leaves the counter's expiry
+-- as INCR would (it has none unless someone set one). Otherwise (the counter ran ahead, or
+-- holds what INCR must judge: not a plain integer) the old value goes back and INCR decides,
+-- as it always did. Redlock's fresh-only mint is INCR.
 -- Returns the token, or nil and the error of INCR (the counter holds something else).
 local function mint(fence, fresh_only)
+  if not fresh_only then
+    local t = server_time()
+    local old = redis.pcall('SET', fence, t[1] .. string.sub('00000' .. t[2], -6), 'KEEPTTL',
+                            'GET')
+    if type(old) == 'table' then return nil, old end  -- WRONGTYPE: nothing was written
+    local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    if not old then return now_us end
+    if #old <= 16 and string.find(old, '^[1-9]%d*$') and tonumber(old) < now_us then
+      return now_us
+    end
+    redis.call('SET', fence, old, 'KEEPTTL')
+  end
   local f = redis.pcall('INCR', fence)
   if type(f) == 'table' and f.err then return nil, f end
   if not fresh_only or f == 1 then

@@ -1,19 +1,19 @@
 -- Give back one hold of a lease set (acquire_set.lua) if it is still ours, and hand what is
 -- free to the queue's head: permits one per free permit, a read-write lock's readers queued
 -- together all at once, its exclusive hold to a writer once nobody holds. Each waiter handed
--- a hold gets it for its own ttl and its fencing token, published on its manager's channel
--- as '<token> <fencing token> <place>' (release.lua). Also takes our own member out of the
--- queue: a waiter that gives up leaves this way.
--- KEYS[1] lease set, KEYS[2] queue, KEYS[3] queue expiry, KEYS[4] fencing counter (one
--- slot); ARGV[1] token, ARGV[2] our member suffix, at least our manager id (16) and mode,
--- ARGV[3] '<P|S><channel prefix>'. Returns 1 if the hold was ours and live, else 0.
-local lease, queue, expiry, fence = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+-- a hold gets it for its own ttl, and its token alone published on its manager's channel (a
+-- nudge: its claim, acquire_set.lua, mints the hold's fencing token). Also takes our own
+-- member out of the queue: a waiter that gives up leaves this way.
+-- KEYS[1] lease set, KEYS[2] queue, KEYS[3] queue expiry (one slot); ARGV[1] token, ARGV[2]
+-- our member suffix: a holder's is its manager id (16) and mode, a waiter's goes on with its
+-- ttl; ARGV[3] '<P|S><channel prefix>'. Returns 1 if the hold was ours and live, else 0.
+local lease, queue, expiry = KEYS[1], KEYS[2], KEYS[3]
 local token = ARGV[1]
 local suffix = ARGV[2]
 local queued = redis.call('EXISTS', queue) == 1
-if queued then
-  redis.call('ZREM', queue, token .. suffix)
-  redis.call('ZREM', expiry, token .. suffix)
+if queued and #suffix > 17 then  -- a waiter's member (a holder's suffix is id and mode alone:
+  redis.call('ZREM', queue, token .. suffix)  -- a holder is never queued, its grant took it
+  redis.call('ZREM', expiry, token .. suffix)  -- out)
 end
 local now = now_ms()
 local holder = token .. string.sub(suffix, 17, 17)
@@ -50,12 +50,9 @@ if left > 0 and queued then
       local next_token = string.sub(head, 1, 32)
       redis.call('ZADD', lease, now + tonumber(ttl), next_token .. mode)
       if redis.call('PTTL', lease) < tonumber(ttl) then redis.call('PEXPIRE', lease, ttl) end
-      local message = next_token
-      local f = mint(fence, false)
-      if f then
-        message = message .. ' ' .. string.format('%.0f', f) .. ' ' .. place
-      end  -- else the waiter claims it with acquire_set.lua, which mints or reports the error
-      publish(how, string.sub(head, 33, 48), message)
+      -- The message is the token alone, a nudge: the waiter's claim (acquire_set.lua) mints
+      -- the hold's token, and its reply, not this message, grants it.
+      publish(how, string.sub(head, 33, 48), next_token)
       count = count + 1
       exclusive = mode == 'x'
     end

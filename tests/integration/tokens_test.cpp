@@ -1,14 +1,19 @@
 // SPDX-License-Identifier: MIT
 // Ownership tokens on the wire: unique per acquisition, and the lease stores exactly them.
 // Fencing tokens: strictly increasing per resource, also when the server loses its counter.
+#include "background.hpp"
 #include "keys.hpp"
+#include "lease_sets.hpp"
 #include "live.hpp"
 #include "redis_cluster.hpp"
 #include "redis_sentinel.hpp"
 
+#include <boost/asio/use_future.hpp>
+
 #include <algorithm>
 #include <set>
 #include <stdexcept>
+#include <tuple>
 #include <utility>
 
 using namespace redis_lock;
@@ -172,4 +177,62 @@ TEST(Tokens, KeepIncreasingAcrossAClusterFailoverToAReplicaThatMissedWrites) {
   }
   cluster.wait_healthy();
   EXPECT_GT(take(locks, io, resource, 30s), before);
+}
+
+// The mint writes the server's clock over the counter and reads what it replaces (one
+// SET ... GET) where the clock leads, which is almost always. Where the counter leads (it ran
+// ahead, or someone raised it) the next token is the counter's next value; where it holds
+// what is no integer the acquire fails with the server's error, takes nothing and leaves the
+// counter as it was; a counter's expiry (if someone set one) stays, as INCR would keep it.
+TEST(Tokens, TheMintFollowsWhicheverLeadsOfTheClockAndTheCounter) {
+  auto cfg = shared_server_config();
+  Background bg;
+  LockManager locks(bg.io.get_executor(), cfg);
+  const auto resource = unique_resource();
+  const auto keys = detail::make_keys("lock:", resource);
+  const auto take_once = [&] {
+    auto [ec, g] = outcome([&](auto h) { locks.async_acquire(resource, {.ttl = 5s}, h); });
+    const auto token = g ? g.fencing_token() : 0;
+    if (g) {
+      EXPECT_TRUE(g.async_release(asio::use_future).get());
+    }
+    return std::pair{ec, token};
+  };
+  const auto clock_us = [&] {
+    const auto t = redis_command(cfg.port, {"TIME"});  // "<s> <us>"
+    const auto space = t.find(' ');
+    return std::stoull(t.substr(0, space)) * 1'000'000 + std::stoull(t.substr(space + 1));
+  };
+  // The clock leads: the token is the clock, and so is the counter.
+  const auto before = clock_us();
+  auto [ec, token] = take_once();
+  ASSERT_FALSE(ec) << ec.message();
+  EXPECT_GE(token, before);
+  EXPECT_LE(token, clock_us());
+  EXPECT_EQ(redis_command(cfg.port, {"GET", keys.fence()}), std::to_string(token));
+  // The counter leads (by an hour): its next value.
+  const auto ahead = clock_us() + 3'600'000'000ULL;
+  redis_command(cfg.port, {"SET", keys.fence(), std::to_string(ahead)});
+  std::tie(ec, token) = take_once();
+  ASSERT_FALSE(ec) << ec.message();
+  EXPECT_EQ(token, ahead + 1);
+  EXPECT_EQ(redis_command(cfg.port, {"GET", keys.fence()}), std::to_string(ahead + 1));
+  // Not an integer: refused, the counter kept, no lease left.
+  for (const std::string bad : {"abc", "1.5", "-", "99999999999999999999"}) {
+    redis_command(cfg.port, {"SET", keys.fence(), bad});
+    std::tie(ec, token) = take_once();
+    EXPECT_EQ(ec, error::server_error) << bad << ": " << ec.message();
+    EXPECT_EQ(token, 0u) << bad;
+    EXPECT_EQ(redis_command(cfg.port, {"GET", keys.fence()}), bad);
+    EXPECT_EQ(redis_command(cfg.port, {"EXISTS", keys.lease()}), "0") << bad;
+  }
+  // An expiry on the counter stays, as INCR keeps it; so does one on a counter that leads.
+  for (const auto& value : {std::string("5"), std::to_string(ahead + 10)}) {
+    redis_command(cfg.port, {"SET", keys.fence(), value, "EX", "1000"});
+    std::tie(ec, token) = take_once();
+    ASSERT_FALSE(ec) << ec.message();
+    const auto ttl = std::stoll(redis_command(cfg.port, {"TTL", keys.fence()}));
+    EXPECT_GT(ttl, 900) << value;
+  }
+  redis_command(cfg.port, {"DEL", keys.fence()});
 }

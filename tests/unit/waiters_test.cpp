@@ -140,16 +140,26 @@ TEST(HandOffBook, KeepsAFewMessagesThatOvertookTheirWaitersReply) {
   const std::string token = "0123456789abcdef0123456789abcdef";
   const std::string message = token + " 7 1764000001200";
   book.keep(read_hand_off(message));
-  book.keep(read_hand_off("fedcba9876543210fedcba9876543210"));  // a nudge: not kept
-  EXPECT_EQ(book.take_kept("fedcba9876543210fedcba9876543210").fence, 0u);
+  // A bare token (a lease set's release nudges that way) is kept too.
+  const std::string nudged = "fedcba9876543210fedcba9876543210";
+  book.keep(read_hand_off(nudged));
+  book.keep(read_hand_off("short"));  // no token of ours: not kept
+  EXPECT_FALSE(book.take_kept("short"));
+  const auto bare = book.take_kept(nudged);
+  ASSERT_TRUE(bare);
+  EXPECT_EQ(bare->fence, 0u);
+  EXPECT_FALSE(book.take_kept(nudged)) << "taken once";
   const auto kept = book.take_kept(token);
-  EXPECT_EQ(kept.fence, 7u);
-  EXPECT_EQ(kept.place, 1'764'000'001'200);
-  EXPECT_EQ(book.take_kept(token).fence, 0u) << "taken once";
+  ASSERT_TRUE(kept);
+  EXPECT_EQ(kept->fence, 7u);
+  EXPECT_EQ(kept->place, 1'764'000'001'200);
+  EXPECT_FALSE(book.take_kept(token)) << "taken once";
   // Only the last few are kept.
   for (int i = 0; i < 20; ++i) {
     book.keep(read_hand_off(std::string(32, static_cast<char>('a' + i)) + " 1 2"));
   }
-  EXPECT_EQ(book.take_kept(std::string(32, 'a')).fence, 0u);
-  EXPECT_EQ(book.take_kept(std::string(32, static_cast<char>('a' + 19))).fence, 1u);
+  EXPECT_FALSE(book.take_kept(std::string(32, 'a')));
+  const auto last = book.take_kept(std::string(32, static_cast<char>('a' + 19)));
+  ASSERT_TRUE(last);
+  EXPECT_EQ(last->fence, 1u);
 }
