@@ -65,10 +65,11 @@ end
 if not queued and not current then return grant('') end  -- a candidate's
 local member = token .. string.sub(how, space + 1)
 local ours = holds(current, token)  -- handed over to us by a release (or our own, resent)
--- A claim takes what was handed to it without looking at the queue's dead (the release
--- that handed it on purged them a moment ago); anyone else purges, and learns the head.
+-- Only a free lease asks who is first, so only then are the queue's dead purged first (a
+-- release that hands the lease on purges them too): a claim, and a waiter that joins or
+-- keeps its place behind a holder, leave them.
 local now, head
-if queued and not ours then now, head = drop_dead_waiters(queue, expiry) end
+if queued and not current then now, head = drop_dead_waiters(queue, expiry) end
 local head_is_us = not current and (not head or head == member)
 if head_is_us then
   local others = false
@@ -112,7 +113,9 @@ end
 if string.byte(how, 1) ~= 49 then  -- '1'
   return {0, redis.call('PTTL', lease)}
 end
-if not redis.call('ZSCORE', queue, member) then
+if not queued then
+  redis.call('ZADD', queue, 1, member)  -- the first in line
+elseif not redis.call('ZSCORE', queue, member) then
   local last = redis.call('ZRANGE', queue, -1, -1, 'WITHSCORES')
   local seq = last[2] and (tonumber(last[2]) + 1) or 1
   redis.call('ZADD', queue, seq, member)

@@ -1,16 +1,17 @@
 -- (Put by the build where a script's line '-- (shared.lua)' stands, after first.lua: what the
 -- scripts share beyond their common paths.)
 
--- Waiters that stopped refreshing their place (crashed) leave the queue: every place that
--- lapsed, up to 10,000 a call (in steps of 1,000; each costs the server about 1.3 us, so a
--- call spends 13 ms at most, once per crash: a place is removed once), in the order they
--- lapsed, wherever they are in the queue. Then a head with no place at all (its expiry entry
--- lost: an evicted or deleted key) leaves too, up to 1,000 a call. Returns the clock it
--- used, and the queue's head and that head's place (nil, nil: nobody is left; a head and nil:
--- the 1,000 ran out, the next head has no place either). With more lapsed places than 10,000
--- the head's place may still have lapsed: callers serve nobody whose place lapsed (lapsed),
--- and the next call removes the next 10,000.
-local function drop_dead_waiters(queue, expiry)
+-- Waiters that stopped refreshing their place (crashed) leave the queue (purge_lapsed):
+-- every place that lapsed, up to 10,000 a call (in steps of 1,000; each costs the server
+-- about 1.3 us, so a call spends 13 ms at most, once per crash: a place is removed once), in
+-- the order they lapsed, wherever they are in the queue; it returns the clock it used.
+-- drop_dead_waiters then also removes a head with no place at all (its expiry entry lost: an
+-- evicted or deleted key), up to 1,000 a call. It returns the clock, and the queue's head and
+-- that head's place (nil, nil: nobody is left; a head and nil: the 1,000 ran out, the next
+-- head has no place either). With more lapsed places than 10,000 the head's place may still
+-- have lapsed: callers serve nobody whose place lapsed (lapsed), and the next call removes
+-- the next 10,000.
+local function purge_lapsed(queue, expiry)
   local now = now_ms()
   for _ = 1, 10 do
     local dead = redis.call('ZRANGEBYSCORE', expiry, '-inf', now, 'LIMIT', 0, 1000)
@@ -19,6 +20,10 @@ local function drop_dead_waiters(queue, expiry)
     redis.call('ZREM', queue, unpack(dead))
     if #dead < 1000 then break end
   end
+  return now
+end
+local function drop_dead_waiters(queue, expiry)
+  local now = purge_lapsed(queue, expiry)
   for _ = 1, 1000 do
     local head = redis.call('ZRANGE', queue, 0, 0)[1]
     if not head then return now end
@@ -104,10 +109,19 @@ end
 -- entry's expiry as the waiter's last refresh left it. The message is a wake-up: the
 -- waiter claims the lease with an attempt, whose reply (not the message) grants it.
 local function hand_on(lease, queue, expiry, fence, info, how, announce)
-  local now, head, place = drop_dead_waiters(queue, expiry)
-  if not head or lapsed(place, now) then return false end
-  redis.call('ZREM', queue, head)
-  redis.call('ZREM', expiry, head)
+  -- The head taken off the queue as it is read; one whose place lapsed or is lost goes too,
+  -- and the next is looked at (up to 1,000).
+  local now = purge_lapsed(queue, expiry)
+  local head, place
+  for _ = 1, 1000 do
+    head = redis.call('ZPOPMIN', queue)[1]
+    if not head then return false end
+    place = redis.call('ZSCORE', expiry, head)
+    if place then redis.call('ZREM', expiry, head) end
+    if not lapsed(place, now) then break end
+    head = nil
+  end
+  if not head then return false end
   local next_token = string.sub(head, 1, 32)
   local mark = redis.call('EXISTS', queue) == 1 and '+' or ''
   local rest = string.sub(head, 49)
