@@ -397,7 +397,7 @@ class Raw {
   // What a manager with id 0123456789abcdef and no holder label sends for a 10 s ttl
   // (acquire.lua's ARGV[3]: no queue, waiter place 1200 ms, member suffix; a holder's
   // release.lua ARGV[2] and ARGV[3]: its member suffix, the waiters' channel prefix).
-  static constexpr const char acquire_how[] = "01200 0123456789abcdef10000";
+  static constexpr const char acquire_how[] = "01200 0123456789abcdeff10000";
   static constexpr const char manager_id[] = "0123456789abcdef";
   static constexpr const char notify_prefix[] = "Plock:notify:";
 
@@ -1241,8 +1241,8 @@ ScriptCosts script_costs(const Args& a, redisContext* admin, int n) {
   std::vector<std::string> holders, waiters;
   for (int i = 0; i < n; ++i) holders.push_back(detail::random_token());
   for (int i = 0; i < n; ++i) waiters.push_back(detail::random_token());
-  constexpr std::string_view holder_how = "11200 0123456789abcdef10000";
-  constexpr std::string_view waiter_how = "11200 fedcba987654321010000";
+  constexpr std::string_view holder_how = "11200 0123456789abcdeff10000";
+  constexpr std::string_view waiter_how = "11200 fedcba9876543210f10000";
   const auto block = [&](const auto& send) {
     const auto s0 = server_sample(admin);
     for (int i = 0; i < n; i += 100) {
@@ -1261,11 +1261,11 @@ ScriptCosts script_costs(const Args& a, redisContext* admin, int n) {
   c.join = block(
       [&](std::size_t i) { raw.acquire_as(keys[i], waiters[i], waiter_how, Expect::queued); });
   c.handing_release =
-      block([&](std::size_t i) { raw.release_as(keys[i], holders[i], "0123456789abcdef10000"); });
+      block([&](std::size_t i) { raw.release_as(keys[i], holders[i], "0123456789abcdef"); });
   c.claim = block(
       [&](std::size_t i) { raw.acquire_as(keys[i], waiters[i], waiter_how, Expect::granted); });
   c.release =
-      block([&](std::size_t i) { raw.release_as(keys[i], waiters[i], "fedcba987654321010000"); });
+      block([&](std::size_t i) { raw.release_as(keys[i], waiters[i], "fedcba9876543210"); });
   return c;
 }
 

@@ -216,8 +216,8 @@ void AcquireOp::send_attempt() {
     how = service->redlock() ? "R" : queues ? "1" : "0";
     how.append(waiter_ttl_ms).append(" ");
     const std::size_t suffix_at = how.size();
-    service->waiters().append_member_suffix(how, options.ttl,
-                                            is_lease_set(kind) ? mode_letter(kind) : '\0', data);
+    const char letter = is_lease_set(kind) ? mode_letter(kind) : folded_member_letter;
+    service->waiters().append_member_suffix(how, options.ttl, letter, data);
     member_suffix = std::string_view(how).substr(suffix_at);
     if (kind == LeaseKind::leader) announce = service->announce_of(resource);
   }

@@ -38,6 +38,12 @@ inline char mode_letter(LeaseKind kind) noexcept {
   return kind == LeaseKind::exclusive ? 'x' : 's';
 }
 
+/// The letter after a mutex waiter's manager id in its queue member (where a lease set's
+/// waiter has its mode letter): this build's waiters claim a lease handed to them with its
+/// record folded into it (shared.lua's hand_on); a member with digits there is a waiter of
+/// the build before, handed the lease with its record beside it.
+inline constexpr char folded_member_letter = 'f';
+
 using ErrorHandler = boost::asio::any_completion_handler<void(boost::system::error_code)>;
 
 /// One held lease. Atomics may be read from the guard's thread; everything else lives on

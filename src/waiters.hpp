@@ -147,8 +147,8 @@ class Waiters : public std::enable_shared_from_this<Waiters> {
   std::string channel_prefix(std::uint16_t slot) const;
   const std::string& manager_id() const noexcept { return manager_id_; }
   /// A queue member is token + this: the manager id, the mode of a lease set's waiter ('s'
-  /// or 'x'; none for a mutex's) and the waiter's ttl in ms (how long a lease handed to it
-  /// lasts).
+  /// or 'x'; a mutex's: folded_member_letter) and the waiter's ttl in ms (how long a lease
+  /// handed to it lasts).
   /// `data` (the holder's label, an election's value: acquire.lua) follows a space.
   /// Appended to `out` (an acquire builds it into its script argument in place).
   void append_member_suffix(std::string& out, std::chrono::milliseconds ttl, char mode = 0,

@@ -26,9 +26,13 @@ end
 -- as INCR would (it has none unless someone set one). Otherwise (the counter ran ahead, or
 -- holds what INCR must judge: not a plain integer) the old value goes back and INCR decides,
 -- as it always did. Redlock's fresh-only mint is INCR.
+-- A second mint on the same counter in one call (a group's) is INCR: the first left the
+-- counter at the clock (which stands still in a script) or past it.
 -- Returns the token, or nil and the error of INCR (the counter holds something else).
+local minted
 local function mint(fence, fresh_only)
-  if not fresh_only then
+  if not fresh_only and minted ~= fence then
+    minted = fence
     local t = server_time()
     local old = redis.pcall('SET', fence, t[1] .. string.sub('00000' .. t[2], -6), 'KEEPTTL',
                             'GET')
@@ -47,7 +51,7 @@ local function mint(fence, fresh_only)
     local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
     if f < now_us then
       f = now_us
-      redis.call('SET', fence, t[1] .. string.sub('00000' .. t[2], -6))
+      redis.call('SET', fence, t[1] .. string.sub('00000' .. t[2], -6), 'KEEPTTL')
     end
   end
   return f

@@ -1,17 +1,16 @@
 -- (Put by the build where a script's line '-- (shared.lua)' stands, after first.lua: what the
 -- scripts share beyond their common paths.)
 
--- Waiters that stopped refreshing their place (crashed) leave the queue (purge_lapsed):
--- every place that lapsed, up to 10,000 a call (in steps of 1,000; each costs the server
--- about 1.3 us, so a call spends 13 ms at most, once per crash: a place is removed once), in
--- the order they lapsed, wherever they are in the queue; it returns the clock it used.
--- drop_dead_waiters then also removes a head with no place at all (its expiry entry lost: an
--- evicted or deleted key), up to 1,000 a call. It returns the clock, and the queue's head and
--- that head's place (nil, nil: nobody is left; a head and nil: the 1,000 ran out, the next
--- head has no place either). With more lapsed places than 10,000 the head's place may still
--- have lapsed: callers serve nobody whose place lapsed (lapsed), and the next call removes
--- the next 10,000.
-local function purge_lapsed(queue, expiry)
+-- Waiters that stopped refreshing their place (crashed) leave the queue: every place that
+-- lapsed, up to 10,000 a call (in steps of 1,000; each costs the server about 1.3 us, so a
+-- call spends 13 ms at most, once per crash: a place is removed once), in the order they
+-- lapsed, wherever they are in the queue. Then a head with no place at all (its expiry entry
+-- lost: an evicted or deleted key) leaves too, up to 1,000 a call. Returns the clock it
+-- used, and the queue's head and that head's place (nil, nil: nobody is left; a head and nil:
+-- the 1,000 ran out, the next head has no place either). With more lapsed places than 10,000
+-- the head's place may still have lapsed: callers serve nobody whose place lapsed (lapsed),
+-- and the next call removes the next 10,000.
+local function drop_dead_waiters(queue, expiry)
   local now = now_ms()
   for _ = 1, 10 do
     local dead = redis.call('ZRANGEBYSCORE', expiry, '-inf', now, 'LIMIT', 0, 1000)
@@ -20,10 +19,6 @@ local function purge_lapsed(queue, expiry)
     redis.call('ZREM', queue, unpack(dead))
     if #dead < 1000 then break end
   end
-  return now
-end
-local function drop_dead_waiters(queue, expiry)
-  local now = purge_lapsed(queue, expiry)
   for _ = 1, 1000 do
     local head = redis.call('ZRANGE', queue, 0, 0)[1]
     if not head then return now end
@@ -102,37 +97,54 @@ end
 
 -- Hands a mutex's lease to the first waiter of `queue`, if any whose place has not lapsed
 -- (returns true then; never to a lapsed place, see drop_dead_waiters): the
--- lease is set for the waiter's ttl (the digits after its manager id, at member byte 49, up
--- to a space), its fencing token minted, its info recorded (the member's data follows that
--- space) and '<token> <fencing token> <place>' published on its manager's channel
--- (`how`: '<P|S><channel prefix>', the manager id completing it), place being the queue
--- entry's expiry as the waiter's last refresh left it. The message is a wake-up: the
--- waiter claims the lease with an attempt, whose reply (not the message) grants it.
+-- lease is set for the waiter's ttl (the digits after its manager id, at member byte 49, or
+-- after the 'f' there, up to a space), its fencing token minted, its record written (the
+-- member's data follows that space) and '<token> <fencing token> <place>' published on its
+-- manager's channel (`how`: '<P|S><channel prefix>', the manager id completing it), place
+-- being the queue entry's expiry as the waiter's last refresh left it. The message is a
+-- wake-up: the waiter claims the lease with an attempt, whose reply (not the message)
+-- grants it. A waiter of this build ('f' after its manager id) gets the record folded into
+-- the lease (first.lua's lease_value), which its claim keeps as it is; a waiter of the
+-- build before (digits there), and an election's candidate, get it beside the lease in the
+-- info key, the form they claim.
 local function hand_on(lease, queue, expiry, fence, info, how, announce)
-  -- The head taken off the queue as it is read; one whose place lapsed or is lost goes too,
-  -- and the next is looked at (up to 1,000).
-  local now = purge_lapsed(queue, expiry)
-  local head, place
-  for _ = 1, 1000 do
-    head = redis.call('ZPOPMIN', queue)[1]
-    if not head then return false end
-    place = redis.call('ZSCORE', expiry, head)
-    if place then redis.call('ZREM', expiry, head) end
-    if not lapsed(place, now) then break end
-    head = nil
+  -- The first two in line, and the first's place: a live first is served as it is (the dead
+  -- further back go when they reach the front, or when a joiner finds the lease free); a
+  -- first whose place lapsed or is lost means waiters died, and the queue's dead are purged
+  -- before anyone is served. (ZRANGE and ZREM, not ZPOPMIN: none but the commands
+  -- docs/security.md's least-privilege list already grants.)
+  local now = now_ms()
+  local heads = redis.call('ZRANGE', queue, 0, 1)
+  local head = heads[1]
+  local place = head and redis.call('ZSCORE', expiry, head)
+  if head and lapsed(place, now) then
+    now, head, place = drop_dead_waiters(queue, expiry)
+    heads = nil
   end
-  if not head then return false end
+  if not head or lapsed(place, now) then return false end
+  redis.call('ZREM', queue, head)
+  redis.call('ZREM', expiry, head)
+  local others
+  if heads then others = heads[2] ~= nil else others = redis.call('EXISTS', queue) == 1 end
   local next_token = string.sub(head, 1, 32)
-  local mark = redis.call('EXISTS', queue) == 1 and '+' or ''
+  local mark = others and '+' or ''
   local rest = string.sub(head, 49)
+  local folded = string.byte(rest, 1) == 102 and info and not announce  -- 'f'
+  if string.byte(rest, 1) == 102 then rest = string.sub(rest, 2) end
   local gap = string.find(rest, ' ', 1, true)
   local ttl = gap and string.sub(rest, 1, gap - 1) or rest
   local message = next_token
   if #ttl <= 15 and string.find(ttl, '^[1-9]%d*$') then
-    redis.call('SET', lease, next_token .. mark, 'PX', ttl)
     local f = mint(fence, false)
+    local data = gap and string.sub(rest, gap + 1) or ''
+    if f and folded then
+      redis.call('SET', lease,
+                 lease_value(info, next_token, string.format('%.0f', f), data) .. mark, 'PX', ttl)
+    else
+      redis.call('SET', lease, next_token .. mark, 'PX', ttl)
+    end
     if f then
-      record(info, f, next_token, gap and string.sub(rest, gap + 1) or '', ttl, announce)
+      if not folded then record(info, f, next_token, data, ttl, announce) end
       message = message .. ' ' .. string.format('%.0f', f) .. ' ' .. place
     elseif info then
       redis.call('DEL', info)  -- the waiter claims it with acquire.lua, which reports the error
