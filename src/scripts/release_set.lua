@@ -27,47 +27,63 @@ end
 redis.call('ZREMRANGEBYSCORE', lease, '-inf', '(' .. now)
 -- What is left: the kind's marker (scored +inf, there while anything is) and the live holds.
 local left = redis.call('ZCARD', lease)
+-- Whether anyone may still wait: known exactly where the loop below saw the queue's first
+-- (or its end), asked (EXISTS) only where it did not look.
+local waiting = queued
 if left > 0 and queued then
 -- (shared.lua)
-  now = drop_dead_waiters(queue, expiry)
   local kind = redis.call('ZRANGE', lease, -1, -1)[1]
   local limit = string.byte(kind, 2) == 83 and tonumber(string.sub(kind, 3)) or math.huge
   local count = left - 1
   local exclusive = count == 1 and string.byte(redis.call('ZRANGE', lease, 0, 0)[1], 33) == 120
   local how = ARGV[3]
+  local purged, looked = false, false
   for _ = 1, 256 do
+    looked = false
     if exclusive then break end
     local head = redis.call('ZRANGE', queue, 0, 0)[1]
-    if not head then break end
+    looked = true
+    if not head then
+      waiting = false
+      break
+    end
     local mode = string.sub(head, 49, 49)
     if (mode == 'x' and count > 0) or (mode ~= 'x' and count >= limit) then break end
     local place = redis.call('ZSCORE', expiry, head)
-    if lapsed(place, now) then break end  -- more lapsed places than one purge: nobody
-    redis.call('ZREM', queue, head)
-    redis.call('ZREM', expiry, head)
-    local ttl = string.sub(head, 50)
-    if #ttl <= 15 and string.find(ttl, '^[1-9]%d*$') then
-      local next_token = string.sub(head, 1, 32)
-      redis.call('ZADD', lease, now + tonumber(ttl), next_token .. mode)
-      if redis.call('PTTL', lease) < tonumber(ttl) then redis.call('PEXPIRE', lease, ttl) end
-      -- The message is the token alone, a nudge: the waiter's claim (acquire_set.lua) mints
-      -- the hold's token, and its reply, not this message, grants it.
-      publish(how, string.sub(head, 33, 48), next_token)
-      count = count + 1
-      exclusive = mode == 'x'
+    if lapsed(place, now) then
+      -- The first in line died (or its place is lost): the queue's dead go, once a call,
+      -- and the new first is looked at. (A live first is served without this purge: the
+      -- dead further back go when they reach the front.) More lapsed places than one purge
+      -- removes: nobody is served.
+      if purged then break end
+      purged = true
+      now = drop_dead_waiters(queue, expiry)
+    else
+      redis.call('ZREM', queue, head)
+      redis.call('ZREM', expiry, head)
+      looked = false
+      local ttl = string.sub(head, 50)
+      if #ttl <= 15 and string.find(ttl, '^[1-9]%d*$') then
+        local next_token = string.sub(head, 1, 32)
+        redis.call('ZADD', lease, now + tonumber(ttl), next_token .. mode)
+        -- The message is the token alone, a nudge: the waiter's claim (acquire_set.lua)
+        -- mints the hold's token, and its reply, not this message, grants it.
+        publish(how, string.sub(head, 33, 48), next_token)
+        count = count + 1
+        exclusive = mode == 'x'
+      end
     end
   end
+  left = count + 1  -- the holds and the marker
+  if waiting and not looked then waiting = redis.call('EXISTS', queue) == 1 end
 end
 -- The marker alone, and nobody waits: idle. Otherwise the key lasts as long as what is
--- left (our hold may have been the longest). (Without a queue at the start, none came.)
-if queued then
-  left = redis.call('ZCARD', lease)
-  queued = redis.call('EXISTS', queue) == 1
-end
-if left == 1 and not queued then
+-- left (our hold may have been the longest, and the holds handed on are in it now). (Without
+-- a queue at the start, none came.)
+if left == 1 and not waiting then
   redis.call('DEL', lease)
 elseif left > 0 then
-  fit_lease_set(lease, queued and queue)
+  fit_lease_set(lease, waiting and queue)
 end
 if ours then return 1 end
 return 0
