@@ -4,6 +4,7 @@
 #include <redis_lock/error.hpp>
 
 #include <algorithm>
+#include <charconv>
 #include <string>
 #include <utility>
 
@@ -72,6 +73,10 @@ std::vector<Handshake::Step> Handshake::plan(const Settings& s, std::string& out
     // Protocol 2 is what the connection speaks anyway.
     append_command(out, {"HELLO", "2"});
     steps.push_back(Step::hello);
+    // Whether the server may evict our keys (leases, queue places: all with a ttl). INFO
+    // needs no CONFIG right, only +info, which an ACL may leave out (then: a notice).
+    append_command(out, {"INFO", "memory"});
+    steps.push_back(Step::info_memory);
   }
   if (s.database != 0) {
     const auto db = std::to_string(s.database);
@@ -149,9 +154,98 @@ bool too_old(std::string_view version) {
 
 bool unknown_command(std::string_view text) { return text.starts_with("ERR unknown command"); }
 
+/// A server loading its data after a restart, running a long script, or a replica cut off
+/// from its master is down for now, not refusing us.
+bool transient(std::string_view text) {
+  for (const std::string_view word : {"LOADING", "BUSY", "MASTERDOWN"}) {
+    if (text.starts_with(word)) return true;
+  }
+  return false;
+}
+
+/// The value of `name` in an INFO text ("name:value" lines, CRLF-separated); none when the
+/// text has no such line.
+std::optional<std::string_view> info_field(std::string_view info, std::string_view name) {
+  while (!info.empty()) {
+    const auto end = info.find('\n');
+    auto line = info.substr(0, end);
+    info = end == std::string_view::npos ? std::string_view{} : info.substr(end + 1);
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (line.size() > name.size() && line.starts_with(name) && line[name.size()] == ':') {
+      return line.substr(name.size() + 1);
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<unsigned long long> parse_bytes(std::string_view text) {
+  unsigned long long value = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc{} || end != text.data() + text.size() || text.empty()) return std::nullopt;
+  return value;
+}
+
+std::string eviction_words(const Eviction& e) {
+  return "the lock server evicts keys (maxmemory-policy " + e.policy + ", maxmemory " +
+         std::to_string(e.maxmemory) + "): a lease could vanish while held";
+}
+
+/// Whether the server evicts is unknown: what it said instead, and what would tell.
+std::string unknown_words(std::string_view why) {
+  return "whether the lock server evicts keys is unknown (" + std::string(why) +
+         "): a lease could vanish while held on a server that does; give the lock user +info, "
+         "or make sure the server's maxmemory-policy is noeviction";
+}
+
 }  // namespace
 
-std::optional<error_code> Handshake::check(Step step, const Reply& reply) {
+Eviction read_eviction(const Reply& reply) {
+  Eviction found;
+  if (reply.type != Reply::Type::string && reply.type != Reply::Type::status) {
+    found.missing = "INFO memory answered no text";
+    return found;
+  }
+  const auto maxmemory = info_field(reply.str, "maxmemory");
+  const auto policy = info_field(reply.str, "maxmemory_policy");
+  const auto bytes = maxmemory ? parse_bytes(*maxmemory) : std::nullopt;
+  if (!bytes) {
+    found.missing =
+        maxmemory ? "INFO memory's maxmemory is not a number" : "INFO memory has no maxmemory";
+    return found;
+  }
+  found.maxmemory = *bytes;
+  if (!policy || policy->empty()) {
+    found.missing = "INFO memory has no maxmemory_policy";
+    return found;
+  }
+  found.policy = *policy;
+  // With maxmemory 0 the server never evicts (64-bit; a 32-bit server reports the limit it
+  // sets itself): any policy is fine then.
+  found.verdict = found.maxmemory > 0 && found.policy != "noeviction" ? Eviction::Verdict::evicts
+                                                                      : Eviction::Verdict::never;
+  return found;
+}
+
+std::optional<error_code> Handshake::check(Step step, const Reply& reply, bool accept_evicting) {
+  if (step == Step::info_memory) {
+    if (!reply.is_error()) {
+      // A reply without the two fields (a proxy's, a fork's) leaves the policy unknown, as
+      // a refused INFO does: a notice, not a refusal, which could shut out a server that
+      // never evicts for want of a field.
+      const bool evicts = read_eviction(reply).verdict == Eviction::Verdict::evicts;
+      if (evicts && !accept_evicting) return error_code(error::server_evicts);
+      return std::nullopt;
+    }
+    // INFO is in @dangerous, and an ACL may leave it out (NOPERM); a server may have renamed
+    // it away, a proxy refuse it. The connect cannot know, and goes on (a notice says so).
+    // Only what would fail any step fails this one: a server down for now, or one that
+    // wants authentication.
+    if (transient(reply.str)) return error_code(error::connect_failed);
+    if (error_from_reply(reply.str) == error::not_authenticated) {
+      return error_code(error::not_authenticated);
+    }
+    return std::nullopt;
+  }
   if (step == Step::hello) {
     // Redis < 6.0 does not know HELLO (nor does a server that renamed it away). HELLO needs
     // no ACL right on Redis >= 6.2 and Valkey; a NOPERM (Redis 6.0, or a proxy) leaves the
@@ -180,9 +274,7 @@ std::optional<error_code> Handshake::check(Step step, const Reply& reply) {
   // while it loads, Redis refuses SCRIPT LOAD (which a lock connection always sends) and
   // lets AUTH, SELECT, CLIENT SETNAME and ROLE through.
   const std::string_view text = reply.str;
-  for (const std::string_view transient : {"LOADING", "BUSY", "MASTERDOWN"}) {
-    if (text.starts_with(transient)) return error_code(error::connect_failed);
-  }
+  if (transient(text)) return error_code(error::connect_failed);
   // A user without the right to name its connection, or to load scripts ahead, may still
   // take locks (a script not loaded goes with its first command).
   if (step == Step::setname || step == Step::script_load) return std::nullopt;
@@ -204,6 +296,10 @@ std::optional<error_code> Handshake::check(Step step, const Reply& reply) {
 }
 
 std::string Handshake::refusal_text(Step step, const Reply& reply) {
+  if (step == Step::info_memory && !reply.is_error()) {
+    return eviction_words(read_eviction(reply)) +
+           "; set maxmemory-policy noeviction, or ManagerOptions::accept_evicting_server";
+  }
   if (step == Step::role && !reply.is_error()) {
     const bool named = reply.type == Reply::Type::array && !reply.elements.empty() &&
                        reply.elements[0].type == Reply::Type::string;
@@ -220,6 +316,24 @@ std::string Handshake::refusal_text(Step step, const Reply& reply) {
   const auto found = server_version(reply);
   return text + "this one is " + std::string(found.name.empty() ? "a server" : found.name) + " " +
          std::string(found.version);
+}
+
+std::optional<Handshake::Notice> Handshake::notice(Step step, const Reply& reply) {
+  if (step != Step::info_memory) return std::nullopt;
+  if (reply.is_error()) {
+    return Notice{ServerNoticeKind::policy_unknown, unknown_words("INFO refused: " + reply.str)};
+  }
+  const auto found = read_eviction(reply);
+  switch (found.verdict) {
+    case Eviction::Verdict::never:
+      return std::nullopt;
+    case Eviction::Verdict::evicts:
+      return Notice{ServerNoticeKind::evicting_policy,
+                    eviction_words(found) + " (accepted: ManagerOptions::accept_evicting_server)"};
+    case Eviction::Verdict::unknown:
+      break;
+  }
+  return Notice{ServerNoticeKind::policy_unknown, unknown_words(found.missing)};
 }
 
 }  // namespace redis_lock::detail

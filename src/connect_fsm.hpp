@@ -9,6 +9,8 @@
 #include "backoff.hpp"
 #include "resp.hpp"
 
+#include <redis_lock/observer.hpp>
+
 #include <boost/system/error_code.hpp>
 
 #include <chrono>
@@ -95,11 +97,12 @@ std::chrono::milliseconds drain_grace(std::chrono::milliseconds command_timeout)
 inline constexpr int min_server_major = 7;
 inline constexpr int min_server_minor = 0;
 
-/// What a connection says before any user command: AUTH, HELLO, SELECT, CLIENT SETNAME,
-/// ROLE, SCRIPT LOAD (or PING when there is nothing to say), and what each answer means.
+/// What a connection says before any user command: AUTH, HELLO, INFO memory, SELECT, CLIENT
+/// SETNAME, ROLE, SCRIPT LOAD (or PING when there is nothing to say), and what each answer
+/// means.
 class Handshake {
  public:
-  enum class Step { auth, hello, select, setname, ping, role, script_load };
+  enum class Step { auth, hello, select, setname, ping, role, script_load, info_memory };
   struct Settings {
     std::string_view username = {};
     std::string_view password = {};
@@ -108,19 +111,49 @@ class Handshake {
     bool confirm_master = false;  ///< the address came from a sentinel: ask ROLE
     std::span<const std::string_view> preload = {};
     /// A lock server (not a sentinel): `HELLO 2` learns its name and version, and one older
-    /// than min_server_major.min_server_minor is refused (error::server_unsupported).
+    /// than min_server_major.min_server_minor is refused (error::server_unsupported);
+    /// `INFO memory` learns whether it evicts keys, and one that does is refused
+    /// (error::server_evicts) unless `accept_evicting`.
     bool check_version = false;
+  };
+
+  /// What a lock server's handshake found that the connect goes on with, but that its
+  /// user should hear of (the connection reports it as a ServerNotice once it is ready).
+  struct Notice {
+    ServerNoticeKind kind;
+    std::string text;
   };
 
   /// Appends the handshake's commands (RESP) to `out`, one step per command, in order.
   static std::vector<Step> plan(const Settings& settings, std::string& out);
   /// One step's reply: the error to fail the connect with, or none to go on. A refused
   /// CLIENT SETNAME or SCRIPT LOAD is no failure: a user without those rights may still take
-  /// locks.
-  static std::optional<boost::system::error_code> check(Step step, const Reply& reply);
+  /// locks. `accept_evicting` (ManagerOptions::accept_evicting_server): an `INFO memory`
+  /// that says the server evicts keys is no failure either (notice() reports it).
+  static std::optional<boost::system::error_code> check(Step step, const Reply& reply,
+                                                        bool accept_evicting = false);
   /// Why `check` refused a reply, in words for LockManager::last_server_error(): the
-  /// server's own error text, or for HELLO the version found and the version needed.
+  /// server's own error text, for HELLO the version found and the version needed, for
+  /// INFO memory the policy and maxmemory found and what would accept them.
   static std::string refusal_text(Step step, const Reply& reply);
+  /// What a reply `check` let through says that is worth a notice: for INFO memory, a
+  /// server that evicts keys (accepted), or one that did not say whether it does. None for
+  /// every other step and reply.
+  static std::optional<Notice> notice(Step step, const Reply& reply);
 };
+
+/// What a lock server's `INFO memory` says of evicting keys. It evicts when `maxmemory` is
+/// above 0 and `maxmemory_policy` is not `noeviction`: every `volatile-*` policy evicts keys
+/// with a ttl first (leases and queue places all have one), every `allkeys-*` policy any
+/// key. With maxmemory 0 nothing is evicted, whatever the policy (a 32-bit server, which
+/// sets a limit of its own, shows it in `maxmemory`).
+struct Eviction {
+  enum class Verdict { never, evicts, unknown };
+  Verdict verdict = Verdict::unknown;
+  std::string policy;  ///< maxmemory_policy as the server names it
+  unsigned long long maxmemory = 0;
+  std::string missing;  ///< unknown: what the reply lacks
+};
+Eviction read_eviction(const Reply& reply);
 
 }  // namespace redis_lock::detail

@@ -387,6 +387,7 @@ void Connection::start_handshake(const std::shared_ptr<Link>& link) {
                                       .preload = preload_,
                                       .check_version = check_version_},
                                      resp);
+  finding_.reset();
   fsm_.connected();
   handshake_left_ = steps.size();
   for (const auto step : steps) {
@@ -417,7 +418,7 @@ void Connection::on_handshake_reply(const std::shared_ptr<Link>& link, Handshake
                                     error_code ec, const Reply& reply) {
   if (link_ != link || fsm_.state() != State::handshake) return;
   if (ec) return;  // drop_link is failing the handshake already
-  if (const auto refused = Handshake::check(step, reply)) {
+  if (const auto refused = Handshake::check(step, reply, accept_evicting_)) {
     try {
       if (on_refused_) on_refused_(Handshake::refusal_text(step, reply));
     } catch (const std::exception&) {
@@ -425,12 +426,37 @@ void Connection::on_handshake_reply(const std::shared_ptr<Link>& link, Handshake
     }
     return connect_failed(*refused);
   }
+  try {
+    // Kept until the handshake is done: a link that fails later in it is not worth a word.
+    if (auto found = Handshake::notice(step, reply)) finding_ = std::move(found);
+  } catch (const std::exception&) {
+    // Only the words are lost (no memory for them): the connect goes on all the same.
+  }
   if (--handshake_left_ == 0) {
     fsm_.ready();
     connect_timer_->cancel();
+    report_finding();
     flush();
     if (link_ == link) start_read(link);
   }
+}
+
+void Connection::report_finding() noexcept {
+  auto finding = std::move(finding_);
+  finding_.reset();
+  if (!finding || !on_notice_) return;
+  try {
+    const auto where = address();
+    on_notice_(ServerNotice{where, finding->kind, finding->text});
+  } catch (const std::exception&) {
+    // Only the words are lost (no memory for them).
+  }
+}
+
+std::string Connection::address() const {
+  if (!config_.unix_socket.empty()) return config_.unix_socket;
+  const bool v6 = config_.host.find(':') != std::string::npos;
+  return (v6 ? "[" + config_.host + "]" : config_.host) + ":" + std::to_string(config_.port);
 }
 
 void Connection::on_connect_deadline() { connect_failed(error::connect_timeout); }

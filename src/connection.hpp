@@ -91,13 +91,22 @@ class Connection : public std::enable_shared_from_this<Connection> {
   /// queued after it. A server that refuses (no `script|load` in the user's ACL) leaves
   /// the fallback in charge. The bodies must outlive the connection.
   void set_preload(std::vector<std::string_view> scripts) { preload_ = std::move(scripts); }
-  /// A lock server (not a sentinel): each handshake asks `HELLO 2` and refuses a server
-  /// older than the library needs (Handshake::Settings::check_version).
+  /// A lock server (not a sentinel): each handshake asks `HELLO 2` and `INFO memory`, and
+  /// refuses a server older than the library needs or one that evicts keys
+  /// (Handshake::Settings::check_version).
   void check_server_version(bool on) noexcept { check_version_ = on; }
+  /// ManagerOptions::accept_evicting_server: a lock server that evicts keys is reported
+  /// (the notice handler), not refused.
+  void accept_evicting_server(bool on) noexcept { accept_evicting_ = on; }
   /// Hears why a handshake was refused, in words (the server's error text, or the version
   /// found and needed), on the strand, before the queued commands fail.
   using RefusalHandler = std::function<void(std::string_view)>;
   void set_refusal_handler(RefusalHandler on_refused) { on_refused_ = std::move(on_refused); }
+  /// Hears what a handshake that went on found worth saying (Handshake::notice), on the
+  /// strand, when the link is ready and before any queued command is written on it. Each
+  /// handshake's finding is reported (a reconnect's too): the handler decides what was said.
+  using NoticeHandler = std::function<void(const ServerNotice&)>;
+  void set_notice_handler(NoticeHandler on_notice) { on_notice_ = std::move(on_notice); }
   /// How large the arrays in this connection's replies may be (from its next link on).
   /// The default suits lock commands; the connection that asks CLUSTER SLOTS needs more.
   void set_reply_limits(ReplyLimits limits) noexcept { reply_limits_ = limits; }
@@ -165,6 +174,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool is_current_or_draining(const std::shared_ptr<Link>& link) const noexcept;
   /// Connecting failed: fails every queued command with `ec`.
   void connect_failed(boost::system::error_code ec);
+  /// The handshake is answered: its finding, if any, goes to the notice handler.
+  void report_finding() noexcept;
+  /// The server, as this connection knows it: "host:port", "[v6]:port" or the socket's path.
+  std::string address() const;
   void arm_timer();
   void on_timer();
   void cancel_timer_if_idle();
@@ -193,7 +206,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
   Locator locator_;
   std::vector<std::string_view> preload_;
   bool check_version_ = false;
+  bool accept_evicting_ = false;
   RefusalHandler on_refused_;
+  NoticeHandler on_notice_;
+  std::optional<Handshake::Notice> finding_;  // the current handshake's, until it is ready
   ReplyLimits reply_limits_ = ReplyLimits::commands();
   PushHandler on_push_;
   LinkDownHandler on_link_down_;

@@ -65,6 +65,24 @@ Engine::Engine(asio::any_io_executor ex, ConnectionConfig config, ManagerOptions
   router_->set_preload(std::move(scripts));
   router_->set_refusal_handler(
       [last_error = last_error_](std::string_view text) { last_error->set(text); });
+  router_->accept_evicting_server(options_.accept_evicting_server);
+  // Each connection reports each handshake's finding; the manager says each once (see
+  // ServerNotice). The handler runs on the strand, which every connection shares, and may
+  // outlive the engine (a connection's late handshake), hence its own shared state.
+  router_->set_notice_handler([last_error = last_error_, observer = options_.observer,
+                               said = std::make_shared<SaidNotices>()](const ServerNotice& n) {
+    if (!said->first_time(n)) return;
+    last_error->set(n.text);
+    if (observer) observer->on_server_notice(n);
+  });
+}
+
+bool Engine::SaidNotices::first_time(const ServerNotice& notice) {
+  if (notice.kind == ServerNoticeKind::policy_unknown) return !std::exchange(unknown, true);
+  std::string key(notice.address);
+  key += '\0';
+  key += notice.text;
+  return evicting.insert(std::move(key)).second;
 }
 
 Engine::~Engine() = default;

@@ -31,7 +31,9 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace redis_lock::detail {
@@ -195,6 +197,13 @@ class Engine : public std::enable_shared_from_this<Engine> {
     }
   };
   std::shared_ptr<LastError> last_error_ = std::make_shared<LastError>();
+  /// The server notices said so far (on the strand): an evicting server once per address
+  /// and text, an unknown policy once.
+  struct SaidNotices {
+    std::set<std::string> evicting;
+    bool unknown = false;
+    bool first_time(const ServerNotice& notice);
+  };
 };
 
 /// Installs an operation's cancellation handler in the slot its completion handler carries,

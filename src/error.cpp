@@ -72,6 +72,9 @@ class Category final : public boost::system::error_category {
       case error::server_unsupported:
         return "the lock server is older than redis_lock needs (Redis >= 7.0 or Valkey); "
                "last_server_error() names the version found";
+      case error::server_evicts:
+        return "the lock server evicts keys (maxmemory with a policy other than noeviction), so "
+               "a held lease could vanish; last_server_error() names the policy found";
     }
     return "unknown redis_lock error";
   }
@@ -109,6 +112,7 @@ const char* error_name(error e) noexcept {
     REDIS_LOCK_ERROR_NAME(no_quorum)
     REDIS_LOCK_ERROR_NAME(limit_mismatch)
     REDIS_LOCK_ERROR_NAME(server_unsupported)
+    REDIS_LOCK_ERROR_NAME(server_evicts)
 #undef REDIS_LOCK_ERROR_NAME
   }
   return "unknown";

@@ -31,7 +31,10 @@ struct QuorumCall : std::enable_shared_from_this<QuorumCall> {
   std::vector<long long> fences;  // acquire: each granting master's fencing counter, else -1
   long long pttl = -1;            // acquire: the shortest remaining lease among refusals
   error_code first_error;
-  std::size_t unsupported = 0;  // masters refused at connect as older than 7.0
+  // Masters refused at connect as unfit to hold locks (older than 7.0, evicting keys), and
+  // the first such refusal.
+  std::size_t unfit = 0;
+  error_code unfit_error;
   Clock::time_point started = Clock::now();
   bool decided = false;
   bool completed = false;  // the op has its reply (decided, and the write-back is done)
@@ -116,7 +119,9 @@ void QuorumCall::on_node_reply(std::size_t node, error_code ec, const Reply& rep
       result.outcome = NodeOutcome::failed;
       result.error = answer.error;
       if (!first_error) first_error = answer.error;
-      if (answer.error == error::server_unsupported) ++unsupported;
+      if (answer.error == error::server_unsupported || answer.error == error::server_evicts) {
+        if (unfit++ == 0) unfit_error = answer.error;
+      }
       break;
     case quorum::Answer::Kind::granted:
       result.outcome = NodeOutcome::granted;
@@ -147,12 +152,12 @@ void QuorumCall::decide() {
       return complete({}, replies::integer_reply(0));
     case quorum::Verdict::no_quorum:
       if (acquire) give_back();
-      // Masters too old to use are no outage: say so, rather than "no quorum", when they
-      // are why a majority was out of reach. (A minority of them is outvoted, as any
-      // failed master; the node's own error is in the observer's per-node results.)
-      if (unsupported > 0 &&
-          tally.failed - unsupported <= tally.masters - quorum::majority(tally.masters)) {
-        return complete(error::server_unsupported, Reply{});
+      // Masters unfit to hold locks (too old, evicting keys) are no outage: say so (with
+      // the first refusal's code), rather than "no quorum", when they are why a majority
+      // was out of reach. (A minority of them is outvoted, as any failed master; each
+      // node's own error is in the observer's per-node results.)
+      if (unfit > 0 && tally.failed - unfit <= tally.masters - quorum::majority(tally.masters)) {
+        return complete(unfit_error, Reply{});
       }
       return complete(error::no_quorum, Reply{});
   }

@@ -90,7 +90,9 @@ Connection& Router::connection(std::size_t node, Pool pool) {
     }
     if (pool == Pool::commands || pool == Pool::durable) slot->set_preload(preload_);
     slot->check_server_version(true);
+    slot->accept_evicting_server(accept_evicting_);
     slot->set_refusal_handler(on_refused_);
+    slot->set_notice_handler(on_notice_);
     if (pool == Pool::subscriber && setup_) setup_(*slot, node);
   }
   return *slot;

@@ -93,6 +93,13 @@ class Router : public std::enable_shared_from_this<Router> {
   void set_refusal_handler(Connection::RefusalHandler on_refused) {
     on_refused_ = std::move(on_refused);
   }
+  /// Every connection's handshake findings (Connection::set_notice_handler), and whether a
+  /// node that evicts keys is used (ManagerOptions::accept_evicting_server). Set before the
+  /// first connection is made.
+  void set_notice_handler(Connection::NoticeHandler on_notice) {
+    on_notice_ = std::move(on_notice);
+  }
+  void accept_evicting_server(bool on) noexcept { accept_evicting_ = on; }
   /// Set once, before the first subscriber connection is made.
   void set_subscriber_setup(SubscriberSetup setup) { setup_ = std::move(setup); }
   bool cluster() const noexcept { return config_.topology == Topology::cluster; }
@@ -159,6 +166,8 @@ class Router : public std::enable_shared_from_this<Router> {
   SubscriberSetup setup_;
   std::vector<std::string_view> preload_;
   Connection::RefusalHandler on_refused_;
+  Connection::NoticeHandler on_notice_;
+  bool accept_evicting_ = false;
   std::shared_ptr<SentinelLocator> locator_;  // Sentinel only
   bool verifying_ = false;
   std::chrono::steady_clock::time_point next_verify_{};

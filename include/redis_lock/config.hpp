@@ -121,6 +121,15 @@ struct ManagerOptions {
   std::string holder_label{};
   /// Metrics and log hooks (see observer.hpp); null: none, at the cost of one branch.
   std::shared_ptr<Observer> observer{};
+  /// Use a lock server that evicts keys (`maxmemory` above 0 with a `maxmemory-policy` other
+  /// than `noeviction`: every `volatile-*` policy evicts keys with a ttl first, which every
+  /// lease and queue place has, and every `allkeys-*` policy may). Such a server can drop a
+  /// held lease under memory pressure and let another holder in, and nobody is told; only
+  /// a store that checks fencing tokens stays safe. False (the default): each connect to a
+  /// lock server reads its `INFO memory` and fails with `error::server_evicts` when it
+  /// evicts. True: the connect goes on, and the policy found is reported once
+  /// (`Observer::on_server_notice`, `LockManager::last_server_error()`). See docs/safety.md.
+  bool accept_evicting_server = false;
 };
 
 }  // namespace redis_lock

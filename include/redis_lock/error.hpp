@@ -40,6 +40,10 @@ enum class error {
   limit_mismatch,        ///< the semaphore is held or waited for with another limit
   server_unsupported,    ///< the lock server is older than 7.0 (at connect; see
                          ///< `LockManager::last_server_error()` for the version found)
+  server_evicts,         ///< the lock server may evict keys (maxmemory with a policy other
+                         ///< than noeviction), so a held lease could vanish (at connect; see
+                         ///< `LockManager::last_server_error()` and
+                         ///< `ManagerOptions::accept_evicting_server`)
 };
 
 /// The category of `redis_lock::error`; its name() is "redis_lock".

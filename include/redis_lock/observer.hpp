@@ -134,6 +134,35 @@ struct AdminEvent {
   std::string_view detail = {};
 };
 
+/// What a lock server's connect found that an operator should know, though the connect
+/// went on.
+enum class ServerNoticeKind : std::uint8_t {
+  /// The server evicts keys (`maxmemory` above 0 and a `maxmemory-policy` other than
+  /// `noeviction`), so a held lease could vanish; `ManagerOptions::accept_evicting_server`
+  /// let the connect go on (without it, the connect fails with `error::server_evicts`).
+  evicting_policy,
+  /// Whether the server evicts keys is unknown: it refused `INFO` (an ACL user without
+  /// `+info`: `NOPERM`; a renamed command; a proxy), or its `INFO memory` did not name
+  /// `maxmemory` and `maxmemory_policy`.
+  policy_unknown,
+};
+
+/// A lock server's connect went on with something to say (see ServerNoticeKind). Reported
+/// when the connection that found it is ready, before any command is sent on it; then
+/// `LockManager::last_server_error()` says the same text. Said once per manager for each
+/// server and text (`evicting_policy`: a reconnect that finds the same says nothing; one
+/// that finds another policy or maxmemory says it), and once per manager at all for
+/// `policy_unknown`.
+struct ServerNotice {
+  /// The server, as the connection knows it: "host:port" ("[v6]:port"), the Unix socket's
+  /// path, or (Sentinel) the master's address the sentinels gave.
+  std::string_view address;
+  ServerNoticeKind kind;  ///< what was found
+  /// In words, e.g. "the lock server evicts keys (maxmemory-policy volatile-lru, maxmemory
+  /// 104857600): a lease could vanish while held (accepted: ...)".
+  std::string_view text;
+};
+
 /// Receives what one or more LockManagers do. Install it with `ManagerOptions::observer`;
 /// without one (the default) the cost is one pointer test per event.
 ///
@@ -158,6 +187,9 @@ class Observer {
   virtual void on_wait(const WaitEvent&) noexcept {}
   /// A lease handed out by an acquire stopped being held: released or lost (see HoldEvent).
   virtual void on_hold_end(const HoldEvent&) noexcept {}
+  /// A lock server's connect went on with something to say: it evicts keys (accepted), or
+  /// whether it does is unknown (see ServerNotice).
+  virtual void on_server_notice(const ServerNotice&) noexcept {}
 };
 
 }  // namespace redis_lock

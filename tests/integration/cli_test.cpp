@@ -753,6 +753,47 @@ TEST(Cli, AnOldServerIsNamedWithTheVersionFoundAndNeeded) {
   EXPECT_EQ(text.find("ran\n"), std::string::npos) << text;
 }
 
+TEST(Cli, AnEvictingServerIsRefusedUnlessAcceptedAndThenSaidOnce) {
+  // A server of its own, set to evict keys: refused (exit 3) with the policy found and the
+  // option that accepts it, and the command does not run; with --accept-evicting-server the
+  // command runs under the lock, and stderr says once what the server does.
+  RedisServer server;
+  ASSERT_EQ(server.command({"CONFIG", "SET", "maxmemory", "100mb"}), "OK");
+  ASSERT_EQ(server.command({"CONFIG", "SET", "maxmemory-policy", "allkeys-lru"}), "OK");
+  const std::string at = "127.0.0.1:" + std::to_string(server.port());
+  const auto run = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), {REDIS_LOCK_CLI_PATH, "--url", "redis://" + at});
+    ChildProcess p(args, {.stderr_too = true});
+    auto text = p.read_all();
+    return std::pair{p.wait(), std::move(text)};
+  };
+  const auto [refused, refused_text] = run({unique_resource(), "--", "echo", "ran"});
+  EXPECT_EQ(refused, 3) << refused_text;
+  EXPECT_NE(refused_text.find("the lock server evicts keys (maxmemory-policy allkeys-lru, "
+                              "maxmemory 104857600): a lease could vanish while held; set "
+                              "maxmemory-policy noeviction, or --accept-evicting-server (" +
+                              at + ")"),
+            std::string::npos)
+      << refused_text;
+  EXPECT_EQ(refused_text.find("ran\n"), std::string::npos) << refused_text;
+  EXPECT_EQ(server.command({"DBSIZE"}), "0");
+  const auto [status, status_text] = run({"status", unique_resource()});
+  EXPECT_EQ(status, 3) << "every mode checks: " << status_text;
+
+  const auto [accepted, accepted_text] =
+      run({"--accept-evicting-server", unique_resource(), "--", "echo", "ran"});
+  EXPECT_EQ(accepted, 0) << accepted_text;
+  EXPECT_NE(accepted_text.find("ran\n"), std::string::npos) << accepted_text;
+  const std::string warning = "redis-lock: warning: " + at +
+                              ": the lock server evicts keys (maxmemory-policy allkeys-lru, "
+                              "maxmemory 104857600): a lease could vanish while held (accepted: "
+                              "--accept-evicting-server)\n";
+  const auto first = accepted_text.find(warning);
+  EXPECT_NE(first, std::string::npos) << accepted_text;
+  EXPECT_EQ(accepted_text.find(warning, first + 1), std::string::npos)
+      << "said more than once: " << accepted_text;
+}
+
 TEST(Cli, ATlsFailureIsDiagnosedWithoutSendingPlainText) {
   // A listener that answers nothing and keeps every byte it is sent (a plain-text Redis
   // answers a TLS hello with nothing too). The diagnosis used to follow the failed handshake

@@ -348,8 +348,8 @@ TEST(Connection, LoadsItsScriptsInTheHandshakeAndRecoversFromScriptFlush) {
 
 TEST(Connection, GarbageFromTheServerIsAProtocolError) {
   // No real Redis sends garbage: a fake server is the only way to show this. It answers the
-  // handshake (HELLO as Redis 7.0 would, CLIENT SETNAME and each SCRIPT LOAD refused, which
-  // the client tolerates), then meets the
+  // handshake (HELLO and INFO memory as Redis 7.0 would, CLIENT SETNAME and each SCRIPT LOAD
+  // refused, which the client tolerates), then meets the
   // acquire with bytes that are not RESP: the error must come from the reply parser, not
   // from a failed handshake.
   asio::io_context io;
@@ -364,14 +364,19 @@ TEST(Connection, GarbageFromTheServerIsAProtocolError) {
       if (ec) return;
       seen.append(buf.data(), n);
       auto out = std::make_shared<std::string>();
-      // The handshake's steps, answered in order: HELLO with a version, CLIENT SETNAME and
-      // one SCRIPT LOAD per script refused (the client takes locks without them).
+      // The handshake's steps, answered in order: HELLO with a version, INFO memory with no
+      // limit, CLIENT SETNAME and one SCRIPT LOAD per script refused (the client takes locks
+      // without them).
+      const std::map<std::string, std::string> answers = {
+          {"\r\nHELLO\r\n",
+           "*4\r\n$6\r\nserver\r\n$5\r\nredis\r\n$7\r\nversion\r\n$5\r\n7.0.0\r\n"},
+          {"\r\nINFO\r\n", "$42\r\nmaxmemory:0\r\nmaxmemory_policy:noeviction\r\n\r\n"},
+          {"\r\nLOAD\r\n", "-ERR not allowed\r\n"},
+          {"\r\nSETNAME\r\n", "-ERR not allowed\r\n"}};
       std::map<std::size_t, std::string> steps;  // by position in what was seen
-      for (const std::string step : {"\r\nHELLO\r\n", "\r\nLOAD\r\n", "\r\nSETNAME\r\n"}) {
+      for (const auto& [step, answer] : answers) {
         for (auto at = seen.find(step); at != std::string::npos; at = seen.find(step, at + 1)) {
-          steps[at] = step == "\r\nHELLO\r\n"
-                          ? "*4\r\n$6\r\nserver\r\n$5\r\nredis\r\n$7\r\nversion\r\n$5\r\n7.0.0\r\n"
-                          : "-ERR not allowed\r\n";
+          steps[at] = answer;
         }
       }
       std::size_t i = 0;
@@ -457,6 +462,7 @@ TEST(Connection, LeastPrivilegeUserCanWaitRenewAndWaitForReplicas) {
                             "+ping",
                             "+client|setname",
                             "+script|load",
+                            "+info",
                             "+wait"}),
             "OK");
   ASSERT_EQ(master.command({"ACL", "LOG", "RESET"}), "OK");

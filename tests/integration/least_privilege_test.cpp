@@ -14,6 +14,7 @@
 #include <redis_lock/election.hpp>
 #include <redis_lock/with_lock.hpp>
 
+#include <algorithm>
 #include <csignal>
 #include <filesystem>
 #include <fstream>
@@ -72,8 +73,8 @@ TEST(LeastPrivilege, TheDocumentedListNamesEveryCommandTheScriptsCall) {
   // The one call whose command is computed: PUBLISH (standalone) or SPUBLISH (a Cluster).
   called.insert("publish");
   // What the client sends itself on a standalone server.
-  for (const char* own :
-       {"evalsha", "eval", "subscribe", "unsubscribe", "ping", "client|setname", "script|load"}) {
+  for (const char* own : {"evalsha", "eval", "subscribe", "unsubscribe", "ping", "client|setname",
+                          "script|load", "info"}) {
     called.insert(own);
   }
   EXPECT_GT(called.size(), 20u) << "the scripts were not found in " << REDIS_LOCK_SCRIPTS_DIR;
@@ -251,6 +252,100 @@ TEST(LeastPrivilege, EveryOperationAndEveryCliModeLeavesTheAclLogEmpty) {
 
   EXPECT_EQ(server.command({"ACL", "LOG"}), "")
       << "commands denied to the documented user (ACL LOG)";
+}
+
+namespace {
+
+/// Creates the documented user as "locker" with password "pw" on `server`, without the
+/// words `left_out`; returns a configuration that logs in as that user.
+ConnectionConfig documented_user(const RedisServer& server,
+                                 const std::vector<std::string>& left_out = {}) {
+  auto acl = documented_acl();
+  EXPECT_FALSE(acl.empty());
+  std::vector<std::string> words = {"ACL", "SETUSER"};
+  for (auto& w : acl) {
+    if (std::find(left_out.begin(), left_out.end(), w) != left_out.end()) continue;
+    words.push_back(w == ">password" ? ">pw" : w);
+  }
+  EXPECT_EQ(server.command(words), "OK");
+  auto cfg = server.config();
+  cfg.username = "locker";
+  cfg.password = "pw";
+  return cfg;
+}
+
+/// The server notices an observer heard.
+struct Notices final : Observer {
+  void on_server_notice(const ServerNotice& n) noexcept override {
+    heard.push_back({n.kind, std::string(n.text)});
+  }
+  std::vector<std::pair<ServerNoticeKind, std::string>> heard;
+};
+
+}  // namespace
+
+TEST(LeastPrivilege, TheDocumentedUserMayReadTheEvictionPolicyAndAnEvictingServerIsRefused) {
+  // The documented ACL has +info: the library reads maxmemory and its policy, and refuses a
+  // server that evicts keys, without a denied command in the ACL LOG.
+  RedisServer server;
+  const auto cfg = documented_user(server);
+  ASSERT_EQ(server.command({"CONFIG", "SET", "maxmemory", "100mb"}), "OK");
+  ASSERT_EQ(server.command({"CONFIG", "SET", "maxmemory-policy", "volatile-lru"}), "OK");
+  ASSERT_EQ(server.command({"ACL", "LOG", "RESET"}), "OK");
+  asio::io_context io;
+  LockManager locks(io.get_executor(), cfg);
+  const auto r = acquire_once(locks, io, unique_resource());
+  EXPECT_EQ(r.ec, error::server_evicts) << r.ec.message() << " / " << locks.last_server_error();
+  EXPECT_NE(locks.last_server_error().find("volatile-lru"), std::string::npos);
+  EXPECT_EQ(server.command({"DBSIZE"}), "0");
+  EXPECT_EQ(server.command({"ACL", "LOG"}), "") << "a command was denied";
+}
+
+TEST(LeastPrivilege, WithoutInfoTheConnectGoesOnAndSaysSoOncePerManager) {
+  // A user without +info cannot read the policy: the connect goes on (the server may well
+  // evict: this one would be refused if the library could see it), and each manager says
+  // once that the policy is unknown, however many connections and reconnects it makes.
+  RedisServer server;
+  const auto cfg = documented_user(server, {"+info"});
+  ASSERT_EQ(server.command({"CONFIG", "SET", "maxmemory", "100mb"}), "OK");
+  ASSERT_EQ(server.command({"CONFIG", "SET", "maxmemory-policy", "volatile-lru"}), "OK");
+  asio::io_context io;
+  for (int manager = 0; manager < 2; ++manager) {
+    SCOPED_TRACE(manager);
+    auto notices = std::make_shared<Notices>();
+    LockManager locks(io.get_executor(), cfg, {.observer = notices});
+    const auto resource = unique_resource();
+    LockGuard held;
+    run_co(io, [&]() -> asio::awaitable<void> {
+      const auto use = asio::as_tuple(asio::use_awaitable);
+      auto [ec, g] = co_await locks.async_acquire(resource, {.ttl = 10s}, use);
+      EXPECT_FALSE(ec) << ec.message() << " / " << locks.last_server_error();
+      held = std::move(g);
+      // A waiter (another connection, its subscription) and a reconnect.
+      auto [wec, waited] = co_await locks.async_acquire(resource, {.ttl = 5s, .wait = 300ms}, use);
+      EXPECT_FALSE(wec) << wec.message();
+      EXPECT_FALSE(waited.owns_lock());
+      // (A waiting acquire rides out the link the kill may leave it to find dead.)
+      redis_command(server.port(), {"CLIENT", "KILL", "USER", "locker"});
+      auto [aec, again] =
+          co_await locks.async_acquire(unique_resource(), {.ttl = 5s, .wait = 5s}, use);
+      EXPECT_FALSE(aec) << aec.message();
+      EXPECT_TRUE(again.owns_lock());
+      EXPECT_NE(server.command({"CLIENT", "LIST"}).find("user=locker"), std::string::npos)
+          << "reconnected";
+      co_await held.async_release(use);
+    }());
+    ASSERT_EQ(notices->heard.size(), 1u);
+    EXPECT_EQ(notices->heard.front().first, ServerNoticeKind::policy_unknown);
+    const auto& text = notices->heard.front().second;
+    EXPECT_NE(text.find("whether the lock server evicts keys is unknown (INFO refused: NOPERM"),
+              std::string::npos)
+        << text;
+    EXPECT_NE(text.find("+info"), std::string::npos) << text;
+    EXPECT_EQ(locks.last_server_error(), text);
+  }
+  EXPECT_NE(server.command({"ACL", "LOG"}).find("info"), std::string::npos)
+      << "INFO was asked, and denied";
 }
 
 TEST(HandOff, AForgedMessageGrantsNothing) {

@@ -220,3 +220,20 @@ TEST(CliOptions, SubcommandsRefuseWhatDoesNotApplyToThem) {
   EXPECT_EQ(help.action, Parsed::Action::print_and_exit);
   EXPECT_NE(help.text.find("force-release RESOURCE"), std::string::npos);
 }
+
+TEST(CliOptions, AcceptEvictingServerInEveryMode) {
+  // Every mode connects to the lock server, so every mode may accept one that evicts keys;
+  // the default refuses it.
+  EXPECT_FALSE(run_options({"r", "--", "true"}).accept_evicting_server);
+  EXPECT_TRUE(run_options({"--accept-evicting-server", "r", "--", "true"}).accept_evicting_server);
+  EXPECT_TRUE(run_options({"status", "r", "--accept-evicting-server"}).accept_evicting_server);
+  EXPECT_TRUE(
+      run_options({"force-release", "--accept-evicting-server", "r"}).accept_evicting_server);
+  EXPECT_TRUE(
+      run_options({"elect", "e", "--accept-evicting-server", "--", "x"}).accept_evicting_server);
+  EXPECT_TRUE(run_options({"observe", "e", "--accept-evicting-server"}).accept_evicting_server);
+  EXPECT_NE(usage_error({"--accept-evicting-server=yes", "r", "--", "true"}).find("accept"),
+            std::string::npos)
+      << "a switch takes no value";
+  EXPECT_NE(parse({"--help"}).text.find("--accept-evicting-server"), std::string::npos);
+}

@@ -17,6 +17,7 @@ using namespace redis_lock::detail;
 using namespace std::chrono_literals;
 using boost::system::error_code;
 using redis_lock::error;
+using redis_lock::ServerNoticeKind;
 using redis_lock::test::error_reply;
 using redis_lock::test::text;
 using Clock = std::chrono::steady_clock;
@@ -273,10 +274,14 @@ TEST(Handshake, PlanForEachConfiguration) {
        {.preload = scripts},
        {Step::script_load, Step::script_load},
        {{"SCRIPT", "LOAD", "return 1"}, {"SCRIPT", "LOAD", "return 2"}}},
-      {"a lock server: HELLO 2 learns its version",
+      {"a lock server: HELLO 2 learns its version, INFO memory whether it evicts keys",
        {.check_version = true},
-       {Step::hello},
-       {{"HELLO", "2"}}},
+       {Step::hello, Step::info_memory},
+       {{"HELLO", "2"}, {"INFO", "memory"}}},
+      {"a sentinel (not a lock server): neither HELLO nor INFO",
+       {.password = "pw", .client_name = "n"},
+       {Step::auth, Step::setname},
+       {{"AUTH", "pw"}, {"CLIENT", "SETNAME", "n"}}},
       {"everything, AUTH first (HELLO with a protocol needs it) and the scripts last",
        {.username = "u",
         .password = "p",
@@ -285,10 +290,11 @@ TEST(Handshake, PlanForEachConfiguration) {
         .confirm_master = true,
         .preload = scripts,
         .check_version = true},
-       {Step::auth, Step::hello, Step::select, Step::setname, Step::role, Step::script_load,
-        Step::script_load},
+       {Step::auth, Step::hello, Step::info_memory, Step::select, Step::setname, Step::role,
+        Step::script_load, Step::script_load},
        {{"AUTH", "u", "p"},
         {"HELLO", "2"},
+        {"INFO", "memory"},
         {"SELECT", "1"},
         {"CLIENT", "SETNAME", "n"},
         {"ROLE"},
@@ -449,6 +455,145 @@ TEST(Handshake, ARefusalSaysWhy) {
             "WRONGPASS invalid password");
   EXPECT_EQ(Handshake::refusal_text(Step::hello, error_reply("NOAUTH Authentication required.")),
             "NOAUTH Authentication required.");
+}
+
+// ---------------------------------------------------------------------------------------
+// Handshake: INFO memory, whether the lock server evicts keys
+
+/// An INFO memory reply as Redis 7 gives it (a bulk string of CRLF lines), with the fields
+/// that matter set, or left out when empty.
+Reply info_memory(const std::string& maxmemory, const std::string& policy) {
+  std::string body =
+      "# Memory\r\nused_memory:1012528\r\nused_memory_human:988.80K\r\n"
+      "maxmemory_human:100.00M\r\n";
+  if (!maxmemory.empty()) body += "maxmemory:" + maxmemory + "\r\n";
+  if (!policy.empty()) body += "maxmemory_policy:" + policy + "\r\n";
+  body += "allocator_frag_ratio:1.21\r\n";
+  return text(body);
+}
+
+TEST(Handshake, InfoMemorySaysWhetherTheServerEvicts) {
+  struct Case {
+    const char* what;
+    Reply reply;
+    std::optional<error> refused;            // by default (accept_evicting false)
+    std::optional<ServerNoticeKind> notice;  // once let through (with accept_evicting)
+  };
+  const auto noperm =
+      error_reply("NOPERM User locker has no permissions to run the 'info' command");
+  const Case cases[] = {
+      {"noeviction without a limit", info_memory("0", "noeviction"), std::nullopt, std::nullopt},
+      {"noeviction with a limit: writes fail with OOM, nothing is evicted",
+       info_memory("104857600", "noeviction"), std::nullopt, std::nullopt},
+      {"volatile-lru with a limit: leases (all with a ttl) are evicted first",
+       info_memory("104857600", "volatile-lru"), error::server_evicts,
+       ServerNoticeKind::evicting_policy},
+      {"volatile-ttl", info_memory("1", "volatile-ttl"), error::server_evicts,
+       ServerNoticeKind::evicting_policy},
+      {"allkeys-lru with a limit", info_memory("104857600", "allkeys-lru"), error::server_evicts,
+       ServerNoticeKind::evicting_policy},
+      {"a policy this library does not know, with a limit: it is not noeviction",
+       info_memory("5000", "allkeys-something"), error::server_evicts,
+       ServerNoticeKind::evicting_policy},
+      {"allkeys-lru without a limit: nothing is ever evicted", info_memory("0", "allkeys-lru"),
+       std::nullopt, std::nullopt},
+      {"volatile-lfu without a limit", info_memory("0", "volatile-lfu"), std::nullopt,
+       std::nullopt},
+      // Cannot tell: the connect goes on, a notice says so.
+      {"INFO refused by the ACL", noperm, std::nullopt, ServerNoticeKind::policy_unknown},
+      {"INFO renamed away", error_reply("ERR unknown command 'INFO', with args beginning with: "),
+       std::nullopt, ServerNoticeKind::policy_unknown},
+      {"no maxmemory_policy line", info_memory("104857600", ""), std::nullopt,
+       ServerNoticeKind::policy_unknown},
+      {"no maxmemory line (maxmemory_human does not count)", info_memory("", "volatile-lru"),
+       std::nullopt, ServerNoticeKind::policy_unknown},
+      {"maxmemory not a number", info_memory("lots", "volatile-lru"), std::nullopt,
+       ServerNoticeKind::policy_unknown},
+      {"maxmemory negative", info_memory("-1", "volatile-lru"), std::nullopt,
+       ServerNoticeKind::policy_unknown},
+      {"an empty text", text(""), std::nullopt, ServerNoticeKind::policy_unknown},
+      {"not a text at all", array_of({"maxmemory", "1"}), std::nullopt,
+       ServerNoticeKind::policy_unknown},
+      // What fails every step fails this one.
+      {"loading", error_reply("LOADING Redis is loading the dataset in memory"),
+       error::connect_failed, std::nullopt},
+      {"not authenticated", error_reply("NOAUTH Authentication required."),
+       error::not_authenticated, std::nullopt},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.what);
+    const auto refused = Handshake::check(Step::info_memory, c.reply);
+    if (c.refused) {
+      ASSERT_TRUE(refused);
+      EXPECT_EQ(*refused, *c.refused) << refused->message();
+    } else {
+      EXPECT_FALSE(refused) << refused->message();
+    }
+    // ManagerOptions::accept_evicting_server lets an evicting server through, nothing else.
+    const auto accepted = Handshake::check(Step::info_memory, c.reply, true);
+    const bool evicts = c.refused == error::server_evicts;
+    if (c.refused && !evicts) {
+      ASSERT_TRUE(accepted);
+      EXPECT_EQ(*accepted, *c.refused);
+      continue;
+    }
+    EXPECT_FALSE(accepted) << accepted->message();
+    const auto notice = Handshake::notice(Step::info_memory, c.reply);
+    ASSERT_EQ(notice.has_value(), c.notice.has_value());
+    if (notice) {
+      EXPECT_EQ(notice->kind, *c.notice);
+    }
+  }
+}
+
+TEST(Handshake, AnEvictingServerIsNamedWithItsPolicyAndTheOptionThatAcceptsIt) {
+  const auto reply = info_memory("104857600", "volatile-lru");
+  EXPECT_EQ(Handshake::refusal_text(Step::info_memory, reply),
+            "the lock server evicts keys (maxmemory-policy volatile-lru, maxmemory 104857600): a "
+            "lease could vanish while held; set maxmemory-policy noeviction, or "
+            "ManagerOptions::accept_evicting_server");
+  const auto accepted = Handshake::notice(Step::info_memory, reply);
+  ASSERT_TRUE(accepted);
+  EXPECT_EQ(accepted->text,
+            "the lock server evicts keys (maxmemory-policy volatile-lru, maxmemory 104857600): a "
+            "lease could vanish while held (accepted: ManagerOptions::accept_evicting_server)");
+  // Unknown: what the server said instead, and how to make it tell.
+  const auto refused_info = Handshake::notice(
+      Step::info_memory, error_reply("NOPERM User locker has no permissions to run the 'info' "
+                                     "command"));
+  ASSERT_TRUE(refused_info);
+  EXPECT_NE(refused_info->text.find("unknown (INFO refused: NOPERM User locker"), std::string::npos)
+      << refused_info->text;
+  EXPECT_NE(refused_info->text.find("+info"), std::string::npos) << refused_info->text;
+  const auto no_policy = Handshake::notice(Step::info_memory, info_memory("7", ""));
+  ASSERT_TRUE(no_policy);
+  EXPECT_NE(no_policy->text.find("unknown (INFO memory has no maxmemory_policy)"),
+            std::string::npos)
+      << no_policy->text;
+  // The other steps have nothing to say, whatever their reply.
+  EXPECT_FALSE(Handshake::notice(Step::hello, error_reply("NOPERM no hello")));
+  EXPECT_FALSE(Handshake::notice(Step::setname, error_reply("NOPERM no setname")));
+  EXPECT_FALSE(Handshake::notice(Step::ping, text("PONG")));
+}
+
+TEST(Handshake, ReadEvictionParsesTheTwoFieldsAndNothingElse) {
+  const auto e = read_eviction(info_memory("104857600", "allkeys-lfu"));
+  EXPECT_EQ(e.verdict, Eviction::Verdict::evicts);
+  EXPECT_EQ(e.maxmemory, 104857600u);
+  EXPECT_EQ(e.policy, "allkeys-lfu");
+  // LF-only lines, the fields first or last, a status reply (a proxy's rewrite).
+  Reply lf = text("maxmemory_policy:noeviction\nmaxmemory:42");
+  EXPECT_EQ(read_eviction(lf).verdict, Eviction::Verdict::never);
+  EXPECT_EQ(read_eviction(lf).maxmemory, 42u);
+  lf.type = Reply::Type::status;
+  EXPECT_EQ(read_eviction(lf).policy, "noeviction");
+  // A longer field with the same start is not the field.
+  EXPECT_EQ(read_eviction(text("maxmemory_policy_x:volatile-lru\r\nmaxmemory:1\r\n")).verdict,
+            Eviction::Verdict::unknown);
+  EXPECT_EQ(
+      read_eviction(text("maxmemory:18446744073709551616\r\nmaxmemory_policy:noeviction")).verdict,
+      Eviction::Verdict::unknown)
+      << "beyond 64 bits: not a number";
 }
 
 }  // namespace

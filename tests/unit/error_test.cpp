@@ -47,6 +47,7 @@ constexpr Expected every_code[] = {
     {error::no_quorum, "Redlock", "no_quorum"},
     {error::limit_mismatch, "another limit", "limit_mismatch"},
     {error::server_unsupported, "Redis >= 7.0", "server_unsupported"},
+    {error::server_evicts, "evicts keys", "server_evicts"},
 };
 
 }  // namespace

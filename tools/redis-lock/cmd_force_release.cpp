@@ -23,7 +23,7 @@ using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
 asio::awaitable<int> force_release(const Options& o, redis_lock::ConnectionConfig config) {
-  redis_lock::LockManager locks(co_await asio::this_coro::executor, config, manager_options());
+  redis_lock::LockManager locks(co_await asio::this_coro::executor, config, manager_options(o));
   if (o.verbose) {
     say("force-releasing %s on %s", o.resource.c_str(), describe_target(config).c_str());
   }

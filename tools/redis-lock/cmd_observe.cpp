@@ -29,7 +29,7 @@ using std::chrono::milliseconds;
 /// (128+SIGPIPE, as a program killed by it), or (before anything was printed) an error.
 asio::awaitable<int> observe(const Options& o, redis_lock::ConnectionConfig config) {
   auto ex = co_await asio::this_coro::executor;
-  redis_lock::LockManager locks(ex, config, manager_options());
+  redis_lock::LockManager locks(ex, config, manager_options(o));
   redis_lock::Election election(locks, o.name);
   asio::signal_set signals(ex, SIGINT, SIGTERM, SIGHUP);
   asio::cancellation_signal cancel;

@@ -30,7 +30,7 @@ using std::chrono::milliseconds;
 asio::awaitable<Report> run(const Options& o, redis_lock::ConnectionConfig config) {
   auto ex = co_await asio::this_coro::executor;
   Report report;
-  redis_lock::LockManager locks(ex, config, manager_options());
+  redis_lock::LockManager locks(ex, config, manager_options(o));
   std::optional<redis_lock::Election> election;
   if (o.mode == Mode::elect) election.emplace(locks, o.name);
   const char* const held_thing = election ? "leadership" : "lock";

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
-// redis-lock status: who holds a resource; and the label every subcommand records.
+// redis-lock status: who holds a resource; and the manager options (the label, the server
+// notices) every subcommand uses.
 #include "commands.hpp"
+#include "diagnose.hpp"
 
 #include <unistd.h>
 #include <cstring>
@@ -37,14 +39,32 @@ std::string holder_label() {
   return label + pid;
 }
 
-redis_lock::ManagerOptions manager_options() {
+namespace {
+
+/// Says each notice of the lock server on stderr (the library says each once per manager).
+class NoticeWarnings final : public redis_lock::Observer {
+ public:
+  void on_server_notice(const redis_lock::ServerNotice& n) noexcept override {
+    try {
+      say("warning: %s: %s", printable(n.address).c_str(), in_cli_words(n.text).c_str());
+    } catch (const std::exception&) {
+      // No memory for the words: nothing said.
+    }
+  }
+};
+
+}  // namespace
+
+redis_lock::ManagerOptions manager_options(const Options& o) {
   redis_lock::ManagerOptions options;
   options.holder_label = holder_label();
+  options.accept_evicting_server = o.accept_evicting_server;
+  options.observer = std::make_shared<NoticeWarnings>();
   return options;
 }
 
 asio::awaitable<int> status(const Options& o, redis_lock::ConnectionConfig config) {
-  redis_lock::LockManager locks(co_await asio::this_coro::executor, config, manager_options());
+  redis_lock::LockManager locks(co_await asio::this_coro::executor, config, manager_options(o));
   const auto [ec, info] =
       co_await locks.async_inspect(o.resource, asio::as_tuple(asio::use_awaitable));
   if (ec) co_return failed(o, config, locks, ec).exit_code;

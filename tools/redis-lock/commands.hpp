@@ -17,7 +17,10 @@ namespace redis_lock::cli {
 /// HOSTNAME:PID, the label stored with each lease this redis-lock takes (what `status`
 /// shows): printable ASCII only, at most the library's 128 characters.
 std::string holder_label();
-redis_lock::ManagerOptions manager_options();
+/// The manager's options for `o`: the holder label, --accept-evicting-server, and an
+/// observer that says each server notice on stderr (an evicting server accepted, or an
+/// eviction policy that could not be read).
+redis_lock::ManagerOptions manager_options(const Options& o);
 
 /// Runs the command while holding the lock (the default mode).
 boost::asio::awaitable<Report> run(const Options& o, redis_lock::ConnectionConfig config);

@@ -140,6 +140,15 @@ std::string printable(std::string_view s) {
   return out;
 }
 
+std::string in_cli_words(std::string_view library_text) {
+  std::string text = printable(library_text);
+  constexpr std::string_view field = "ManagerOptions::accept_evicting_server";
+  for (auto at = text.find(field); at != std::string::npos; at = text.find(field, at)) {
+    text.replace(at, field.size(), "--accept-evicting-server");
+  }
+  return text;
+}
+
 std::string describe_target(const ConnectionConfig& config) {
   if (!config.unix_socket.empty()) return config.unix_socket;
   const auto address = [](const std::string& host, std::uint16_t port) {
@@ -171,6 +180,10 @@ std::string describe_failure(const ConnectionConfig& config, boost::system::erro
     // The version found and the version needed, which the code alone does not carry.
     if (ec == error::server_unsupported && !server_error.empty()) {
       return printable(server_error) + " (" + describe_target(config) + ")";
+    }
+    // The policy and maxmemory found, and how to accept them.
+    if (ec == error::server_evicts && !server_error.empty()) {
+      return in_cli_words(server_error) + " (" + describe_target(config) + ")";
     }
     return text;
   }

@@ -19,6 +19,10 @@ std::size_t utf8_sequence(std::string_view s);
 /// from the server (a holder's label, an error's text) cannot move the cursor, retitle the
 /// window or change the colours.
 std::string printable(std::string_view s);
+/// A library's text for redis-lock's user: printable, with the option redis-lock has for a
+/// ManagerOptions field it names (ManagerOptions::accept_evicting_server is
+/// --accept-evicting-server).
+std::string in_cli_words(std::string_view library_text);
 /// host:port, the socket path, or the nodes of a multi-server deployment.
 std::string describe_target(const ConnectionConfig& config);
 /// The failure of an acquire, with the target and, for connection failures, the reason

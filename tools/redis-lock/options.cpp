@@ -90,6 +90,10 @@ options:
   -v, --verbose          say on stderr what happens (connect, wait, acquire, release)
   --json                 at exit, print one JSON status line on stderr; with status,
                          force-release and observe: JSON on stdout instead of text
+  --accept-evicting-server
+                         use a Redis that evicts keys (maxmemory with a maxmemory-policy
+                         other than noeviction), which could drop a held lease; said on
+                         stderr. Without it, such a server is refused (exit 3)
   -V, --version          print the version
   -h, --help             this text
 DURATION: a number, fractions allowed, with ms, s, m or h (a bare number is seconds).
@@ -105,7 +109,8 @@ exit status:
   1    not acquired: held elsewhere (--nonblock) or --wait ran out (see -E);
        force-release: nobody held RESOURCE
   2    usage error (nothing was sent to Redis)
-  3    Redis could not be reached, or refused (authentication, permissions, ...)
+  3    Redis could not be reached, or refused (authentication, permissions, ...), or
+       it evicts keys (without --accept-evicting-server)
   4    COMMAND was stopped because the lease was lost, its renewal was not confirmed
        in time, or (--no-renew) it was about to end
   124  COMMAND was stopped by --max-hold
@@ -132,7 +137,8 @@ std::optional<int> parse_exit_code(const std::string& text) {
 /// The options each mode accepts (--help and --version are handled before the mode).
 bool allowed(Mode mode, const std::string& name) {
   static const std::set<std::string> everywhere = {
-      "url", "password-file", "verbose", "json", "version", "help", "resource", "positional"};
+      "url",        "password-file",         "verbose", "json", "version", "help", "resource",
+      "positional", "accept-evicting-server"};
   static const std::set<std::string> running = {
       "ttl",      "wait",    "nonblock",           "kill-after",
       "max-hold", "command", "conflict-exit-code", "print-token"};
@@ -228,7 +234,8 @@ Parsed parse_command_line(int argc, const char* const* argv, const char* (*geten
       "print-token", po::bool_switch())("permits", po::value<std::string>())(
       "shared", po::bool_switch())("value", po::value<std::string>())(
       "resource", po::value<std::string>())("verbose,v", po::bool_switch())(
-      "json", po::bool_switch())("version,V", po::bool_switch())("help,h", po::bool_switch())(
+      "json", po::bool_switch())("accept-evicting-server", po::bool_switch())(
+      "version,V", po::bool_switch())("help,h", po::bool_switch())(
       "positional", po::value<std::vector<std::string>>());
   po::positional_options_description positional;
   positional.add("positional", -1);
@@ -332,6 +339,7 @@ Parsed parse_command_line(int argc, const char* const* argv, const char* (*geten
   o.print_token = flag("print-token");
   o.verbose = flag("verbose");
   o.json = flag("json");
+  o.accept_evicting_server = flag("accept-evicting-server");
   if (auto code = text("conflict-exit-code")) {
     auto value = parse_exit_code(*code);
     if (!value)

@@ -64,6 +64,9 @@ struct Options {
   bool print_token = false;
   bool verbose = false;
   bool json = false;
+  /// --accept-evicting-server: ManagerOptions::accept_evicting_server (a lock server that
+  /// evicts keys is used, and said on stderr)
+  bool accept_evicting_server = false;
   std::uint32_t permits = 0;  ///< --permits N: a permit of the semaphore RESOURCE; 0: a mutex
   bool shared = false;        ///< --shared: a shared hold of the read-write lock RESOURCE
   /// The lock (run, status, force-release); for elect and observe, the election's lock
