@@ -314,51 +314,51 @@ TEST(HolderLabel, AWaiterClaimingTheLeaseHandedToItKeepsTheTokenTheHandOffMinted
   // after the manager id) is handed the lease with the record folded into it; one of the
   // build before (digits there) with the record beside it, which its claim folds.
   for (const bool todays : {true, false}) {
-  SCOPED_TRACE(todays ? "today's waiter" : "the previous build's waiter");
-  auto cfg = shared_server_config();
-  const auto resource = unique_resource();
-  const auto keys = detail::make_keys("lock:", resource);
-  Background bg;
-  LockManager holder(bg.io.get_executor(), cfg, {.holder_label = "a"});
-  auto g = holder.async_acquire(resource, {.ttl = 10s}, asio::use_future).get();
-  ASSERT_TRUE(g);
-  const std::string token(32, 'b');
-  const std::string suffix =
-      todays ? "0123456789abcdeff5000 waiter-b" : "0123456789abcdef5000 waiter-b";
-  ASSERT_EQ(attempt(cfg.port, keys, token, suffix).rfind("0 ", 0), 0u) << "queued";
-  ASSERT_TRUE(g.async_release(asio::use_future).get());  // hands the lease to the waiter
-  std::string handed;
-  if (todays) {
-    const auto lease = redis_command(cfg.port, {"GET", keys.lease()});
-    handed = lease.substr(lease.rfind('@') + 1);
-    EXPECT_EQ(lease, token + " waiter-b@" + handed) << "the record folded into the lease";
+    SCOPED_TRACE(todays ? "today's waiter" : "the previous build's waiter");
+    auto cfg = shared_server_config();
+    const auto resource = unique_resource();
+    const auto keys = detail::make_keys("lock:", resource);
+    Background bg;
+    LockManager holder(bg.io.get_executor(), cfg, {.holder_label = "a"});
+    auto g = holder.async_acquire(resource, {.ttl = 10s}, asio::use_future).get();
+    ASSERT_TRUE(g);
+    const std::string token(32, 'b');
+    const std::string suffix =
+        todays ? "0123456789abcdeff5000 waiter-b" : "0123456789abcdef5000 waiter-b";
+    ASSERT_EQ(attempt(cfg.port, keys, token, suffix).rfind("0 ", 0), 0u) << "queued";
+    ASSERT_TRUE(g.async_release(asio::use_future).get());  // hands the lease to the waiter
+    std::string handed;
+    if (todays) {
+      const auto lease = redis_command(cfg.port, {"GET", keys.lease()});
+      handed = lease.substr(lease.rfind('@') + 1);
+      EXPECT_EQ(lease, token + " waiter-b@" + handed) << "the record folded into the lease";
+      EXPECT_EQ(redis_command(cfg.port, {"EXISTS", keys.info()}), "0");
+    } else {
+      const auto record = redis_command(cfg.port, {"GET", keys.info()});
+      handed = record.substr(0, record.find_first_of("@ "));
+      EXPECT_EQ(record, handed + "@" + token + " waiter-b") << "the record names the lease's token";
+    }
+    EXPECT_GT(std::stoull(handed), g.fencing_token());
+    // Another resource of the slot mints from the same counter before the claim.
+    auto neighbour =
+        holder.async_acquire(same_slot_as(resource), {.ttl = 10s}, asio::use_future).get();
+    ASSERT_TRUE(neighbour);
+    ASSERT_GT(neighbour.fencing_token(), std::stoull(handed));
+    EXPECT_EQ(attempt(cfg.port, keys, token, suffix), "1 " + handed)
+        << "the claim minted another token";
+    // The claim folds the record into the lease: one key for the holding from now on.
+    EXPECT_EQ(redis_command(cfg.port, {"GET", keys.lease()}), token + " waiter-b@" + handed);
     EXPECT_EQ(redis_command(cfg.port, {"EXISTS", keys.info()}), "0");
-  } else {
-    const auto record = redis_command(cfg.port, {"GET", keys.info()});
-    handed = record.substr(0, record.find_first_of("@ "));
-    EXPECT_EQ(record, handed + "@" + token + " waiter-b") << "the record names the lease's token";
-  }
-  EXPECT_GT(std::stoull(handed), g.fencing_token());
-  // Another resource of the slot mints from the same counter before the claim.
-  auto neighbour =
-      holder.async_acquire(same_slot_as(resource), {.ttl = 10s}, asio::use_future).get();
-  ASSERT_TRUE(neighbour);
-  ASSERT_GT(neighbour.fencing_token(), std::stoull(handed));
-  EXPECT_EQ(attempt(cfg.port, keys, token, suffix), "1 " + handed)
-      << "the claim minted another token";
-  // The claim folds the record into the lease: one key for the holding from now on.
-  EXPECT_EQ(redis_command(cfg.port, {"GET", keys.lease()}), token + " waiter-b@" + handed);
-  EXPECT_EQ(redis_command(cfg.port, {"EXISTS", keys.info()}), "0");
-  const auto left = std::stoll(redis_command(cfg.port, {"PTTL", keys.lease()}));
-  EXPECT_GT(left, 4000) << "the claimed lease lasts the waiter's ttl";
-  // Sent again (a reply lost on the way), the attempt reports the same token.
-  EXPECT_EQ(attempt(cfg.port, keys, token, suffix), "1 " + handed);
-  // Inspection shows the holder's label and token, not the lease's secret token.
-  const auto info = inspect(holder, resource);
-  EXPECT_EQ(info.holder, "waiter-b");
-  EXPECT_EQ(info.fencing_token, std::stoull(handed));
-  EXPECT_TRUE(neighbour.async_release(asio::use_future).get());
-  redis_command(cfg.port, {"DEL", keys.lease(), keys.info()});
+    const auto left = std::stoll(redis_command(cfg.port, {"PTTL", keys.lease()}));
+    EXPECT_GT(left, 4000) << "the claimed lease lasts the waiter's ttl";
+    // Sent again (a reply lost on the way), the attempt reports the same token.
+    EXPECT_EQ(attempt(cfg.port, keys, token, suffix), "1 " + handed);
+    // Inspection shows the holder's label and token, not the lease's secret token.
+    const auto info = inspect(holder, resource);
+    EXPECT_EQ(info.holder, "waiter-b");
+    EXPECT_EQ(info.fencing_token, std::stoull(handed));
+    EXPECT_TRUE(neighbour.async_release(asio::use_future).get());
+    redis_command(cfg.port, {"DEL", keys.lease(), keys.info()});
   }
 }
 

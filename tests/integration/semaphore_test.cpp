@@ -512,10 +512,9 @@ TEST(Semaphore, AHoldLetInFromTheQueueLeavesNothingOnceItLapses) {
   for (int kind : {0, 1}) {
     SCOPED_TRACE("kind " + std::to_string(kind));
     const auto resource = unique_resource();
-    auto a = kind == 0 ? first.async_acquire_permit(resource, 1, {.ttl = 400ms}, asio::use_future)
-                             .get()
-                       : first.async_acquire_shared(resource, {.ttl = 400ms}, asio::use_future)
-                             .get();
+    auto a = kind == 0
+                 ? first.async_acquire_permit(resource, 1, {.ttl = 400ms}, asio::use_future).get()
+                 : first.async_acquire_shared(resource, {.ttl = 400ms}, asio::use_future).get();
     ASSERT_TRUE(a);
     auto [ec, b] = outcome([&](auto h) {
       if (kind == 0) return second.async_acquire_permit(resource, 1, {.ttl = 200ms, .wait = 3s}, h);
@@ -530,8 +529,7 @@ TEST(Semaphore, AHoldLetInFromTheQueueLeavesNothingOnceItLapses) {
     EXPECT_EQ(redis_command(cfg.port, {"EXISTS", lease_key(resource)}), "0")
         << "the key outlived its last hold: PTTL "
         << redis_command(cfg.port, {"PTTL", lease_key(resource)});
-    auto [mutex_ec, m] =
-        outcome([&](auto h) { first.async_acquire(resource, {.ttl = 5s}, h); });
+    auto [mutex_ec, m] = outcome([&](auto h) { first.async_acquire(resource, {.ttl = 5s}, h); });
     EXPECT_FALSE(mutex_ec) << mutex_ec.message() << " (" << first.last_server_error() << ")";
     EXPECT_TRUE(m) << "an idle resource refused a mutex";
     if (m) {
