@@ -426,9 +426,9 @@ struct Kind {
 };
 
 const Kind own_scripts{"redis_lock",
-                       "acquire.lua (EXISTS queue, GET, INCR fence, TIME, SET fence, SET lease "
-                       "with its record PX) + release.lua (GET, DEL; the queue only when the "
-                       "lease says someone waits)",
+                       "acquire.lua (EXISTS lease queue, TIME, SET fence GET, SET lease with "
+                       "its record PX) + release.lua (GET, DEL; the queue only when the lease "
+                       "says someone waits)",
                        &Raw::acquire, &Raw::release};
 const Kind minimal_fenced{"minimal fenced lock",
                           "script (SET NX PX, INCR fence) + script (GET, DEL)",
