@@ -39,7 +39,6 @@ if left > 0 and queued then
   local how = ARGV[3]
   local purged, looked = false, false
   for _ = 1, 256 do
-    looked = false
     if exclusive then break end
     local head = redis.call('ZRANGE', queue, 0, 0)[1]
     looked = true

@@ -129,23 +129,24 @@ local function hand_on(lease, queue, expiry, fence, info, how, announce)
   local next_token = string.sub(head, 1, 32)
   local mark = others and '+' or ''
   local rest = string.sub(head, 49)
-  local folded = string.byte(rest, 1) == 102 and info and not announce  -- 'f'
-  if string.byte(rest, 1) == 102 then rest = string.sub(rest, 2) end
+  local lettered = string.byte(rest, 1) == 102  -- 'f': a waiter of this build
+  if lettered then rest = string.sub(rest, 2) end
+  local folded = lettered and info and not announce
   local gap = string.find(rest, ' ', 1, true)
   local ttl = gap and string.sub(rest, 1, gap - 1) or rest
   local message = next_token
   if #ttl <= 15 and string.find(ttl, '^[1-9]%d*$') then
     local f = mint(fence, false)
+    local term = f and string.format('%.0f', f)
     local data = gap and string.sub(rest, gap + 1) or ''
     if f and folded then
-      redis.call('SET', lease,
-                 lease_value(info, next_token, string.format('%.0f', f), data) .. mark, 'PX', ttl)
+      redis.call('SET', lease, lease_value(info, next_token, term, data) .. mark, 'PX', ttl)
     else
       redis.call('SET', lease, next_token .. mark, 'PX', ttl)
     end
     if f then
       if not folded then record(info, f, next_token, data, ttl, announce) end
-      message = message .. ' ' .. string.format('%.0f', f) .. ' ' .. place
+      message = message .. ' ' .. term .. ' ' .. place
     elseif info then
       redis.call('DEL', info)  -- the waiter claims it with acquire.lua, which reports the error
     end
