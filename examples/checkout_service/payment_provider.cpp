@@ -38,7 +38,8 @@
 //                        once (what --provider-concurrency bounds), charge requests received,
 //                        409s for a key in use, results answered again, lookups served
 //   POST /v1/faults      {"reference": R, "action": "decline" | "delay" | "delay_response" |
-//                         "drop_response" | "error", "delay_ms": N, "status": S, "times": T,
+//                         "drop_response" | "drop_and_freeze" | "error", "delay_ms": N,
+//                         "status": S, "times": T,
 //                         "charged": B}
 //                        the next T charges for R (1 if not given) misbehave, on demand:
 //                        delay: the charge happens after N ms (a slow or timed-out call);
@@ -46,6 +47,10 @@
 //                        later (the caller can die knowing nothing of a charge that is made);
 //                        drop_response: the charge happens, then the connection is closed
 //                        without an answer;
+//                        drop_and_freeze: as drop_response, then the whole provider stops
+//                        for N ms (its one thread sleeps: connections queue unanswered, as
+//                        under SIGSTOP), from the instant the answer is lost, so that no
+//                        caller can reach it in between;
 //                        error: the answer is S (400-599, not 402 or 409) with {"error": ...};
 //                        nothing is charged unless "charged" is true (a 5xx after the money
 //                        moved). 401/403/404/408/425/429 are answered as not executed (the key
@@ -87,6 +92,8 @@
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 namespace asio = boost::asio;
@@ -193,6 +200,12 @@ class Provider {
     }
     error_code ignored;
     stream.socket().shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
+    stream.socket().close(ignored);
+    if (freeze_ > std::chrono::milliseconds::zero()) {
+      // drop_and_freeze: the one thread stops, so nothing is accepted or answered (a frozen
+      // process, without the race of a SIGSTOP sent from outside after the answer was lost)
+      std::this_thread::sleep_for(std::exchange(freeze_, std::chrono::milliseconds::zero()));
+    }
   }
 
   std::size_t known_keys() const { return keys_.size(); }
@@ -282,8 +295,8 @@ class Provider {
     const json::value* status = body["status"];
     const json::value* times = body["times"];
     const json::value* charged = body["charged"];
-    static const std::set<std::string_view> actions = {"decline", "delay", "delay_response",
-                                                       "drop_response", "error"};
+    static const std::set<std::string_view> actions = {
+        "decline", "delay", "delay_response", "drop_response", "drop_and_freeze", "error"};
     if (!ref || !ref->is_string() || !action || !action->is_string() ||
         !actions.count(action->get_string()) || (delay && !delay->is_int64()) ||
         (status && !status->is_int64()) ||
@@ -352,7 +365,7 @@ class Provider {
       co_return answer(req, fault.status, error_body("request_not_executed"));
     }
     // The work of a charge (a card network round trip), then any injected slowness.
-    const bool answer_late = fault.action == "delay_response";
+    const bool answer_late = fault.action == "delay_response" || fault.action == "drop_and_freeze";
     asio::steady_timer work(io_, latency_ + (answer_late ? 0ms : fault.delay));
     co_await work.async_wait(asio::as_tuple(asio::use_awaitable));
 
@@ -381,6 +394,10 @@ class Provider {
       std::fflush(stdout);
     }
     if (fault.action == "drop_response") co_return std::nullopt;
+    if (fault.action == "drop_and_freeze") {
+      freeze_ = fault.delay;
+      co_return std::nullopt;
+    }
     if (answer_late) {
       work.expires_after(fault.delay);
       co_await work.async_wait(asio::as_tuple(asio::use_awaitable));
@@ -458,6 +475,7 @@ class Provider {
   }
 
   asio::io_context& io_;
+  std::chrono::milliseconds freeze_{0};  // drop_and_freeze: how long to stop once dropped
   std::string journal_path_;
   std::chrono::milliseconds latency_;
   std::chrono::milliseconds key_ttl_;

@@ -567,34 +567,44 @@ PY
 
   key_window)
     # The provider keeps a key for 6 s here (24 h at real ones). A charge is made, its answer
-    # lost, and the provider unreachable (SIGSTOP) for longer than the key's life. The
-    # reconciler, unable to learn the outcome within half the key window, escalates the order
-    # instead of sending the key again after the provider could have forgotten it (that would
-    # charge a second time); a person lists it, finds the charge, and resolves it.
+    # lost, and the provider unreachable for longer than the key's life: it freezes itself
+    # (drop_and_freeze) at the instant the answer is lost, so that the reconciler cannot ask
+    # it in between (a SIGSTOP sent from here after the 202 came too late under load, and
+    # the reconciler learnt the charge). The reconciler, unable to learn the outcome within
+    # half the key window, escalates the order instead of sending the key again after the
+    # provider could have forgotten it (that would charge a second time); a person lists
+    # it, finds the charge, and resolves it.
     kill -9 "${pids[2]}"; wait "${pids[2]}" 2>/dev/null || true  # the default provider
     start_provider --key-ttl-ms 6000
-    provider_pid=${pids[-1]}
     start_service 1 --lock-ttl-ms 1000 --provider-timeout-ms 800 --reconcile-ms 100 \
       --reconcile-max-backoff-ms 1000 --provider-key-window-ms 6000
     x="window-$RANDOM$RANDOM"
-    arm "$x" drop_response
+    arm "$x" drop_and_freeze 6500
     "$load" --port "$service_port" --one "$x" --amount 900 >"$dir/a.out"
     grep -q '^202 ' "$dir/a.out" || fail "a dropped answer was not 202: $(cat "$dir/a.out")"
-    charged_at=$(date +%s%N)
+    echo "the provider charged $x, its answer was lost, and it stopped answering for 6.5 s"
+    wait_for "$x to be escalated" state_is "$x" escalated
+    grep -q ": $x escalated: attempt 1 (key checkout:$x/1) undecided" "$dir/service.log" ||
+      fail "no escalation logged"
+    # The provider back after its key is gone: nothing may send the key again.
+    wait_for "the provider to answer again" python3 -c "import sys, urllib.request
+urllib.request.urlopen(f'http://127.0.0.1:{sys.argv[1]}/healthz', timeout=1).read()" "$provider_port"
+    key_status=$(python3 - "$provider_port" "checkout:$x/1" <<'PY'
+import sys, urllib.error, urllib.request
+try:
+    urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/v1/keys/{sys.argv[2]}", timeout=5)
+    print(200)
+except urllib.error.HTTPError as e:
+    print(e.code)
+PY
+)
+    [ "$key_status" = 404 ] || fail "the provider still knows the key ($key_status): the window was not passed"
     charge=$(python3 - "$provider_port" "$x" <<'PY'
 import json, sys, urllib.request
 r = json.load(urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/v1/charges", timeout=5))["results"]
 print(next(c["id"] for c in r if c["reference"] == sys.argv[2]))
 PY
 )
-    kill -STOP "$provider_pid"
-    echo "the provider charged $x ($charge), its answer was lost, and it stopped answering"
-    wait_for "$x to be escalated" state_is "$x" escalated
-    grep -q ": $x escalated: attempt 1 (key checkout:$x/1) undecided" "$dir/service.log" ||
-      fail "no escalation logged"
-    # The provider back after its key is gone: nothing may send the key again.
-    while [ $(( ($(date +%s%N) - charged_at) / 1000000 )) -lt 6500 ]; do sleep 0.1; done
-    kill -CONT "$provider_pid"
     "$load" --port "$service_port" --one "$x" --amount 900 >"$dir/b.out"
     cat "$dir/b.out"
     grep -q '^202 retry-after=600 {"status":"under_review"' "$dir/b.out" ||
