@@ -316,6 +316,14 @@ class Raw {
     const std::string dir = REDIS_LOCK_OLD_SCRIPTS_DIR;
     before_fold_acquire_ = load(file_text(dir + "/acquire_89ab635.lua"));
     before_fold_release_ = load(file_text(dir + "/release_89ab635.lua"));
+    // The same scripts as the library's functions (ManagerOptions::use_functions), and the
+    // floored minimal lock as functions too: FCALL against FCALL.
+    load_library(std::string(detail::function_library));
+    load_library(std::string("#!lua name=lock_bench_floor\n") +  // (replaced: this text)
+                 "redis.register_function('lock_bench_floored', function(KEYS, ARGV)\n" +
+                 floored_acquire_lua + "end)\n" +
+                 "redis.register_function('lock_bench_compare_delete', function(KEYS, ARGV)\n" +
+                 compare_and_delete_lua + "end)\n");
   }
   ~Raw() { redisFree(c_); }
   Raw(const Raw&) = delete;
@@ -336,6 +344,24 @@ class Raw {
   }
   void release_before_fold(const detail::ResourceKeys& k, const std::string& t) {
     release_as(k, t, manager_id, before_fold_release_, "release.lua of 89ab635");
+  }
+  void acquire_fcall(const detail::ResourceKeys& k, const std::string& t) {
+    send(Expect::granted, "acquire (FCALL)",
+         {"FCALL", detail::acquire_script.function, "5", k.lease(), k.fence(), k.queue(),
+          k.queue_expiry(), k.info(), t, "10000", acquire_how});
+  }
+  void release_fcall(const detail::ResourceKeys& k, const std::string& t) {
+    send(Expect::one, "release (FCALL)",
+         {"FCALL", detail::release_script.function, "5", k.lease(), k.queue(), k.queue_expiry(),
+          k.fence(), k.info(), t, manager_id, notify_prefix});
+  }
+  void floored_acquire_fcall(const detail::ResourceKeys& k, const std::string& t) {
+    send(Expect::positive, "minimal fenced acquire with the clock floor (FCALL)",
+         {"FCALL", "lock_bench_floored", "2", k.lease(), k.fence(), t, "10000"});
+  }
+  void compare_delete_fcall(const detail::ResourceKeys& k, const std::string& t) {
+    send(Expect::one, "compare-and-delete (FCALL)",
+         {"FCALL", "lock_bench_compare_delete", "1", k.lease(), t});
   }
   void fenced_acquire(const detail::ResourceKeys& k, const std::string& t) {
     send(Expect::positive, "minimal fenced acquire",
@@ -405,6 +431,16 @@ class Raw {
     const auto sha = bench::command(c_, {"SCRIPT", "LOAD", body});
     if (sha.size() != 40) fail("SCRIPT LOAD returned \"" + sha + "\"");
     return sha;
+  }
+  void load_library(const std::string& text) {
+    // Ours is named for its text; the bench's own is replaced, never an older text measured.
+    const bool ours = text.find("name=redis_lock_") != std::string::npos;
+    const auto name = ours ? bench::command(c_, {"FUNCTION", "LOAD", text})
+                           : bench::command(c_, {"FUNCTION", "LOAD", "REPLACE", text});
+    if (name.find("redis_lock_") != 0 && name.find("lock_bench") != 0 &&
+        name.find("already exists") == std::string::npos) {
+      fail("FUNCTION LOAD returned \"" + name + "\"");
+    }
   }
   void send(Expect e, const char* what, std::initializer_list<std::string_view> args) {
     append_argv(c_, args);
@@ -529,6 +565,13 @@ std::vector<Shape> server_ceiling(const Args& a, int rounds, double seconds) {
   Raw raw(a.port);
   const std::vector<Kind> kinds = {
       own_scripts,
+      {"redis_lock, FCALL (use_functions)",
+       "the same scripts as the functions of one library: first.lua's and shared.lua's "
+       "functions defined once per load, not once per call",
+       &Raw::acquire_fcall, &Raw::release_fcall},
+      {"minimal fenced lock + clock floor, FCALL",
+       "the floored minimal lock's two scripts as functions", &Raw::floored_acquire_fcall,
+       &Raw::compare_delete_fcall},
       {"redis_lock as of 89ab635",
        "the same calls to the scripts before issue 31: the record a key of its own (SET, DEL), "
        "every shared function defined before the common path",

@@ -4,6 +4,8 @@ include(${CMAKE_CURRENT_LIST_DIR}/warnings.cmake)
 
 # Lua scripts are embedded with their SHA1 computed here, so EVALSHA needs no hashing code.
 set(_rl_script_defs "")
+set(_rl_library_functions "")
+set(_rl_all_scripts "")
 # The scripts that mint, read the clock or keep a queue share functions: first.lua goes first
 # in each of them, and shared.lua where the script's line '-- (shared.lua)' stands, if it has
 # one (after its common path: each function defined costs the server a closure on every call).
@@ -26,9 +28,49 @@ foreach(name acquire release extend raise_fence acquire_set release_set extend_s
   string(REGEX REPLACE "\n[ \t]*--[^\n]*" "\n" _body "\n${_body}")
   string(SUBSTRING "${_body}" 1 -1 _body)
   string(SHA1 _sha "${_body}")
+  # The same script as a function of the library below: its own part only, first.lua's and
+  # shared.lua's functions being defined once, when the library loads. What they keep for
+  # one call (the clock read, the counter minted) is forgotten as each call begins.
+  file(READ "${_file}" _own)
+  string(REPLACE "\n-- (shared.lua)\n" "\n" _own "${_own}")
+  string(REGEX REPLACE "\n[ \t]*--[^\n]*" "\n" _own "\n${_own}")
+  string(SUBSTRING "${_own}" 1 -1 _own)
+  # A release, an extension or a force-release runs when the server is out of memory, as
+  # the EVAL of a script that has written first does (a lease freed, never a key added); an
+  # acquire is refused then, before it writes anything. A look writes nothing: it runs
+  # wherever a read does (a replica, a server refusing writes).
+  set(_flags "")
+  if(name MATCHES "^(release|release_set|extend|extend_set|force_release)$")
+    set(_flags ", flags = {'allow-oom'}")
+  elseif(name STREQUAL "inspect")
+    set(_flags ", flags = {'no-writes'}")
+  endif()
+  string(APPEND _rl_library_functions
+    "redis.register_function{function_name = 'rl_@H@_${name}'${_flags}, callback = function(KEYS, ARGV)\n"
+    "clock, minted = nil, nil\n${_own}\nend}\n")
+  string(APPEND _rl_all_scripts "&${name}_script, ")
   string(APPEND _rl_script_defs
-    "inline constexpr Script ${name}_script{\"${name}\", R\"redis_lock_lua(${_body})redis_lock_lua\", \"${_sha}\"};\n")
+    "inline constexpr Script ${name}_script{\"${name}\", R\"redis_lock_lua(${_body})redis_lock_lua\", \"${_sha}\", \"rl_@H@_${name}\"};\n")
 endforeach()
+# The scripts as one Redis Functions library (FUNCTION LOAD once per connection, then FCALL):
+# first.lua and shared.lua once at its top. Its name and its functions' carry a hash of its
+# text, so that builds of other scripts (a rolling upgrade) each have their own.
+set(_rl_library "${_rl_first_body}${_rl_shared_body}")
+string(REGEX REPLACE "\n[ \t]*--[^\n]*" "\n" _rl_library "\n${_rl_library}")
+string(APPEND _rl_library
+  "${_rl_library_functions}"
+  "redis.register_function{function_name = 'rl_@H@_probe', flags = {'no-writes', 'allow-oom'}, "
+  "callback = function() return 1 end}\n")
+string(SHA1 _rl_library_sha "${_rl_library}")
+string(SUBSTRING "${_rl_library_sha}" 0 12 _rl_library_hash)
+string(REPLACE "@H@" "${_rl_library_hash}" _rl_library "${_rl_library}")
+string(REPLACE "@H@" "${_rl_library_hash}" _rl_script_defs "${_rl_script_defs}")
+string(PREPEND _rl_library "#!lua name=redis_lock_${_rl_library_hash}\n")
+string(APPEND _rl_script_defs
+  "inline constexpr std::string_view function_library_name = \"redis_lock_${_rl_library_hash}\";\n"
+  "inline constexpr std::string_view function_probe = \"rl_${_rl_library_hash}_probe\";\n"
+  "inline constexpr std::string_view function_library = R\"redis_lock_lua(${_rl_library})redis_lock_lua\";\n"
+  "inline constexpr const Script* all_scripts[] = {${_rl_all_scripts}};\n")
 configure_file(src/scripts.hpp.in "${PROJECT_BINARY_DIR}/generated/redis_lock_scripts.hpp" @ONLY)
 
 # Every source of the library, in this one list, compiled once into redis_lock_internal. The
@@ -61,6 +103,7 @@ add_library(redis_lock_internal OBJECT
   src/renewal.cpp
   src/replies.cpp
   src/resp.cpp
+  src/script_call.cpp
   src/router.cpp
   src/sentinel_locator.cpp
   src/shutdown_watch.cpp

@@ -98,11 +98,22 @@ inline constexpr int min_server_major = 7;
 inline constexpr int min_server_minor = 0;
 
 /// What a connection says before any user command: AUTH, HELLO, INFO memory, SELECT, CLIENT
-/// SETNAME, ROLE, SCRIPT LOAD (or PING when there is nothing to say), and what each answer
-/// means.
+/// SETNAME, ROLE, an FCALL of the scripts' library's probe or SCRIPT LOAD (or PING when there
+/// is nothing to say), and what each answer means.
 class Handshake {
  public:
-  enum class Step { auth, hello, select, setname, ping, role, script_load, info_memory };
+  enum class Step {
+    auth,
+    hello,
+    select,
+    setname,
+    ping,
+    role,
+    script_load,
+    info_memory,
+    function_load,
+    function_probe
+  };
   struct Settings {
     std::string_view username = {};
     std::string_view password = {};
@@ -110,6 +121,11 @@ class Handshake {
     std::string_view client_name = {};
     bool confirm_master = false;  ///< the address came from a sentinel: ask ROLE
     std::span<const std::string_view> preload = {};
+    /// A function of the scripts' Functions library that only answers 1: called in the
+    /// handshake (`FCALL <probe> 0`) instead of loading `preload`. Where it answers, the
+    /// link calls the scripts with `FCALL`; where it does not, the connection loads the
+    /// library and the scripts ahead of its first commands (Connection::set_functions).
+    std::string_view function_probe = {};
     /// A lock server (not a sentinel): `HELLO 2` learns its name and version, and one older
     /// than min_server_major.min_server_minor is refused (error::server_unsupported);
     /// `INFO memory` learns whether it evicts keys, and one that does is refused
@@ -126,10 +142,18 @@ class Handshake {
 
   /// Appends the handshake's commands (RESP) to `out`, one step per command, in order.
   static std::vector<Step> plan(const Settings& settings, std::string& out);
+  /// The `SCRIPT LOAD`s of `preload`, for EVALSHA (also after a handshake whose probe found
+  /// no library).
+  static std::vector<Step> plan_scripts(std::span<const std::string_view> preload,
+                                        std::string& out);
+  /// Whether the reply to `function_probe` (1) or to a `FUNCTION LOAD` of the library (its
+  /// name, or "already exists") says the library is there. Any other answer is no failure
+  /// (check lets it through): the link calls the scripts with EVALSHA.
+  static bool functions_ready(Step step, const Reply& reply);
   /// One step's reply: the error to fail the connect with, or none to go on. A refused
-  /// CLIENT SETNAME or SCRIPT LOAD is no failure: a user without those rights may still take
-  /// locks. `accept_evicting` (ManagerOptions::accept_evicting_server): an `INFO memory`
-  /// that says the server evicts keys is no failure either (notice() reports it).
+  /// CLIENT SETNAME, SCRIPT LOAD, FUNCTION LOAD or probe is no failure: a user without those rights
+  /// may still take locks. `accept_evicting` (ManagerOptions::accept_evicting_server): an `INFO
+  /// memory` that says the server evicts keys is no failure either (notice() reports it).
   static std::optional<boost::system::error_code> check(Step step, const Reply& reply,
                                                         bool accept_evicting = false);
   /// Why `check` refused a reply, in words for LockManager::last_server_error(): the

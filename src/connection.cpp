@@ -3,6 +3,8 @@
 // late completions must never touch the queues of its successor.
 #include "connection.hpp"
 
+#include "script_call.hpp"
+
 #include "connect_fsm.hpp"
 
 #include <redis_lock/error.hpp>
@@ -170,7 +172,7 @@ bool Connection::write_now(std::span<const std::string_view> command) noexcept {
   }
   try {
     std::string bytes;
-    append_command(bytes, command);
+    append_script_call(bytes, command, functions_);
     // All or nothing: with the socket's buffer full, or the link gone, the place lapses.
     // Part of it sent: the link is torn, and no later last word may follow those bytes.
     const auto sent = send_now(link_->socket.native_handle(), bytes);
@@ -237,7 +239,7 @@ void Connection::execute(std::span<const std::string_view> command, Callback cal
                          std::shared_ptr<LateReplies> late, std::chrono::milliseconds extra_time) {
   if (shut_down_) return;  // the handler is destroyed, as Asio does with pending work
   const auto before = queued_bytes_.size();
-  append_command(queued_bytes_, command);
+  append_script_call(queued_bytes_, command, functions_);
   queued_.push_back(Pending{std::move(callback), std::move(late),
                             Clock::now() + config_.command_timeout + extra_time,
                             queued_bytes_.size() - before});
@@ -379,15 +381,21 @@ void Connection::start_tls(const std::shared_ptr<Link>& link) {
 
 void Connection::start_handshake(const std::shared_ptr<Link>& link) {
   std::string resp;
-  const auto steps = Handshake::plan({.username = config_.username,
-                                      .password = config_.password,
-                                      .database = config_.database,
-                                      .client_name = client_name_,
-                                      .confirm_master = static_cast<bool>(locator_),
-                                      .preload = preload_,
-                                      .check_version = check_version_},
-                                     resp);
+  const auto steps = Handshake::plan(
+      {.username = config_.username,
+       .password = config_.password,
+       .database = config_.database,
+       .client_name = client_name_,
+       .confirm_master = static_cast<bool>(locator_),
+       .preload = preload_,
+       // (A user refused FCALL is not asked again.)
+       .function_probe =
+           !function_library_.empty() && !fcall_refused_ ? function_probe_ : std::string_view{},
+       .check_version = check_version_},
+      resp);
   finding_.reset();
+  functions_found_ = false;
+  probed_ = !function_library_.empty() && !fcall_refused_;
   fsm_.connected();
   handshake_left_ = steps.size();
   for (const auto step : steps) {
@@ -432,13 +440,98 @@ void Connection::on_handshake_reply(const std::shared_ptr<Link>& link, Handshake
   } catch (const std::exception&) {
     // Only the words are lost (no memory for them): the connect goes on all the same.
   }
+  if (step == Handshake::Step::function_probe) {
+    functions_found_ = Handshake::functions_ready(step, reply);
+    if (reply.is_error() && reply.str.starts_with("NOPERM")) fcall_refused_ = true;
+  }
   if (--handshake_left_ == 0) {
+    // (A handshake without the probe, its user refused FCALL before, loaded the scripts.)
+    if (probed_) {
+      use_functions(functions_found_);
+    } else if (!function_library_.empty()) {
+      restate_queued(false);
+    }
     fsm_.ready();
     connect_timer_->cancel();
     report_finding();
     flush();
     if (link_ == link) start_read(link);
   }
+}
+
+void Connection::use_functions(bool found) {
+  restate_queued(found);
+  if (found) return;
+  // No library on this server (or none this user may call): every queued command goes with
+  // EVALSHA, the scripts loaded ahead of them in the same write, so that none meets NOSCRIPT
+  // (whose resend would put it behind commands sent after it). Ahead of those, the library
+  // is loaded, unless this user was refused that before: once it is in, the commands that
+  // follow go with FCALL. What the SCRIPT LOADs answer changes nothing: a user who may not
+  // load scripts sends each body once.
+  std::string bytes;
+  std::vector<std::size_t> sizes;
+  const auto add = [&](std::initializer_list<std::string_view> command) {
+    const auto before = bytes.size();
+    append_command(bytes, command);
+    sizes.push_back(bytes.size() - before);
+  };
+  if (!function_load_refused_ && !fcall_refused_) add({"FUNCTION", "LOAD", function_library_});
+  for (const auto body : preload_) add({"SCRIPT", "LOAD", body});
+  // No deadline of their own, as the handshake's steps: a timed-out command behind them
+  // fails the link all the same, and the queue's deadlines stay in order.
+  const auto deadline = never;
+  for (std::size_t i = sizes.size(); i-- > 0;) {
+    if (i == 0 && !function_load_refused_ && !fcall_refused_) {
+      queued_.push_front(
+          Pending{Callback([weak_self = weak_from_this(), weak_link = std::weak_ptr<Link>(link_)](
+                               error_code ec, Reply reply) {
+                    if (const auto self = weak_self.lock(); self && !ec) {
+                      self->on_function_load(weak_link.lock(), reply);
+                    }
+                  }),
+                  nullptr, deadline, sizes[i]});
+    } else {
+      queued_.push_front(Pending{Callback([](error_code, Reply) {}), nullptr, deadline, sizes[i]});
+    }
+  }
+  queued_bytes_.insert(0, bytes);
+  arm_timer();
+}
+
+void Connection::on_function_load(const std::shared_ptr<Link>& link, const Reply& reply) {
+  if (Handshake::functions_ready(Handshake::Step::function_load, reply)) {
+    // Only for this link: the next handshake asks again.
+    if (link && link_ == link && !fcall_refused_) restate_queued(true);
+  } else if (reply.is_error() &&
+             (reply.str.starts_with("NOPERM") || reply.str.starts_with("ERR unknown command"))) {
+    function_load_refused_ = true;  // not asked again on this connection
+  }
+}
+
+void Connection::lost_functions(std::string_view error) {
+  const bool refused =
+      error.starts_with("NOPERM") && error.find("the 'fcall' command") != std::string_view::npos;
+  if (!refused && !error.starts_with("ERR Function not found")) return;
+  // The library went away under this link (FUNCTION FLUSH or DELETE), or its user may no
+  // longer call it: this command is resent with its body (redirect.cpp), and from here on,
+  // as after a handshake that found no library, the scripts go with EVALSHA, loaded ahead of
+  // what is still queued (and the library too, where this user may load it).
+  if (refused) fcall_refused_ = true;
+  use_functions(false);
+}
+
+void Connection::restate_queued(bool functions) {
+  // Commands queued while connecting were encoded for what the last link had (or, before
+  // the first, for the library): restated for this one.
+  if (functions != functions_ && !queued_.empty()) {
+    std::vector<std::size_t> sizes;
+    sizes.reserve(queued_.size());
+    for (const auto& p : queued_) sizes.push_back(p.bytes);
+    if (restate_script_calls(queued_bytes_, sizes, functions)) {
+      for (std::size_t i = 0; i < sizes.size(); ++i) queued_[i].bytes = sizes[i];
+    }
+  }
+  functions_ = functions;
 }
 
 void Connection::report_finding() noexcept {
@@ -579,6 +672,9 @@ void Connection::on_read(const std::shared_ptr<Link>& link, error_code ec, std::
     // leave it (the commands behind it fail with read_only too) and locate again.
     const bool demoted = locator_ && current && fsm_.state() == State::ready && reply->is_error() &&
                          reply->str.starts_with("READONLY");
+    if (current && functions_ && reply->is_error() && fsm_.state() == State::ready) {
+      lost_functions(reply->str);
+    }
     if (pending.callback) {
       std::move(pending.callback)(error_code{}, std::move(*reply));
     } else if (pending.late) {

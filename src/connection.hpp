@@ -91,6 +91,19 @@ class Connection : public std::enable_shared_from_this<Connection> {
   /// queued after it. A server that refuses (no `script|load` in the user's ACL) leaves
   /// the fallback in charge. The bodies must outlive the connection.
   void set_preload(std::vector<std::string_view> scripts) { preload_ = std::move(scripts); }
+  /// The scripts as a Functions library, with a function of it that answers 1 (see
+  /// redis_lock_scripts.hpp). Each handshake calls the probe instead of loading the
+  /// preload: where it answers, the link calls our scripts with FCALL (an `EVALSHA` of one
+  /// of them is sent as the `FCALL` of its function: script_call.hpp). Where it does not,
+  /// `FUNCTION LOAD` and the preload go ahead of the queued commands, which stay EVALSHA;
+  /// once the load succeeds, the commands after it go with FCALL. The views must outlive
+  /// the connection.
+  void set_functions(std::string_view library, std::string_view probe) {
+    function_library_ = library;
+    function_probe_ = probe;
+    functions_ = !library.empty();
+  }
+
   /// A lock server (not a sentinel): each handshake asks `HELLO 2` and `INFO memory`, and
   /// refuses a server older than the library needs or one that evicts keys
   /// (Handshake::Settings::check_version).
@@ -152,6 +165,17 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void on_connect_deadline();
   void start_tls(const std::shared_ptr<Link>& link);
   void start_handshake(const std::shared_ptr<Link>& link);
+  /// At the end of a handshake: the link calls our scripts with FCALL when `found` (the
+  /// probe answered), else with EVALSHA, the library and the scripts loaded ahead of the
+  /// queue.
+  void use_functions(bool found);
+  /// Commands are sent with FCALL (`functions`) or EVALSHA from now on, the queued ones too.
+  void restate_queued(bool functions);
+  /// The answer to the FUNCTION LOAD that use_functions sent on `link` (null: gone).
+  void on_function_load(const std::shared_ptr<Link>& link, const Reply& reply);
+  /// An error reply on a link that calls the library: one that says the library is gone
+  /// or may not be called turns the link to EVALSHA (use_functions(false)).
+  void lost_functions(std::string_view error);
   void write_link(const std::shared_ptr<Link>& link);
   void on_handshake_reply(const std::shared_ptr<Link>& link, Handshake::Step step,
                           boost::system::error_code ec, const Reply& reply);
@@ -205,6 +229,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::unique_ptr<boost::asio::steady_timer> connect_timer_;  // connect deadline / backoff
   Locator locator_;
   std::vector<std::string_view> preload_;
+  std::string_view function_library_;
+  std::string_view function_probe_;
+  bool functions_ = false;              // how queued_bytes_ and new commands call our scripts
+  bool functions_found_ = false;        // the current handshake's probe answered
+  bool probed_ = false;                 // the current handshake asks for the library
+  bool function_load_refused_ = false;  // NOPERM: this user may not load the library
+  bool fcall_refused_ = false;          // NOPERM: nor call it (not even asked, after that)
   bool check_version_ = false;
   bool accept_evicting_ = false;
   RefusalHandler on_refused_;

@@ -63,6 +63,7 @@ Engine::Engine(asio::any_io_executor ex, ConnectionConfig config, ManagerOptions
     }
   }
   router_->set_preload(std::move(scripts));
+  if (options_.use_functions) router_->set_functions(function_library, function_probe);
   router_->set_refusal_handler(
       [last_error = last_error_](std::string_view text) { last_error->set(text); });
   router_->accept_evicting_server(options_.accept_evicting_server);

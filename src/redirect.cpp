@@ -34,6 +34,13 @@ Action read(std::string_view error) noexcept {
   if (starts_with(error, "TRYAGAIN")) return {Action::Kind::try_again, {}};
   if (starts_with(error, "CLUSTERDOWN")) return {Action::Kind::cluster_down, {}};
   if (starts_with(error, "NOSCRIPT")) return {Action::Kind::no_script, {}};
+  // The FCALL of a library the server no longer has (FUNCTION FLUSH, FUNCTION DELETE), or a
+  // user the ACL no longer lets call functions: the body, as after NOSCRIPT.
+  if (starts_with(error, "ERR Function not found") ||
+      (starts_with(error, "NOPERM") &&
+       error.find("the 'fcall' command") != std::string_view::npos)) {
+    return {Action::Kind::no_script, {}};
+  }
   return {};
 }
 

@@ -88,7 +88,10 @@ Connection& Router::connection(std::size_t node, Pool pool) {
             if (auto locator = weak.lock()) locator->locate(std::move(done));
           });
     }
-    if (pool == Pool::commands || pool == Pool::durable) slot->set_preload(preload_);
+    if (pool == Pool::commands || pool == Pool::durable) {
+      slot->set_preload(preload_);
+      slot->set_functions(function_library_, function_probe_);
+    }
     slot->check_server_version(true);
     slot->accept_evicting_server(accept_evicting_);
     slot->set_refusal_handler(on_refused_);

@@ -88,6 +88,12 @@ class Router : public std::enable_shared_from_this<Router> {
 
   /// Scripts every command connection loads in its handshake (see Connection::set_preload).
   void set_preload(std::vector<std::string_view> scripts) { preload_ = std::move(scripts); }
+  /// The scripts' Functions library every command connection loads (see
+  /// Connection::set_functions); empty: none.
+  void set_functions(std::string_view library, std::string_view probe) {
+    function_library_ = library;
+    function_probe_ = probe;
+  }
   /// Every connection's refused handshakes (Connection::set_refusal_handler). Every
   /// connection of a node checks the server's version in its handshake.
   void set_refusal_handler(Connection::RefusalHandler on_refused) {
@@ -165,6 +171,8 @@ class Router : public std::enable_shared_from_this<Router> {
   std::shared_ptr<boost::asio::ssl::context> tls_;
   SubscriberSetup setup_;
   std::vector<std::string_view> preload_;
+  std::string_view function_library_;
+  std::string_view function_probe_;
   Connection::RefusalHandler on_refused_;
   Connection::NoticeHandler on_notice_;
   bool accept_evicting_ = false;

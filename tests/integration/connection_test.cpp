@@ -319,9 +319,11 @@ TEST(Connection, ServerKilledWithRequestsInFlight) {
 }
 
 TEST(Connection, LoadsItsScriptsInTheHandshakeAndRecoversFromScriptFlush) {
+  // The scripts as scripts (use_functions off, or a user who may not load the library;
+  // Functions.* has the library's own flush).
   RedisServer server;
   asio::io_context io;
-  LockManager locks(io.get_executor(), server.config());
+  LockManager locks(io.get_executor(), server.config(), {.use_functions = false});
   for (int i = 0; i < 2; ++i) {
     auto r = acquire_once(locks, io, "flushed");  // acquire, then the guard's release
     EXPECT_FALSE(r.ec) << r.ec.message();
@@ -372,6 +374,7 @@ TEST(Connection, GarbageFromTheServerIsAProtocolError) {
            "*4\r\n$6\r\nserver\r\n$5\r\nredis\r\n$7\r\nversion\r\n$5\r\n7.0.0\r\n"},
           {"\r\nINFO\r\n", "$42\r\nmaxmemory:0\r\nmaxmemory_policy:noeviction\r\n\r\n"},
           {"\r\nLOAD\r\n", "-ERR not allowed\r\n"},
+          {"\r\nFCALL_RO\r\n", "-ERR Function not found\r\n"},
           {"\r\nSETNAME\r\n", "-ERR not allowed\r\n"}};
       std::map<std::size_t, std::string> steps;  // by position in what was seen
       for (const auto& [step, answer] : answers) {
@@ -426,6 +429,13 @@ TEST(Connection, LeastPrivilegeUserCanWaitRenewAndWaitForReplicas) {
   RedisServer master({"--repl-diskless-sync-delay", "0"});
   RedisServer replica({"--replicaof", "127.0.0.1", std::to_string(master.port())});
   ASSERT_TRUE(wait_until_linked(replica));
+  // The library loaded as an administrator would (docs/security.md): the lock user may call
+  // it, not load it.
+  {
+    asio::io_context io;
+    LockManager admin(io.get_executor(), master.config());
+    ASSERT_TRUE(acquire_once(admin, io, unique_resource("load")).owned);
+  }
   // The list of docs/security.md, word for word, + wait.
   ASSERT_EQ(master.command({"ACL",
                             "SETUSER",
@@ -434,6 +444,8 @@ TEST(Connection, LeastPrivilegeUserCanWaitRenewAndWaitForReplicas) {
                             ">pw",
                             "~lock:*",
                             "&lock:*",
+                            "+fcall",
+                            "+fcall_ro",
                             "+evalsha",
                             "+eval",
                             "+set",

@@ -201,7 +201,8 @@ TEST(Correctness, LostSignalIsOnTimeWhileARenewalIsResent) {
   cfg.port = proxy.port();
   cfg.command_timeout = 2000ms;
   asio::io_context io;
-  LockManager locks(io.get_executor(), cfg);
+  // EVALSHA, so that SCRIPT FLUSH makes the renewal meet NOSCRIPT (Functions.* has FCALL's).
+  LockManager locks(io.get_executor(), cfg, {.use_functions = false});
   const auto resource = unique_resource();
   LockGuard held =
       hold(locks, io, resource, {.ttl = 2500ms, .auto_renew = true, .renew_every = 100ms});
@@ -305,8 +306,9 @@ TEST(Correctness, RedlockResendsAfterNoscriptOwnTheirBytes) {
   setup.slow->set_delay(60ms);
   const auto cfg = setup.config();
   asio::io_context io;
-  LockManager holder(io.get_executor(), cfg);
-  LockManager contender(io.get_executor(), cfg);
+  // EVALSHA, so that a flushed cache makes each master answer NOSCRIPT.
+  LockManager holder(io.get_executor(), cfg, {.use_functions = false});
+  LockManager contender(io.get_executor(), cfg, {.use_functions = false});
   const auto resource = unique_resource();
   LockGuard held = hold(holder, io, resource, {.ttl = 20s});
   ASSERT_TRUE(held);

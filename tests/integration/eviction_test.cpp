@@ -58,11 +58,13 @@ Attempt acquire(LockManager& locks, asio::io_context& io, const std::string& res
   return got.value_or(Attempt{error::timeout});
 }
 
-/// The lock commands the server ran (INFO commandstats): none when it was refused at connect.
+/// The lock commands the server ran (INFO commandstats), or what they wrote: none when it
+/// was refused at connect. (The handshake's FCALL of the library's probe, pipelined before
+/// INFO memory is answered, reads nothing and writes nothing.)
 bool ran_lock_commands(const RedisServer& server) {
   const auto stats = server.command({"INFO", "commandstats"});
   return stats.find("cmdstat_eval") != std::string::npos ||
-         stats.find("cmdstat_set:") != std::string::npos;
+         stats.find("cmdstat_set:") != std::string::npos || server.command({"DBSIZE"}) != "0";
 }
 
 void set_policy(const RedisServer& server, const std::string& maxmemory,

@@ -118,11 +118,15 @@ TEST(FaultMatrix, ScriptCacheFlushedUnderLoad) {
   LockLoad load(server.config(), resources, 8);
   for (int i = 0; i < 8; ++i) {
     run_for(100ms);
+    // The scripts' library and the script cache both: the FCALLs in flight find no
+    // function, are resent with their bodies, and the connection loads both again.
+    server.command({"FUNCTION", "FLUSH"});
     server.command({"SCRIPT", "FLUSH"});
   }
   run_for(300ms);
   check(load, server, resources);
   EXPECT_TRUE(load.errors.empty()) << "NOSCRIPT must be recovered, not reported";
+  EXPECT_NE(server.command({"INFO", "commandstats"}).find("cmdstat_fcall:"), std::string::npos);
 }
 
 TEST(FaultMatrix, MaxmemoryWithNoeviction) {

@@ -538,7 +538,7 @@ TEST(Waiting, AHandedLeaseIsClaimedForItsTtl) {
   const auto log = redis_command(server.port(), {"SLOWLOG", "GET", "-1"});
   const auto entries = slow_log(server.port());
   const auto waiter_evalshas = std::count_if(entries.begin(), entries.end(), [](const auto& e) {
-    return e.command == "EVALSHA" && e.client_name == "waiter";
+    return (e.command == "EVALSHA" || e.command == "FCALL") && e.client_name == "waiter";
   });
   EXPECT_EQ(waiter_evalshas, 2) << log;
   EXPECT_TRUE(g.async_release(asio::use_future).get());

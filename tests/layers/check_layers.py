@@ -9,6 +9,7 @@ from pathlib import Path
 
 LAYERS = {
     1: ["resp", "backoff", "keys", "token", "error", "completion", "redis_lock_scripts", "decimal",
+        "script_call",
         "validity"],
     2: ["connection", "connect_fsm", "tls"],
     3: ["router", "redirect", "sentinel_locator", "quorum", "quorum_call", "replies"],

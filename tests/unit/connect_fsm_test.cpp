@@ -19,6 +19,7 @@ using boost::system::error_code;
 using redis_lock::error;
 using redis_lock::ServerNoticeKind;
 using redis_lock::test::error_reply;
+using redis_lock::test::integer;
 using redis_lock::test::text;
 using Clock = std::chrono::steady_clock;
 using State = ConnectFsm::State;
@@ -274,6 +275,10 @@ TEST(Handshake, PlanForEachConfiguration) {
        {.preload = scripts},
        {Step::script_load, Step::script_load},
        {{"SCRIPT", "LOAD", "return 1"}, {"SCRIPT", "LOAD", "return 2"}}},
+      {"a Functions library: its probe, instead of the scripts",
+       {.preload = scripts, .function_probe = "x_probe"},
+       {Step::function_probe},
+       {{"FCALL_RO", "x_probe", "0"}}},
       {"a lock server: HELLO 2 learns its version, INFO memory whether it evicts keys",
        {.check_version = true},
        {Step::hello, Step::info_memory},
@@ -376,6 +381,27 @@ TEST(Handshake, EachReplyMeans) {
       // connection always has (AUTH, SELECT, SETNAME and ROLE pass while it loads)
       {Step::script_load, loading, error::connect_failed},
       {Step::setname, error_reply("BUSY Redis is busy running a script."), error::connect_failed},
+      // FUNCTION LOAD and its probe: refused, the scripts go with EVALSHA (loaded ahead)
+      {Step::function_load, text("redis_lock_0123456789ab"), std::nullopt},
+      {Step::function_load, error_reply("ERR Library 'redis_lock_0123456789ab' already exists"),
+       std::nullopt},
+      {Step::function_load,
+       error_reply("NOPERM this user has no permissions to run the 'function|load' command"),
+       std::nullopt},
+      {Step::function_load, error_reply("READONLY You can't write against a read only replica."),
+       std::nullopt},
+      {Step::function_load, error_reply("OOM command not allowed when used memory > 'maxmemory'."),
+       std::nullopt},
+      {Step::function_load, loading, error::connect_failed},
+      {Step::function_load, error_reply("NOAUTH Authentication required."),
+       error::not_authenticated},
+      {Step::function_probe, integer(1), std::nullopt},
+      {Step::function_probe, error_reply("ERR Function not found"), std::nullopt},
+      {Step::function_probe,
+       error_reply("NOPERM this user has no permissions to run the 'fcall_ro' command"),
+       std::nullopt},
+      {Step::function_probe, error_reply("NOAUTH Authentication required."),
+       error::not_authenticated},
       // PING
       {Step::ping, text("PONG"), std::nullopt},
       {Step::ping, error_reply("NOAUTH Authentication required."), error::not_authenticated},
@@ -435,6 +461,21 @@ TEST(Handshake, EachReplyMeans) {
       EXPECT_EQ(*got, *c.fails_with) << got->message();
     }
   }
+}
+
+TEST(Handshake, TheLibraryIsThereWhenItsProbeAnswersOne) {
+  EXPECT_TRUE(Handshake::functions_ready(Step::function_probe, integer(1)));
+  EXPECT_FALSE(Handshake::functions_ready(Step::function_probe, integer(0)));
+  EXPECT_FALSE(Handshake::functions_ready(Step::function_probe, text("1")));
+  EXPECT_FALSE(
+      Handshake::functions_ready(Step::function_probe, error_reply("ERR Function not found")));
+  EXPECT_TRUE(Handshake::functions_ready(Step::function_load, text("redis_lock_0123456789ab")));
+  EXPECT_TRUE(Handshake::functions_ready(
+      Step::function_load, error_reply("ERR Library 'redis_lock_0123456789ab' already exists")));
+  EXPECT_FALSE(Handshake::functions_ready(
+      Step::function_load,
+      error_reply("NOPERM this user has no permissions to run the 'function|load' command")));
+  EXPECT_FALSE(Handshake::functions_ready(Step::script_load, text("ok")));
 }
 
 TEST(Handshake, ARefusalSaysWhy) {
