@@ -898,10 +898,15 @@ long rss_bytes() {
   return resident * sysconf(_SC_PAGESIZE);
 }
 
+/// Script calls the server ran: EVALSHA, and FCALL of the library (use_functions).
 long evalsha_calls(redisContext* c) {
   const auto info = bench::command(c, {"INFO", "commandstats"});
-  const auto at = info.find("cmdstat_evalsha:calls=");
-  return at == std::string::npos ? 0 : std::atol(info.c_str() + at + 22);
+  long n = 0;
+  for (const std::string_view name : {"cmdstat_evalsha:calls=", "cmdstat_fcall:calls="}) {
+    const auto at = info.find(name);
+    if (at != std::string::npos) n += std::atol(info.c_str() + at + name.size());
+  }
+  return n;
 }
 
 /// CPU of a raw client renewing `n` leases once: the same extension script, pipelined in
@@ -1075,11 +1080,13 @@ ServerSample server_sample(redisContext* c) {
     const auto colon = stats.find(':', at);
     const std::string_view name(stats.data() + at + stem.size(), colon - at - stem.size());
     const char* p = stats.c_str() + colon + std::strlen(":calls=");
-    if (name == "evalsha") {
-      s.evalsha_calls = std::atol(p);
+    // A script call is an EVALSHA, or an FCALL of the library (use_functions); the
+    // handshake's FCALL_RO probe is neither a lock call nor a command inside one.
+    if (name == "evalsha" || name == "fcall") {
+      s.evalsha_calls += std::atol(p);
       const char* u = std::strstr(p, "usec=");
-      if (u != nullptr) s.evalsha_us = std::atof(u + 5);
-    } else if (name != "info") {
+      if (u != nullptr) s.evalsha_us += std::atof(u + 5);
+    } else if (name != "info" && name != "fcall_ro") {
       s.other_calls += std::atol(p);
     }
   }
@@ -1286,6 +1293,8 @@ ScriptCosts script_costs(const Args& a, redisContext* admin, int n) {
   for (int i = 0; i < n; ++i) waiters.push_back(detail::random_token());
   constexpr std::string_view holder_how = "11200 0123456789abcdeff10000";
   constexpr std::string_view waiter_how = "11200 fedcba9876543210f10000";
+  // The claim as a waiter sends it after the hand-off message ('2': the lease read first).
+  constexpr std::string_view claim_how = "21200 fedcba9876543210f10000";
   const auto block = [&](const auto& send) {
     const auto s0 = server_sample(admin);
     for (int i = 0; i < n; i += 100) {
@@ -1306,7 +1315,7 @@ ScriptCosts script_costs(const Args& a, redisContext* admin, int n) {
   c.handing_release =
       block([&](std::size_t i) { raw.release_as(keys[i], holders[i], "0123456789abcdef"); });
   c.claim = block(
-      [&](std::size_t i) { raw.acquire_as(keys[i], waiters[i], waiter_how, Expect::granted); });
+      [&](std::size_t i) { raw.acquire_as(keys[i], waiters[i], claim_how, Expect::granted); });
   c.release =
       block([&](std::size_t i) { raw.release_as(keys[i], waiters[i], "fedcba9876543210"); });
   return c;

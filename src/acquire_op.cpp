@@ -221,6 +221,10 @@ void AcquireOp::send_attempt() {
     member_suffix = std::string_view(how).substr(suffix_at);
     if (kind == LeaseKind::leader) announce = service->announce_of(resource);
   }
+  // After a hand-off message, the lease is likely ours to claim: acquire.lua reads it first
+  // ('2', otherwise as '1'). The mode is the first byte, before the member suffix.
+  if (how[0] == '1' || how[0] == '2') how[0] = claim_expected ? '2' : '1';
+  claim_expected = false;
   if (is_lease_set(kind)) {
     set_args(acquire_set_script,
              {keys.lease(), keys.fence(), keys.queue(), keys.queue_expiry(), mutex_queue},
@@ -266,6 +270,7 @@ void AcquireOp::handed(const HandOff&) {
   // real holder still held it. The attempt it prompts claims the lease the release set for
   // us (acquire.lua), and the server's answer says what we hold and with which token: one
   // round trip more than the message alone.
+  claim_expected = !is_lease_set(kind) && !service->redlock();
   nudge();
 }
 

@@ -86,7 +86,8 @@ struct AcquireOp final : ScriptOp, Waiter, PendingOp {
   void finish(boost::system::error_code ec, Grant grant);
   void report(Observer& observer, boost::system::error_code ec, const Grant& grant) const noexcept;
 
-  std::string how;                 // acquire.lua's ARGV[3], set once
+  std::string how;                 // acquire.lua's ARGV[3], set once (but its mode byte)
+  bool claim_expected = false;     // a hand-off message came: the next attempt claims
   std::string_view member_suffix;  // queue member = token + this: the tail of `how`
   std::string error_detail;        // the server's error reply, reported with a failure
   bool wait_reported = false;      // on_wait said it joined the queue

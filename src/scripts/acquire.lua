@@ -4,7 +4,8 @@
 -- KEYS[4] queue expiry (zset: member -> ms), KEYS[5] the lease's info (the record of a lease
 -- handed over, and a leader's: first.lua's lease_value; none on Redlock); ARGV[1] token (32 hex
 -- digits), ARGV[2] ttl ms, ARGV[3] '<mode><place ms> <member suffix>': mode '1' joins the
--- queue when held, '0' does not, 'R' does not and floors only a fresh counter (Redlock, see
+-- queue when held, '2' too, sent after a hand-off message (the lease is likely ours to claim:
+-- read first), '0' does not join, 'R' does not and floors only a fresh counter (Redlock, see
 -- mint); place ms: how long a queued waiter keeps its place without retrying; the member
 -- suffix: the waiter's manager id (16 hex digits: its notify channel) and its ttl in ms (for
 -- a lease handed to it), then optionally a space and the data recorded with the lease when
@@ -40,6 +41,19 @@ local function take(mark)
   redis.call('SET', lease, lease_value(not ARGV[4] and info, token, term, data()) .. mark, 'PX',
              ttl)
   return f
+end
+
+-- A claim, after a hand-off message: the lease a release folded our token and record into
+-- (hand_on) is renewed for our ttl, after one read. (Anything else goes the usual way.)
+if string.byte(how, 1) == 50 then  -- '2'
+  local current = redis.call('GET', lease)  -- WRONGTYPE: another kind's key
+  if current and string.sub(current, 1, 32) == token and string.byte(current, 33) == 32 then
+    local term = string.match(current, '@(%d+)%+?$', 34)
+    if term then
+      redis.call('PEXPIRE', lease, ttl)
+      return {1, tonumber(term)}
+    end
+  end
 end
 
 -- One read when the resource is free and nobody waits (the common case); the lease's value
@@ -110,7 +124,7 @@ if ours then
   redis.call('SET', lease, lease_value(info, token, term, data()) .. mark, 'PX', ttl)
   return {1, tonumber(term)}
 end
-if string.byte(how, 1) ~= 49 then  -- '1'
+if string.byte(how, 1) ~= 49 and string.byte(how, 1) ~= 50 then  -- '1', '2'
   return {0, redis.call('PTTL', lease)}
 end
 if not queued then

@@ -5,7 +5,9 @@
 // user may not load it (docs/security.md's ACL leaves function|load out), the scripts go with
 // EVALSHA, loaded ahead, and nothing fails. Each test runs its own server and reads what it
 // ran from INFO commandstats.
+#include "keys.hpp"
 #include "live.hpp"
+#include "redis_lock_scripts.hpp"
 #include "redis_server.hpp"
 
 #include <map>
@@ -212,4 +214,38 @@ TEST(Functions, AReleaseRunsOnAServerOutOfMemoryAndAnAcquireIsRefused) {
   });
   EXPECT_GE(calls_of(server, "fcall"), 2);  // the extension and the release at least
   EXPECT_EQ(server.command({"EXISTS", lease_key(resource)}), "0");
+}
+
+TEST(Functions, AClaimAfterAHandOffMessageReadsTheLeaseOnceAndRenewsIt) {
+  // acquire.lua's mode '2' (sent after a hand-off message): the lease a release folded our
+  // token and term into is renewed after one GET; mode '1' looks at the lease and the queue
+  // first. Anything else under '2' goes the usual way (here: the waiter joins the queue).
+  RedisServer server;
+  ASSERT_EQ(server.command({"FUNCTION", "LOAD", std::string(detail::function_library)}),
+            std::string(detail::function_library_name));
+  const auto call = [&](const detail::ResourceKeys& k, const std::string& token,
+                        const std::string& how) {
+    return server.command({"FCALL", std::string(detail::acquire_script.function), "5", k.lease(),
+                           k.fence(), k.queue(), k.queue_expiry(), k.info(), token, "5000", how});
+  };
+  const std::string ours(32, 'a');
+  const std::string theirs(32, 'b');
+  for (const char mode : {'2', '1'}) {
+    SCOPED_TRACE(mode);
+    const auto k = detail::make_keys("lock:", unique_resource("claim"));
+    ASSERT_EQ(server.command({"SET", k.lease(), ours + " @77+", "PX", "600"}), "OK");
+    ASSERT_EQ(server.command({"CONFIG", "RESETSTAT"}), "OK");
+    EXPECT_EQ(call(k, ours, std::string(1, mode) + "1200 0123456789abcdeff5000"), "1 77");
+    const auto pttl = std::stoll(server.command({"PTTL", k.lease()}));
+    EXPECT_GT(pttl, 4000);
+    EXPECT_EQ(calls_of(server, "get"), 1);
+    EXPECT_EQ(calls_of(server, "pexpire"), 1);
+    EXPECT_EQ(calls_of(server, "exists"), mode == '2' ? 0 : 1);
+  }
+  const auto k = detail::make_keys("lock:", unique_resource("claim"));
+  ASSERT_EQ(server.command({"SET", k.lease(), theirs + " @78", "PX", "5000"}), "OK");
+  const auto queued = call(k, ours, "21200 0123456789abcdeff5000");
+  EXPECT_EQ(queued.rfind("0 ", 0), 0u) << queued;
+  EXPECT_EQ(server.command({"ZCARD", k.queue()}), "1");
+  EXPECT_EQ(server.command({"GET", k.lease()}), theirs + " @78+");  // a waiter behind it
 }

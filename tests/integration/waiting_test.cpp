@@ -394,8 +394,9 @@ std::set<std::string> commands_scripts_call() {
 }
 
 struct SlowEntry {
-  std::string command;      // upper case
-  std::string client_name;  // empty: unnamed
+  std::string command;            // upper case
+  std::string client_name;        // empty: unnamed
+  std::vector<std::string> args;  // every word, the command's included (each cut at 128)
 };
 
 /// SLOWLOG GET -1, entry by entry: [id, time, duration, [args], address, name].
@@ -416,7 +417,12 @@ std::vector<SlowEntry> slow_log(std::uint16_t port) {
       }
       std::string command(e->element[3]->element[0]->str, e->element[3]->element[0]->len);
       std::transform(command.begin(), command.end(), command.begin(), ::toupper);
-      out.push_back({command, std::string(e->element[5]->str, e->element[5]->len)});
+      std::vector<std::string> args;
+      for (std::size_t a = 0; a < e->element[3]->elements; ++a) {
+        const auto* w = e->element[3]->element[a];
+        args.emplace_back(w->str, w->len);
+      }
+      out.push_back({command, std::string(e->element[5]->str, e->element[5]->len), args});
     }
   }
   if (reply != nullptr) freeReplyObject(reply);
@@ -541,6 +547,17 @@ TEST(Waiting, AHandedLeaseIsClaimedForItsTtl) {
     return (e.command == "EVALSHA" || e.command == "FCALL") && e.client_name == "waiter";
   });
   EXPECT_EQ(waiter_evalshas, 2) << log;
+  // The claim, prompted by the message, says so ('2' opens acquire.lua's ARGV[3]: the lease is
+  // read first); the attempt that queued it did not.
+  std::vector<std::string> modes;  // oldest first (SLOWLOG lists the newest first)
+  for (auto it = entries.rbegin(); it != entries.rend(); ++it) {
+    const auto& e = *it;
+    if ((e.command == "EVALSHA" || e.command == "FCALL") && e.client_name == "waiter" &&
+        e.args.size() > 10 && !e.args[10].empty()) {
+      modes.push_back(e.args[10].substr(0, 1));
+    }
+  }
+  EXPECT_EQ(modes, (std::vector<std::string>{"1", "2"})) << log;
   EXPECT_TRUE(g.async_release(asio::use_future).get());
   EXPECT_EQ(redis_command(server.port(), {"EXISTS", lease}), "0");
 }
