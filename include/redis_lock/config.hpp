@@ -133,7 +133,7 @@ struct ManagerOptions {
   /// Call the lock scripts as a Redis Functions library: each connection's handshake asks
   /// whether the server has this build's library (and loads it where it is missing and the
   /// user may), and every script runs with `FCALL`, whose functions the server defines once
-  /// per load instead of once per call (about a quarter less server time per acquire and release:
+  /// per load instead of once per call (about 9% less server time per acquire and release:
   /// docs/benchmarks.md). Where the user may not load or call functions (the recommended
   /// ACL leaves `function|load` out: docs/security.md), the scripts go with `EVALSHA` as
   /// before, with nothing to configure. The server keeps each build's library (a few tens
