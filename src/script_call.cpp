@@ -4,6 +4,7 @@
 #include "redis_lock_scripts.hpp"
 #include "resp.hpp"
 
+#include <algorithm>
 #include <array>
 #include <charconv>
 #include <optional>
