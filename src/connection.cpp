@@ -381,21 +381,20 @@ void Connection::start_tls(const std::shared_ptr<Link>& link) {
 
 void Connection::start_handshake(const std::shared_ptr<Link>& link) {
   std::string resp;
-  const auto steps = Handshake::plan(
-      {.username = config_.username,
-       .password = config_.password,
-       .database = config_.database,
-       .client_name = client_name_,
-       .confirm_master = static_cast<bool>(locator_),
-       .preload = preload_,
-       // (A user refused FCALL is not asked again.)
-       .function_probe =
-           !function_library_.empty() && !fcall_refused_ ? function_probe_ : std::string_view{},
-       .check_version = check_version_},
-      resp);
+  probed_ = !function_library_.empty() && !fcall_refused_;
+  const auto steps =
+      Handshake::plan({.username = config_.username,
+                       .password = config_.password,
+                       .database = config_.database,
+                       .client_name = client_name_,
+                       .confirm_master = static_cast<bool>(locator_),
+                       .preload = preload_,
+                       // (A user refused FCALL is not asked again.)
+                       .function_probe = probed_ ? function_probe_ : std::string_view{},
+                       .check_version = check_version_},
+                      resp);
   finding_.reset();
   functions_found_ = false;
-  probed_ = !function_library_.empty() && !fcall_refused_;
   fsm_.connected();
   handshake_left_ = steps.size();
   for (const auto step : steps) {
@@ -509,9 +508,8 @@ void Connection::on_function_load(const std::shared_ptr<Link>& link, const Reply
 }
 
 void Connection::lost_functions(std::string_view error) {
-  const bool refused =
-      error.starts_with("NOPERM") && error.find("the 'fcall' command") != std::string_view::npos;
-  if (!refused && !error.starts_with("ERR Function not found")) return;
+  bool refused = false;
+  if (!library_lost(error, &refused)) return;
   // The library went away under this link (FUNCTION FLUSH or DELETE), or its user may no
   // longer call it: this command is resent with its body (redirect.cpp), and from here on,
   // as after a handshake that found no library, the scripts go with EVALSHA, loaded ahead of

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 #include "redirect.hpp"
 
+#include "script_call.hpp"
+
 #include <algorithm>
 #include <charconv>
 #include <string>
@@ -36,11 +38,7 @@ Action read(std::string_view error) noexcept {
   if (starts_with(error, "NOSCRIPT")) return {Action::Kind::no_script, {}};
   // The FCALL of a library the server no longer has (FUNCTION FLUSH, FUNCTION DELETE), or a
   // user the ACL no longer lets call functions: the body, as after NOSCRIPT.
-  if (starts_with(error, "ERR Function not found") ||
-      (starts_with(error, "NOPERM") &&
-       error.find("the 'fcall' command") != std::string_view::npos)) {
-    return {Action::Kind::no_script, {}};
-  }
+  if (library_lost(error)) return {Action::Kind::no_script, {}};
   return {};
 }
 

@@ -25,6 +25,13 @@ std::string_view sha1_of(std::string_view function) noexcept {
   return {};
 }
 
+bool library_lost(std::string_view error, bool* refused) noexcept {
+  const bool denied =
+      error.starts_with("NOPERM") && error.find("the 'fcall' command") != std::string_view::npos;
+  if (refused) *refused = denied;
+  return denied || error.starts_with("ERR Function not found");
+}
+
 void append_script_call(std::string& out, std::span<const std::string_view> command,
                         bool functions) {
   if (functions && command.size() >= 2 && command[0] == "EVALSHA") {

@@ -22,6 +22,11 @@ std::string_view sha1_of(std::string_view function) noexcept;
 void append_script_call(std::string& out, std::span<const std::string_view> command,
                         bool functions);
 
+/// Whether a script call's error says the library cannot serve it: the server no longer has
+/// the function (FUNCTION FLUSH, DELETE), or the user may not call it (NOPERM for FCALL).
+/// `refused` (when given) tells the second apart.
+bool library_lost(std::string_view error, bool* refused = nullptr) noexcept;
+
 /// `bytes` holds encoded commands, `sizes` their lengths in order. Each call of one of our
 /// scripts the other way is restated: as its `FCALL` with `functions`, as its `EVALSHA`
 /// without; `sizes` follow. Returns whether anything changed. (Commands queued before a
