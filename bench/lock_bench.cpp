@@ -38,6 +38,7 @@
 //   lock_bench --port P --stages [--quick] [--hold-ms 1] [--busy-hold]
 #include <redis_lock/redis_lock.hpp>
 
+#include "acquire_op.hpp"
 #include "io_trace.hpp"
 #include "keys.hpp"
 #include "raw_redis.hpp"
@@ -410,6 +411,16 @@ class Raw {
          {"EVALSHA", noop_, "5", k.lease(), k.queue(), k.queue_expiry(), k.fence(), k.info(), t,
           manager_id, notify_prefix});
   }
+  // The same two calls declaring the lease key alone (what "fewer declared keys" could save
+  // at most: the scripts would name the others from it, which a Cluster allows in one slot).
+  void noop_acquire_one_key(const detail::ResourceKeys& k, const std::string& t) {
+    send(Expect::one, "no-op acquire, one key",
+         {"EVALSHA", noop_, "1", k.lease(), t, "10000", acquire_how});
+  }
+  void noop_release_one_key(const detail::ResourceKeys& k, const std::string& t) {
+    send(Expect::one, "no-op release, one key",
+         {"EVALSHA", noop_, "1", k.lease(), t, manager_id, notify_prefix});
+  }
 
   /// Reads the reply to the oldest command not yet answered and checks it.
   void check_reply() {
@@ -587,6 +598,9 @@ std::vector<Shape> server_ceiling(const Args& a, int rounds, double seconds) {
       {"redis_lock's call overhead alone",
        "its two script calls with their keys and arguments, scripts that only return 1",
        &Raw::noop_acquire, &Raw::noop_release},
+      {"the same, declaring one key per call",
+       "its two script calls, the lease key alone, scripts that only return 1",
+       &Raw::noop_acquire_one_key, &Raw::noop_release_one_key},
       {"floor: no ownership check", "SET NX PX + DEL (not a safe lock)", &Raw::set_nx, &Raw::del},
   };
   std::vector<std::vector<double>> tput(kinds.size()), cpu(kinds.size()), ratio(kinds.size());
@@ -1330,6 +1344,8 @@ struct HandoffSide {
   double server_cpu_us = 0;  // Redis' CPU per hand-off (every command of the cycle)
   double commands = 0;       // commands sent per hand-off (the client's, not INFO)
   double inner = 0;          // commands the scripts ran per hand-off
+  int one_hop = 0;           // hand-offs granted on their signed message, no claim
+  int followed = 0;          // hand-offs followed through the trace
 };
 
 /// Two managers, each on an io_context and a thread of its own (as two processes), pass one
@@ -1418,8 +1434,17 @@ HandoffSide lib_handoff_traced(const Args& a, redisContext* admin, int handoffs)
     const std::size_t msg = find_event(ev, rw + 1, [&](const trace::Event& e) {
       return !e.write && e.thread == g.waiter && starts_with(e, "*3\r\n$7\r\nmessage");
     });
+    if (msg >= ev.size() || ev[msg].at > g.granted) continue;
+    // A signed message grants on arrival (the one-hop hand-off): nothing is written between
+    // it and the grant. Otherwise the waiter claims: its claim's write and reply.
     const std::size_t cw = find_event(
         ev, msg + 1, [&](const trace::Event& e) { return e.write && e.thread == g.waiter; });
+    if (cw >= ev.size() || ev[cw].at > g.granted) {
+      stages.push_back({micros(ev[rw].at - g.released), micros(ev[msg].at - ev[rw].at), 0.0, 0.0,
+                        micros(g.granted - ev[msg].at)});
+      ++side.one_hop;
+      continue;
+    }
     const std::size_t cr = find_event(ev, cw + 1, [&](const trace::Event& e) {
       return !e.write && e.thread == g.waiter && e.fd == ev[cw].fd;
     });
@@ -1428,6 +1453,7 @@ HandoffSide lib_handoff_traced(const Args& a, redisContext* admin, int handoffs)
                       micros(ev[cw].at - ev[msg].at), micros(ev[cr].at - ev[cw].at),
                       micros(g.granted - ev[cr].at)});
   }
+  side.followed = static_cast<int>(stages.size());
   side.rows = within_p99(stages, "hand-offs");
   return side;
 }
@@ -1601,46 +1627,88 @@ int stage_account(const Args& a) {
       cost(&ScriptCosts::claim).c_str());
 
   // The hand-off, a thread per manager; the BLPOP baton between two threads.
-  RoundMeans raw_h, lib_h;
-  std::vector<double> h_ratio, raw_cpu, lib_cpu, raw_cmds, lib_cmds, lib_inner;
+  // Three sides per round, in a rotating order: the BLPOP baton, today's hand-off (a signed
+  // message grants: one hop) and the claimed one (every message a nudge, the claim's reply
+  // grants: the build before), so that the machine's drift falls on each alike.
+  struct LibSide {
+    RoundMeans h;
+    std::vector<double> ratio, cpu, cmds, inner;
+    int one_hop = 0, followed = 0;
+  };
+  RoundMeans raw_h;
+  std::vector<double> raw_cpu, raw_cmds;
+  std::array<LibSide, 2> lib;  // [0] signed (one hop), [1] claimed
   for (int r = 0; r < rounds; ++r) {
-    HandoffSide raw, lib;
-    if (r % 2) {
-      lib = lib_handoff_traced(a, admin, handoffs), raw = raw_handoff_traced(a, admin, handoffs);
-    } else {
-      raw = raw_handoff_traced(a, admin, handoffs), lib = lib_handoff_traced(a, admin, handoffs);
+    HandoffSide raw;
+    std::array<HandoffSide, 2> got;
+    for (int k = 0; k < 3; ++k) {
+      switch ((r + k) % 3) {
+        case 0:
+          raw = raw_handoff_traced(a, admin, handoffs);
+          break;
+        case 1:
+          redis_lock::detail::sign_hand_offs = true;
+          got[0] = lib_handoff_traced(a, admin, handoffs);
+          break;
+        default:
+          redis_lock::detail::sign_hand_offs = false;
+          got[1] = lib_handoff_traced(a, admin, handoffs);
+          redis_lock::detail::sign_hand_offs = true;
+          break;
+      }
     }
-    raw_h.add(raw.rows), lib_h.add(lib.rows);
-    raw_cpu.push_back(raw.server_cpu_us), lib_cpu.push_back(lib.server_cpu_us);
-    raw_cmds.push_back(raw.commands), lib_cmds.push_back(lib.commands);
-    lib_inner.push_back(lib.inner);
-    h_ratio.push_back(lib_h.p50.back() / raw_h.p50.back());
+    raw_h.add(raw.rows);
+    raw_cpu.push_back(raw.server_cpu_us), raw_cmds.push_back(raw.commands);
+    for (std::size_t k = 0; k < 2; ++k) {
+      auto& side = lib[k];
+      side.h.add(got[k].rows);
+      side.cpu.push_back(got[k].server_cpu_us), side.cmds.push_back(got[k].commands);
+      side.inner.push_back(got[k].inner);
+      side.one_hop += got[k].one_hop, side.followed += got[k].followed;
+      side.ratio.push_back(side.h.p50.back() / raw_h.p50.back());
+    }
   }
   std::printf(
       "\n(2) A hand-off between two managers, each on an io_context and a thread of its own\n"
       "(as two processes), and a BLPOP baton between two hiredis clients in two threads:\n"
       "%d rounds of %d hand-offs, hold %d ms %s; mean us of those within p99 (p50), mean\n"
-      "over rounds. The rows add up to the gap.\n\n",
+      "over rounds. The rows add up to the gap. redis_lock signed: today's hand-off (the\n"
+      "release's signed message grants); claimed: every message a nudge and the claim's reply\n"
+      "grants (the build before), in the same rounds.\n\n",
       rounds, handoffs, a.hold_ms, a.busy_hold ? "working (--busy-hold)" : "asleep");
-  std::printf("| stage | raw BLPOP baton | redis_lock |\n|---|---:|---:|\n");
-  std::printf("| release (RPUSH) issued -> written, by the holder | %s | %s |\n",
-              raw_h.cell(0).c_str(), lib_h.cell(0).c_str());
-  std::printf("| written -> the waiter reads the message (the BLPOP reply) | %s | %s |\n",
-              raw_h.cell(1).c_str(), lib_h.cell(1).c_str());
-  std::printf("| message read -> claim written, by the waiter | | %s |\n", lib_h.cell(2).c_str());
-  std::printf("| claim written -> its reply read (server, kernel) | | %s |\n",
-              lib_h.cell(3).c_str());
-  std::printf("| reply read -> the acquire completes (BLPOP returns) | %s | %s |\n",
-              raw_h.cell(2).c_str(), lib_h.cell(4).c_str());
-  std::printf("| **gap** | **%.1f** | **%.1f** |\n", raw_h.total(), lib_h.total());
   std::printf(
-      "| gap p50, median over rounds (ratio: median and range of the rounds') | %.1f | "
-      "%.1f (%s) |\n",
-      median(raw_h.p50), median(lib_h.p50), ratio_text(spread(h_ratio)).c_str());
-  std::printf("| Redis' CPU per hand-off, the whole cycle (us) | %.1f | %.1f |\n", median(raw_cpu),
-              median(lib_cpu));
-  std::printf("| commands sent / run inside the scripts, per hand-off | %.2f / 0 | %.2f / %.2f |\n",
-              median(raw_cmds), median(lib_cmds), median(lib_inner));
+      "| stage | raw BLPOP baton | redis_lock, signed | redis_lock, claimed |\n"
+      "|---|---:|---:|---:|\n");
+  std::printf("| release (RPUSH) issued -> written, by the holder | %s | %s | %s |\n",
+              raw_h.cell(0).c_str(), lib[0].h.cell(0).c_str(), lib[1].h.cell(0).c_str());
+  std::printf("| written -> the waiter reads the message (the BLPOP reply) | %s | %s | %s |\n",
+              raw_h.cell(1).c_str(), lib[0].h.cell(1).c_str(), lib[1].h.cell(1).c_str());
+  std::printf("| message read -> claim written, by the waiter | | %s | %s |\n",
+              lib[0].h.cell(2).c_str(), lib[1].h.cell(2).c_str());
+  std::printf("| claim written -> its reply read (server, kernel) | | %s | %s |\n",
+              lib[0].h.cell(3).c_str(), lib[1].h.cell(3).c_str());
+  std::printf(
+      "| the signed message (the claim's reply) read -> the acquire completes (BLPOP returns) "
+      "| %s | %s | %s |\n",
+      raw_h.cell(2).c_str(), lib[0].h.cell(4).c_str(), lib[1].h.cell(4).c_str());
+  std::printf("| **gap** | **%.1f** | **%.1f** | **%.1f** |\n", raw_h.total(), lib[0].h.total(),
+              lib[1].h.total());
+  std::printf(
+      "| gap p50, median over rounds (ratio to the baton: median and range of the rounds') | "
+      "%.1f | %.1f (%s) | %.1f (%s) |\n",
+      median(raw_h.p50), median(lib[0].h.p50), ratio_text(spread(lib[0].ratio)).c_str(),
+      median(lib[1].h.p50), ratio_text(spread(lib[1].ratio)).c_str());
+  std::printf("| Redis' CPU per hand-off, the whole cycle (us) | %.1f | %.1f | %.1f |\n",
+              median(raw_cpu), median(lib[0].cpu), median(lib[1].cpu));
+  std::printf(
+      "| commands sent / run inside the scripts, per hand-off | %.2f / 0 | %.2f / %.2f | %.2f / "
+      "%.2f |\n",
+      median(raw_cmds), median(lib[0].cmds), median(lib[0].inner), median(lib[1].cmds),
+      median(lib[1].inner));
+  std::printf(
+      "| hand-offs granted on their signed message, of those followed | | %d of %d | %d of "
+      "%d |\n",
+      lib[0].one_hop, lib[0].followed, lib[1].one_hop, lib[1].followed);
   redisFree(admin);
   return 0;
 }

@@ -64,7 +64,20 @@ Action AcquireFsm::attempt(Clock::time_point now) {
   phase_ = Phase::attempting;
   attempt_started_ = now;
   nudged_ = false;
+  handed_fence_ = handed_place_ = 0;
   return a;
+}
+
+bool AcquireFsm::worth_taking(Clock::time_point sent, Clock::time_point now) const noexcept {
+  return sent + plan_.ttl - drift_margin(plan_.ttl) - now >= plan_.ttl * 2 / 3;
+}
+
+Action AcquireFsm::take_handed(long long fence, Clock::time_point sent) {
+  in_queue_ = false;  // the release took our member out of the queue
+  last_error_ = {};
+  fence_ = fence;
+  granted_at_ = sent;
+  return complete({}, true);
 }
 
 Action AcquireFsm::sleep(Clock::time_point now, milliseconds duration) {
@@ -99,6 +112,7 @@ Action AcquireFsm::granted(Clock::time_point, long long fence) {
   in_queue_ = false;  // the script took us out of the queue
   if (fence <= 0) return complete(error::unexpected_reply, false).with_give_back();
   fence_ = fence;
+  granted_at_ = attempt_started_;
   // Cancelled while the attempt was in flight: what it took goes back at once.
   if (cancelled_) return complete(boost::asio::error::operation_aborted).with_give_back();
   if (plan_.min_replicas > 0) {
@@ -108,12 +122,20 @@ Action AcquireFsm::granted(Clock::time_point, long long fence) {
   return complete({}, true);
 }
 
-Action AcquireFsm::held(Clock::time_point now, long long pttl) {
+Action AcquireFsm::held(Clock::time_point now, long long pttl, long long place) {
   if (phase_ != Phase::attempting) return {};
   last_error_ = {};
   in_queue_ = plan_.queues;
   waited_ = waited_ || plan_.wait.count() > 0;
   if (cancelled_) return complete(boost::asio::error::operation_aborted);
+  if (place > 0) {
+    queued_sent_ = attempt_started_;
+    queued_place_ = place;
+    // The signed hand-off that came meanwhile saw this attempt's place: it ran after it.
+    if (handed_place_ == place && worth_taking(attempt_started_, now)) {
+      return take_handed(handed_fence_, attempt_started_);
+    }
+  }
   if (!waiting(now)) return complete({});  // not acquired
   phase_ = Phase::listening;
   pttl_ = pttl;
@@ -175,6 +197,23 @@ Action AcquireFsm::nudge() {
   // reply comes, or in listened(). (attempt() clears the flag.)
   if (phase_ == Phase::asleep) return act(Kind::wake);
   return {};
+}
+
+Action AcquireFsm::handed(Clock::time_point now, long long fence, long long place) {
+  if (phase_ == Phase::done || cancelled_) return {};
+  if (fence <= 0 || place <= 0 || plan_.min_replicas > 0 || plan_.redlock) return nudge();
+  if (phase_ == Phase::attempting) {
+    // Ours if the reply in flight names this place (held()); if it does not, the attempt
+    // after it claims (the nudge).
+    handed_fence_ = fence;
+    handed_place_ = place;
+    return nudge();
+  }
+  if ((phase_ == Phase::asleep || phase_ == Phase::listening) && place == queued_place_ &&
+      worth_taking(queued_sent_, now)) {
+    return take_handed(fence, queued_sent_);
+  }
+  return nudge();
 }
 
 Action AcquireFsm::cancel() {

@@ -93,8 +93,9 @@ class AcquireFsm {
   /// The attempt's reply: granted with fencing token `fence` (> 0 when well formed).
   Action granted(Clock::time_point now, long long fence);
   /// The attempt's reply: held; `pttl` the lease's remaining ms (-2: free but reserved for
-  /// another waiter's claim; <= 0 otherwise: unknown).
-  Action held(Clock::time_point now, long long pttl);
+  /// another waiter's claim; <= 0 otherwise: unknown); `place` the queue place it left (its
+  /// entry's expiry, acquire.lua; 0: not queued).
+  Action held(Clock::time_point now, long long pttl, long long place = 0);
   /// The attempt's reply was not the script's.
   Action malformed();
   /// The attempt's reply was an error (`ec` what it stands for): the script did not run.
@@ -107,6 +108,15 @@ class AcquireFsm {
   Action timer_fired(Clock::time_point now);
   /// A hand-off message named our token: the lease may be ours to claim; try now.
   Action nudge();
+  /// A signed hand-off message (its signature checked by the driver: only a release can have
+  /// sent it) named our token, fencing token `fence` and the queue place `place` the release
+  /// saw. That place was left by one of our attempts, so the release ran after that attempt
+  /// was sent, and the lease it set lasts the ttl from then at least: the lease is ours, dated
+  /// from that send time, with no claim (the one-hop hand-off). Where that cannot be known
+  /// (another place: an older message; a reply still in flight that may name it), or the
+  /// lease would start with less than two thirds of its ttl, or WAIT must confirm it
+  /// (min_replicas), or on Redlock, it is a nudge: an attempt claims it.
+  Action handed(Clock::time_point now, long long fence, long long place);
   /// The caller cancelled: give back what we hold or have queued, complete with
   /// operation_aborted (at once, or when the reply in flight comes).
   Action cancel();
@@ -151,7 +161,7 @@ class AcquireFsm {
   /// The granted lease: its fencing token, and since when it is ours for the ttl (the send
   /// time of the attempt that took it).
   long long fence() const noexcept { return fence_; }
-  Clock::time_point granted_at() const noexcept { return attempt_started_; }
+  Clock::time_point granted_at() const noexcept { return granted_at_; }
   /// The error of the last attempt while an outage is waited out.
   boost::system::error_code last_error() const noexcept { return last_error_; }
   const AcquirePlan& plan() const noexcept { return plan_; }
@@ -161,6 +171,12 @@ class AcquireFsm {
   Action sleep(Clock::time_point now, std::chrono::milliseconds duration);
   /// Completes; what is queued is given back first.
   Action complete(boost::system::error_code ec, bool grant = false);
+  /// Whether a lease set by the server after a command sent at `sent` starts at `now` with
+  /// two thirds of its ttl at least (what an acquire that took a third of its ttl to answer
+  /// leaves: what the renewal schedule, and the CLI's grace before SIGTERM, count on).
+  bool worth_taking(Clock::time_point sent, Clock::time_point now) const noexcept;
+  /// The lease a signed hand-off handed us: ours since `sent`, fencing token `fence`.
+  Action take_handed(long long fence, Clock::time_point sent);
   bool waiting(Clock::time_point now) const noexcept {
     return plan_.wait.count() > 0 && now < plan_.deadline;
   }
@@ -177,6 +193,15 @@ class AcquireFsm {
   long long pttl_ = 0;  // of the held reply being registered for
   long long fence_ = 0;
   Clock::time_point attempt_started_;
+  Clock::time_point granted_at_;
+  // The last attempt answered "queued" was sent at queued_sent_ and left queue place
+  // queued_place_ (0: none yet): a signed hand-off naming that place was published after it.
+  Clock::time_point queued_sent_;
+  long long queued_place_ = 0;
+  // A signed hand-off that came while an attempt was in flight: its fencing token and place
+  // (0: none). Ours if that attempt's reply names the same place.
+  long long handed_fence_ = 0;
+  long long handed_place_ = 0;
   boost::system::error_code last_error_;
 };
 

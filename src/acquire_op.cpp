@@ -212,12 +212,26 @@ void AcquireOp::send_attempt() {
     // '<mode><place ms> <member suffix>' (acquire.lua). Redlock waits by backing off: a fair
     // queue on each master would not be one queue.
     // One allocation: the member suffix is the tail of `how`, which is never changed after.
-    how.reserve(1 + waiter_ttl_ms.size() + 1 + 16 + 1 + 20 + (data.empty() ? 0 : 1 + data.size()));
+    // A plain mutex's waiter that can own a lease on a signed message (no WAIT to confirm
+    // it with, not an election's candidate, whose record stays beside the lease) queues
+    // with a secret of its own for the release to sign with: the one-hop hand-off.
+    if (queues && kind == LeaseKind::mutex && options.min_replicas == 0 &&
+        sign_hand_offs.load(std::memory_order_relaxed)) {
+      try {
+        secret = random_token();
+      } catch (const std::exception&) {
+        secret.clear();  // no entropy now: hand-offs are claimed
+      }
+    }
+    how.reserve(1 + waiter_ttl_ms.size() + 1 + 16 + 1 + secret.size() + 20 +
+                (data.empty() ? 0 : 1 + data.size()));
     how = service->redlock() ? "R" : queues ? "1" : "0";
     how.append(waiter_ttl_ms).append(" ");
     const std::size_t suffix_at = how.size();
-    const char letter = is_lease_set(kind) ? mode_letter(kind) : folded_member_letter;
-    service->waiters().append_member_suffix(how, options.ttl, letter, data);
+    const char letter = is_lease_set(kind) ? mode_letter(kind)
+                        : secret.empty()   ? folded_member_letter
+                                           : signed_member_letter;
+    service->waiters().append_member_suffix(how, options.ttl, letter, data, secret);
     member_suffix = std::string_view(how).substr(suffix_at);
     if (kind == LeaseKind::leader) announce = service->announce_of(resource);
   }
@@ -263,13 +277,19 @@ void AcquireOp::last_words() noexcept {
 
 void AcquireOp::nudge() { run(fsm.nudge()); }
 
-void AcquireOp::handed(const HandOff&) {
-  // A hand-off message is a nudge, never a grant. Anyone who may publish on the lock's
-  // channels (a lock user may: docs/security.md) can send "<token> <fencing token> <place>";
-  // taken at its word, it granted the waiter the lock, with the sender's token, while the
-  // real holder still held it. The attempt it prompts claims the lease the release set for
-  // us (acquire.lua), and the server's answer says what we hold and with which token: one
-  // round trip more than the message alone.
+void AcquireOp::handed(const HandOff& hand_off) {
+  // An unsigned hand-off message is a nudge, never a grant: anyone who may publish on the
+  // lock's channels could send "<token> <fencing token> <place>"; taken at its word, it
+  // granted the waiter the lock, with the sender's token, while the real holder still held
+  // it. The attempt it prompts claims the lease the release set for us (acquire.lua), and
+  // the server's answer says what we hold and with which token. A message signed with our
+  // secret (which only we and the server's keys know) is the release's own: it grants, with
+  // no claim (AcquireFsm::handed says when).
+  if (!secret.empty() && !hand_off.mac.empty() &&
+      equal_in_constant_time(hand_off_mac(secret, hand_off.signed_by), hand_off.mac)) {
+    claim_expected = true;  // if it is only a nudge after all
+    return run(fsm.handed(Clock::now(), static_cast<long long>(hand_off.fence), hand_off.place));
+  }
   claim_expected = !is_lease_set(kind) && !service->redlock();
   nudge();
 }
@@ -297,7 +317,7 @@ void AcquireOp::on_reply(error_code ec, Reply reply) {
     case replies::Acquire::Kind::granted:
       return run(fsm.granted(now, read.value));
     case replies::Acquire::Kind::held:
-      return run(fsm.held(now, read.value));
+      return run(fsm.held(now, read.value, read.place));
   }
 }
 

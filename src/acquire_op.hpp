@@ -18,6 +18,7 @@
 
 #include <boost/asio/steady_timer.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <optional>
@@ -26,6 +27,11 @@
 namespace redis_lock::detail {
 
 class Engine;
+
+/// Whether a plain mutex's waiter queues with a secret, so that a release's signed message
+/// grants it the lease with no claim (the one-hop hand-off). Always on but for lock_bench's
+/// before-and-after, which turns it off for rounds of the claimed hand-off in between.
+inline std::atomic<bool> sign_hand_offs{true};
 
 /// async_acquire of any kind (LockManager::async_acquire*): checks the arguments (a refusal
 /// completes at once, nothing sent), then the first attempt on the strand. From any thread.
@@ -89,9 +95,10 @@ struct AcquireOp final : ScriptOp, Waiter, PendingOp {
   std::string how;                 // acquire.lua's ARGV[3], set once (but its mode byte)
   bool claim_expected = false;     // a hand-off message came: the next attempt claims
   std::string_view member_suffix;  // queue member = token + this: the tail of `how`
-  std::string error_detail;        // the server's error reply, reported with a failure
-  bool wait_reported = false;      // on_wait said it joined the queue
-  Grant replicating;               // granted, until WAIT confirms it
+  std::string secret;          // signs the hand-off messages for us (one-hop); empty: none asked
+  std::string error_detail;    // the server's error reply, reported with a failure
+  bool wait_reported = false;  // on_wait said it joined the queue
+  Grant replicating;           // granted, until WAIT confirms it
   std::unique_ptr<boost::asio::steady_timer> timer;
 };
 

@@ -43,6 +43,12 @@ inline char mode_letter(LeaseKind kind) noexcept {
 /// record folded into it (shared.lua's hand_on); a member with digits there is a waiter of
 /// the build before, handed the lease with its record beside it.
 inline constexpr char folded_member_letter = 'f';
+/// The same with the waiter's secret after it (32 hex digits): a release hands this waiter
+/// the lease as it does a folded one and signs its message with the secret, and the signed
+/// message is the grant (the one-hop hand-off: AcquireFsm::handed). A build that knows only
+/// 'f' reads no ttl in such a member and hands it the lease for 600 ms with its token alone:
+/// the waiter then claims it.
+inline constexpr char signed_member_letter = 'g';
 
 using ErrorHandler = boost::asio::any_completion_handler<void(boost::system::error_code)>;
 

@@ -10,6 +10,8 @@
 #include <cstring>
 #include <system_error>
 
+#include <openssl/evp.h>
+
 #include <sys/mman.h>
 #include <sys/random.h>
 
@@ -17,6 +19,20 @@ namespace redis_lock::detail {
 namespace {
 
 constexpr std::size_t token_bytes = 16;
+constexpr char hex_digits[] = "0123456789abcdef";
+
+/// SHA-1 of `text` as 40 lowercase hex digits (what redis.sha1hex returns).
+std::string sha1_hex(std::string_view text) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int size = 0;
+  if (EVP_Digest(text.data(), text.size(), digest, &size, EVP_sha1(), nullptr) != 1) return {};
+  std::string out(2 * size, '0');
+  for (unsigned int i = 0; i < size; ++i) {
+    out[2 * i] = hex_digits[digest[i] >> 4];
+    out[2 * i + 1] = hex_digits[digest[i] & 0xf];
+  }
+  return out;
+}
 
 void fill_from_kernel(std::uint8_t* out, std::size_t size) {
   std::size_t got = 0;
@@ -79,13 +95,30 @@ std::string random_token() {
   thread_local RandomPage page;
   std::uint8_t bytes[token_bytes];
   page.take(bytes);
-  static constexpr char hex[] = "0123456789abcdef";
   std::string out(2 * token_bytes, '0');
   for (std::size_t i = 0; i < token_bytes; ++i) {
-    out[2 * i] = hex[bytes[i] >> 4];
-    out[2 * i + 1] = hex[bytes[i] & 0xf];
+    out[2 * i] = hex_digits[bytes[i] >> 4];
+    out[2 * i + 1] = hex_digits[bytes[i] & 0xf];
   }
   return out;
+}
+
+std::string hand_off_mac(std::string_view secret, std::string_view text) {
+  std::string inner;
+  inner.reserve(secret.size() + 1 + text.size());
+  inner.append(secret).append("\n").append(text);
+  std::string outer(secret);
+  outer.append(sha1_hex(inner));
+  return sha1_hex(outer);
+}
+
+bool equal_in_constant_time(std::string_view a, std::string_view b) noexcept {
+  if (a.size() != b.size()) return false;
+  unsigned char differ = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    differ |= static_cast<unsigned char>(a[i] ^ b[i]);
+  }
+  return differ == 0;
 }
 
 }  // namespace redis_lock::detail

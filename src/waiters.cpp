@@ -23,9 +23,22 @@ HandOff read_hand_off(std::string_view message) noexcept {
   auto read = std::from_chars(p, end, fence);
   if (read.ec != std::errc{} || read.ptr == end || *read.ptr != ' ') return h;
   read = std::from_chars(read.ptr + 1, end, place);
-  if (read.ec != std::errc{} || read.ptr != end || fence == 0 || place <= 0) return h;
+  if (read.ec != std::errc{} || fence == 0 || place <= 0) return h;
+  std::string_view mac;
+  if (read.ptr != end) {
+    // ' <mac>': 40 lowercase hex digits (redis.sha1hex), the end of the message.
+    constexpr std::size_t mac_size = 40;
+    const auto signed_size = static_cast<std::size_t>(read.ptr - message.data());
+    if (*read.ptr != ' ' || message.size() != signed_size + 1 + mac_size) return h;
+    mac = message.substr(signed_size + 1);
+    for (const char c : mac) {
+      if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return h;
+    }
+    h.signed_by = message.substr(0, signed_size);
+  }
   h.fence = fence;
   h.place = place;
+  h.mac = mac;
   return h;
 }
 
@@ -84,16 +97,17 @@ std::shared_ptr<Waiter> HandOffBook::handed_to(const std::string& token) const {
   return it->second.waiter.lock();
 }
 
-void HandOffBook::keep(const HandOff& hand_off) {
-  if (hand_off.token.size() != 32) return;  // no token of ours
+void HandOffBook::keep(std::string_view message) {
+  const auto token = read_hand_off(message).token;
+  if (token.size() != 32) return;  // no token of ours
   if (kept_.size() == kept_max) kept_.erase(kept_.begin());
-  kept_.push_back({std::string(hand_off.token), HandOff{{}, hand_off.fence, hand_off.place}});
+  kept_.push_back({std::string(token), std::string(message)});
 }
 
-std::optional<HandOff> HandOffBook::take_kept(const std::string& token) {
+std::optional<std::string> HandOffBook::take_kept(const std::string& token) {
   for (auto it = kept_.begin(); it != kept_.end(); ++it) {
     if (it->token != token) continue;
-    const HandOff found = it->hand_off;
+    std::string found = std::move(it->message);
     kept_.erase(it);
     return found;
   }
@@ -150,9 +164,10 @@ std::string Waiters::channel_prefix(std::uint16_t slot) const {
 }
 
 void Waiters::append_member_suffix(std::string& out, std::chrono::milliseconds ttl, char mode,
-                                   std::string_view data) const {
+                                   std::string_view data, std::string_view secret) const {
   out.append(manager_id_);
   if (mode != 0) out += mode;
+  out.append(secret);
   out.append(to_decimal(ttl.count()));
   if (!data.empty()) out.append(" ").append(data);
 }
@@ -164,7 +179,9 @@ void Waiters::add(const std::string& token, std::weak_ptr<Waiter> waiter, std::u
   if (const auto node = book_.node_of(slot); node != no_node) {
     router_->connection(node, Router::Pool::subscriber).keep_reading(true);
   }
-  if (const auto kept = book_.take_kept(token); kept && alive) alive->handed(*kept);
+  if (const auto kept = book_.take_kept(token); kept && alive) {
+    alive->handed(read_hand_off(*kept));
+  }
 }
 
 void Waiters::remove(const std::string& token) {
@@ -321,7 +338,7 @@ void Waiters::on_notify(const Reply& push) {
   if (auto waiter = book_.handed_to(std::string(hand_off.token))) {
     waiter->handed(hand_off);
   } else {
-    book_.keep(hand_off);
+    book_.keep(push.elements[2].str);
   }
 }
 

@@ -3,7 +3,8 @@
 // queue on the server; a release hands the lease to the queue's head (set for its ttl, its
 // fencing token minted) and publishes that on the head's manager's channel; the manager
 // hears it on its subscriber connection and gives it to that waiter, which owns the lock
-// from then on. HandOffBook is the bookkeeping without I/O (tests/unit/waiters_test.cpp);
+// from then on if the message is signed with its secret (AcquireOp::handed), and claims it
+// otherwise. HandOffBook is the bookkeeping without I/O (tests/unit/waiters_test.cpp);
 // Waiters adds the subscriptions.
 #pragma once
 
@@ -23,7 +24,8 @@ namespace redis_lock::detail {
 // A queued waiter keeps its place while it retries within `waiter_ttl` (refreshing every
 // `refresh_interval`). A release hands the lease to the first live waiter for that
 // waiter's ttl, mints its fencing token and tells its manager both: the waiter owns the lock
-// when the message arrives, without a claim. A waiter that died keeps its place for at most
+// when the message, signed with its secret, arrives, without a claim (an unsigned message
+// is a nudge: the waiter claims). A waiter that died keeps its place for at most
 // waiter_ttl after its last refresh; a release within that time hands it the lease, which
 // then lapses after its ttl, as the lease of a holder that died at once would. Shorter would
 // trade fairness, not safety: a live waiter that misses a refresh by more than
@@ -32,13 +34,16 @@ inline constexpr std::chrono::milliseconds waiter_ttl{1200};
 inline constexpr std::string_view waiter_ttl_ms = "1200";
 inline constexpr std::chrono::milliseconds refresh_interval{400};  // a third of waiter_ttl
 
-/// What a hand-off message tells the waiter it names: '<token> <fencing token> <place>'
-/// (release.lua). `fence` 0: only '<token>' (a release of an older version, or a counter
-/// that could not be incremented): the waiter claims the lease with an attempt.
+/// What a hand-off message tells the waiter it names: '<token> <fencing token> <place>',
+/// then ' <mac>' for a waiter with a secret (shared.lua's hand_on). `fence` 0: only
+/// '<token>' (a release of an older version, a lease set's, or a counter that could not be
+/// incremented), or not well formed: the waiter claims the lease with an attempt.
 struct HandOff {
   std::string_view token;
   std::uint64_t fence = 0;
-  long long place = 0;  // the waiter's queue entry expiry the release saw (acquire.lua)
+  long long place = 0;         // the waiter's queue entry expiry the release saw (acquire.lua)
+  std::string_view mac;        // 40 hex digits (a signed message), else empty
+  std::string_view signed_by;  // what the mac signs: the message before ' <mac>'
 };
 HandOff read_hand_off(std::string_view message) noexcept;
 
@@ -105,9 +110,10 @@ class HandOffBook {
   /// A hand-off message for a token nobody waits with: kept (the last few), since it may
   /// have overtaken the reply that queued its waiter, whose add() then takes it. A bare
   /// token is kept too: a lease set's release nudges the waiters it hands holds to that way.
-  void keep(const HandOff& hand_off);
-  /// The kept message for `token`, taken out of the book; none kept: nullopt.
-  std::optional<HandOff> take_kept(const std::string& token);
+  void keep(std::string_view message);
+  /// The kept message for `token` (read it with read_hand_off), taken out of the book; none
+  /// kept: nullopt.
+  std::optional<std::string> take_kept(const std::string& token);
 
   bool listening(std::uint16_t slot) const noexcept;
   std::size_t node_of(std::uint16_t slot) const noexcept;
@@ -123,7 +129,7 @@ class HandOffBook {
   std::unordered_map<std::string, Entry> waiters_;                 // by token
   struct Kept {
     std::string token;
-    HandOff hand_off;  // without its token view (a message's, gone)
+    std::string message;
   };
   static constexpr std::size_t kept_max = 8;
   std::vector<Kept> kept_;  // oldest first
@@ -147,12 +153,12 @@ class Waiters : public std::enable_shared_from_this<Waiters> {
   std::string channel_prefix(std::uint16_t slot) const;
   const std::string& manager_id() const noexcept { return manager_id_; }
   /// A queue member is token + this: the manager id, the mode of a lease set's waiter ('s'
-  /// or 'x'; a mutex's: folded_member_letter) and the waiter's ttl in ms (how long a lease
-  /// handed to it lasts).
+  /// or 'x'; a mutex's: folded_member_letter, or signed_member_letter followed by the
+  /// waiter's `secret`) and the waiter's ttl in ms (how long a lease handed to it lasts).
   /// `data` (the holder's label, an election's value: acquire.lua) follows a space.
   /// Appended to `out` (an acquire builds it into its script argument in place).
   void append_member_suffix(std::string& out, std::chrono::milliseconds ttl, char mode = 0,
-                            std::string_view data = {}) const;
+                            std::string_view data = {}, std::string_view secret = {}) const;
   /// `watcher` hears the messages of `channel` (SUBSCRIBE, on the subscriber connection of
   /// the node serving `slot`: a Cluster forwards PUBLISH to every node) until unwatch().
   void watch(const std::string& channel, std::uint16_t slot, std::shared_ptr<Watcher> watcher);

@@ -11,7 +11,8 @@
 -- The lease's value is the holder's token and record (first.lua's lease_value), with '+'
 -- appended once a waiter may be queued (acquire.lua): without it, nobody is, and neither is
 -- our own member.
--- A hand-off is set up in this one step (hand_on); the waiter claims it on the message.
+-- A hand-off is set up in this one step (hand_on): a signed message grants it, another is
+-- a nudge on which the waiter claims it.
 -- Returns 1 if the lease was ours, else 0.
 local lease, token, info, announce = KEYS[1], ARGV[1], KEYS[5], ARGV[4]
 local current = redis.pcall('GET', lease)

@@ -106,7 +106,10 @@ end
 -- grants it. A waiter of this build ('f' after its manager id) gets the record folded into
 -- the lease (first.lua's lease_value), which its claim keeps as it is; a waiter of the
 -- build before (digits there), and an election's candidate, get it beside the lease in the
--- info key, the form they claim.
+-- info key, the form they claim. A waiter with a secret ('g', then 32 hex digits, then its
+-- ttl) gets the folded lease and a signed message, '<token> <fencing token> <place> <mac>',
+-- which grants it the lease with no claim (AcquireFsm::handed): only the server's keys and
+-- the waiter know the secret, so a publisher without key access cannot sign a message.
 local function hand_on(lease, queue, expiry, fence, info, how, announce)
   -- The first two in line, and the first's place: a live first is served as it is (the dead
   -- further back go when they reach the front, or when a joiner finds the lease free); a
@@ -129,8 +132,15 @@ local function hand_on(lease, queue, expiry, fence, info, how, announce)
   local next_token = string.sub(head, 1, 32)
   local mark = others and '+' or ''
   local rest = string.sub(head, 49)
-  local lettered = string.byte(rest, 1) == 102  -- 'f': a waiter of this build
-  if lettered then rest = string.sub(rest, 2) end
+  local letter = string.byte(rest, 1)
+  local lettered = letter == 102 or letter == 103  -- 'f', 'g': a waiter of these builds
+  local secret  -- 'g': its 32-digit secret follows
+  if letter == 103 then
+    secret = string.sub(rest, 2, 33)
+    rest = string.sub(rest, 34)
+  elseif lettered then
+    rest = string.sub(rest, 2)
+  end
   local folded = lettered and info and not announce
   local gap = string.find(rest, ' ', 1, true)
   local ttl = gap and string.sub(rest, 1, gap - 1) or rest
@@ -147,6 +157,13 @@ local function hand_on(lease, queue, expiry, fence, info, how, announce)
     if f then
       if not folded then record(info, f, next_token, data, ttl, announce) end
       message = message .. ' ' .. term .. ' ' .. place
+      if secret and folded then
+        -- Signed with the waiter's secret (nested, HMAC-shaped: a digest of the secret and
+        -- the digest of the secret and the message, never a bare prefix hash), the message
+        -- is the grant: the waiter owns the lock on it, without a claim.
+        message = message .. ' ' ..
+                  redis.sha1hex(secret .. redis.sha1hex(secret .. '\n' .. message))
+      end
     elseif info then
       redis.call('DEL', info)  -- the waiter claims it with acquire.lua, which reports the error
     end

@@ -362,10 +362,10 @@ TEST(LeastPrivilege, WithoutInfoTheConnectGoesOnAndSaysSoOncePerManager) {
 }
 
 TEST(HandOff, AForgedMessageGrantsNothing) {
-  // Any client that may PUBLISH on the lock's channels (the documented lock user may) can read
-  // a waiter's queue entry and place and publish what a release would: "<token> <fencing
-  // token> <place>". It used to grant the waiter the lock, with the forger's token, while the
-  // real holder still held it. Now a message only makes the waiter ask the server.
+  // Any client that may PUBLISH on the lock's channels can publish what a release would:
+  // "<token> <fencing token> <place>". It used to grant the waiter the lock, with the
+  // forger's token, while the real holder still held it. Now an unsigned message, or one
+  // signed with another secret than the waiter's, only makes the waiter ask the server.
   const auto cfg = shared_server_config();
   asio::io_context io;
   LockManager holder_side(io.get_executor(), cfg);
@@ -405,6 +405,13 @@ TEST(HandOff, AForgedMessageGrantsNothing) {
   }
   EXPECT_EQ(redis_command(port, {"PUBLISH", channel, member.substr(0, 32) + " 999 " + place}), "1")
       << "nobody listened on " << channel;
+  // Nor does one with a signature that is not the waiter's secret's (a publisher that may not
+  // read the queue cannot know the secret; one that may can also delete the lease:
+  // docs/security.md).
+  EXPECT_EQ(
+      redis_command(port, {"PUBLISH", channel,
+                           member.substr(0, 32) + " 999 " + place + " " + std::string(40, 'a')}),
+      "1");
   io.restart();
   io.run_for(500ms);
   EXPECT_FALSE(granted) << "a forged message granted the lock, with token " << token;

@@ -432,11 +432,11 @@ std::vector<SlowEntry> slow_log(std::uint16_t port) {
 
 }  // namespace
 
-TEST(Waiting, AContendedAcquisitionCostsThreeCommands) {
-  // README: "Three commands per contended acquisition": the waiter's attempt (it queues),
+TEST(Waiting, AContendedAcquisitionCostsTwoCommands) {
+  // README: "Two commands per contended acquisition": the waiter's attempt (it queues) and
   // the holder's release (it hands the lease over, mints the waiter's fencing token and
-  // publishes both to the waiter's manager alone), and the waiter's claim, which the message
-  // prompts (the message alone grants nothing). Counted on a private server's slow log, which lists
+  // publishes both to the waiter's manager alone, signed with the waiter's secret: the
+  // message is the grant, no claim follows). Counted on a private server's slow log, which lists
   // every command a client sends with the client's name. Redis 7.0 leaves out the commands
   // a script runs; Valkey 8 lists them too (before their script's entry): there, the
   // commands our scripts call are left out of the count.
@@ -488,18 +488,19 @@ TEST(Waiting, AContendedAcquisitionCostsThreeCommands) {
     if (logs_script_commands && script_commands.count(entry.command) != 0) continue;
     ++by_client[entry.client_name];
   }
-  // The attempt, the claim the hand-off message prompts (a message alone grants nothing:
-  // HandOff.AForgedMessageGrantsNothing), and its own release.
-  EXPECT_EQ(by_client["waiter"], 3) << log;
+  // The attempt and its own release: the signed message granted the lease, no claim
+  // (an unsigned one grants nothing: HandOff.AForgedMessageGrantsNothing).
+  EXPECT_EQ(by_client["waiter"], 2) << log;
   EXPECT_EQ(by_client["holder"], 1) << log;  // the release that handed the lease over
   EXPECT_EQ(by_client["waiter:sub"] + by_client["holder:sub"], 0) << log;
 }
 
-TEST(Waiting, AHandedLeaseIsClaimedForItsTtl) {
+TEST(Waiting, AHandedLeaseIsOwnedOnItsSignedMessageForItsTtl) {
   // docs/safety.md "Hand-off": the release sets the lease for the waiter's own ttl and the
-  // waiter owns it on arrival (it sends nothing more: counted on a private server's slow
-  // log); its validity counts from the send time of its last attempt the release saw, so it
-  // is never later than the server's expiry, and it is the whole ttl less that wait.
+  // waiter owns it on the signed message's arrival (it sends nothing more: counted on a
+  // private server's slow log); its validity counts from the send time of its last attempt
+  // the release saw, so it is never later than the server's expiry, and it is the whole ttl
+  // less that wait.
   RedisServer server({"--slowlog-log-slower-than", "0", "--slowlog-max-len", "100000"});
   auto cfg = server.config();
   const auto resource = unique_resource();
@@ -539,16 +540,15 @@ TEST(Waiting, AHandedLeaseIsClaimedForItsTtl) {
   EXPECT_EQ(without_record(redis_command(server.port(), {"GET", lease})), g.token());
   EXPECT_EQ(std::to_string(g.fencing_token()),
             redis_command(server.port(), {"GET", keys_of(resource).fence()}));
-  // The waiter's commands since the reset: the EVALSHA of its attempt, and of the claim the
-  // hand-off message prompted (the message alone grants nothing).
+  // The waiter's commands since the reset: the script call of its attempt, which queued it
+  // with a secret ('g' after its manager id); the signed message granted, no claim followed.
   const auto log = redis_command(server.port(), {"SLOWLOG", "GET", "-1"});
   const auto entries = slow_log(server.port());
   const auto waiter_evalshas = std::count_if(entries.begin(), entries.end(), [](const auto& e) {
     return (e.command == "EVALSHA" || e.command == "FCALL") && e.client_name == "waiter";
   });
-  EXPECT_EQ(waiter_evalshas, 2) << log;
-  // The claim, prompted by the message, says so ('2' opens acquire.lua's ARGV[3]: the lease is
-  // read first); the attempt that queued it did not.
+  EXPECT_EQ(waiter_evalshas, 1) << log;
+  // The attempt's mode ('1': queue when held; a claim would have said '2').
   std::vector<std::string> modes;  // oldest first (SLOWLOG lists the newest first)
   for (auto it = entries.rbegin(); it != entries.rend(); ++it) {
     const auto& e = *it;
@@ -557,7 +557,18 @@ TEST(Waiting, AHandedLeaseIsClaimedForItsTtl) {
       modes.push_back(e.args[10].substr(0, 1));
     }
   }
-  EXPECT_EQ(modes, (std::vector<std::string>{"1", "2"})) << log;
+  EXPECT_EQ(modes, (std::vector<std::string>{"1"})) << log;
+  ASSERT_FALSE(entries.empty());
+  const auto queued = std::find_if(entries.begin(), entries.end(), [](const auto& e) {
+    return (e.command == "EVALSHA" || e.command == "FCALL") && e.client_name == "waiter";
+  });
+  ASSERT_NE(queued, entries.end());
+  // ARGV[3] '<mode><place ms> <manager id>g<secret><ttl>': the member suffix.
+  const auto& how = queued->args[10];
+  const auto suffix = how.substr(how.find(' ') + 1);
+  ASSERT_GE(suffix.size(), 16u + 1 + 32);
+  EXPECT_EQ(suffix[16], 'g') << how;
+  EXPECT_EQ(suffix.substr(16 + 1 + 32, 5), "20000") << how;
   EXPECT_TRUE(g.async_release(asio::use_future).get());
   EXPECT_EQ(redis_command(server.port(), {"EXISTS", lease}), "0");
 }

@@ -73,24 +73,33 @@ enum class Ev {
   listened,
   timer,
   nudge,
+  handed,
   cancel,
   replicated,
   mint_failed
 };
 
 struct Event {
-  Event(Ev e, long long at_ms, long long v = 0, error_code code = {}, bool listens = false)
-      : ev(e), t(at_ms), value(v), ec(code), listening(listens) {}
+  Event(Ev e, long long at_ms, long long v = 0, error_code code = {}, bool listens = false,
+        long long where = 0)
+      : ev(e), t(at_ms), value(v), ec(code), listening(listens), place(where) {}
   Ev ev;
   long long t = 0;      // ms after t0
-  long long value = 0;  // granted: the fence; held: the pttl
+  long long value = 0;  // granted, handed: the fence; held: the pttl
   error_code ec{};
   bool listening = false;
+  long long place = 0;  // held, handed: the queue place
 };
 
 Event start(long long t = 0) { return {Ev::start, t}; }
 Event granted(long long t, long long fence = 7) { return {Ev::granted, t, fence}; }
-Event held(long long t, long long pttl) { return {Ev::held, t, pttl}; }
+Event held(long long t, long long pttl, long long place = 0) {
+  return {Ev::held, t, pttl, {}, false, place};
+}
+// A signed hand-off message (its signature already checked): fencing token, place.
+Event handed(long long t, long long fence, long long place) {
+  return {Ev::handed, t, fence, {}, false, place};
+}
 Event malformed(long long t) { return {Ev::malformed, t}; }
 Event refused(long long t, error_code ec) { return {Ev::refused, t, 0, ec}; }
 Event failed(long long t, error_code ec) { return {Ev::failed, t, 0, ec}; }
@@ -140,7 +149,7 @@ AcquireFsm::Action feed(AcquireFsm& fsm, const Event& e) {
     case Ev::granted:
       return fsm.granted(now, e.value);
     case Ev::held:
-      return fsm.held(now, e.value);
+      return fsm.held(now, e.value, e.place);
     case Ev::malformed:
       return fsm.malformed();
     case Ev::refused:
@@ -153,6 +162,8 @@ AcquireFsm::Action feed(AcquireFsm& fsm, const Event& e) {
       return fsm.timer_fired(now);
     case Ev::nudge:
       return fsm.nudge();
+    case Ev::handed:
+      return fsm.handed(now, e.value, e.place);
     case Ev::cancel:
       return fsm.cancel();
     case Ev::replicated:
@@ -344,6 +355,81 @@ const Row rows[] = {
       {listened(1), sleep(401)},
       {timer(401), send()},
       {granted(402), grant()}},
+     P::done},
+
+    // The one-hop hand-off: a message signed with the waiter's secret is the release's own,
+    // and grants when it names the place our last answered attempt left.
+    {"ASignedHandOffGrantsTheSleeperWithoutAClaim",
+     waiting(),
+     {{start(), send()},
+      {held(1, 3000, 7200), listen()},
+      {listened(1), sleep(401)},
+      {handed(50, 9, 7200), grant()},
+      {timer(50), none()}},
+     P::done},
+    {"ASignedHandOffNamingAnotherPlaceIsANudge",
+     waiting(),
+     {{start(), send()},
+      {held(1, 3000, 7200), listen()},
+      {listened(1), sleep(401)},
+      {handed(50, 9, 7199), wake()},
+      {timer(50), send()}},
+     P::attempting},
+    {"ASignedHandOffThatLeavesLessThanTwoThirdsOfTheTtlIsClaimed",
+     waiting(5000),
+     {{start(), send()},
+      {held(1, 3000, 7200), listen()},
+      {listened(1), sleep(401)},
+      {handed(1700, 9, 7200), wake()},
+      {timer(1700), send()}},
+     P::attempting},
+    {"ASignedHandOffCrossingTheAttemptThatLeftItsPlaceGrantsOnItsReply",
+     waiting(),
+     {{start(), send()},
+      {held(1, 3000, 7200), listen()},
+      {listened(1), sleep(401)},
+      {timer(401), send()},
+      {handed(402, 9, 7600), none()},
+      {held(403, 3000, 7600), grant()}},
+     P::done},
+    {"ASignedHandOffCrossingAnAttemptThatLeftAnotherPlaceIsClaimed",
+     waiting(),
+     {{start(), send()},
+      {held(1, 3000, 7200), listen()},
+      {listened(1), sleep(401)},
+      {timer(401), send()},
+      {handed(402, 9, 7200), none()},
+      {held(403, 3000, 7600), listen()},
+      {listened(403), send()}},
+     P::attempting},
+    {"ASignedHandOffKeptForUsAsWeRegisterGrants",
+     waiting(),
+     {{start(), send()},
+      {held(1, 3000, 7200), listen()},
+      {handed(1, 9, 7200), grant()},
+      {listened(1), none()}},
+     P::done},
+    {"ASignedHandOffBeforeAnyPlaceIsANudge",
+     waiting(),
+     {{start(), send()},
+      {held(1, 3000), listen()},
+      {listened(1), sleep(401)},
+      {handed(50, 9, 7200), wake()}},
+     P::asleep},
+    {"WaitForReplicasMakesASignedHandOffANudge",
+     durable(1000),
+     {{start(), send()},
+      {held(1, 3000, 7200), listen()},
+      {listened(1), sleep(401)},
+      {handed(50, 9, 7200), wake()}},
+     P::asleep},
+    {"ACancelledAcquireIgnoresASignedHandOff",
+     waiting(),
+     {{start(), send()},
+      {held(1, 3000, 7200), listen()},
+      {listened(1), sleep(401)},
+      {cancel(2), giving_back(complete(aborted))},
+      {handed(50, 9, 7200), none()}},
      P::done},
     {"AHandOffToAOneTryAcquireIsIgnoredAfterItEnds",
      one_try(),
@@ -642,6 +728,32 @@ INSTANTIATE_TEST_SUITE_P(AcquireFsm, AcquireFsmRows, ::testing::ValuesIn(rows),
 }  // namespace
 
 // ---- the pure parts ------------------------------------------------------------------------
+
+TEST(AcquireFsm, ALeaseHandedOnASignedMessageIsDatedFromTheAttemptWhosePlaceItNames) {
+  // The release saw the place that attempt left, so it ran after that attempt was sent: the
+  // lease it set lasts the ttl from then at least. Not from the message's arrival.
+  AcquireFsm fsm(waiting(5000), no_jitter);
+  fsm.start(at(0));
+  fsm.held(at(3), 3000, 7200);
+  fsm.listened(at(3), true);
+  fsm.timer_fired(at(401));
+  fsm.held(at(405), 3000, 7600);  // the refresh sent at 401 left place 7600
+  fsm.listened(at(405), true);
+  const auto a = fsm.handed(at(600), 9, 7600);
+  EXPECT_TRUE(a.grant);
+  EXPECT_EQ(fsm.fence(), 9);
+  EXPECT_EQ(fsm.granted_at(), at(401));
+  EXPECT_FALSE(fsm.in_queue()) << "the release took us out of the queue";
+  // A claim's grant is dated from its own send.
+  AcquireFsm claimed(waiting(5000), no_jitter);
+  claimed.start(at(0));
+  claimed.held(at(3), 3000, 7200);
+  claimed.listened(at(3), true);
+  claimed.nudge();
+  claimed.timer_fired(at(50));
+  claimed.granted(at(52), 11);
+  EXPECT_EQ(claimed.granted_at(), at(50));
+}
 
 TEST(AcquireFsm, SleepWhenHeld) {
   struct Case {

@@ -3,6 +3,8 @@
 // which waiters a confirmed subscription or a hand-off message wakes.
 #include "waiters.hpp"
 
+#include "token.hpp"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -119,7 +121,12 @@ TEST(HandOff, ReadsTheMessageOfARelease) {
       {"place 0", token + " 7 0", 0, 0},
       {"negative place", token + " 7 -5", 0, 0},
       {"text after the place", token + " 7 12x", 0, 0},
-      {"a fourth field", token + " 7 12 3", 0, 0},
+      {"a fourth field that is no signature", token + " 7 12 3", 0, 0},
+      {"a signature of 39 digits", token + " 7 12 " + std::string(39, 'a'), 0, 0},
+      {"a signature of 41 digits", token + " 7 12 " + std::string(41, 'a'), 0, 0},
+      {"a signature in capitals", token + " 7 12 " + std::string(40, 'A'), 0, 0},
+      {"two spaces before the signature", token + " 7 12  " + std::string(40, 'a'), 0, 0},
+      {"a signed message", token + " 7 12 " + std::string(40, 'a'), 7, 12},
       {"fencing token past 64 bits", token + " 99999999999999999999 12", 0, 0},
       {"no space after the token", token + "7 12", 0, 0},
   };
@@ -131,6 +138,30 @@ TEST(HandOff, ReadsTheMessageOfARelease) {
     EXPECT_EQ(got.place, c.place) << c.name;
   }
   EXPECT_EQ(read_hand_off("short").token, "short");  // no waiter has such a token
+  const std::string unsigned_text = token + " 7 12";
+  const auto plain = read_hand_off(unsigned_text);
+  EXPECT_TRUE(plain.mac.empty());
+  EXPECT_TRUE(plain.signed_by.empty());
+  const std::string mac = "0123456789abcdef0123456789abcdef01234567";
+  const std::string signed_text = token + " 7 12 " + mac;  // (read_hand_off returns views)
+  const auto signed_message = read_hand_off(signed_text);
+  EXPECT_EQ(signed_message.mac, mac);
+  EXPECT_EQ(signed_message.signed_by, token + " 7 12") << "what the signature covers";
+}
+
+TEST(HandOff, ASignatureIsTheServersNestedSha1OfTheSecretAndTheMessage) {
+  // What shared.lua's hand_on computes: sha1hex(secret .. sha1hex(secret .. '\n' .. text)).
+  // The expected digests were computed with redis.sha1hex on redis-server 7.0 (and agree with
+  // sha1sum): a mismatch would make every signed hand-off a nudge, silently.
+  const std::string secret = "00112233445566778899aabbccddeeff";
+  const std::string text = "0123456789abcdef0123456789abcdef 1764000000123456 1764000001200";
+  const std::string expected_mac = "04861a13162b4f7b7fbb0d83f51b11520e88f8b6";
+  EXPECT_EQ(hand_off_mac(secret, text), expected_mac);
+  EXPECT_NE(hand_off_mac(secret, text + "0"), expected_mac);
+  EXPECT_NE(hand_off_mac("10112233445566778899aabbccddeeff", text), expected_mac);
+  EXPECT_TRUE(equal_in_constant_time(expected_mac, hand_off_mac(secret, text)));
+  EXPECT_FALSE(equal_in_constant_time(expected_mac, std::string(40, 'a')));
+  EXPECT_FALSE(equal_in_constant_time("ab", "abc"));
 }
 
 TEST(HandOffBook, KeepsAFewMessagesThatOvertookTheirWaitersReply) {
@@ -139,27 +170,28 @@ TEST(HandOffBook, KeepsAFewMessagesThatOvertookTheirWaitersReply) {
   HandOffBook book;
   const std::string token = "0123456789abcdef0123456789abcdef";
   const std::string message = token + " 7 1764000001200";
-  book.keep(read_hand_off(message));
+  book.keep(message);
   // A bare token (a lease set's release nudges that way) is kept too.
   const std::string nudged = "fedcba9876543210fedcba9876543210";
-  book.keep(read_hand_off(nudged));
-  book.keep(read_hand_off("short"));  // no token of ours: not kept
+  book.keep(nudged);
+  book.keep("short");  // no token of ours: not kept
   EXPECT_FALSE(book.take_kept("short"));
   const auto bare = book.take_kept(nudged);
   ASSERT_TRUE(bare);
-  EXPECT_EQ(bare->fence, 0u);
+  EXPECT_EQ(read_hand_off(*bare).fence, 0u);
   EXPECT_FALSE(book.take_kept(nudged)) << "taken once";
   const auto kept = book.take_kept(token);
   ASSERT_TRUE(kept);
-  EXPECT_EQ(kept->fence, 7u);
-  EXPECT_EQ(kept->place, 1'764'000'001'200);
+  EXPECT_EQ(*kept, message) << "kept whole (a signed message's signature too)";
+  EXPECT_EQ(read_hand_off(*kept).fence, 7u);
+  EXPECT_EQ(read_hand_off(*kept).place, 1'764'000'001'200);
   EXPECT_FALSE(book.take_kept(token)) << "taken once";
   // Only the last few are kept.
   for (int i = 0; i < 20; ++i) {
-    book.keep(read_hand_off(std::string(32, static_cast<char>('a' + i)) + " 1 2"));
+    book.keep(std::string(32, static_cast<char>('a' + i)) + " 1 2");
   }
   EXPECT_FALSE(book.take_kept(std::string(32, 'a')));
   const auto last = book.take_kept(std::string(32, static_cast<char>('a' + 19)));
   ASSERT_TRUE(last);
-  EXPECT_EQ(last->fence, 1u);
+  EXPECT_EQ(read_hand_off(*last).fence, 1u);
 }
