@@ -129,10 +129,14 @@ Action AcquireFsm::held(Clock::time_point now, long long pttl, long long place) 
   waited_ = waited_ || plan_.wait.count() > 0;
   if (cancelled_) return complete(boost::asio::error::operation_aborted);
   if (place > 0) {
+    // A place names one attempt only while places rise (the server's clock, 400 ms apart):
+    // one that did not (the clock stepped back) could be an earlier attempt's, whose lease
+    // a late message speaks of. Signed hand-offs are claimed from then on.
+    if (place <= queued_place_) places_rise_ = false;
     queued_sent_ = attempt_started_;
     queued_place_ = place;
     // The signed hand-off that came meanwhile saw this attempt's place: it ran after it.
-    if (handed_place_ == place && worth_taking(attempt_started_, now)) {
+    if (places_rise_ && handed_place_ == place && worth_taking(attempt_started_, now)) {
       return take_handed(handed_fence_, attempt_started_);
     }
   }
@@ -201,7 +205,9 @@ Action AcquireFsm::nudge() {
 
 Action AcquireFsm::handed(Clock::time_point now, long long fence, long long place) {
   if (phase_ == Phase::done || cancelled_) return {};
-  if (fence <= 0 || place <= 0 || plan_.min_replicas > 0 || plan_.redlock) return nudge();
+  if (fence <= 0 || place <= 0 || plan_.min_replicas > 0 || plan_.redlock || !places_rise_) {
+    return nudge();
+  }
   if (phase_ == Phase::attempting) {
     // Ours if the reply in flight names this place (held()); if it does not, the attempt
     // after it claims (the nudge).

@@ -202,6 +202,7 @@ class AcquireFsm {
   // (0: none). Ours if that attempt's reply names the same place.
   long long handed_fence_ = 0;
   long long handed_place_ = 0;
+  bool places_rise_ = true;  // every queued reply's place above the last one's
   boost::system::error_code last_error_;
 };
 

@@ -98,12 +98,12 @@ end
 -- Hands a mutex's lease to the first waiter of `queue`, if any whose place has not lapsed
 -- (returns true then; never to a lapsed place, see drop_dead_waiters): the
 -- lease is set for the waiter's ttl (the digits after its manager id, at member byte 49, or
--- after the 'f' there, up to a space), its fencing token minted, its record written (the
--- member's data follows that space) and '<token> <fencing token> <place>' published on its
--- manager's channel (`how`: '<P|S><channel prefix>', the manager id completing it), place
--- being the queue entry's expiry as the waiter's last refresh left it. The message is a
--- wake-up: the waiter claims the lease with an attempt, whose reply (not the message)
--- grants it. A waiter of this build ('f' after its manager id) gets the record folded into
+-- after the 'f' there, or after the 'g' and the secret, up to a space), its fencing token
+-- minted, its record written (the member's data follows that space) and '<token> <fencing
+-- token> <place>' published on its manager's channel (`how`: '<P|S><channel prefix>', the
+-- manager id completing it), place being the queue entry's expiry as the waiter's last
+-- refresh left it. An unsigned message is a wake-up: the waiter claims the lease with an
+-- attempt, whose reply (not the message) grants it. A waiter of this build ('f' after its manager id) gets the record folded into
 -- the lease (first.lua's lease_value), which its claim keeps as it is; a waiter of the
 -- build before (digits there), and an election's candidate, get it beside the lease in the
 -- info key, the form they claim. A waiter with a secret ('g', then 32 hex digits, then its

@@ -328,7 +328,11 @@ TEST(HolderLabel, AWaiterClaimingTheLeaseHandedToItKeepsTheTokenTheHandOffMinted
     ASSERT_TRUE(g);
     const std::string token(32, 'b');
     const std::string suffix = "0123456789abcdef" + letter + "5000 waiter-b";
-    ASSERT_EQ(attempt(cfg.port, keys, token, suffix).rfind("0 ", 0), 0u) << "queued";
+    // The waiter of b34e159 ('f') runs that build's acquire.lua; the others today's (the
+    // build before 89ab635 folds no record, which its own test covers).
+    const std::string body = letter == "f" ? old_script("acquire_b34e159.lua")
+                                           : std::string(detail::acquire_script.body);
+    ASSERT_EQ(attempt(cfg.port, keys, token, suffix, body).rfind("0 ", 0), 0u) << "queued";
     ASSERT_TRUE(g.async_release(asio::use_future).get());  // hands the lease to the waiter
     std::string handed;
     if (todays) {
@@ -347,7 +351,7 @@ TEST(HolderLabel, AWaiterClaimingTheLeaseHandedToItKeepsTheTokenTheHandOffMinted
         holder.async_acquire(same_slot_as(resource), {.ttl = 10s}, asio::use_future).get();
     ASSERT_TRUE(neighbour);
     ASSERT_GT(neighbour.fencing_token(), std::stoull(handed));
-    EXPECT_EQ(attempt(cfg.port, keys, token, suffix), "1 " + handed)
+    EXPECT_EQ(attempt(cfg.port, keys, token, suffix, body), "1 " + handed)
         << "the claim minted another token";
     // The claim folds the record into the lease: one key for the holding from now on.
     EXPECT_EQ(redis_command(cfg.port, {"GET", keys.lease()}), token + " waiter-b@" + handed);
@@ -355,7 +359,7 @@ TEST(HolderLabel, AWaiterClaimingTheLeaseHandedToItKeepsTheTokenTheHandOffMinted
     const auto left = std::stoll(redis_command(cfg.port, {"PTTL", keys.lease()}));
     EXPECT_GT(left, 4000) << "the claimed lease lasts the waiter's ttl";
     // Sent again (a reply lost on the way), the attempt reports the same token.
-    EXPECT_EQ(attempt(cfg.port, keys, token, suffix), "1 " + handed);
+    EXPECT_EQ(attempt(cfg.port, keys, token, suffix, body), "1 " + handed);
     // Inspection shows the holder's label and token, not the lease's secret token.
     const auto info = inspect(holder, resource);
     EXPECT_EQ(info.holder, "waiter-b");

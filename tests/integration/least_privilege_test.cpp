@@ -395,7 +395,6 @@ TEST(HandOff, AForgedMessageGrantsNothing) {
     member = redis_command(port, {"ZRANGE", keys.queue(), "0", "0"});
   }
   ASSERT_GE(member.size(), 48u) << "the waiter did not queue";
-  const auto place = redis_command(port, {"ZSCORE", keys.queue_expiry(), member});
   const auto channel = "lock:notify:" + member.substr(32, 16);
   // The waiter subscribes once its attempt's reply says it queued: on a loaded machine that
   // comes after the member shows in the queue.
@@ -403,6 +402,9 @@ TEST(HandOff, AForgedMessageGrantsNothing) {
     if (redis_command(port, {"PUBSUB", "NUMSUB", channel}) == channel + " 1") break;
     io.restart(), io.run_for(10ms);
   }
+  // The place its last attempt left (read now: the waiter refreshes it while its io runs,
+  // and it does not run until the messages are published), which a real release would name.
+  const auto place = redis_command(port, {"ZSCORE", keys.queue_expiry(), member});
   EXPECT_EQ(redis_command(port, {"PUBLISH", channel, member.substr(0, 32) + " 999 " + place}), "1")
       << "nobody listened on " << channel;
   // Nor does one with a signature that is not the waiter's secret's (a publisher that may not
