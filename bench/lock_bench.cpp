@@ -1306,9 +1306,14 @@ ScriptCosts script_costs(const Args& a, redisContext* admin, int n) {
   for (int i = 0; i < n; ++i) holders.push_back(detail::random_token());
   for (int i = 0; i < n; ++i) waiters.push_back(detail::random_token());
   constexpr std::string_view holder_how = "11200 0123456789abcdeff10000";
-  constexpr std::string_view waiter_how = "11200 fedcba9876543210f10000";
-  // The claim as a waiter sends it after the hand-off message ('2': the lease read first).
-  constexpr std::string_view claim_how = "21200 fedcba9876543210f10000";
+  // A waiter of today's build: its secret after the 'g', so the release that hands it the
+  // lease signs its message (two redis.sha1hex).
+  constexpr std::string_view waiter_how =
+      "11200 fedcba9876543210g00112233445566778899aabbccddeeff10000";
+  // The claim as a waiter sends it after an unsigned hand-off message ('2': the lease read
+  // first).
+  constexpr std::string_view claim_how =
+      "21200 fedcba9876543210g00112233445566778899aabbccddeeff10000";
   const auto block = [&](const auto& send) {
     const auto s0 = server_sample(admin);
     for (int i = 0; i < n; i += 100) {
@@ -1620,7 +1625,7 @@ int stage_account(const Args& a) {
       "  acquire.lua, uncontended        %s\n"
       "  release.lua, nobody waiting     %s\n"
       "  acquire.lua joining the queue   %s\n"
-      "  release.lua handing on          %s\n"
+      "  release.lua handing on, signing %s\n"
       "  acquire.lua claiming the lease  %s\n",
       rounds, cost(&ScriptCosts::acquire).c_str(), cost(&ScriptCosts::release).c_str(),
       cost(&ScriptCosts::join).c_str(), cost(&ScriptCosts::handing_release).c_str(),
