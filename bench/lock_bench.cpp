@@ -1296,6 +1296,7 @@ struct ScriptCost {
 };
 struct ScriptCosts {
   ScriptCost acquire, release, join, handing_release, claim;
+  ScriptCost unsigned_release;  // handing on to a waiter without a secret ('f'), same round
 };
 
 ScriptCosts script_costs(const Args& a, redisContext* admin, int n) {
@@ -1337,6 +1338,20 @@ ScriptCosts script_costs(const Args& a, redisContext* admin, int n) {
       [&](std::size_t i) { raw.acquire_as(keys[i], waiters[i], claim_how, Expect::granted); });
   c.release =
       block([&](std::size_t i) { raw.release_as(keys[i], waiters[i], "fedcba9876543210"); });
+  // The same handing release to a waiter of the build before (no secret: no signature), on
+  // fresh keys, in the same round: what signing costs.
+  const auto other_keys =
+      keys_for(a.stem + "stages:costs:" + detail::random_token().substr(0, 6) + ":", n);
+  constexpr std::string_view unsigned_how = "11200 fedcba9876543210f10000";
+  block([&](std::size_t i) {
+    raw.acquire_as(other_keys[i], holders[i], holder_how, Expect::granted);
+  });
+  block([&](std::size_t i) {
+    raw.acquire_as(other_keys[i], waiters[i], unsigned_how, Expect::queued);
+  });
+  c.unsigned_release =
+      block([&](std::size_t i) { raw.release_as(other_keys[i], holders[i], "0123456789abcdef"); });
+  block([&](std::size_t i) { raw.release_as(other_keys[i], waiters[i], "fedcba9876543210"); });
   return c;
 }
 
@@ -1626,10 +1641,11 @@ int stage_account(const Args& a) {
       "  release.lua, nobody waiting     %s\n"
       "  acquire.lua joining the queue   %s\n"
       "  release.lua handing on, signing %s\n"
+      "  the same, to a waiter of the build before (unsigned) %s\n"
       "  acquire.lua claiming the lease  %s\n",
       rounds, cost(&ScriptCosts::acquire).c_str(), cost(&ScriptCosts::release).c_str(),
       cost(&ScriptCosts::join).c_str(), cost(&ScriptCosts::handing_release).c_str(),
-      cost(&ScriptCosts::claim).c_str());
+      cost(&ScriptCosts::unsigned_release).c_str(), cost(&ScriptCosts::claim).c_str());
 
   // The hand-off, a thread per manager; the BLPOP baton between two threads.
   // Three sides per round, in a rotating order: the BLPOP baton, today's hand-off (a signed
