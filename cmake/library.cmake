@@ -92,6 +92,7 @@ add_library(redis_lock_internal OBJECT
   src/election.cpp
   src/engine.cpp
   src/error.cpp
+  src/idempotency_record.cpp
   src/keys.cpp
   src/lease_ops.cpp
   src/observe_op.cpp
