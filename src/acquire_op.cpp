@@ -220,7 +220,7 @@ void AcquireOp::send_attempt() {
       try {
         secret = random_token();
       } catch (const std::exception&) {
-        secret.clear();  // no entropy now: hand-offs are claimed
+        // No entropy now: no secret, and hand-offs are claimed.
       }
     }
     how.reserve(1 + waiter_ttl_ms.size() + 1 + 16 + 1 + secret.size() + 20 +

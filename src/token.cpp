@@ -19,19 +19,23 @@ namespace redis_lock::detail {
 namespace {
 
 constexpr std::size_t token_bytes = 16;
-constexpr char hex_digits[] = "0123456789abcdef";
+/// `size` bytes as lowercase hex digits.
+std::string hex_of(const unsigned char* bytes, std::size_t size) {
+  static constexpr char digits[] = "0123456789abcdef";
+  std::string out(2 * size, '0');
+  for (std::size_t i = 0; i < size; ++i) {
+    out[2 * i] = digits[bytes[i] >> 4];
+    out[2 * i + 1] = digits[bytes[i] & 0xf];
+  }
+  return out;
+}
 
 /// SHA-1 of `text` as 40 lowercase hex digits (what redis.sha1hex returns).
 std::string sha1_hex(std::string_view text) {
   unsigned char digest[EVP_MAX_MD_SIZE];
   unsigned int size = 0;
   if (EVP_Digest(text.data(), text.size(), digest, &size, EVP_sha1(), nullptr) != 1) return {};
-  std::string out(2 * size, '0');
-  for (unsigned int i = 0; i < size; ++i) {
-    out[2 * i] = hex_digits[digest[i] >> 4];
-    out[2 * i + 1] = hex_digits[digest[i] & 0xf];
-  }
-  return out;
+  return hex_of(digest, size);
 }
 
 void fill_from_kernel(std::uint8_t* out, std::size_t size) {
@@ -95,12 +99,7 @@ std::string random_token() {
   thread_local RandomPage page;
   std::uint8_t bytes[token_bytes];
   page.take(bytes);
-  std::string out(2 * token_bytes, '0');
-  for (std::size_t i = 0; i < token_bytes; ++i) {
-    out[2 * i] = hex_digits[bytes[i] >> 4];
-    out[2 * i + 1] = hex_digits[bytes[i] & 0xf];
-  }
-  return out;
+  return hex_of(bytes, token_bytes);
 }
 
 std::string hand_off_mac(std::string_view secret, std::string_view text) {

@@ -98,11 +98,10 @@ std::shared_ptr<Waiter> HandOffBook::handed_to(const std::string& token) const {
 }
 
 void HandOffBook::keep(std::string_view message) {
-  // No message of a release is longer (token, fencing token, place, signature): anyone who
-  // may publish could otherwise pin large strings here.
-  constexpr std::size_t longest = 32 + 1 + 20 + 1 + 20 + 1 + 40;
+  // Nothing longer than a release's message: anyone who may publish could otherwise pin
+  // large strings here.
   const auto token = read_hand_off(message).token;
-  if (token.size() != 32 || message.size() > longest) return;  // no token of ours
+  if (token.size() != 32 || message.size() > longest_hand_off_message) return;  // not ours
   if (kept_.size() == kept_max) kept_.erase(kept_.begin());
   kept_.push_back({std::string(token), std::string(message)});
 }

@@ -46,6 +46,9 @@ struct HandOff {
   std::string_view signed_by;  // what the mac signs: the message before ' <mac>'
 };
 HandOff read_hand_off(std::string_view message) noexcept;
+/// No release publishes a longer message: token, fencing token, place (up to 20 digits
+/// each) and signature, spaced.
+inline constexpr std::size_t longest_hand_off_message = 32 + 1 + 20 + 1 + 20 + 1 + 40;
 
 /// A sleeping acquire, as the hand-off sees it.
 class Waiter {

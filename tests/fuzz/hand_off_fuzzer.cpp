@@ -40,6 +40,6 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   HandOffBook book;
   book.keep(message);
   const auto kept = book.take_kept(std::string(h.token));
-  if (kept && (*kept != message || message.size() > 32 + 1 + 20 + 1 + 20 + 1 + 40)) std::abort();
+  if (kept && (*kept != message || message.size() > longest_hand_off_message)) std::abort();
   return 0;
 }

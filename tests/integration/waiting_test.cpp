@@ -431,6 +431,11 @@ std::vector<SlowEntry> slow_log(std::uint16_t port) {
   return out;
 }
 
+/// Whether `e` is a call of one of our scripts (either form) by `client`.
+bool script_call_of(const SlowEntry& e, const std::string& client) {
+  return (e.command == "EVALSHA" || e.command == "FCALL") && e.client_name == client;
+}
+
 /// The acquire.lua modes of `client`'s script calls in `entries`, oldest first: the first
 /// byte of ARGV[3] ('1': an attempt that queues when held, '2': a claim after a hand-off
 /// message). A release's ARGV[3] starts with 'P' or 'S' and is left out.
@@ -438,8 +443,7 @@ std::vector<char> acquire_modes(const std::vector<SlowEntry>& entries, const std
   std::vector<char> modes;
   for (auto it = entries.rbegin(); it != entries.rend(); ++it) {  // SLOWLOG: newest first
     const auto& e = *it;
-    if ((e.command == "EVALSHA" || e.command == "FCALL") && e.client_name == client &&
-        e.args.size() > 10 && !e.args[10].empty() &&
+    if (script_call_of(e, client) && e.args.size() > 10 && !e.args[10].empty() &&
         (e.args[10][0] == '1' || e.args[10][0] == '2')) {
       modes.push_back(e.args[10][0]);
     }
@@ -572,9 +576,8 @@ TEST(Waiting, AHandedLeaseIsOwnedOnItsSignedMessageForItsTtl) {
   // with a secret ('g' after its manager id); the signed message granted, no claim followed.
   const auto log = redis_command(server.port(), {"SLOWLOG", "GET", "-1"});
   const auto entries = slow_log(server.port());
-  const auto waiter_evalshas = std::count_if(entries.begin(), entries.end(), [](const auto& e) {
-    return (e.command == "EVALSHA" || e.command == "FCALL") && e.client_name == "waiter";
-  });
+  const auto by_waiter = [](const SlowEntry& e) { return script_call_of(e, "waiter"); };
+  const auto waiter_evalshas = std::count_if(entries.begin(), entries.end(), by_waiter);
   // Its attempts ('1': queue when held; a claim would have said '2'): the one that queued it,
   // and its refreshes if the release came 400 ms after it or later (a slow machine).
   const auto modes = acquire_modes(entries, "waiter");
@@ -582,9 +585,7 @@ TEST(Waiting, AHandedLeaseIsOwnedOnItsSignedMessageForItsTtl) {
   EXPECT_EQ(static_cast<std::size_t>(waiter_evalshas), modes.size()) << log;
   ASSERT_FALSE(modes.empty()) << log;
   ASSERT_FALSE(entries.empty());
-  const auto queued = std::find_if(entries.begin(), entries.end(), [](const auto& e) {
-    return (e.command == "EVALSHA" || e.command == "FCALL") && e.client_name == "waiter";
-  });
+  const auto queued = std::find_if(entries.begin(), entries.end(), by_waiter);
   ASSERT_NE(queued, entries.end());
   // ARGV[3] '<mode><place ms> <manager id>g<secret><ttl>': the member suffix.
   const auto& how = queued->args[10];
