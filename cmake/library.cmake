@@ -11,15 +11,23 @@ set(_rl_all_scripts "")
 # one (after its common path: each function defined costs the server a closure on every call).
 set(_rl_first "${PROJECT_SOURCE_DIR}/src/scripts/first.lua")
 set(_rl_shared "${PROJECT_SOURCE_DIR}/src/scripts/shared.lua")
-set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS "${_rl_first}" "${_rl_shared}")
+# The idempotent requests' scripts (idem_*) share idem.lua instead, where their line
+# '-- (idem.lua)' stands.
+set(_rl_idem "${PROJECT_SOURCE_DIR}/src/scripts/idem.lua")
+set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS "${_rl_first}" "${_rl_shared}"
+                                                              "${_rl_idem}")
 file(READ "${_rl_first}" _rl_first_body)
 file(READ "${_rl_shared}" _rl_shared_body)
+file(READ "${_rl_idem}" _rl_idem_body)
 foreach(name acquire release extend raise_fence acquire_set release_set extend_set acquire_group
-             inspect force_release)
+             inspect force_release idem_look idem_begin idem_void idem_next idem_escalate
+             idem_defer idem_decide idem_due)
   set(_file "${PROJECT_SOURCE_DIR}/src/scripts/${name}.lua")
   set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS "${_file}")
   file(READ "${_file}" _body)
-  if(NOT name STREQUAL "extend" AND NOT name STREQUAL "raise_fence")
+  if(name MATCHES "^idem_")
+    string(REPLACE "\n-- (idem.lua)\n" "\n${_rl_idem_body}" _body "${_body}")
+  elseif(NOT name STREQUAL "extend" AND NOT name STREQUAL "raise_fence")
     string(REPLACE "\n-- (shared.lua)\n" "\n${_rl_shared_body}" _body "${_body}")
     string(PREPEND _body "${_rl_first_body}")
   endif()
@@ -33,16 +41,20 @@ foreach(name acquire release extend raise_fence acquire_set release_set extend_s
   # one call (the clock read, the counter minted) is forgotten as each call begins.
   file(READ "${_file}" _own)
   string(REPLACE "\n-- (shared.lua)\n" "\n" _own "${_own}")
+  string(REPLACE "\n-- (idem.lua)\n" "\n" _own "${_own}")
   string(REGEX REPLACE "\n[ \t]*--[^\n]*" "\n" _own "\n${_own}")
   string(SUBSTRING "${_own}" 1 -1 _own)
   # A release, an extension or a force-release runs when the server is out of memory, as
   # the EVAL of a script that has written first does (a lease freed, never a key added); an
   # acquire is refused then, before it writes anything. A look writes nothing: it runs
-  # wherever a read does (a replica, a server refusing writes).
+  # wherever a read does (a replica, a server refusing writes). Of the idempotent requests'
+  # scripts, those that record what an attempt that began learnt run out of memory too (the
+  # outcome of work done must not be lost); a begin or a next attempt is refused before
+  # anything is sent downstream.
   set(_flags "")
-  if(name MATCHES "^(release|release_set|extend|extend_set|force_release)$")
+  if(name MATCHES "^(release|release_set|extend|extend_set|force_release|idem_void|idem_escalate|idem_defer|idem_decide)$")
     set(_flags ", flags = {'allow-oom'}")
-  elseif(name STREQUAL "inspect")
+  elseif(name MATCHES "^(inspect|idem_look|idem_due)$")
     set(_flags ", flags = {'no-writes'}")
   endif()
   string(APPEND _rl_library_functions
@@ -55,7 +67,7 @@ endforeach()
 # The scripts as one Redis Functions library (FUNCTION LOAD once per connection, then FCALL):
 # first.lua and shared.lua once at its top. Its name and its functions' carry a hash of its
 # text, so that builds of other scripts (a rolling upgrade) each have their own.
-set(_rl_library "${_rl_first_body}${_rl_shared_body}")
+set(_rl_library "${_rl_first_body}${_rl_shared_body}${_rl_idem_body}")
 string(REGEX REPLACE "\n[ \t]*--[^\n]*" "\n" _rl_library "\n${_rl_library}")
 string(APPEND _rl_library
   "${_rl_library_functions}"
@@ -93,6 +105,7 @@ add_library(redis_lock_internal OBJECT
   src/engine.cpp
   src/error.cpp
   src/idempotency_record.cpp
+  src/idempotency_store.cpp
   src/keys.cpp
   src/lease_ops.cpp
   src/observe_op.cpp

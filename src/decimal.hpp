@@ -13,4 +13,10 @@ inline std::string to_decimal(long long value) {
   return std::string(buf, end);
 }
 
+inline std::string to_decimal_u(unsigned long long value) {
+  char buf[24];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, value);
+  return std::string(buf, end);
+}
+
 }  // namespace redis_lock::detail

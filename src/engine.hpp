@@ -135,6 +135,8 @@ class Engine : public std::enable_shared_from_this<Engine> {
   ResourceKeys keys_of(std::string_view resource, LeaseKind kind = LeaseKind::mutex) const;
   /// '<P|S><channel>' on which `resource`'s changes of leader are announced (an election's).
   std::string announce_of(std::string_view resource) const;
+  /// ManagerOptions::key_prefix.
+  const std::string& key_prefix() const noexcept { return options_.key_prefix; }
   /// ManagerOptions::holder_label.
   const std::string& holder_label() const noexcept { return options_.holder_label; }
   /// The slot that routes the commands on `lease_key` (0 unless on a Cluster).

@@ -62,6 +62,24 @@ BeginReply apply(Record& r, const Begin& e) {
   return BeginReply::stale;  // (not reached)
 }
 
+ResumeReply apply(Record& r, const Resume& e) {
+  switch (r.state) {
+    case State::none:
+      return ResumeReply::none;
+    case State::void_:
+      return ResumeReply::void_;
+    case State::decided:
+      return ResumeReply::replay;
+    case State::escalated:
+      return ResumeReply::escalated;
+    case State::running:
+      break;
+  }
+  if (e.fence < r.fence) return ResumeReply::stale;
+  r.fence = e.fence;
+  return ResumeReply::resumed;
+}
+
 GuardedReply apply(Record& r, const Void& e) {
   if (!ours(r, e.downstream_key, e.fence)) return GuardedReply::refused;
   r.state = State::void_;

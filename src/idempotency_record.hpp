@@ -59,6 +59,20 @@ enum class BeginReply {
   stale,      ///< a lower fencing token than the record's: a superseded holder
 };
 
+/// The reconciler, under the key's lock, takes a running attempt over to look at it: as a
+/// Begin that never creates a record and takes any fingerprint (it knows none).
+struct Resume {
+  std::uint64_t fence = 0;
+};
+enum class ResumeReply {
+  resumed,    ///< running, fence raised: resolve it
+  none,       ///< no record (the store lost it, or it expired): nothing to look at
+  void_,      ///< nothing to look at: the next request begins it again
+  replay,     ///< decided meanwhile
+  escalated,  ///< an operator decides
+  stale,      ///< a lower fencing token than the record's
+};
+
 /// The attempt did not happen (work said "not executed", or resolve "never happened").
 struct Void {
   std::string downstream_key;
@@ -103,6 +117,7 @@ enum class DecideReply {
 };
 
 BeginReply apply(Record& r, const Begin& e);
+ResumeReply apply(Record& r, const Resume& e);
 GuardedReply apply(Record& r, const Void& e);
 GuardedReply apply(Record& r, const Next& e);
 GuardedReply apply(Record& r, const Escalate& e);

@@ -15,7 +15,7 @@ LAYERS = {
     3: ["router", "redirect", "sentinel_locator", "quorum", "quorum_call", "replies"],
     4: ["lock_service", "engine", "acquire_all", "acquire_fsm", "acquire_op", "observe_op", "pending",
         "lease_ops", "renewal", "waiters", "script_op", "lease", "validate", "shutdown_watch", "admin",
-        "idempotency_record"],
+        "idempotency_record", "idempotency_store"],
     5: ["lock", "config", "election"],
 }
 NAMES = {1: "protocol", 2: "connection", 3: "topology", 4: "engine", 5: "public API"}

@@ -213,3 +213,33 @@ TEST(IdempotencyRecord, ALateAnswerFromALostLeaseCountsForItsOwnAttemptOnly) {
   EXPECT_EQ(apply(r, Begin{"order-7", "fp", holder, 2'300}), BeginReply::stale);
   EXPECT_EQ(r, moved);
 }
+
+TEST(IdempotencyRecord, TheReconcilerResumesOnlyARunningAttemptAndCreatesNothing) {
+  struct Case {
+    State state;
+    std::uint64_t fence;
+    ResumeReply reply;
+  };
+  const Case cases[] = {
+      {State::none, later, ResumeReply::none},  // no record is made by looking
+      {State::running, later, ResumeReply::resumed},
+      {State::running, holder, ResumeReply::resumed},
+      {State::running, earlier, ResumeReply::stale},
+      {State::void_, later, ResumeReply::void_},
+      {State::decided, earlier, ResumeReply::replay},
+      {State::escalated, earlier, ResumeReply::escalated},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(std::string(name(c.state)) + " resumed with fence " + std::to_string(c.fence));
+    Record r = in(c.state);
+    const Record before = r;
+    EXPECT_EQ(apply(r, Resume{c.fence}), c.reply);
+    if (c.reply == ResumeReply::resumed) {
+      Record expected = before;
+      expected.fence = c.fence;  // only the holder moves
+      EXPECT_EQ(r, expected);
+    } else {
+      EXPECT_EQ(r, before) << "nothing may change";
+    }
+  }
+}

@@ -1,0 +1,278 @@
+// SPDX-License-Identifier: MIT
+#include "idempotency_store.hpp"
+
+#include "decimal.hpp"
+#include "engine.hpp"
+#include "script_op.hpp"
+
+#include "redis_lock_scripts.hpp"
+
+#include <redis_lock/error.hpp>
+
+#include <algorithm>
+#include <charconv>
+
+namespace redis_lock::detail::idempotency {
+
+using boost::system::error_code;
+
+unsigned shard_of(std::string_view key, unsigned shards) noexcept {
+  std::uint32_t h = 2166136261u;
+  for (const char c : key) {
+    h ^= static_cast<unsigned char>(c);
+    h *= 16777619u;
+  }
+  return shards == 0 ? 0 : h % shards;
+}
+
+StoreKeys shard_keys(std::string_view prefix, unsigned shard, std::string_view key) {
+  const std::string tag = "{s" + to_decimal(shard) + "}";
+  StoreKeys k;
+  k.record.append(prefix).append("idem:").append(tag).append(key);
+  k.due.append(prefix).append("idem:due:").append(tag);
+  k.escalated.append(prefix).append("idem:esc:").append(tag);
+  return k;
+}
+
+StoreKeys store_keys(std::string_view prefix, std::string_view key, unsigned shards) {
+  return shard_keys(prefix, shard_of(key, shards), key);
+}
+
+namespace {
+
+template <class T>
+bool number(std::string_view text, T& out) {
+  if (text.empty()) {
+    out = 0;
+    return true;
+  }
+  const auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
+  return ec == std::errc{} && p == text.data() + text.size();
+}
+
+std::optional<State> state_of(std::string_view word) {
+  if (word.empty()) return State::none;
+  if (word == "running") return State::running;
+  if (word == "void") return State::void_;
+  if (word == "decided") return State::decided;
+  if (word == "escalated") return State::escalated;
+  return std::nullopt;
+}
+
+/// One script call whose reply goes to `done`, on the strand. Its words point into `words`,
+/// which never moves once the op is made.
+struct StoreOp final : ScriptOp {
+  std::vector<std::string> words;
+  std::function<void(error_code, Reply)> done;
+  void on_reply(error_code ec, Reply reply) override {
+    if (done) std::exchange(done, nullptr)(ec, std::move(reply));
+  }
+};
+
+void send_op(Engine& store, std::shared_ptr<StoreOp> op) {
+  store.on_strand([op = std::move(op)]() mutable {
+    auto& service = *op->service;
+    if (!service.running()) return;  // the context shut down: dropped, as Asio drops handlers
+    service.send(std::move(op));
+  });
+}
+
+}  // namespace
+
+std::optional<StoreReply> read_store_reply(const Reply& reply) {
+  if (reply.type != Reply::Type::array || reply.elements.size() != 12) return std::nullopt;
+  for (const auto& e : reply.elements) {
+    if (e.type != Reply::Type::string) return std::nullopt;
+  }
+  const auto& e = reply.elements;
+  StoreReply out;
+  out.word = e[0].str;
+  auto& r = out.record;
+  const auto state = state_of(e[1].str);
+  int status = 0;
+  if (out.word.empty() || !state || !number(e[3].str, r.attempt) || !number(e[5].str, r.fence) ||
+      !number(e[6].str, r.began_ms) || !number(e[7].str, status) ||
+      !number(e[10].str, out.now_ms)) {
+    return std::nullopt;
+  }
+  r.state = *state;
+  r.fingerprint = e[2].str;
+  r.downstream_key = e[4].str;
+  r.status = status;
+  r.body = e[8].str;
+  r.external_id = e[9].str;
+  out.extra = e[11].str;
+  return out;
+}
+
+std::optional<DueKeys> read_due(const Reply& reply) {
+  if (reply.type != Reply::Type::array || reply.elements.empty()) return std::nullopt;
+  DueKeys out;
+  for (const auto& e : reply.elements) {
+    if (e.type != Reply::Type::string) return std::nullopt;
+  }
+  if (!number(reply.elements[0].str, out.now_ms)) return std::nullopt;
+  for (std::size_t i = 1; i < reply.elements.size(); ++i) {
+    out.keys.push_back(reply.elements[i].str);
+  }
+  return out;
+}
+
+void StoreCalls::call(const Script& script, std::vector<std::string> words, std::size_t keys,
+                      StoreHandler done) {
+  auto op = std::make_shared<StoreOp>();
+  op->service = store_;
+  op->words = std::move(words);
+  op->slot = store_->slot_of(op->words.front());  // the record's (its shard's) slot
+  op->script_body = script.body;
+  op->argv[0] = "EVALSHA";
+  op->argv[1] = script.sha1;
+  op->words.push_back(to_decimal(static_cast<long long>(keys)));
+  op->argv[2] = op->words.back();
+  op->argc = 3;
+  for (std::size_t i = 0; i + 1 < op->words.size(); ++i) op->argv[op->argc++] = op->words[i];
+  op->done = [store = store_, done = std::move(done)](error_code ec, Reply reply) {
+    if (!ec && reply.is_error()) ec = store->server_error(reply);
+    if (ec) return done(ec, StoreReply{});
+    auto read = read_store_reply(reply);
+    if (!read) return done(error::unexpected_reply, StoreReply{});
+    done({}, std::move(*read));
+  };
+  send_op(*store_, std::move(op));
+}
+
+void StoreCalls::look(const std::string& key, StoreHandler done) {
+  auto k = store_keys(store_->key_prefix(), key, shards_);
+  call(idem_look_script, {std::move(k.record)}, 1, std::move(done));
+}
+
+void StoreCalls::begin(const std::string& key, const std::string& fingerprint, std::uint64_t fence,
+                       std::int64_t first_look_ms, bool resume, StoreHandler done) {
+  auto k = store_keys(store_->key_prefix(), key, shards_);
+  call(idem_begin_script,
+       {std::move(k.record), std::move(k.due), fingerprint, key, to_decimal_u(fence),
+        to_decimal(first_look_ms), resume ? "resume" : "run"},
+       2, std::move(done));
+}
+
+void StoreCalls::void_attempt(const std::string& key, const std::string& downstream_key,
+                              std::uint64_t fence, StoreHandler done) {
+  auto k = store_keys(store_->key_prefix(), key, shards_);
+  call(idem_void_script,
+       {std::move(k.record), std::move(k.due), key, downstream_key, to_decimal_u(fence)}, 2,
+       std::move(done));
+}
+
+void StoreCalls::next(const std::string& key, const std::string& downstream_key,
+                      std::uint64_t fence, std::int64_t first_look_ms, StoreHandler done) {
+  auto k = store_keys(store_->key_prefix(), key, shards_);
+  call(idem_next_script,
+       {std::move(k.record), std::move(k.due), key, downstream_key, to_decimal_u(fence),
+        to_decimal(first_look_ms)},
+       2, std::move(done));
+}
+
+void StoreCalls::escalate(const std::string& key, const std::string& downstream_key,
+                          std::uint64_t fence, std::int64_t min_age_ms, StoreHandler done) {
+  auto k = store_keys(store_->key_prefix(), key, shards_);
+  call(idem_escalate_script,
+       {std::move(k.record), std::move(k.due), std::move(k.escalated), key, downstream_key,
+        to_decimal_u(fence), to_decimal(min_age_ms)},
+       3, std::move(done));
+}
+
+void StoreCalls::defer(const std::string& key, const std::string& downstream_key,
+                       std::uint64_t fence, std::int64_t base_ms, std::int64_t cap_ms,
+                       StoreHandler done) {
+  auto k = store_keys(store_->key_prefix(), key, shards_);
+  call(idem_defer_script,
+       {std::move(k.record), std::move(k.due), key, downstream_key, to_decimal_u(fence),
+        to_decimal(base_ms), to_decimal(cap_ms)},
+       2, std::move(done));
+}
+
+void StoreCalls::decide(const std::string& key, const std::string& fingerprint,
+                        std::uint32_t attempt, const std::string& downstream_key, int status,
+                        const std::string& body, const std::string& external_id,
+                        std::int64_t retention_ms, StoreHandler done) {
+  auto k = store_keys(store_->key_prefix(), key, shards_);
+  call(idem_decide_script,
+       {std::move(k.record), std::move(k.due), std::move(k.escalated), key, fingerprint,
+        to_decimal(attempt), downstream_key, to_decimal(status), body, external_id,
+        to_decimal(retention_ms)},
+       3, std::move(done));
+}
+
+void StoreCalls::due(unsigned shard, std::size_t limit,
+                     std::function<void(error_code, DueKeys)> done) {
+  auto op = std::make_shared<StoreOp>();
+  op->service = store_;
+  op->words = {shard_keys(store_->key_prefix(), shard).due,
+               to_decimal(static_cast<long long>(limit))};
+  op->slot = store_->slot_of(op->words[0]);
+  op->script_body = idem_due_script.body;
+  op->argc = 0;
+  for (const auto w : {std::string_view("EVALSHA"), idem_due_script.sha1, std::string_view("1"),
+                       std::string_view(op->words[0]), std::string_view(op->words[1])}) {
+    op->argv[op->argc++] = w;
+  }
+  op->done = [store = store_, done = std::move(done)](error_code ec, Reply reply) {
+    if (!ec && reply.is_error()) ec = store->server_error(reply);
+    if (ec) return done(ec, DueKeys{});
+    auto read = read_due(reply);
+    if (!read) return done(error::unexpected_reply, DueKeys{});
+    done({}, std::move(*read));
+  };
+  send_op(*store_, std::move(op));
+}
+
+void StoreCalls::check_durability(std::function<void(error_code, std::vector<std::string>)> done) {
+  struct Round {
+    std::size_t left = 0;
+    error_code first_error;
+    std::vector<std::string> missing;
+    std::function<void(error_code, std::vector<std::string>)> done;
+  };
+  auto round = std::make_shared<Round>();
+  round->done = std::move(done);
+  // One shard per distinct slot is enough, but the slots' nodes are not known here: every
+  // shard asks (a handful of reads, at start-up).
+  round->left = shards_;
+  for (unsigned shard = 0; shard < shards_; ++shard) {
+    auto op = std::make_shared<StoreOp>();
+    op->service = store_;
+    op->words = {shard_keys(store_->key_prefix(), shard).due};
+    op->slot = store_->slot_of(op->words[0]);
+    op->argc = 0;
+    for (const auto w : {"CONFIG", "GET", "appendonly", "appendfsync", "maxmemory-policy"}) {
+      op->argv[op->argc++] = w;
+    }
+    op->done = [store = store_, round](error_code ec, Reply reply) {
+      if (!ec && reply.is_error()) ec = store->server_error(reply);
+      if (!ec && reply.type != Reply::Type::array) ec = error::unexpected_reply;
+      if (ec) {
+        if (!round->first_error) round->first_error = ec;
+      } else {
+        const std::pair<std::string_view, std::string_view> wanted[] = {
+            {"appendonly", "yes"}, {"appendfsync", "always"}, {"maxmemory-policy", "noeviction"}};
+        for (const auto& [name, value] : wanted) {
+          std::string found = "(not reported)";
+          for (std::size_t i = 0; i + 1 < reply.elements.size(); i += 2) {
+            if (reply.elements[i].str == name) found = reply.elements[i + 1].str;
+          }
+          if (found != value) {
+            auto said = std::string(name) + " is " + found + ", wants " + std::string(value);
+            if (std::find(round->missing.begin(), round->missing.end(), said) ==
+                round->missing.end()) {
+              round->missing.push_back(std::move(said));
+            }
+          }
+        }
+      }
+      if (--round->left == 0) round->done(round->first_error, std::move(round->missing));
+    };
+    send_op(*store_, std::move(op));
+  }
+}
+
+}  // namespace redis_lock::detail::idempotency

@@ -1,0 +1,100 @@
+// SPDX-License-Identifier: MIT
+// Layer 4 (engine): the idempotent requests' record on its store (docs/design/idempotency.md):
+// where each request's record and its shard's indexes are, one call per script of
+// src/scripts/idem_*.lua, and what their replies say (read_store_reply, sans-io). The
+// transitions the scripts make are src/idempotency_record.hpp's, row by row.
+#pragma once
+
+#include "idempotency_record.hpp"
+#include "resp.hpp"
+
+#include <boost/system/error_code.hpp>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace redis_lock::detail {
+class Engine;
+struct Script;
+}  // namespace redis_lock::detail
+
+namespace redis_lock::detail::idempotency {
+
+/// The shard of request key `key` among `shards` (FNV-1a: the same on every client).
+unsigned shard_of(std::string_view key, unsigned shards) noexcept;
+
+/// The keys one request's scripts touch, all in one Cluster slot (its shard's hash tag).
+struct StoreKeys {
+  std::string record;     ///< <prefix>idem:{s<n>}<key>: the record (hash)
+  std::string due;        ///< <prefix>idem:due:{s<n>}: when the reconciler looks (zset)
+  std::string escalated;  ///< <prefix>idem:esc:{s<n>}: escalated requests (zset)
+};
+StoreKeys store_keys(std::string_view prefix, std::string_view key, unsigned shards);
+/// The keys of shard `shard` (its record key for `key`).
+StoreKeys shard_keys(std::string_view prefix, unsigned shard, std::string_view key = {});
+
+/// A script's reply: its word and the record after it, the store's clock, and a word more
+/// (idem_defer: when the next look is due).
+struct StoreReply {
+  std::string word;
+  Record record;
+  std::int64_t now_ms = 0;
+  std::string extra;
+};
+/// nullopt: not the shape the scripts answer.
+std::optional<StoreReply> read_store_reply(const Reply& reply);
+/// idem_due.lua's reply: the store's clock and the due keys; nullopt when malformed.
+struct DueKeys {
+  std::int64_t now_ms = 0;
+  std::vector<std::string> keys;
+};
+std::optional<DueKeys> read_due(const Reply& reply);
+
+using StoreHandler = std::function<void(boost::system::error_code, StoreReply)>;
+
+/// One call of each script (idem_*.lua) on `store`, from any thread; `done` on the store's
+/// strand. A server's error reply comes as its error code (out_of_memory, read_only, ...)
+/// and the manager's last_server_error(); a malformed reply as unexpected_reply.
+class StoreCalls {
+ public:
+  StoreCalls(std::shared_ptr<Engine> store, unsigned shards)
+      : store_(std::move(store)), shards_(shards) {}
+
+  void look(const std::string& key, StoreHandler done);
+  /// `resume`: the reconciler's begin (Resume), with no fingerprint.
+  void begin(const std::string& key, const std::string& fingerprint, std::uint64_t fence,
+             std::int64_t first_look_ms, bool resume, StoreHandler done);
+  void void_attempt(const std::string& key, const std::string& downstream_key, std::uint64_t fence,
+                    StoreHandler done);
+  void next(const std::string& key, const std::string& downstream_key, std::uint64_t fence,
+            std::int64_t first_look_ms, StoreHandler done);
+  void escalate(const std::string& key, const std::string& downstream_key, std::uint64_t fence,
+                std::int64_t min_age_ms, StoreHandler done);
+  void defer(const std::string& key, const std::string& downstream_key, std::uint64_t fence,
+             std::int64_t base_ms, std::int64_t cap_ms, StoreHandler done);
+  void decide(const std::string& key, const std::string& fingerprint, std::uint32_t attempt,
+              const std::string& downstream_key, int status, const std::string& body,
+              const std::string& external_id, std::int64_t retention_ms, StoreHandler done);
+  void due(unsigned shard, std::size_t limit,
+           std::function<void(boost::system::error_code, DueKeys)> done);
+  /// CONFIG GET of what makes the store durable, on the node of each shard: what is missing
+  /// ("appendonly is no, wants yes"); an error when it cannot be read (NOPERM).
+  void check_durability(
+      std::function<void(boost::system::error_code, std::vector<std::string>)> done);
+
+  unsigned shards() const noexcept { return shards_; }
+  Engine& store() const noexcept { return *store_; }
+
+ private:
+  void call(const Script& script, std::vector<std::string> words, std::size_t keys,
+            StoreHandler done);
+  std::shared_ptr<Engine> store_;
+  unsigned shards_;
+};
+
+}  // namespace redis_lock::detail::idempotency
