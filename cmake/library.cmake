@@ -104,7 +104,9 @@ add_library(redis_lock_internal OBJECT
   src/election.cpp
   src/engine.cpp
   src/error.cpp
+  src/idempotency.cpp
   src/idempotency_record.cpp
+  src/idempotency_run.cpp
   src/idempotency_store.cpp
   src/keys.cpp
   src/lease_ops.cpp

@@ -75,6 +75,9 @@ class Category final : public boost::system::error_category {
       case error::server_evicts:
         return "the lock server evicts keys (maxmemory with a policy other than noeviction), so "
                "a held lease could vanish; last_server_error() names the policy found";
+      case error::store_not_durable:
+        return "the idempotent requests' store may lose a record (it needs appendonly yes, "
+               "appendfsync always and noeviction); store_problem() names what it found";
     }
     return "unknown redis_lock error";
   }
@@ -113,6 +116,7 @@ const char* error_name(error e) noexcept {
     REDIS_LOCK_ERROR_NAME(limit_mismatch)
     REDIS_LOCK_ERROR_NAME(server_unsupported)
     REDIS_LOCK_ERROR_NAME(server_evicts)
+    REDIS_LOCK_ERROR_NAME(store_not_durable)
 #undef REDIS_LOCK_ERROR_NAME
   }
   return "unknown";

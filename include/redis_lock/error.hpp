@@ -44,6 +44,9 @@ enum class error {
                          ///< than noeviction), so a held lease could vanish (at connect; see
                          ///< `LockManager::last_server_error()` and
                          ///< `ManagerOptions::accept_evicting_server`)
+  store_not_durable,     ///< IdempotentRequests: the store may lose a record (no
+                         ///< `appendonly yes`, `appendfsync always` or `noeviction`; see
+                         ///< `IdempotentRequests::store_problem()`)
 };
 
 /// The category of `redis_lock::error`; its name() is "redis_lock".

@@ -445,6 +445,7 @@ class REDIS_LOCK_EXPORT LockManager {
 
  private:
   friend class Election;
+  friend class IdempotentRequests;
   friend struct detail::initiate_acquire;
   friend struct detail::initiate_acquire_all;
   friend struct detail::initiate_inspect;

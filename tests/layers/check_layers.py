@@ -15,15 +15,15 @@ LAYERS = {
     3: ["router", "redirect", "sentinel_locator", "quorum", "quorum_call", "replies"],
     4: ["lock_service", "engine", "acquire_all", "acquire_fsm", "acquire_op", "observe_op", "pending",
         "lease_ops", "renewal", "waiters", "script_op", "lease", "validate", "shutdown_watch", "admin",
-        "idempotency_record", "idempotency_store"],
-    5: ["lock", "config", "election"],
+        "idempotency_record", "idempotency_store", "idempotency_run"],
+    5: ["lock", "config", "election", "idempotency"],
 }
 NAMES = {1: "protocol", 2: "connection", 3: "topology", 4: "engine", 5: "public API"}
 LAYER_OF = {stem: layer for layer, stems in LAYERS.items() for stem in stems}
 # Public headers: the types every layer may use, and the API on top (the engine hands the
 # public layer Grants; only the public layer makes LockGuards of them).
 PUBLIC = {"config": 1, "error": 1, "observer": 1, "export": 1, "version": 1, "state": 1,
-          "lock": 5, "election": 5, "with_lock": 5, "redis_lock": 5, "prometheus": 6}
+          "lock": 5, "election": 5, "idempotency": 5, "idempotency_types": 1, "with_lock": 5, "redis_lock": 5, "prometheus": 6}
 
 
 def layer_of_include(name: str):

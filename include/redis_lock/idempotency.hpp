@@ -1,0 +1,139 @@
+// SPDX-License-Identifier: MIT
+// Idempotent requests: the same request (the same key) arriving twice, at once or later,
+// takes effect once, through crashes, lost leases and a downstream that fails in every way
+// (docs/guide.md, "Idempotent requests"; the design: docs/design/idempotency.md).
+#pragma once
+
+#include <redis_lock/idempotency_types.hpp>
+#include <redis_lock/lock.hpp>
+
+#include <boost/asio/cancellation_signal.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace redis_lock {
+
+namespace detail {
+struct IdempotencyShared;  // what a component and its runs share (src/idempotency.cpp)
+}
+
+/// One attempt of a request: what its work sends downstream, and by when it must answer.
+struct Attempt {
+  std::string key;                  ///< the request's key
+  std::uint32_t number = 0;         ///< 1, 2, ...: a new number only when a downstream key is spent
+  std::string downstream_key;       ///< `<key>/<number>`: send it as the downstream's own
+                                    ///< idempotency key, so that sending it again is harmless
+  std::uint64_t fencing_token = 0;  ///< the key's lock's: fence the downstream's writes with it
+  /// The key's lease ends soon after: answer before (an answer later is recorded if it is a
+  /// decision, but the run has already said pending).
+  std::chrono::steady_clock::time_point deadline;
+  /// Emitted (terminal) at the deadline: stop waiting, answer unknown if it may have been sent.
+  boost::asio::cancellation_slot cancellation;
+};
+
+/// Answers an attempt (once, from any thread).
+using AttemptHandler = std::function<void(Outcome)>;
+/// The caller's work (send one attempt) or resolve (look up what happened to one).
+using AttemptFunction = std::function<void(const Attempt&, AttemptHandler)>;
+
+/// What one round of the reconciler did.
+struct ReconcileReport {
+  std::size_t looked = 0;     ///< due attempts looked at
+  std::size_t decided = 0;    ///< found decided (recorded)
+  std::size_t voided = 0;     ///< found not to have happened (the next request sends them)
+  std::size_t pending = 0;    ///< still unknown: looked at again later
+  std::size_t escalated = 0;  ///< unknown for too long: an operator decides
+  std::size_t busy = 0;       ///< held by a request that is running them
+  std::size_t failed = 0;     ///< a store or lock error (looked at again next round)
+};
+
+/// Idempotent requests on a lock manager and a store (the same, or a durable Redis of its
+/// own). Each request key has a record in the store: its fingerprint, its state, its
+/// attempt and the decided response. See async_run.
+///
+/// Thread safety: the member functions may be called concurrently. The object may be
+/// destroyed while runs are in flight (they keep what they need).
+class REDIS_LOCK_EXPORT IdempotentRequests {
+ public:
+  /// `locks` takes each key's lock; `store` keeps the records (its key prefix applies);
+  /// `resolve` looks up an attempt whose outcome is unknown (a crash, a timeout) before
+  /// anything is sent again: decided, not_executed (nothing under its key), key_spent
+  /// (its key is used up and nothing happened under any attempt) or unknown.
+  IdempotentRequests(LockManager& locks, LockManager& store, AttemptFunction resolve,
+                     IdempotencyOptions options = {});
+  /// The store is the lock's server.
+  IdempotentRequests(LockManager& locks, AttemptFunction resolve, IdempotencyOptions options = {});
+  ~IdempotentRequests();
+  IdempotentRequests(const IdempotentRequests&) = delete;
+  IdempotentRequests& operator=(const IdempotentRequests&) = delete;
+
+  /// Runs the request `key` once. A decided key replays its response (one round trip, no
+  /// lock, `work` not called); a key known with another `fingerprint` is a mismatch; a key
+  /// held by another caller is busy (or waited for: IdempotencyOptions::wait). Otherwise,
+  /// under the key's lock: a new or void attempt is begun and `work` sends it; an attempt
+  /// whose outcome is unknown is resolved first, and sent again only if resolve says it did
+  /// not happen (or, after key_spent, as the next attempt under a new downstream key). What
+  /// work or resolve learnt is recorded, fenced by the lock's fencing token, then the lock
+  /// is released and the caller told (RunResult).
+  ///
+  /// Before the first run the store's durability is checked (unless
+  /// IdempotencyOptions::unchecked_store): `store_not_durable` and store_problem().
+  ///
+  /// Completion signature: `void(boost::system::error_code, RunResult)`. Errors:
+  /// `invalid_argument` (an empty or oversized key, a '/' in it, an oversized fingerprint,
+  /// no work; a decided response over max_response_bytes: the attempt stays unknown), the
+  /// store's and the lock's errors (`out_of_memory`, `read_only`, `timeout`, ... before the
+  /// work: nothing was sent); `lock_lost` when the lease ended before the record could move.
+  /// Cancellation: not supported (bounded by the lease and the command timeouts).
+  template <class CompletionToken = boost::asio::deferred_t>
+  auto async_run(std::string key, std::string fingerprint, AttemptFunction work,
+                 CompletionToken&& token = {}) {
+    return boost::asio::async_initiate<CompletionToken, void(boost::system::error_code, RunResult)>(
+        [](auto handler, std::shared_ptr<Shared> shared, std::string k, std::string f,
+           AttemptFunction w) {
+          run_impl(std::move(shared), std::move(k), std::move(f), std::move(w),
+                   RunHandler(detail::slot_clearing(std::move(handler))));
+        },
+        token, shared_, std::move(key), std::move(fingerprint), std::move(work));
+  }
+
+  /// One round of the reconciler: every shard's due attempts (whose outcome is unknown),
+  /// each under its key's lock (a key held by a request is left to it): resolved, then
+  /// recorded, voided, looked at again later, or escalated past escalate_after. Call it
+  /// periodically (e.g. every few seconds) from one or more processes.
+  ///
+  /// Completion signature: `void(boost::system::error_code, ReconcileReport)`.
+  template <class CompletionToken = boost::asio::deferred_t>
+  auto async_reconcile(CompletionToken&& token = {}) {
+    return boost::asio::async_initiate<CompletionToken,
+                                       void(boost::system::error_code, ReconcileReport)>(
+        [](auto handler, std::shared_ptr<Shared> shared) {
+          reconcile_impl(std::move(shared),
+                         ReconcileHandler(detail::slot_clearing(std::move(handler))));
+        },
+        token, shared_);
+  }
+
+  /// What the last durability check of the store found missing ("appendfsync is everysec,
+  /// wants always"), or why it could not look; empty when it passed.
+  std::string store_problem() const;
+
+ private:
+  using Shared = detail::IdempotencyShared;
+  using RunHandler =
+      boost::asio::any_completion_handler<void(boost::system::error_code, RunResult)>;
+  using ReconcileHandler =
+      boost::asio::any_completion_handler<void(boost::system::error_code, ReconcileReport)>;
+  static void run_impl(std::shared_ptr<Shared> shared, std::string key, std::string fingerprint,
+                       AttemptFunction work, RunHandler handler);
+  static void reconcile_impl(std::shared_ptr<Shared> shared, ReconcileHandler handler);
+
+  std::shared_ptr<Shared> shared_;
+};
+
+}  // namespace redis_lock

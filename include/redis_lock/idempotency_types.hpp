@@ -1,0 +1,97 @@
+// SPDX-License-Identifier: MIT
+// The values of <redis_lock/idempotency.hpp>: what a request's work answers, what a run
+// tells its caller, and the component's options. Light (no Asio): the engine uses them too.
+#pragma once
+
+#include <redis_lock/export.hpp>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace redis_lock {
+
+/// A decided response: what the downstream answered, replayed to every later request with
+/// the same key. `body` and `external_id` are any bytes (bounded by
+/// IdempotencyOptions::max_response_bytes together).
+struct Response {
+  int status = 0;           ///< e.g. an HTTP status
+  std::string body;         ///< the response's bytes
+  std::string external_id;  ///< the downstream's id of the effect (a charge id), if any
+
+  friend bool operator==(const Response&, const Response&) = default;
+};
+
+/// What an attempt's work, or a resolve of an attempt whose outcome was unknown, learnt.
+struct Outcome {
+  enum class Kind {
+    decided,       ///< the downstream answered: `response` is final, recorded and replayed
+    not_executed,  ///< the attempt certainly did not happen (refused before it was sent, or
+                   ///< resolve found nothing under its downstream key): safe to send again
+    unknown,       ///< it may have happened: never sent again before a resolve says otherwise
+    key_spent,     ///< resolve only: the downstream key cannot be used again and nothing
+                   ///< happened under any attempt: the next attempt, under a new key
+  };
+  Kind kind = Kind::unknown;
+  Response response;
+
+  static Outcome decided(Response r) { return {Kind::decided, std::move(r)}; }
+  static Outcome not_executed() { return {Kind::not_executed, {}}; }
+  static Outcome unknown() { return {Kind::unknown, {}}; }
+  static Outcome key_spent() { return {Kind::key_spent, {}}; }
+};
+
+/// What IdempotentRequests::async_run (or one look of the reconciler) tells its caller.
+struct RunResult {
+  enum class Kind {
+    executed,      ///< this run learnt the decision (its work, or a resolve): `response`
+    replayed,      ///< decided before: the stored `response`; nothing ran
+    busy,          ///< another caller holds the key (no wait, or the wait ran out): nothing ran
+    mismatch,      ///< the key is known with another fingerprint: nothing ran (HTTP 422)
+    pending,       ///< the outcome is unknown: it is looked up later; ask again after
+                   ///< `retry_after` (HTTP 202)
+    not_executed,  ///< the attempt did not happen: nothing took effect; safe to retry
+    escalated,     ///< unknown for too long: an operator decides (nothing is sent again)
+    absent,        ///< the reconciler found nothing to look at (no record, or a void one)
+  };
+  Kind kind = Kind::absent;
+  Response response;                         ///< executed, replayed
+  std::uint32_t attempt = 0;                 ///< the attempt the answer is about (0: none began)
+  std::string downstream_key;                ///< its downstream key, `<key>/<attempt>`
+  std::chrono::milliseconds retry_after{0};  ///< pending: when the reconciler looks next
+};
+
+/// The word for a RunResult kind ("executed", "replayed", ...): for logs and metric labels.
+REDIS_LOCK_EXPORT const char* run_result_name(RunResult::Kind kind) noexcept;
+
+struct IdempotencyOptions {
+  /// The key's lock is the resource `<lock_prefix><key>` of the locks' manager.
+  std::string lock_prefix = "idem:";
+  /// The key's lock ttl: an attempt's deadline is its lease's validity less `margin`
+  /// (a work that answers later is recorded if it decided, but its run says pending).
+  std::chrono::milliseconds lease{30'000};
+  std::chrono::milliseconds margin{1'000};
+  /// 0: a key held elsewhere answers busy at once; more: wait this long for its lock.
+  std::chrono::milliseconds wait{0};
+  /// How long a decided record is kept (replayed); 0: for good (a financial record).
+  std::chrono::milliseconds retention{std::chrono::hours(24)};
+  /// The reconciler's first look at an attempt whose outcome is unknown (0: `lease`), then
+  /// twice as late each time, up to `look_cap`.
+  std::chrono::milliseconds first_look{0};
+  std::chrono::milliseconds look_cap{std::chrono::minutes(5)};
+  /// An attempt still unknown this long after it began (the store's clock) is escalated.
+  std::chrono::milliseconds escalate_after{std::chrono::hours(1)};
+  /// Bounds: a key (1..max_key_bytes, no '/'), a fingerprint, a response (body + id).
+  std::size_t max_key_bytes = 256;
+  std::size_t max_fingerprint_bytes = 256;
+  std::size_t max_response_bytes = 64 * 1024;
+  /// The records' shards (a Cluster spreads them over this many slots). Every client of
+  /// one store must use the same number.
+  unsigned shards = 16;
+  /// Run on a store that is not durable (no `appendonly yes`, `appendfsync always`,
+  /// `noeviction`): its records may be lost, and an unknown outcome with them.
+  bool unchecked_store = false;
+};
+
+}  // namespace redis_lock

@@ -1,0 +1,414 @@
+// SPDX-License-Identifier: MIT
+// Layer 5 (public API): IdempotentRequests, the driver of RunFsm (idempotency_run.hpp): it
+// does what each Action says (a store script, the key's lock, the caller's work or resolve)
+// on a strand of its own and feeds the answer back.
+#include <redis_lock/idempotency.hpp>
+
+#include "completion.hpp"
+#include "idempotency_run.hpp"
+#include "idempotency_store.hpp"
+#include "lock_service.hpp"
+
+#include <redis_lock/error.hpp>
+
+#include <boost/asio/bind_executor.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+
+#include <atomic>
+#include <mutex>
+
+namespace redis_lock {
+
+namespace asio = boost::asio;
+using boost::system::error_code;
+using detail::idempotency::Action;
+using detail::idempotency::RunFsm;
+using detail::idempotency::RunSettings;
+using detail::idempotency::Step;
+using detail::idempotency::StoreReply;
+
+const char* run_result_name(RunResult::Kind kind) noexcept {
+  switch (kind) {
+    case RunResult::Kind::executed:
+      return "executed";
+    case RunResult::Kind::replayed:
+      return "replayed";
+    case RunResult::Kind::busy:
+      return "busy";
+    case RunResult::Kind::mismatch:
+      return "mismatch";
+    case RunResult::Kind::pending:
+      return "pending";
+    case RunResult::Kind::not_executed:
+      return "not_executed";
+    case RunResult::Kind::escalated:
+      return "escalated";
+    case RunResult::Kind::absent:
+      return "absent";
+  }
+  return "unknown";
+}
+
+struct detail::IdempotencyShared {
+  std::shared_ptr<detail::LockService> locks;
+  asio::any_io_executor io;  // the locks' manager's: completions default to it
+  detail::ContextAlive alive;
+  std::shared_ptr<detail::LockService> store;
+  std::optional<detail::idempotency::StoreCalls> calls;
+  AttemptFunction resolve;
+  IdempotencyOptions options;
+  bool options_ok = true;
+  std::atomic<bool> store_checked{false};
+  mutable std::mutex mutex;
+  std::string store_problem;  // under mutex
+
+  RunSettings settings(bool reconcile) const {
+    RunSettings s;
+    s.reconcile = reconcile;
+    const auto first = options.first_look.count() > 0 ? options.first_look : options.lease;
+    s.first_look_ms = first.count();
+    s.look_cap_ms = std::max(options.look_cap, first).count();
+    s.escalate_after_ms = options.escalate_after.count();
+    return s;
+  }
+  void set_problem(std::string text) {
+    std::lock_guard lock(mutex);
+    store_problem = std::move(text);
+  }
+};
+
+namespace {
+
+using Done = std::function<void(error_code, RunResult)>;
+
+/// One run (or one reconciler's look at one key): RunFsm's driver, on a strand of its own.
+struct RunOp : std::enable_shared_from_this<RunOp> {
+  RunOp(std::shared_ptr<detail::IdempotencyShared> s, std::string key, std::string fingerprint,
+        AttemptFunction w, bool reconcile, Done d)
+      : shared(std::move(s)),
+        fsm(std::move(key), std::move(fingerprint), shared->settings(reconcile)),
+        work(std::move(w)),
+        done(std::move(d)),
+        strand(asio::make_strand(shared->io)) {}
+
+  std::shared_ptr<detail::IdempotencyShared> shared;
+  RunFsm fsm;
+  AttemptFunction work;  // empty for the reconciler
+  Done done;
+  asio::strand<asio::any_io_executor> strand;
+  LockGuard guard;
+  std::optional<asio::steady_timer> timer;
+  std::shared_ptr<asio::cancellation_signal> signal;
+  std::shared_ptr<std::atomic<bool>> answered;  // the current attempt's answer came (or timed out)
+  error_code override_error;                    // a decided response over the bound
+
+  auto& calls() { return *shared->calls; }
+
+  /// `f(*this, args...)` on the strand, for a store's reply.
+  template <class F>
+  auto then(F f) {
+    return [self = shared_from_this(), f](error_code ec, StoreReply reply) {
+      asio::post(self->strand, [self, f, ec, reply = std::move(reply)]() { f(*self, ec, reply); });
+    };
+  }
+
+  void act(Action a);
+  void ask(bool resolving);
+  void answer(const std::shared_ptr<std::atomic<bool>>& which, Outcome outcome);
+  void record_late(Outcome outcome);
+  void finish();
+};
+
+void RunOp::act(Action a) {
+  const auto& key = fsm.key();
+  const auto& o = shared->options;
+  const auto& s = fsm.settings();
+  switch (a.step) {
+    case Step::look:
+      return calls().look(key, then([](RunOp& op, error_code ec, const StoreReply& r) {
+                            op.act(op.fsm.looked(ec, r));
+                          }));
+    case Step::lock: {
+      LockOptions lock;
+      lock.ttl = o.lease;
+      lock.wait = s.reconcile ? std::chrono::milliseconds(0) : o.wait;
+      detail::initiate_acquire(shared->io, shared->alive)(
+          asio::bind_executor(strand,
+                              [self = shared_from_this()](error_code ec, LockGuard g) {
+                                const bool held = g.owns_lock();
+                                const auto fence = g.fencing_token();
+                                self->guard = std::move(g);
+                                self->act(self->fsm.locked(ec, held, fence));
+                              }),
+          shared->locks, o.lock_prefix + key, lock);
+      return;
+    }
+    case Step::begin:
+      return calls().begin(
+          key, fsm.fingerprint(), fsm.fence(), s.first_look_ms, s.reconcile,
+          then([](RunOp& op, error_code ec, const StoreReply& r) { op.act(op.fsm.begun(ec, r)); }));
+    case Step::work:
+      return ask(false);
+    case Step::resolve:
+      return ask(true);
+    case Step::decide: {
+      const auto& r = fsm.response();
+      return calls().decide(key, fsm.fingerprint(), fsm.attempt(), fsm.downstream_key(), r.status,
+                            r.body, r.external_id, o.retention.count(),
+                            then([](RunOp& op, error_code ec, const StoreReply& reply) {
+                              op.act(op.fsm.stored(ec, reply));
+                            }));
+    }
+    case Step::void_:
+      return calls().void_attempt(key, fsm.downstream_key(), fsm.fence(),
+                                  then([](RunOp& op, error_code ec, const StoreReply& r) {
+                                    op.act(op.fsm.stored(ec, r));
+                                  }));
+    case Step::next:
+      return calls().next(key, fsm.downstream_key(), fsm.fence(), s.first_look_ms,
+                          then([](RunOp& op, error_code ec, const StoreReply& r) {
+                            op.act(op.fsm.stored(ec, r));
+                          }));
+    case Step::defer:
+      return calls().defer(key, fsm.downstream_key(), fsm.fence(), s.first_look_ms, s.look_cap_ms,
+                           then([](RunOp& op, error_code ec, const StoreReply& r) {
+                             op.act(op.fsm.stored(ec, r));
+                           }));
+    case Step::escalate:
+      return calls().escalate(key, fsm.downstream_key(), fsm.fence(), s.escalate_after_ms,
+                              then([](RunOp& op, error_code ec, const StoreReply& r) {
+                                op.act(op.fsm.stored(ec, r));
+                              }));
+    case Step::finish:
+      return finish();
+  }
+}
+
+void RunOp::ask(bool resolving) {
+  const auto& function = resolving ? shared->resolve : work;
+  Attempt attempt;
+  attempt.key = fsm.key();
+  attempt.number = fsm.attempt();
+  attempt.downstream_key = fsm.downstream_key();
+  attempt.fencing_token = fsm.fence();
+  attempt.deadline = guard.valid_until() - shared->options.margin;
+  if (std::chrono::steady_clock::now() >= attempt.deadline || !function) {
+    // No time left to send anything (or nothing to ask): an unsent work did not happen; an
+    // unasked resolve learnt nothing.
+    return act(fsm.learnt(resolving ? Outcome::unknown() : Outcome::not_executed()));
+  }
+  signal = std::make_shared<asio::cancellation_signal>();
+  attempt.cancellation = signal->slot();
+  const auto which = std::make_shared<std::atomic<bool>>(false);
+  answered = which;
+  timer.emplace(strand, attempt.deadline);
+  timer->async_wait([self = shared_from_this(), which](error_code ec) {
+    if (ec || which->exchange(true)) return;
+    // The deadline: the attempt's outcome is unknown (it may have been sent). Its answer,
+    // if it comes, is recorded if it is a decision (record_late).
+    self->signal->emit(asio::cancellation_type::terminal);
+    self->act(self->fsm.learnt(Outcome::unknown()));
+  });
+  function(attempt, [self = shared_from_this(), which](Outcome outcome) {
+    asio::post(self->strand, [self, which, outcome = std::move(outcome)]() mutable {
+      self->answer(which, std::move(outcome));
+    });
+  });
+}
+
+void RunOp::answer(const std::shared_ptr<std::atomic<bool>>& which, Outcome outcome) {
+  const auto& o = shared->options;
+  if (outcome.kind == Outcome::Kind::decided &&
+      outcome.response.body.size() + outcome.response.external_id.size() > o.max_response_bytes) {
+    // Not recorded half-way: the attempt stays unknown (a resolve may answer it smaller).
+    override_error = error::invalid_argument;
+    outcome = Outcome::unknown();
+  }
+  if (which->exchange(true)) return record_late(std::move(outcome));
+  if (which != answered) return;  // (not reached: one attempt at a time)
+  timer->cancel();
+  act(fsm.learnt(outcome));
+}
+
+void RunOp::record_late(Outcome outcome) {
+  // A decision heard after the deadline is the downstream's for that attempt's key:
+  // recorded if that attempt is still the live one (keyed, not fenced), refused otherwise.
+  if (outcome.kind != Outcome::Kind::decided) return;
+  const auto& r = outcome.response;
+  calls().decide(fsm.key(), fsm.fingerprint(), fsm.attempt(), fsm.downstream_key(), r.status,
+                 r.body, r.external_id, shared->options.retention.count(),
+                 [](error_code, StoreReply) {});
+}
+
+void RunOp::finish() {
+  auto complete = [self = shared_from_this()]() {
+    auto ec = self->override_error ? self->override_error : self->fsm.error();
+    auto d = std::move(self->done);
+    if (d) d(ec, ec ? RunResult{} : self->fsm.result());
+  };
+  if (!guard.owns_lock()) return complete();
+  guard.async_release(asio::bind_executor(
+      strand, [complete = std::move(complete)](error_code, bool) mutable { complete(); }));
+}
+
+void start_run(const std::shared_ptr<RunOp>& op) {
+  auto& shared = *op->shared;
+  if (shared.options.unchecked_store || shared.store_checked.load()) {
+    return asio::post(op->strand, [op] { op->act(op->fsm.start()); });
+  }
+  shared.calls->check_durability([op](error_code ec, std::vector<std::string> missing) {
+    asio::post(op->strand, [op, ec, missing = std::move(missing)] {
+      auto& s = *op->shared;
+      if (ec) {
+        s.set_problem(std::string("the store's settings could not be read (CONFIG GET: ") +
+                      ec.message() + "); grant +config|get or set unchecked_store");
+        return op->done(ec, RunResult{});
+      }
+      if (!missing.empty()) {
+        std::string text;
+        for (const auto& m : missing) text.append(text.empty() ? "" : "; ").append(m);
+        s.set_problem(std::move(text));
+        return op->done(error::store_not_durable, RunResult{});
+      }
+      s.set_problem({});
+      s.store_checked.store(true);
+      op->act(op->fsm.start());
+    });
+  });
+}
+
+bool valid_options(const IdempotencyOptions& o) {
+  return o.lease > o.margin && o.margin.count() >= 0 && o.wait.count() >= 0 &&
+         o.retention.count() >= 0 && o.first_look.count() >= 0 && o.look_cap.count() > 0 &&
+         o.escalate_after.count() > 0 && o.max_key_bytes > 0 && o.shards >= 1 && o.shards <= 1024 &&
+         !o.lock_prefix.empty();
+}
+
+}  // namespace
+
+IdempotentRequests::IdempotentRequests(LockManager& locks, LockManager& store,
+                                       AttemptFunction resolve, IdempotencyOptions options)
+    : shared_(std::make_shared<Shared>()) {
+  auto& s = *shared_;
+  s.locks = locks.service_;
+  s.io = locks.executor_;
+  s.alive = locks.context_alive_;
+  s.store = store.service_;
+  s.resolve = std::move(resolve);
+  s.options = std::move(options);
+  s.options_ok = valid_options(s.options) && s.locks && s.store && !s.store->redlock();
+  if (s.store) s.calls.emplace(s.store, s.options.shards);
+}
+
+IdempotentRequests::IdempotentRequests(LockManager& locks, AttemptFunction resolve,
+                                       IdempotencyOptions options)
+    : IdempotentRequests(locks, locks, std::move(resolve), std::move(options)) {}
+
+IdempotentRequests::~IdempotentRequests() = default;
+
+std::string IdempotentRequests::store_problem() const {
+  std::lock_guard lock(shared_->mutex);
+  return shared_->store_problem;
+}
+
+void IdempotentRequests::run_impl(std::shared_ptr<Shared> shared, std::string key,
+                                  std::string fingerprint, AttemptFunction work,
+                                  RunHandler handler) {
+  const auto& o = shared->options;
+  const bool bad = !shared->options_ok || key.empty() || key.size() > o.max_key_bytes ||
+                   key.find('/') != std::string::npos ||
+                   fingerprint.size() > o.max_fingerprint_bytes || !work;
+  const auto io = shared->io;
+  if (bad) {
+    return detail::deliver(io, detail::Defer::yes, std::move(handler),
+                           error_code(error::invalid_argument), RunResult{});
+  }
+  auto h = std::make_shared<RunHandler>(std::move(handler));
+  auto op = std::make_shared<RunOp>(
+      std::move(shared), std::move(key), std::move(fingerprint), std::move(work), false,
+      [io, h](error_code ec, RunResult result) {
+        detail::deliver(io, detail::Defer::no, std::move(*h), ec, std::move(result));
+      });
+  start_run(op);
+}
+
+namespace {
+
+/// One reconciler's round: the shards one after the other, each shard's due keys one after
+/// the other (a round is background work: it need not be fast, only never overlap itself
+/// on a key, which the key's lock ensures across processes anyway).
+struct Round : std::enable_shared_from_this<Round> {
+  std::shared_ptr<detail::IdempotencyShared> shared;
+  std::function<void(error_code, ReconcileReport)> done;
+  ReconcileReport report;
+  error_code first_error;
+  unsigned shard = 0;
+  std::vector<std::string> keys;
+  std::size_t at = 0;
+
+  void next_shard() {
+    if (shard == shared->options.shards) return done(first_error, report);
+    shared->calls->due(
+        shard++, 256, [self = shared_from_this()](error_code ec, detail::idempotency::DueKeys due) {
+          if (ec && !self->first_error) self->first_error = ec;
+          self->keys = std::move(due.keys);
+          self->at = 0;
+          self->next_key();
+        });
+  }
+  void next_key() {
+    if (at == keys.size()) return next_shard();
+    auto op = std::make_shared<RunOp>(shared, keys[at++], std::string(), AttemptFunction{}, true,
+                                      [self = shared_from_this()](error_code ec, RunResult r) {
+                                        auto& rep = self->report;
+                                        ++rep.looked;
+                                        if (ec) {
+                                          ++rep.failed;
+                                        } else {
+                                          switch (r.kind) {
+                                            case RunResult::Kind::executed:
+                                            case RunResult::Kind::replayed:
+                                              ++rep.decided;
+                                              break;
+                                            case RunResult::Kind::not_executed:
+                                            case RunResult::Kind::absent:
+                                              ++rep.voided;
+                                              break;
+                                            case RunResult::Kind::pending:
+                                              ++rep.pending;
+                                              break;
+                                            case RunResult::Kind::escalated:
+                                              ++rep.escalated;
+                                              break;
+                                            case RunResult::Kind::busy:
+                                            case RunResult::Kind::mismatch:
+                                              ++rep.busy;
+                                              break;
+                                          }
+                                        }
+                                        self->next_key();
+                                      });
+    asio::post(op->strand, [op] { op->act(op->fsm.start()); });
+  }
+};
+
+}  // namespace
+
+void IdempotentRequests::reconcile_impl(std::shared_ptr<Shared> shared, ReconcileHandler handler) {
+  const auto io = shared->io;
+  if (!shared->options_ok) {
+    return detail::deliver(io, detail::Defer::yes, std::move(handler),
+                           error_code(error::invalid_argument), ReconcileReport{});
+  }
+  auto h = std::make_shared<ReconcileHandler>(std::move(handler));
+  auto round = std::make_shared<Round>();
+  round->shared = std::move(shared);
+  round->done = [io, h](error_code ec, ReconcileReport report) {
+    detail::deliver(io, detail::Defer::no, std::move(*h), ec, report);
+  };
+  round->next_shard();
+}
+
+}  // namespace redis_lock

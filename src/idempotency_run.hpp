@@ -1,0 +1,99 @@
+// SPDX-License-Identifier: MIT
+// Layer 4 (engine), sans-io: one idempotent request's run (IdempotentRequests::async_run)
+// and one reconciler's look (async_reconcile), as decisions on what the store, the lock,
+// the caller's work and resolve answered (docs/design/idempotency.md). Its driver
+// (src/idempotency.cpp) does what each Action says and feeds the answer back; every path is
+// a row of tests/unit/idempotency_run_test.cpp.
+#pragma once
+
+#include "idempotency_store.hpp"
+
+#include <redis_lock/idempotency_types.hpp>
+
+#include <boost/system/error_code.hpp>
+
+#include <cstdint>
+#include <string>
+
+namespace redis_lock::detail::idempotency {
+
+struct RunSettings {
+  bool reconcile = false;              ///< a reconciler's look: no work, never creates a record
+  std::int64_t first_look_ms = 0;      ///< when the reconciler first looks at a begun attempt
+  std::int64_t look_cap_ms = 0;        ///< the longest wait between two looks
+  std::int64_t escalate_after_ms = 0;  ///< an unknown outcome older than this: escalated
+};
+
+enum class Step {
+  look,      ///< the record, without the lock (a decided one is replayed)
+  lock,      ///< the key's lock (busy, or a wait, as the caller chose)
+  begin,     ///< idem_begin (run, or resume for the reconciler) with the lock's fencing token
+  work,      ///< the caller's work for `attempt`
+  resolve,   ///< the caller's resolve for `attempt` (its outcome is unknown)
+  decide,    ///< idem_decide with `response`
+  void_,     ///< idem_void: the attempt did not happen
+  next,      ///< idem_next: a new attempt, a new downstream key
+  defer,     ///< idem_defer: still unknown, the next look later
+  escalate,  ///< idem_escalate: unknown for too long
+  finish,    ///< release the lock if held, then complete with `result` (or `error`)
+};
+
+struct Action {
+  Step step = Step::finish;
+};
+
+/// One run's decisions. Feed each Action's answer to the matching event; the run ends with
+/// Step::finish, after which result() (or error()) is what the caller is told.
+class RunFsm {
+ public:
+  RunFsm(std::string key, std::string fingerprint, RunSettings settings)
+      : key_(std::move(key)), fingerprint_(std::move(fingerprint)), settings_(settings) {}
+
+  Action start();
+  Action looked(boost::system::error_code ec, const StoreReply& reply);
+  /// `acquired`: the lock is held with `fence`.
+  Action locked(boost::system::error_code ec, bool acquired, std::uint64_t fence);
+  Action begun(boost::system::error_code ec, const StoreReply& reply);
+  /// What the work (Step::work) or resolve (Step::resolve) said about the attempt.
+  Action learnt(const Outcome& outcome);
+  /// The answer to decide, void_, next, defer or escalate.
+  Action stored(boost::system::error_code ec, const StoreReply& reply);
+
+  /// The attempt work or resolve runs for, and the fencing token it is under.
+  std::uint32_t attempt() const noexcept { return record_.attempt; }
+  const std::string& downstream_key() const noexcept { return record_.downstream_key; }
+  std::uint64_t fence() const noexcept { return fence_; }
+  const std::string& key() const noexcept { return key_; }
+  const std::string& fingerprint() const noexcept { return fingerprint_; }
+  /// Step::decide: what to record.
+  const Response& response() const noexcept { return response_; }
+  const RunSettings& settings() const noexcept { return settings_; }
+  /// Whether the lock is held (Step::finish releases it).
+  bool holding() const noexcept { return holding_; }
+  /// Step::work after a resolve that said the attempt never happened (it is sent again).
+  bool resumed() const noexcept { return resumed_; }
+
+  const RunResult& result() const noexcept { return result_; }
+  boost::system::error_code error() const noexcept { return error_; }
+
+ private:
+  Action finish(RunResult::Kind kind);
+  Action fail(boost::system::error_code ec);
+  Action unknown_outcome();
+  Action tell(const Record& r, RunResult::Kind kind);
+
+  std::string key_;
+  std::string fingerprint_;
+  RunSettings settings_;
+  Record record_;
+  std::int64_t store_now_ms_ = 0;  // the store's clock at the begin
+  std::uint64_t fence_ = 0;
+  Response response_;
+  Step waiting_for_ = Step::look;
+  bool holding_ = false;
+  bool resumed_ = false;
+  RunResult result_;
+  boost::system::error_code error_;
+};
+
+}  // namespace redis_lock::detail::idempotency

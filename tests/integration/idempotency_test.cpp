@@ -1,0 +1,410 @@
+// SPDX-License-Identifier: MIT
+// IdempotentRequests against real servers: each request key's work runs once, a decided key
+// is replayed without its lock, an unknown outcome is resolved before anything is sent again,
+// the reconciler, the deadline inside the lease, bad input and a store that refuses.
+#include "live.hpp"
+
+#include <redis_lock/idempotency.hpp>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include <map>
+#include <memory>
+
+using namespace redis_lock;
+using namespace redis_lock::test;
+using boost::system::error_code;
+using Kind = RunResult::Kind;
+using Said = std::tuple<error_code, RunResult>;
+
+namespace {
+
+constexpr auto tuple = asio::as_tuple(asio::use_awaitable);
+
+/// A downstream that counts what it was sent, by downstream key, and answers as told.
+struct Downstream {
+  std::map<std::string, int> sent;
+  int calls = 0;
+  /// The work: records the attempt, then answers `outcome` after `delay` (on its executor).
+  AttemptFunction work(asio::io_context& io, redis_lock::Outcome outcome,
+                       std::chrono::milliseconds delay = 0ms) {
+    return [this, &io, outcome, delay](const Attempt& a, AttemptHandler done) {
+      ++calls;
+      ++sent[a.downstream_key];
+      auto timer = std::make_shared<asio::steady_timer>(io, delay);
+      timer->async_wait([timer, done, outcome](error_code) { done(outcome); });
+    };
+  }
+};
+
+AttemptFunction resolve_as(redis_lock::Outcome outcome, int* asked = nullptr,
+                           std::string* key = nullptr) {
+  return [=](const Attempt& a, AttemptHandler done) {
+    if (asked) ++*asked;
+    if (key) *key = a.downstream_key;
+    done(outcome);
+  };
+}
+
+Response charged(std::string id = "ch_1") { return Response{201, "charged", std::move(id)}; }
+
+IdempotencyOptions quick() {
+  IdempotencyOptions o;
+  o.unchecked_store = true;  // the shared test server is not durable
+  o.lease = 5s;
+  o.margin = 500ms;
+  return o;
+}
+
+}  // namespace
+
+TEST(Idempotency, TheSameRequestTenTimesAtOnceRunsItsWorkOnce) {
+  asio::io_context io;
+  LockManager locks(io.get_executor(), shared_server_config());
+  Downstream down;
+  auto options = quick();
+  options.wait = 5s;  // the duplicates wait for the first, then replay its answer
+  IdempotentRequests requests(locks, resolve_as(redis_lock::Outcome::unknown()), options);
+  const auto key = unique_resource("order");
+  std::vector<Said> said;
+  for (int i = 0; i < 10; ++i) {
+    requests.async_run(key, "fp", down.work(io, redis_lock::Outcome::decided(charged()), 100ms),
+                       [&](error_code ec, RunResult r) { said.emplace_back(ec, r); });
+  }
+  ASSERT_TRUE(run_until(io, [&] { return said.size() == 10; }));
+  EXPECT_EQ(down.calls, 1);
+  int executed = 0;
+  for (const auto& [ec, r] : said) {
+    ASSERT_FALSE(ec) << ec.message();
+    executed += r.kind == Kind::executed;
+    EXPECT_TRUE(r.kind == Kind::executed || r.kind == Kind::replayed) << run_result_name(r.kind);
+    EXPECT_EQ(r.response, charged()) << "every caller is told the one answer";
+    EXPECT_EQ(r.downstream_key, key + "/1");
+  }
+  EXPECT_EQ(executed, 1);
+}
+
+TEST(Idempotency, ADuplicateWithoutWaitIsBusyAndNothingRunsTwice) {
+  asio::io_context io;
+  LockManager locks(io.get_executor(), shared_server_config());
+  Downstream down;
+  IdempotentRequests requests(locks, resolve_as(redis_lock::Outcome::unknown()), quick());
+  const auto key = unique_resource("order");
+  std::vector<Said> said;
+  for (int i = 0; i < 5; ++i) {
+    requests.async_run(key, "fp", down.work(io, redis_lock::Outcome::decided(charged()), 300ms),
+                       [&](error_code ec, RunResult r) { said.emplace_back(ec, r); });
+  }
+  ASSERT_TRUE(run_until(io, [&] { return said.size() == 5; }));
+  EXPECT_EQ(down.calls, 1);
+  std::map<Kind, int> kinds;
+  for (const auto& [ec, r] : said) {
+    ASSERT_FALSE(ec) << ec.message();
+    ++kinds[r.kind];
+  }
+  EXPECT_EQ(kinds[Kind::executed], 1);
+  // A duplicate that looked after the answer was recorded replays it; one that looked
+  // before found the key held.
+  EXPECT_EQ(kinds[Kind::busy] + kinds[Kind::replayed], 4);
+}
+
+TEST(Idempotency, ADecidedKeyIsReplayedWithoutItsLockAndAnotherFingerprintIsAMismatch) {
+  asio::io_context io;
+  const auto cfg = shared_server_config();
+  LockManager locks(io.get_executor(), cfg);
+  Downstream down;
+  const auto options = quick();
+  IdempotentRequests requests(locks, resolve_as(redis_lock::Outcome::unknown()), options);
+  const auto key = unique_resource("order");
+  run_co(io, [&]() -> asio::awaitable<void> {
+    auto [ec, first] = co_await requests.async_run(
+        key, "fp", down.work(io, redis_lock::Outcome::decided(charged())), tuple);
+    EXPECT_FALSE(ec);
+    EXPECT_EQ(first.kind, Kind::executed);
+    // Somebody holds the key's lock for good: a replay does not need it.
+    redis_command(cfg.port, {"SET", lease_key(options.lock_prefix + key), "other", "PX", "30000"});
+    auto [ec2, again] = co_await requests.async_run(
+        key, "fp", down.work(io, redis_lock::Outcome::decided(charged("ch_2"))), tuple);
+    EXPECT_FALSE(ec2);
+    EXPECT_EQ(again.kind, Kind::replayed);
+    EXPECT_EQ(again.response, charged("ch_1"));
+    auto [ec3, other] = co_await requests.async_run(
+        key, "another amount", down.work(io, redis_lock::Outcome::decided(charged())), tuple);
+    EXPECT_FALSE(ec3);
+    EXPECT_EQ(other.kind, Kind::mismatch);
+    EXPECT_TRUE(other.response.body.empty()) << "another request's response is never told";
+  }());
+  EXPECT_EQ(down.calls, 1);
+  redis_command(cfg.port, {"DEL", lease_key(options.lock_prefix + key)});
+}
+
+TEST(Idempotency, AnUnknownOutcomeIsResolvedBeforeAnythingIsSentAgain) {
+  asio::io_context io;
+  LockManager locks(io.get_executor(), shared_server_config());
+  Downstream down;
+  int asked = 0;
+  std::string asked_about;
+  IdempotentRequests requests(
+      locks, resolve_as(redis_lock::Outcome::decided(charged()), &asked, &asked_about), quick());
+  const auto key = unique_resource("order");
+  run_co(io, [&]() -> asio::awaitable<void> {
+    auto [ec, first] = co_await requests.async_run(
+        key, "fp", down.work(io, redis_lock::Outcome::unknown()), tuple);
+    EXPECT_FALSE(ec);
+    EXPECT_EQ(first.kind, Kind::pending);
+    EXPECT_GT(first.retry_after, 0ms);
+    EXPECT_EQ(asked, 0);
+    auto [ec2, second] = co_await requests.async_run(
+        key, "fp", down.work(io, redis_lock::Outcome::decided(charged("never"))), tuple);
+    EXPECT_FALSE(ec2);
+    EXPECT_EQ(second.kind, Kind::executed) << run_result_name(second.kind);
+    EXPECT_EQ(second.response, charged()) << "the resolve's answer, not a second send";
+  }());
+  EXPECT_EQ(down.calls, 1) << "never a blind resend";
+  EXPECT_EQ(asked, 1);
+  EXPECT_EQ(asked_about, key + "/1");
+}
+
+TEST(Idempotency, NothingUnderTheKeySendsItAgainAndASpentKeyTheNextAttempt) {
+  asio::io_context io;
+  LockManager locks(io.get_executor(), shared_server_config());
+  for (const bool spent : {false, true}) {
+    SCOPED_TRACE(spent ? "key spent" : "not executed");
+    Downstream down;
+    IdempotentRequests requests(
+        locks,
+        resolve_as(spent ? redis_lock::Outcome::key_spent() : redis_lock::Outcome::not_executed()),
+        quick());
+    const auto key = unique_resource("order");
+    run_co(io, [&]() -> asio::awaitable<void> {
+      auto [ec, first] = co_await requests.async_run(
+          key, "fp", down.work(io, redis_lock::Outcome::unknown()), tuple);
+      EXPECT_EQ(first.kind, Kind::pending);
+      auto [ec2, second] = co_await requests.async_run(
+          key, "fp", down.work(io, redis_lock::Outcome::decided(charged())), tuple);
+      EXPECT_FALSE(ec2);
+      EXPECT_EQ(second.kind, Kind::executed);
+      EXPECT_EQ(second.attempt, spent ? 2u : 1u);
+      EXPECT_EQ(second.downstream_key, key + (spent ? "/2" : "/1"));
+    }());
+    EXPECT_EQ(down.calls, 2);
+    EXPECT_EQ(down.sent[key + "/1"], spent ? 1 : 2);
+  }
+}
+
+TEST(Idempotency, AWorkThatDidNotHappenIsSentAgainByTheNextRequestUnderTheSameKey) {
+  asio::io_context io;
+  LockManager locks(io.get_executor(), shared_server_config());
+  Downstream down;
+  int asked = 0;
+  IdempotentRequests requests(locks, resolve_as(redis_lock::Outcome::unknown(), &asked), quick());
+  const auto key = unique_resource("order");
+  run_co(io, [&]() -> asio::awaitable<void> {
+    auto [ec, first] = co_await requests.async_run(
+        key, "fp", down.work(io, redis_lock::Outcome::not_executed()), tuple);
+    EXPECT_FALSE(ec);
+    EXPECT_EQ(first.kind, Kind::not_executed);
+    auto [ec2, second] = co_await requests.async_run(
+        key, "fp", down.work(io, redis_lock::Outcome::decided(charged())), tuple);
+    EXPECT_EQ(second.kind, Kind::executed);
+    EXPECT_EQ(second.downstream_key, key + "/1");
+  }());
+  EXPECT_EQ(asked, 0) << "a void attempt needs no lookup";
+  EXPECT_EQ(down.sent[key + "/1"], 2);
+}
+
+TEST(Idempotency, AWorkPastItsDeadlineIsPendingAndItsLateDecisionIsRecorded) {
+  asio::io_context io;
+  LockManager locks(io.get_executor(), shared_server_config());
+  Downstream down;
+  auto options = quick();
+  options.lease = 600ms;
+  options.margin = 200ms;
+  IdempotentRequests requests(locks, resolve_as(redis_lock::Outcome::unknown()), options);
+  const auto key = unique_resource("order");
+  bool cancelled = false;
+  std::optional<Said> said;
+  const auto began = std::chrono::steady_clock::now();
+  requests.async_run(
+      key, "fp",
+      [&](const Attempt& a, AttemptHandler done) {
+        EXPECT_LE(a.deadline, began + 600ms);
+        auto slot = a.cancellation;  // (a copy: the slot is a handle)
+        slot.assign([&](asio::cancellation_type) { cancelled = true; });
+        auto t = std::make_shared<asio::steady_timer>(io, 900ms);
+        t->async_wait(
+            [t, done](error_code) { done(redis_lock::Outcome::decided(charged("late"))); });
+      },
+      [&](error_code ec, RunResult r) { said.emplace(ec, r); });
+  ASSERT_TRUE(run_until(io, [&] { return said.has_value(); }));
+  const auto& [ec, r] = *said;
+  EXPECT_FALSE(ec);
+  EXPECT_EQ(r.kind, Kind::pending);
+  EXPECT_LT(std::chrono::steady_clock::now(), began + 900ms) << "told at the deadline";
+  EXPECT_TRUE(cancelled) << "the attempt's cancellation was emitted at its deadline";
+  // The late answer is the downstream's for that attempt's key: recorded.
+  std::optional<RunResult> replay;
+  ASSERT_TRUE(run_until(io, [&] {
+    if (replay && replay->kind == Kind::replayed) return true;
+    replay.reset();
+    requests.async_run(key, "fp", down.work(io, redis_lock::Outcome::unknown()),
+                       [&](error_code, RunResult again) { replay = again; });
+    run_until(
+        io, [&] { return replay.has_value(); }, 2s);
+    return replay && replay->kind == Kind::replayed;
+  }));
+  EXPECT_EQ(replay->response, charged("late"));
+}
+
+TEST(Idempotency, TheReconcilerResolvesDueAttemptsAndEscalatesPastTheBound) {
+  asio::io_context io;
+  const auto cfg = shared_server_config();
+  LockManager locks(io.get_executor(), cfg);
+  // A store prefix of its own: this reconciler sees only this test's attempts.
+  ManagerOptions store_options;
+  store_options.key_prefix = unique_resource("store") + ":";
+  LockManager store(io.get_executor(), cfg, store_options);
+  Downstream down;
+  auto options = quick();
+  options.first_look = 50ms;
+  options.shards = 4;
+  std::map<std::string, redis_lock::Outcome> truth;  // what resolve finds, per downstream key
+  int asked = 0;
+  IdempotentRequests requests(
+      locks, store,
+      [&](const Attempt& a, AttemptHandler done) {
+        ++asked;
+        done(truth.count(a.downstream_key) ? truth[a.downstream_key]
+                                           : redis_lock::Outcome::unknown());
+      },
+      options);
+  const auto decided = unique_resource("a"), never = unique_resource("b"),
+             unknown = unique_resource("c");
+  run_co(io, [&]() -> asio::awaitable<void> {
+    for (const auto& key : {decided, never, unknown}) {
+      auto [ec, r] = co_await requests.async_run(
+          key, "fp", down.work(io, redis_lock::Outcome::unknown()), tuple);
+      EXPECT_EQ(r.kind, Kind::pending);
+    }
+    truth[decided + "/1"] = redis_lock::Outcome::decided(charged());
+    truth[never + "/1"] = redis_lock::Outcome::not_executed();
+    co_await sleep_for(100ms);  // past the first look
+    auto [ec, report] = co_await requests.async_reconcile(asio::as_tuple(asio::use_awaitable));
+    EXPECT_FALSE(ec) << ec.message();
+    EXPECT_EQ(report.looked, 3u);
+    EXPECT_EQ(report.decided, 1u);
+    EXPECT_EQ(report.voided, 1u);
+    EXPECT_EQ(report.pending, 1u);
+    // Nothing is due again before its next look (twice as late).
+    auto [ec2, quiet] = co_await requests.async_reconcile(asio::as_tuple(asio::use_awaitable));
+    EXPECT_EQ(quiet.looked, 0u);
+    auto [ec3, replay] = co_await requests.async_run(
+        decided, "fp", down.work(io, redis_lock::Outcome::unknown()), tuple);
+    EXPECT_EQ(replay.kind, Kind::replayed);
+    EXPECT_EQ(replay.response, charged());
+  }());
+  EXPECT_EQ(down.calls, 3) << "the reconciler sends nothing";
+
+  // Past the bound, the still unknown one is escalated, and every request is told so.
+  options.escalate_after = 1ms;
+  IdempotentRequests strict(locks, store, resolve_as(redis_lock::Outcome::unknown()), options);
+  run_co(io, [&]() -> asio::awaitable<void> {
+    co_await sleep_for(250ms);  // past the second look
+    auto [ec, report] = co_await strict.async_reconcile(asio::as_tuple(asio::use_awaitable));
+    EXPECT_EQ(report.looked, 1u);
+    EXPECT_EQ(report.escalated, 1u);
+    auto [ec2, r] = co_await strict.async_run(unknown, "fp",
+                                              down.work(io, redis_lock::Outcome::unknown()), tuple);
+    EXPECT_EQ(r.kind, Kind::escalated);
+  }());
+  EXPECT_EQ(down.calls, 3);
+}
+
+TEST(Idempotency, BadInputIsRefusedBeforeAnythingIsSent) {
+  asio::io_context io;
+  LockManager locks(io.get_executor(), shared_server_config());
+  Downstream down;
+  IdempotentRequests requests(locks, resolve_as(redis_lock::Outcome::unknown()), quick());
+  const std::pair<std::string, std::string> bad[] = {
+      {"", "fp"}, {"a/b", "fp"}, {std::string(257, 'k'), "fp"}, {"k", std::string(257, 'f')}};
+  int told = 0;
+  for (const auto& [key, fp] : bad) {
+    requests.async_run(key, fp, down.work(io, redis_lock::Outcome::unknown()),
+                       [&](error_code ec, RunResult) {
+                         EXPECT_EQ(ec, error::invalid_argument);
+                         ++told;
+                       });
+  }
+  requests.async_run("k", "fp", AttemptFunction{}, [&](error_code ec, RunResult) {
+    EXPECT_EQ(ec, error::invalid_argument);
+    ++told;
+  });
+  EXPECT_EQ(told, 0) << "never inside the initiating call";
+  ASSERT_TRUE(run_until(io, [&] { return told == 5; }));
+  EXPECT_EQ(down.calls, 0);
+
+  IdempotencyOptions wrong = quick();
+  wrong.margin = wrong.lease;
+  IdempotentRequests misconfigured(locks, resolve_as(redis_lock::Outcome::unknown()), wrong);
+  std::optional<error_code> said;
+  misconfigured.async_run("k", "fp", down.work(io, redis_lock::Outcome::unknown()),
+                          [&](error_code ec, RunResult) { said = ec; });
+  ASSERT_TRUE(run_until(io, [&] { return said.has_value(); }));
+  EXPECT_EQ(*said, error::invalid_argument);
+}
+
+TEST(Idempotency, AStoreThatIsNotDurableIsRefusedWithTheSettingToChange) {
+  asio::io_context io;
+  RedisServer loose({"--appendonly", "yes", "--appendfsync", "everysec"});
+  RedisServer durable({"--appendonly", "yes", "--appendfsync", "always"});
+  LockManager locks(io.get_executor(), shared_server_config());
+  LockManager loose_store(io.get_executor(), loose.config());
+  LockManager durable_store(io.get_executor(), durable.config());
+  Downstream down;
+  IdempotencyOptions checked = quick();
+  checked.unchecked_store = false;
+  IdempotentRequests refused(locks, loose_store, resolve_as(redis_lock::Outcome::unknown()),
+                             checked);
+  IdempotentRequests accepted(locks, durable_store, resolve_as(redis_lock::Outcome::unknown()),
+                              checked);
+  const auto key = unique_resource("order");
+  run_co(io, [&]() -> asio::awaitable<void> {
+    auto [ec, r] = co_await refused.async_run(
+        key, "fp", down.work(io, redis_lock::Outcome::decided(charged())), tuple);
+    EXPECT_EQ(ec, error::store_not_durable);
+    EXPECT_EQ(refused.store_problem(), "appendfsync is everysec, wants always");
+    auto [ec2, r2] = co_await accepted.async_run(
+        key, "fp", down.work(io, redis_lock::Outcome::decided(charged())), tuple);
+    EXPECT_FALSE(ec2) << ec2.message();
+    EXPECT_EQ(r2.kind, Kind::executed);
+    EXPECT_EQ(accepted.store_problem(), "");
+  }());
+  EXPECT_EQ(down.calls, 1);
+}
+
+TEST(Idempotency, AStoreThatRefusesWritesFailsTheRunBeforeTheWork) {
+  asio::io_context io;
+  RedisServer store_server;
+  LockManager locks(io.get_executor(), shared_server_config());
+  LockManager store(io.get_executor(), store_server.config());
+  Downstream down;
+  IdempotentRequests requests(locks, store, resolve_as(redis_lock::Outcome::unknown()), quick());
+  const auto key = unique_resource("order");
+  ASSERT_EQ(store_server.command({"CONFIG", "SET", "maxmemory", "1"}), "OK");
+  run_co(io, [&]() -> asio::awaitable<void> {
+    auto [ec, r] = co_await requests.async_run(
+        key, "fp", down.work(io, redis_lock::Outcome::decided(charged())), tuple);
+    EXPECT_EQ(ec, error::out_of_memory) << ec.message();
+  }());
+  EXPECT_EQ(down.calls, 0);
+  ASSERT_EQ(store_server.command({"CONFIG", "SET", "maxmemory", "0"}), "OK");
+  EXPECT_EQ(store_server.command({"DBSIZE"}), "0") << "nothing recorded half-way";
+  // The key's lock was released: the next request runs at once.
+  run_co(io, [&]() -> asio::awaitable<void> {
+    auto [ec, r] = co_await requests.async_run(
+        key, "fp", down.work(io, redis_lock::Outcome::decided(charged())), tuple);
+    EXPECT_FALSE(ec) << ec.message();
+    EXPECT_EQ(r.kind, Kind::executed);
+  }());
+}

@@ -1,0 +1,239 @@
+// SPDX-License-Identifier: MIT
+// One idempotent request's run without a server (src/idempotency_run.hpp): every path from
+// the look to the finish, as the driver would feed it.
+#include "idempotency_run.hpp"
+
+#include <redis_lock/error.hpp>
+
+#include <gtest/gtest.h>
+
+using namespace redis_lock;
+using namespace redis_lock::detail::idempotency;
+using Kind = RunResult::Kind;
+
+namespace {
+
+constexpr std::uint64_t fence = 1'800'000'000'000'000'000ull;
+
+RunSettings settings(bool reconcile = false) {
+  RunSettings s;
+  s.reconcile = reconcile;
+  s.first_look_ms = 30'000;
+  s.look_cap_ms = 300'000;
+  s.escalate_after_ms = 3'600'000;
+  return s;
+}
+
+StoreReply reply(std::string word, State state, std::string fp = "fp", std::uint32_t attempt = 1,
+                 std::int64_t began = 1'000, std::int64_t now = 2'000) {
+  StoreReply r;
+  r.word = std::move(word);
+  r.record.state = state;
+  if (state != State::none) {
+    r.record.fingerprint = std::move(fp);
+    r.record.attempt = attempt;
+    r.record.downstream_key = downstream_key_of("k", attempt);
+    r.record.fence = fence;
+    r.record.began_ms = began;
+  }
+  if (state == State::decided) {
+    r.record.status = 201;
+    r.record.body = "stored";
+    r.record.external_id = "ch_1";
+  }
+  r.now_ms = now;
+  return r;
+}
+
+/// A run to its begin: looked (nothing), locked.
+RunFsm begun_run(const StoreReply& begin, bool reconcile = false, Step* step = nullptr) {
+  RunFsm fsm("k", reconcile ? "" : "fp", settings(reconcile));
+  if (!reconcile) {
+    EXPECT_EQ(fsm.start().step, Step::look);
+    EXPECT_EQ(fsm.looked({}, reply("look", State::none)).step, Step::lock);
+  } else {
+    EXPECT_EQ(fsm.start().step, Step::lock);
+  }
+  EXPECT_EQ(fsm.locked({}, true, fence).step, Step::begin);
+  const auto a = fsm.begun({}, begin);
+  if (step) *step = a.step;
+  return fsm;
+}
+
+Response charged() { return Response{201, "charged", "ch_9"}; }
+
+}  // namespace
+
+TEST(IdempotencyRun, ADecidedKeyIsReplayedFromTheLookWithoutTheLock) {
+  RunFsm fsm("k", "fp", settings());
+  ASSERT_EQ(fsm.start().step, Step::look);
+  EXPECT_EQ(fsm.looked({}, reply("look", State::decided)).step, Step::finish);
+  EXPECT_FALSE(fsm.holding());
+  EXPECT_EQ(fsm.result().kind, Kind::replayed);
+  EXPECT_EQ(fsm.result().response, (Response{201, "stored", "ch_1"}));
+  EXPECT_EQ(fsm.result().downstream_key, "k/1");
+}
+
+TEST(IdempotencyRun, TheLookAnswersAMismatchOrAnEscalationWithoutTheLock) {
+  for (const State s : {State::running, State::void_, State::decided, State::escalated}) {
+    RunFsm fsm("k", "fp", settings());
+    fsm.start();
+    EXPECT_EQ(fsm.looked({}, reply("look", s, "other")).step, Step::finish);
+    EXPECT_EQ(fsm.result().kind, Kind::mismatch) << static_cast<int>(s);
+    EXPECT_TRUE(fsm.result().response.body.empty()) << "another request's response is never told";
+  }
+  RunFsm fsm("k", "fp", settings());
+  fsm.start();
+  EXPECT_EQ(fsm.looked({}, reply("look", State::escalated)).step, Step::finish);
+  EXPECT_EQ(fsm.result().kind, Kind::escalated);
+}
+
+TEST(IdempotencyRun, AStoreErrorBeforeTheWorkEndsTheRunWithNothingSent) {
+  RunFsm looked("k", "fp", settings());
+  looked.start();
+  EXPECT_EQ(looked.looked(error::read_only, {}).step, Step::finish);
+  EXPECT_EQ(looked.error(), error::read_only);
+
+  RunFsm refused("k", "fp", settings());
+  refused.start();
+  refused.looked({}, reply("look", State::none));
+  refused.locked({}, true, fence);
+  EXPECT_EQ(refused.begun(error::out_of_memory, {}).step, Step::finish);
+  EXPECT_EQ(refused.error(), error::out_of_memory);
+  EXPECT_TRUE(refused.holding()) << "the finish releases the lock";
+}
+
+TEST(IdempotencyRun, AHeldKeyIsBusy) {
+  RunFsm fsm("k", "fp", settings());
+  fsm.start();
+  fsm.looked({}, reply("look", State::running));
+  EXPECT_EQ(fsm.locked({}, false, 0).step, Step::finish);
+  EXPECT_EQ(fsm.result().kind, Kind::busy);
+  EXPECT_FALSE(fsm.holding());
+}
+
+TEST(IdempotencyRun, ANewAttemptIsWorkedAndItsDecisionRecorded) {
+  for (const char* word : {"created", "restarted"}) {
+    Step step{};
+    auto fsm = begun_run(reply(word, State::running), false, &step);
+    ASSERT_EQ(step, Step::work) << word;
+    EXPECT_EQ(fsm.downstream_key(), "k/1");
+    EXPECT_EQ(fsm.fence(), fence);
+    ASSERT_EQ(fsm.learnt(Outcome::decided(charged())).step, Step::decide);
+    EXPECT_EQ(fsm.response(), charged());
+    EXPECT_EQ(fsm.stored({}, reply("recorded", State::decided)).step, Step::finish);
+    EXPECT_EQ(fsm.result().kind, Kind::executed);
+    EXPECT_EQ(fsm.result().response, charged());
+  }
+}
+
+TEST(IdempotencyRun, ADecisionRecordedBeforeIsReplayedAndAFailedRecordStillTellsTheTruth) {
+  auto already = begun_run(reply("created", State::running));
+  already.learnt(Outcome::decided(charged()));
+  already.stored({}, reply("already", State::decided));
+  EXPECT_EQ(already.result().kind, Kind::replayed);
+  EXPECT_EQ(already.result().response, (Response{201, "stored", "ch_1"}));
+
+  auto lost = begun_run(reply("created", State::running));
+  lost.learnt(Outcome::decided(charged()));
+  EXPECT_EQ(lost.stored(error::connection_lost, {}).step, Step::finish);
+  EXPECT_FALSE(lost.error()) << "the work decided: the caller is told, a resolve records it";
+  EXPECT_EQ(lost.result().kind, Kind::executed);
+  EXPECT_EQ(lost.result().response, charged());
+}
+
+TEST(IdempotencyRun, AWorkThatDidNotHappenVoidsItsAttempt) {
+  auto fsm = begun_run(reply("created", State::running));
+  EXPECT_EQ(fsm.learnt(Outcome::not_executed()).step, Step::void_);
+  EXPECT_EQ(fsm.stored({}, reply("done", State::void_)).step, Step::finish);
+  EXPECT_EQ(fsm.result().kind, Kind::not_executed);
+
+  auto lost = begun_run(reply("created", State::running));
+  lost.learnt(Outcome::not_executed());
+  lost.stored({}, reply("refused", State::running));
+  EXPECT_EQ(lost.error(), error::lock_lost);
+}
+
+TEST(IdempotencyRun, AnUnknownOutcomeIsDeferredAndSaysWhenToAskAgain) {
+  auto fsm = begun_run(reply("created", State::running));
+  ASSERT_EQ(fsm.learnt(Outcome::unknown()).step, Step::defer);
+  auto deferred = reply("done", State::running);
+  deferred.now_ms = 10'000;
+  deferred.extra = "40000";
+  EXPECT_EQ(fsm.stored({}, deferred).step, Step::finish);
+  EXPECT_EQ(fsm.result().kind, Kind::pending);
+  EXPECT_EQ(fsm.result().retry_after, std::chrono::milliseconds(30'000));
+  EXPECT_EQ(fsm.result().downstream_key, "k/1");
+}
+
+TEST(IdempotencyRun, AResumedAttemptIsResolvedBeforeAnythingIsSent) {
+  Step step{};
+  auto fsm = begun_run(reply("resumed", State::running), false, &step);
+  EXPECT_EQ(step, Step::resolve) << "never a blind resend";
+  // Nothing happened under its key: it is sent again, the same attempt and key.
+  EXPECT_EQ(fsm.learnt(Outcome::not_executed()).step, Step::work);
+  EXPECT_EQ(fsm.downstream_key(), "k/1");
+  EXPECT_EQ(fsm.learnt(Outcome::decided(charged())).step, Step::decide);
+
+  auto decided = begun_run(reply("resumed", State::running));
+  EXPECT_EQ(decided.learnt(Outcome::decided(charged())).step, Step::decide);
+
+  auto spent = begun_run(reply("resumed", State::running));
+  ASSERT_EQ(spent.learnt(Outcome::key_spent()).step, Step::next);
+  EXPECT_EQ(spent.stored({}, reply("done", State::running, "fp", 2)).step, Step::work);
+  EXPECT_EQ(spent.attempt(), 2u);
+  EXPECT_EQ(spent.downstream_key(), "k/2");
+}
+
+TEST(IdempotencyRun, AWorksKeySpentIsResolvedNotTakenForNothingHappened) {
+  auto fsm = begun_run(reply("created", State::running));
+  EXPECT_EQ(fsm.learnt(Outcome::key_spent()).step, Step::resolve);
+}
+
+TEST(IdempotencyRun, AnUnknownOutcomePastTheBoundIsEscalated) {
+  auto old = begun_run(reply("resumed", State::running, "fp", 1, 0, 3'600'000));
+  ASSERT_EQ(old.learnt(Outcome::unknown()).step, Step::escalate);
+  EXPECT_EQ(old.stored({}, reply("done", State::escalated)).step, Step::finish);
+  EXPECT_EQ(old.result().kind, Kind::escalated);
+
+  // The store's clock disagrees (its age is measured there): deferred instead.
+  auto young = begun_run(reply("resumed", State::running, "fp", 1, 0, 3'600'000));
+  young.learnt(Outcome::unknown());
+  EXPECT_EQ(young.stored({}, reply("too_young", State::running)).step, Step::defer);
+
+  auto fresh = begun_run(reply("resumed", State::running, "fp", 1, 0, 3'599'999));
+  EXPECT_EQ(fresh.learnt(Outcome::unknown()).step, Step::defer);
+}
+
+TEST(IdempotencyRun, TheBeginsOtherAnswersFinishUnderTheLock) {
+  const std::pair<const char*, Kind> told[] = {
+      {"replay", Kind::replayed}, {"mismatch", Kind::mismatch}, {"escalated", Kind::escalated}};
+  for (const auto& [word, kind] : told) {
+    Step step{};
+    auto fsm = begun_run(reply(word, State::decided), false, &step);
+    EXPECT_EQ(step, Step::finish) << word;
+    EXPECT_EQ(fsm.result().kind, kind) << word;
+    EXPECT_TRUE(fsm.holding());
+  }
+  auto stale = begun_run(reply("stale", State::running));
+  EXPECT_EQ(stale.error(), error::lock_lost);
+}
+
+TEST(IdempotencyRun, TheReconcilerResolvesButNeverSends) {
+  Step step{};
+  auto fsm = begun_run(reply("resumed", State::running, ""), true, &step);
+  ASSERT_EQ(step, Step::resolve);
+  EXPECT_EQ(fsm.learnt(Outcome::not_executed()).step, Step::void_) << "the next request sends it";
+
+  auto spent = begun_run(reply("resumed", State::running), true);
+  ASSERT_EQ(spent.learnt(Outcome::key_spent()).step, Step::next);
+  EXPECT_EQ(spent.stored({}, reply("done", State::running, "fp", 2)).step, Step::void_);
+  EXPECT_EQ(spent.stored({}, reply("done", State::void_, "fp", 2)).step, Step::finish);
+  EXPECT_EQ(spent.result().kind, Kind::not_executed);
+
+  for (const char* word : {"none", "void"}) {
+    auto absent = begun_run(reply(word, State::none), true, &step);
+    EXPECT_EQ(step, Step::finish);
+    EXPECT_EQ(absent.result().kind, Kind::absent);
+  }
+}
