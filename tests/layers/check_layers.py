@@ -36,7 +36,7 @@ def layer_of_include(name: str):
 
 # The facade starts ops; ops never reach back into it (they share the Engine, engine.hpp).
 FACADE = "lock_service.hpp"
-FACADE_USERS = {"lock_service", "lock", "election"}
+FACADE_USERS = {"lock_service", "lock", "election", "idempotency"}
 
 
 def main() -> int:

@@ -48,6 +48,7 @@ constexpr Expected every_code[] = {
     {error::limit_mismatch, "another limit", "limit_mismatch"},
     {error::server_unsupported, "Redis >= 7.0", "server_unsupported"},
     {error::server_evicts, "evicts keys", "server_evicts"},
+    {error::store_not_durable, "appendfsync always", "store_not_durable"},
 };
 
 }  // namespace
