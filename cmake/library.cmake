@@ -35,6 +35,15 @@ foreach(name acquire release extend raise_fence acquire_set release_set extend_s
   # a client not yet authenticated, before its NOAUTH): blanked, so line numbers still match.
   string(REGEX REPLACE "\n[ \t]*--[^\n]*" "\n" _body "\n${_body}")
   string(SUBSTRING "${_body}" 1 -1 _body)
+  # The idempotent requests' scripts say their flags to EVAL too (Redis 7's shebang): a
+  # client that cannot call the library still records an outcome on a full store (their
+  # first command is a read, so EVAL's "a script that has written first" does not apply),
+  # and still reads a record on one.
+  if(name MATCHES "^idem_(void|escalate|defer|decide|due)$")
+    string(PREPEND _body "#!lua flags=allow-oom\n")
+  elseif(name STREQUAL "idem_look")
+    string(PREPEND _body "#!lua flags=no-writes\n")
+  endif()
   string(SHA1 _sha "${_body}")
   # The same script as a function of the library below: its own part only, first.lua's and
   # shared.lua's functions being defined once, when the library loads. What they keep for
@@ -49,12 +58,12 @@ foreach(name acquire release extend raise_fence acquire_set release_set extend_s
   # acquire is refused then, before it writes anything. A look writes nothing: it runs
   # wherever a read does (a replica, a server refusing writes). Of the idempotent requests'
   # scripts, those that record what an attempt that began learnt run out of memory too (the
-  # outcome of work done must not be lost); a begin or a next attempt is refused before
-  # anything is sent downstream.
+  # outcome of work done must not be lost), and the reconciler's claim of due keys (it only
+  # moves scores); a begin or a next attempt is refused before anything is sent downstream.
   set(_flags "")
-  if(name MATCHES "^(release|release_set|extend|extend_set|force_release|idem_void|idem_escalate|idem_defer|idem_decide)$")
+  if(name MATCHES "^(release|release_set|extend|extend_set|force_release|idem_void|idem_escalate|idem_defer|idem_decide|idem_due)$")
     set(_flags ", flags = {'allow-oom'}")
-  elseif(name MATCHES "^(inspect|idem_look|idem_due)$")
+  elseif(name MATCHES "^(inspect|idem_look)$")
     set(_flags ", flags = {'no-writes'}")
   endif()
   string(APPEND _rl_library_functions

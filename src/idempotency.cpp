@@ -83,6 +83,19 @@ namespace {
 
 using Done = std::function<void(error_code, RunResult)>;
 
+/// Where an attempt's answer stands (on the op's strand).
+enum class Asked { waiting, answered, timed_out };
+
+/// What recording a late answer needs, without the op.
+struct LateAnswer {
+  std::shared_ptr<detail::IdempotencyShared> shared;
+  std::string key;
+  std::string fingerprint;
+  std::uint32_t attempt;
+  std::string downstream_key;
+  void record(const AttemptOutcome& outcome, detail::idempotency::StoreHandler done) const;
+};
+
 /// One run (or one reconciler's look at one key): RunFsm's driver, on a strand of its own.
 struct RunOp : std::enable_shared_from_this<RunOp> {
   RunOp(std::shared_ptr<detail::IdempotencyShared> s, std::string key, std::string fingerprint,
@@ -99,10 +112,16 @@ struct RunOp : std::enable_shared_from_this<RunOp> {
   Done done;
   asio::strand<asio::any_io_executor> strand;
   LockGuard guard;
-  std::optional<asio::steady_timer> timer;
+  std::optional<asio::steady_timer> timer;       // the attempt's deadline
+  std::optional<asio::steady_timer> hold_timer;  // the lease's end, past a deadline
   std::shared_ptr<asio::cancellation_signal> signal;
-  std::shared_ptr<std::atomic<bool>> answered;  // the current attempt's answer came (or timed out)
-  error_code override_error;                    // a decided response over the bound
+  std::shared_ptr<Asked> asked;  // the current attempt's
+  error_code override_error;     // a decided response over the bound
+  // For the observer.
+  std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
+  int works = 0;
+  int resolves = 0;
+  bool timed_out = false;
 
   auto& calls() { return *shared->calls; }
 
@@ -116,10 +135,32 @@ struct RunOp : std::enable_shared_from_this<RunOp> {
 
   void act(Action a);
   void ask(bool resolving);
-  void answer(const std::shared_ptr<std::atomic<bool>>& which, Outcome outcome);
-  void record_late(Outcome outcome);
+  void answer(const std::shared_ptr<Asked>& which, AttemptOutcome outcome);
+  void let_go();
   void finish();
+  void report(error_code ec);
 };
+
+void RunOp::report(error_code ec) {
+  auto& locks = *shared->locks;
+  if (!locks.observer() || !locks.alive()) return;
+  IdempotencyEvent e{};
+  e.reconciler = fsm.settings().reconcile;
+  e.result = fsm.result().kind;
+  e.error = ec;
+  e.attempt = ec ? fsm.attempt() : fsm.result().attempt;
+  e.works = works;
+  e.resolves = resolves;
+  e.timed_out = timed_out;
+  e.latency = std::chrono::steady_clock::now() - started;
+  // On the lock manager's strand, as its own events (one call at a time per manager).
+  locks.on_strand([service = shared->locks, e, key = fsm.key()]() mutable {
+    if (auto* observer = service->observer()) {
+      e.key = key;
+      observer->on_idempotency(e);
+    }
+  });
+}
 
 void RunOp::act(Action a) {
   const auto& key = fsm.key();
@@ -197,57 +238,103 @@ void RunOp::ask(bool resolving) {
   if (std::chrono::steady_clock::now() >= attempt.deadline || !function) {
     // No time left to send anything (or nothing to ask): an unsent work did not happen; an
     // unasked resolve learnt nothing.
-    return act(fsm.learnt(resolving ? Outcome::unknown() : Outcome::not_executed()));
+    return act(fsm.learnt(resolving ? AttemptOutcome::unknown() : AttemptOutcome::not_executed()));
   }
+  ++(resolving ? resolves : works);
   signal = std::make_shared<asio::cancellation_signal>();
   attempt.cancellation = signal->slot();
-  const auto which = std::make_shared<std::atomic<bool>>(false);
-  answered = which;
+  attempt.executor = strand;
+  const auto which = std::make_shared<Asked>();
+  asked = which;
   timer.emplace(strand, attempt.deadline);
   timer->async_wait([self = shared_from_this(), which](error_code ec) {
-    if (ec || which->exchange(true)) return;
-    // The deadline: the attempt's outcome is unknown (it may have been sent). Its answer,
-    // if it comes, is recorded if it is a decision (record_late).
+    if (ec || *which != Asked::waiting) return;
+    // The deadline: the attempt's outcome is unknown (it may have been sent). The caller is
+    // told pending; the lock stays held until the answer or the lease's end, so that nobody
+    // resolves the attempt while it may still be on its way. Its answer, if it comes, is
+    // recorded if it is a decision (answer()).
+    *which = Asked::timed_out;
+    self->timed_out = true;
     self->signal->emit(asio::cancellation_type::terminal);
-    self->act(self->fsm.learnt(Outcome::unknown()));
+    self->act(self->fsm.learnt(AttemptOutcome::unknown()));
   });
-  function(attempt, [self = shared_from_this(), which](Outcome outcome) {
-    asio::post(self->strand, [self, which, outcome = std::move(outcome)]() mutable {
-      self->answer(which, std::move(outcome));
-    });
+  // The handler holds the op weakly: an answer that never comes must not keep it (and its
+  // timer and strand) alive past the io_context. One that comes once the op is gone (the
+  // lease ended) still records a decision for its attempt's key.
+  auto late = std::make_shared<LateAnswer>(
+      LateAnswer{shared, fsm.key(), fsm.fingerprint(), fsm.attempt(), fsm.downstream_key()});
+  function(attempt, [weak = weak_from_this(), which, late](AttemptOutcome outcome) {
+    if (!late->shared->alive->load()) return;  // the context shut down: dropped
+    if (auto self = weak.lock()) {
+      asio::post(self->strand, [self, which, outcome = std::move(outcome)]() mutable {
+        self->answer(which, std::move(outcome));
+      });
+    } else {
+      late->record(outcome, [](error_code, StoreReply) {});
+    }
   });
 }
 
-void RunOp::answer(const std::shared_ptr<std::atomic<bool>>& which, Outcome outcome) {
+void LateAnswer::record(const AttemptOutcome& outcome,
+                        detail::idempotency::StoreHandler done) const {
+  const auto& r = outcome.response;
+  if (outcome.kind != AttemptOutcome::Kind::decided ||
+      r.body.size() + r.external_id.size() > shared->options.max_response_bytes) {
+    return done({}, StoreReply{});
+  }
+  // Keyed, not fenced: recorded if that attempt is still the live one, refused otherwise.
+  shared->calls->decide(key, fingerprint, attempt, downstream_key, r.status, r.body, r.external_id,
+                        shared->options.retention.count(), std::move(done));
+}
+
+void RunOp::answer(const std::shared_ptr<Asked>& which, AttemptOutcome outcome) {
+  if (*which == Asked::answered) return;  // (an AttemptHandler called twice)
+  if (*which == Asked::timed_out) {
+    *which = Asked::answered;
+    // After the deadline: the caller was told pending. A decision is recorded, then the lock
+    // (still held, if the lease has not ended) is let go.
+    const LateAnswer late{shared, fsm.key(), fsm.fingerprint(), fsm.attempt(),
+                          fsm.downstream_key()};
+    return late.record(outcome,
+                       then([](RunOp& op, error_code, const StoreReply&) { op.let_go(); }));
+  }
+  *which = Asked::answered;
+  timer->cancel();
   const auto& o = shared->options;
-  if (outcome.kind == Outcome::Kind::decided &&
+  if (outcome.kind == AttemptOutcome::Kind::decided &&
       outcome.response.body.size() + outcome.response.external_id.size() > o.max_response_bytes) {
     // Not recorded half-way: the attempt stays unknown (a resolve may answer it smaller).
     override_error = error::invalid_argument;
-    outcome = Outcome::unknown();
+    outcome = AttemptOutcome::unknown();
   }
-  if (which->exchange(true)) return record_late(std::move(outcome));
-  if (which != answered) return;  // (not reached: one attempt at a time)
-  timer->cancel();
   act(fsm.learnt(outcome));
 }
 
-void RunOp::record_late(Outcome outcome) {
-  // A decision heard after the deadline is the downstream's for that attempt's key:
-  // recorded if that attempt is still the live one (keyed, not fenced), refused otherwise.
-  if (outcome.kind != Outcome::Kind::decided) return;
-  const auto& r = outcome.response;
-  calls().decide(fsm.key(), fsm.fingerprint(), fsm.attempt(), fsm.downstream_key(), r.status,
-                 r.body, r.external_id, shared->options.retention.count(),
-                 [](error_code, StoreReply) {});
+void RunOp::let_go() {
+  hold_timer.reset();
+  timer.reset();
+  if (!guard.owns_lock()) return;
+  guard.async_release(
+      asio::bind_executor(strand, [self = shared_from_this()](error_code, bool) {}));
 }
 
 void RunOp::finish() {
   auto complete = [self = shared_from_this()]() {
     auto ec = self->override_error ? self->override_error : self->fsm.error();
+    self->report(ec);
     auto d = std::move(self->done);
     if (d) d(ec, ec ? RunResult{} : self->fsm.result());
   };
+  if (asked && *asked == Asked::timed_out && guard.owns_lock()) {
+    // The attempt may still be on its way: the caller is told now, the lock is kept until
+    // its answer (answer()) or the lease's end.
+    hold_timer.emplace(strand, guard.valid_until());
+    hold_timer->async_wait([self = shared_from_this()](error_code ec) {
+      if (!ec) self->let_go();
+    });
+    return complete();
+  }
+  timer.reset();
   if (!guard.owns_lock()) return complete();
   guard.async_release(asio::bind_executor(
       strand, [complete = std::move(complete)](error_code, bool) mutable { complete(); }));
@@ -350,8 +437,11 @@ struct Round : std::enable_shared_from_this<Round> {
 
   void next_shard() {
     if (shard == shared->options.shards) return done(first_error, report);
+    // Claimed for a first look's time: a key this round cannot settle (held by a request, a
+    // failure) comes back after it, and lets the keys behind it through meanwhile.
     shared->calls->due(
-        shard++, 256, [self = shared_from_this()](error_code ec, detail::idempotency::DueKeys due) {
+        shard++, 256, shared->settings(true).first_look_ms,
+        [self = shared_from_this()](error_code ec, detail::idempotency::DueKeys due) {
           if (ec && !self->first_error) self->first_error = ec;
           self->keys = std::move(due.keys);
           self->at = 0;

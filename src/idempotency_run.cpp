@@ -19,7 +19,7 @@ Action RunFsm::tell(const Record& r, RunResult::Kind kind) {
   result_.attempt = r.attempt;
   result_.downstream_key = r.downstream_key;
   if (kind == RunResult::Kind::replayed) {
-    result_.response = Response{r.status, r.body, r.external_id};
+    result_.response = StoredResponse{r.status, r.body, r.external_id};
   }
   return finish(kind);
 }
@@ -75,6 +75,9 @@ Action RunFsm::begun(boost::system::error_code ec, const StoreReply& reply) {
   if (w == "stale") return fail(error::lock_lost);
   record_ = reply.record;
   store_now_ms_ = reply.now_ms;
+  // The reconciler knows no fingerprint: the record's is the one a decision rebuilds a lost
+  // record with.
+  if (settings_.reconcile) fingerprint_ = record_.fingerprint;
   if (w == "created" || w == "restarted") {
     waiting_for_ = Step::work;
     return {Step::work};
@@ -92,14 +95,14 @@ Action RunFsm::unknown_outcome() {
   return {waiting_for_};
 }
 
-Action RunFsm::learnt(const Outcome& outcome) {
+Action RunFsm::learnt(const AttemptOutcome& outcome) {
   const bool from_work = waiting_for_ == Step::work;
   switch (outcome.kind) {
-    case Outcome::Kind::decided:
+    case AttemptOutcome::Kind::decided:
       response_ = outcome.response;
       waiting_for_ = Step::decide;
       return {Step::decide};
-    case Outcome::Kind::not_executed:
+    case AttemptOutcome::Kind::not_executed:
       // Nothing happened under this attempt's key. Its holder sends it (again) now, or,
       // with nothing to send (the work's own refusal, the reconciler), marks it void.
       if (!from_work && !settings_.reconcile) {
@@ -109,7 +112,7 @@ Action RunFsm::learnt(const Outcome& outcome) {
       }
       waiting_for_ = Step::void_;
       return {Step::void_};
-    case Outcome::Kind::key_spent:
+    case AttemptOutcome::Kind::key_spent:
       // Only a resolve knows that nothing happened under any attempt: the work's "key used"
       // says nothing of what the key's first use did.
       if (from_work) {
@@ -118,7 +121,7 @@ Action RunFsm::learnt(const Outcome& outcome) {
       }
       waiting_for_ = Step::next;
       return {Step::next};
-    case Outcome::Kind::unknown:
+    case AttemptOutcome::Kind::unknown:
       break;
   }
   return unknown_outcome();
@@ -140,7 +143,9 @@ Action RunFsm::stored(boost::system::error_code ec, const StoreReply& reply) {
         return finish(RunResult::Kind::executed);
       }
       if (w == "already") return tell(reply.record, RunResult::Kind::replayed);
-      return finish(RunResult::Kind::pending);  // refused: another attempt is live
+      // Refused: another attempt is live (the record moved on while this one was out).
+      result_.retry_after = std::chrono::milliseconds(settings_.first_look_ms);
+      return finish(RunResult::Kind::pending);
     case Step::void_:
       if (ec) return fail(ec);
       if (w != "done") return fail(error::lock_lost);

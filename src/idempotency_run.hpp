@@ -55,7 +55,7 @@ class RunFsm {
   Action locked(boost::system::error_code ec, bool acquired, std::uint64_t fence);
   Action begun(boost::system::error_code ec, const StoreReply& reply);
   /// What the work (Step::work) or resolve (Step::resolve) said about the attempt.
-  Action learnt(const Outcome& outcome);
+  Action learnt(const AttemptOutcome& outcome);
   /// The answer to decide, void_, next, defer or escalate.
   Action stored(boost::system::error_code ec, const StoreReply& reply);
 
@@ -66,7 +66,7 @@ class RunFsm {
   const std::string& key() const noexcept { return key_; }
   const std::string& fingerprint() const noexcept { return fingerprint_; }
   /// Step::decide: what to record.
-  const Response& response() const noexcept { return response_; }
+  const StoredResponse& response() const noexcept { return response_; }
   const RunSettings& settings() const noexcept { return settings_; }
   /// Whether the lock is held (Step::finish releases it).
   bool holding() const noexcept { return holding_; }
@@ -88,7 +88,7 @@ class RunFsm {
   Record record_;
   std::int64_t store_now_ms_ = 0;  // the store's clock at the begin
   std::uint64_t fence_ = 0;
-  Response response_;
+  StoredResponse response_;
   Step waiting_for_ = Step::look;
   bool holding_ = false;
   bool resumed_ = false;

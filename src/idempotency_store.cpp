@@ -70,6 +70,8 @@ struct StoreOp final : ScriptOp {
 };
 
 void send_op(Engine& store, std::shared_ptr<StoreOp> op) {
+  // Once the context shut down, dropped, as Asio drops handlers (its strand is gone).
+  if (!store.alive()) return;
   store.on_strand([op = std::move(op)]() mutable {
     auto& service = *op->service;
     if (!service.running()) return;  // the context shut down: dropped, as Asio drops handlers
@@ -203,17 +205,18 @@ void StoreCalls::decide(const std::string& key, const std::string& fingerprint,
        3, std::move(done));
 }
 
-void StoreCalls::due(unsigned shard, std::size_t limit,
+void StoreCalls::due(unsigned shard, std::size_t limit, std::int64_t claim_ms,
                      std::function<void(error_code, DueKeys)> done) {
   auto op = std::make_shared<StoreOp>();
   op->service = store_;
   op->words = {shard_keys(store_->key_prefix(), shard).due,
-               to_decimal(static_cast<long long>(limit))};
+               to_decimal(static_cast<long long>(limit)), to_decimal(claim_ms)};
   op->slot = store_->slot_of(op->words[0]);
   op->script_body = idem_due_script.body;
   op->argc = 0;
   for (const auto w : {std::string_view("EVALSHA"), idem_due_script.sha1, std::string_view("1"),
-                       std::string_view(op->words[0]), std::string_view(op->words[1])}) {
+                       std::string_view(op->words[0]), std::string_view(op->words[1]),
+                       std::string_view(op->words[2])}) {
     op->argv[op->argc++] = w;
   }
   op->done = [store = store_, done = std::move(done)](error_code ec, Reply reply) {

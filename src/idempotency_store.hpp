@@ -80,7 +80,8 @@ class StoreCalls {
   void decide(const std::string& key, const std::string& fingerprint, std::uint32_t attempt,
               const std::string& downstream_key, int status, const std::string& body,
               const std::string& external_id, std::int64_t retention_ms, StoreHandler done);
-  void due(unsigned shard, std::size_t limit,
+  /// Claims up to `limit` due keys of `shard` for `claim_ms` (idem_due.lua).
+  void due(unsigned shard, std::size_t limit, std::int64_t claim_ms,
            std::function<void(boost::system::error_code, DueKeys)> done);
   /// CONFIG GET of what makes the store durable, on the node of each shard: what is missing
   /// ("appendonly is no, wants yes"); an error when it cannot be read (NOPERM).

@@ -32,12 +32,18 @@ struct Attempt {
   /// The key's lease ends soon after: answer before (an answer later is recorded if it is a
   /// decision, but the run has already said pending).
   std::chrono::steady_clock::time_point deadline;
-  /// Emitted (terminal) at the deadline: stop waiting, answer unknown if it may have been sent.
+  /// Emitted (terminal) at the deadline, on `executor`: stop waiting, answer unknown if it
+  /// may have been sent. Asio's rule for slots holds: assign (or clear) it only on
+  /// `executor`, e.g. in the work's call (which runs there) for an operation whose
+  /// completion handler is bound to `executor` (`asio::bind_executor(a.executor, ...)`).
   boost::asio::cancellation_slot cancellation;
+  /// The strand the work is called on and the cancellation emitted on.
+  boost::asio::any_io_executor executor;
 };
 
-/// Answers an attempt (once, from any thread).
-using AttemptHandler = std::function<void(Outcome)>;
+/// Answers an attempt (once, from any thread). An answer after the deadline is recorded if it
+/// is a decision (the key's lock is kept until it comes or the lease ends).
+using AttemptHandler = std::function<void(AttemptOutcome)>;
 /// The caller's work (send one attempt) or resolve (look up what happened to one).
 using AttemptFunction = std::function<void(const Attempt&, AttemptHandler)>;
 

@@ -15,16 +15,16 @@ namespace redis_lock {
 /// A decided response: what the downstream answered, replayed to every later request with
 /// the same key. `body` and `external_id` are any bytes (bounded by
 /// IdempotencyOptions::max_response_bytes together).
-struct Response {
+struct StoredResponse {
   int status = 0;           ///< e.g. an HTTP status
   std::string body;         ///< the response's bytes
   std::string external_id;  ///< the downstream's id of the effect (a charge id), if any
 
-  friend bool operator==(const Response&, const Response&) = default;
+  friend bool operator==(const StoredResponse&, const StoredResponse&) = default;
 };
 
 /// What an attempt's work, or a resolve of an attempt whose outcome was unknown, learnt.
-struct Outcome {
+struct AttemptOutcome {
   enum class Kind {
     decided,       ///< the downstream answered: `response` is final, recorded and replayed
     not_executed,  ///< the attempt certainly did not happen (refused before it was sent, or
@@ -34,12 +34,12 @@ struct Outcome {
                    ///< happened under any attempt: the next attempt, under a new key
   };
   Kind kind = Kind::unknown;
-  Response response;
+  StoredResponse response;
 
-  static Outcome decided(Response r) { return {Kind::decided, std::move(r)}; }
-  static Outcome not_executed() { return {Kind::not_executed, {}}; }
-  static Outcome unknown() { return {Kind::unknown, {}}; }
-  static Outcome key_spent() { return {Kind::key_spent, {}}; }
+  static AttemptOutcome decided(StoredResponse r) { return {Kind::decided, std::move(r)}; }
+  static AttemptOutcome not_executed() { return {Kind::not_executed, {}}; }
+  static AttemptOutcome unknown() { return {Kind::unknown, {}}; }
+  static AttemptOutcome key_spent() { return {Kind::key_spent, {}}; }
 };
 
 /// What IdempotentRequests::async_run (or one look of the reconciler) tells its caller.
@@ -56,7 +56,7 @@ struct RunResult {
     absent,        ///< the reconciler found nothing to look at (no record, or a void one)
   };
   Kind kind = Kind::absent;
-  Response response;                         ///< executed, replayed
+  StoredResponse response;                   ///< executed, replayed
   std::uint32_t attempt = 0;                 ///< the attempt the answer is about (0: none began)
   std::string downstream_key;                ///< its downstream key, `<key>/<attempt>`
   std::chrono::milliseconds retry_after{0};  ///< pending: when the reconciler looks next

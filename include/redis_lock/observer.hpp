@@ -2,6 +2,8 @@
 // Hooks for metrics and logs: what a LockManager did, as it happens.
 #pragma once
 
+#include <redis_lock/idempotency_types.hpp>
+
 #include <boost/system/error_code.hpp>
 
 #include <chrono>
@@ -163,6 +165,24 @@ struct ServerNotice {
   std::string_view text;
 };
 
+/// One idempotent request's run (`IdempotentRequests::async_run`) or one reconciler's look at
+/// a key (`async_reconcile`), reported when it completes to the observer of the component's
+/// lock manager (on that manager's strand, as its own events).
+struct IdempotencyEvent {
+  std::string_view key;  ///< the request's key
+  bool reconciler;       ///< a reconciler's look, not a request's run
+  /// What the caller was told (with no error): replayed, busy, mismatch, executed, pending
+  /// (an unknown outcome), not_executed, escalated, absent (the reconciler had nothing to do).
+  RunResult::Kind result;
+  boost::system::error_code error;  ///< the run failed (`result` then means nothing)
+  std::uint32_t attempt;            ///< the attempt it was about (0: none began)
+  int works;     ///< how many times the work was called (an attempt sent): 0 or 1, 2 after a
+                 ///< resolve said the first never happened or its key was spent
+  int resolves;  ///< how many times resolve was called (an unknown outcome looked up)
+  bool timed_out;  ///< the work or resolve had not answered by the attempt's deadline
+  std::chrono::steady_clock::duration latency;  ///< from the call to the completion
+};
+
 /// Receives what one or more LockManagers do. Install it with `ManagerOptions::observer`;
 /// without one (the default) the cost is one pointer test per event.
 ///
@@ -190,6 +210,8 @@ class Observer {
   /// A lock server's connect went on with something to say: it evicts keys (accepted), or
   /// whether it does is unknown (see ServerNotice).
   virtual void on_server_notice(const ServerNotice&) noexcept {}
+  /// An idempotent request's run or a reconciler's look completed (see IdempotencyEvent).
+  virtual void on_idempotency(const IdempotencyEvent&) noexcept {}
 };
 
 }  // namespace redis_lock

@@ -28,7 +28,7 @@ if r.state == '' then
   word = 'created'
 elseif r.state == 'void' then
   r.state, r.fence, r.began = 'running', ARGV[3], string.format('%d', now)
-  redis.call('HSET', KEYS[1], 'state', r.state, 'fence', r.fence, 'began', r.began)
+  redis.call('HSET', KEYS[1], 'state', r.state, 'fence', r.fence, 'began', r.began, 'retries', '0')
   redis.call('ZADD', KEYS[2], now + tonumber(ARGV[4]), ARGV[2])
   word = 'restarted'
 else

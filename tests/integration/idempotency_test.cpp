@@ -8,6 +8,7 @@
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
 
 #include <map>
 #include <memory>
@@ -27,7 +28,7 @@ struct Downstream {
   std::map<std::string, int> sent;
   int calls = 0;
   /// The work: records the attempt, then answers `outcome` after `delay` (on its executor).
-  AttemptFunction work(asio::io_context& io, redis_lock::Outcome outcome,
+  AttemptFunction work(asio::io_context& io, redis_lock::AttemptOutcome outcome,
                        std::chrono::milliseconds delay = 0ms) {
     return [this, &io, outcome, delay](const Attempt& a, AttemptHandler done) {
       ++calls;
@@ -38,7 +39,7 @@ struct Downstream {
   }
 };
 
-AttemptFunction resolve_as(redis_lock::Outcome outcome, int* asked = nullptr,
+AttemptFunction resolve_as(redis_lock::AttemptOutcome outcome, int* asked = nullptr,
                            std::string* key = nullptr) {
   return [=](const Attempt& a, AttemptHandler done) {
     if (asked) ++*asked;
@@ -47,7 +48,9 @@ AttemptFunction resolve_as(redis_lock::Outcome outcome, int* asked = nullptr,
   };
 }
 
-Response charged(std::string id = "ch_1") { return Response{201, "charged", std::move(id)}; }
+StoredResponse charged(std::string id = "ch_1") {
+  return StoredResponse{201, "charged", std::move(id)};
+}
 
 IdempotencyOptions quick() {
   IdempotencyOptions o;
@@ -65,11 +68,12 @@ TEST(Idempotency, TheSameRequestTenTimesAtOnceRunsItsWorkOnce) {
   Downstream down;
   auto options = quick();
   options.wait = 5s;  // the duplicates wait for the first, then replay its answer
-  IdempotentRequests requests(locks, resolve_as(redis_lock::Outcome::unknown()), options);
+  IdempotentRequests requests(locks, resolve_as(redis_lock::AttemptOutcome::unknown()), options);
   const auto key = unique_resource("order");
   std::vector<Said> said;
   for (int i = 0; i < 10; ++i) {
-    requests.async_run(key, "fp", down.work(io, redis_lock::Outcome::decided(charged()), 100ms),
+    requests.async_run(key, "fp",
+                       down.work(io, redis_lock::AttemptOutcome::decided(charged()), 100ms),
                        [&](error_code ec, RunResult r) { said.emplace_back(ec, r); });
   }
   ASSERT_TRUE(run_until(io, [&] { return said.size() == 10; }));
@@ -89,11 +93,12 @@ TEST(Idempotency, ADuplicateWithoutWaitIsBusyAndNothingRunsTwice) {
   asio::io_context io;
   LockManager locks(io.get_executor(), shared_server_config());
   Downstream down;
-  IdempotentRequests requests(locks, resolve_as(redis_lock::Outcome::unknown()), quick());
+  IdempotentRequests requests(locks, resolve_as(redis_lock::AttemptOutcome::unknown()), quick());
   const auto key = unique_resource("order");
   std::vector<Said> said;
   for (int i = 0; i < 5; ++i) {
-    requests.async_run(key, "fp", down.work(io, redis_lock::Outcome::decided(charged()), 300ms),
+    requests.async_run(key, "fp",
+                       down.work(io, redis_lock::AttemptOutcome::decided(charged()), 300ms),
                        [&](error_code ec, RunResult r) { said.emplace_back(ec, r); });
   }
   ASSERT_TRUE(run_until(io, [&] { return said.size() == 5; }));
@@ -115,22 +120,23 @@ TEST(Idempotency, ADecidedKeyIsReplayedWithoutItsLockAndAnotherFingerprintIsAMis
   LockManager locks(io.get_executor(), cfg);
   Downstream down;
   const auto options = quick();
-  IdempotentRequests requests(locks, resolve_as(redis_lock::Outcome::unknown()), options);
+  IdempotentRequests requests(locks, resolve_as(redis_lock::AttemptOutcome::unknown()), options);
   const auto key = unique_resource("order");
   run_co(io, [&]() -> asio::awaitable<void> {
     auto [ec, first] = co_await requests.async_run(
-        key, "fp", down.work(io, redis_lock::Outcome::decided(charged())), tuple);
+        key, "fp", down.work(io, redis_lock::AttemptOutcome::decided(charged())), tuple);
     EXPECT_FALSE(ec);
     EXPECT_EQ(first.kind, Kind::executed);
     // Somebody holds the key's lock for good: a replay does not need it.
     redis_command(cfg.port, {"SET", lease_key(options.lock_prefix + key), "other", "PX", "30000"});
     auto [ec2, again] = co_await requests.async_run(
-        key, "fp", down.work(io, redis_lock::Outcome::decided(charged("ch_2"))), tuple);
+        key, "fp", down.work(io, redis_lock::AttemptOutcome::decided(charged("ch_2"))), tuple);
     EXPECT_FALSE(ec2);
     EXPECT_EQ(again.kind, Kind::replayed);
     EXPECT_EQ(again.response, charged("ch_1"));
     auto [ec3, other] = co_await requests.async_run(
-        key, "another amount", down.work(io, redis_lock::Outcome::decided(charged())), tuple);
+        key, "another amount", down.work(io, redis_lock::AttemptOutcome::decided(charged())),
+        tuple);
     EXPECT_FALSE(ec3);
     EXPECT_EQ(other.kind, Kind::mismatch);
     EXPECT_TRUE(other.response.body.empty()) << "another request's response is never told";
@@ -146,17 +152,18 @@ TEST(Idempotency, AnUnknownOutcomeIsResolvedBeforeAnythingIsSentAgain) {
   int asked = 0;
   std::string asked_about;
   IdempotentRequests requests(
-      locks, resolve_as(redis_lock::Outcome::decided(charged()), &asked, &asked_about), quick());
+      locks, resolve_as(redis_lock::AttemptOutcome::decided(charged()), &asked, &asked_about),
+      quick());
   const auto key = unique_resource("order");
   run_co(io, [&]() -> asio::awaitable<void> {
     auto [ec, first] = co_await requests.async_run(
-        key, "fp", down.work(io, redis_lock::Outcome::unknown()), tuple);
+        key, "fp", down.work(io, redis_lock::AttemptOutcome::unknown()), tuple);
     EXPECT_FALSE(ec);
     EXPECT_EQ(first.kind, Kind::pending);
     EXPECT_GT(first.retry_after, 0ms);
     EXPECT_EQ(asked, 0);
     auto [ec2, second] = co_await requests.async_run(
-        key, "fp", down.work(io, redis_lock::Outcome::decided(charged("never"))), tuple);
+        key, "fp", down.work(io, redis_lock::AttemptOutcome::decided(charged("never"))), tuple);
     EXPECT_FALSE(ec2);
     EXPECT_EQ(second.kind, Kind::executed) << run_result_name(second.kind);
     EXPECT_EQ(second.response, charged()) << "the resolve's answer, not a second send";
@@ -172,17 +179,17 @@ TEST(Idempotency, NothingUnderTheKeySendsItAgainAndASpentKeyTheNextAttempt) {
   for (const bool spent : {false, true}) {
     SCOPED_TRACE(spent ? "key spent" : "not executed");
     Downstream down;
-    IdempotentRequests requests(
-        locks,
-        resolve_as(spent ? redis_lock::Outcome::key_spent() : redis_lock::Outcome::not_executed()),
-        quick());
+    IdempotentRequests requests(locks,
+                                resolve_as(spent ? redis_lock::AttemptOutcome::key_spent()
+                                                 : redis_lock::AttemptOutcome::not_executed()),
+                                quick());
     const auto key = unique_resource("order");
     run_co(io, [&]() -> asio::awaitable<void> {
       auto [ec, first] = co_await requests.async_run(
-          key, "fp", down.work(io, redis_lock::Outcome::unknown()), tuple);
+          key, "fp", down.work(io, redis_lock::AttemptOutcome::unknown()), tuple);
       EXPECT_EQ(first.kind, Kind::pending);
       auto [ec2, second] = co_await requests.async_run(
-          key, "fp", down.work(io, redis_lock::Outcome::decided(charged())), tuple);
+          key, "fp", down.work(io, redis_lock::AttemptOutcome::decided(charged())), tuple);
       EXPECT_FALSE(ec2);
       EXPECT_EQ(second.kind, Kind::executed);
       EXPECT_EQ(second.attempt, spent ? 2u : 1u);
@@ -198,15 +205,16 @@ TEST(Idempotency, AWorkThatDidNotHappenIsSentAgainByTheNextRequestUnderTheSameKe
   LockManager locks(io.get_executor(), shared_server_config());
   Downstream down;
   int asked = 0;
-  IdempotentRequests requests(locks, resolve_as(redis_lock::Outcome::unknown(), &asked), quick());
+  IdempotentRequests requests(locks, resolve_as(redis_lock::AttemptOutcome::unknown(), &asked),
+                              quick());
   const auto key = unique_resource("order");
   run_co(io, [&]() -> asio::awaitable<void> {
     auto [ec, first] = co_await requests.async_run(
-        key, "fp", down.work(io, redis_lock::Outcome::not_executed()), tuple);
+        key, "fp", down.work(io, redis_lock::AttemptOutcome::not_executed()), tuple);
     EXPECT_FALSE(ec);
     EXPECT_EQ(first.kind, Kind::not_executed);
     auto [ec2, second] = co_await requests.async_run(
-        key, "fp", down.work(io, redis_lock::Outcome::decided(charged())), tuple);
+        key, "fp", down.work(io, redis_lock::AttemptOutcome::decided(charged())), tuple);
     EXPECT_EQ(second.kind, Kind::executed);
     EXPECT_EQ(second.downstream_key, key + "/1");
   }());
@@ -214,47 +222,102 @@ TEST(Idempotency, AWorkThatDidNotHappenIsSentAgainByTheNextRequestUnderTheSameKe
   EXPECT_EQ(down.sent[key + "/1"], 2);
 }
 
-TEST(Idempotency, AWorkPastItsDeadlineIsPendingAndItsLateDecisionIsRecorded) {
+TEST(Idempotency, AWorkPastItsDeadlineIsPendingKeepsTheKeyAndItsLateDecisionIsRecorded) {
   asio::io_context io;
   LockManager locks(io.get_executor(), shared_server_config());
   Downstream down;
   auto options = quick();
-  options.lease = 600ms;
-  options.margin = 200ms;
-  IdempotentRequests requests(locks, resolve_as(redis_lock::Outcome::unknown()), options);
+  options.lease = 3s;
+  options.margin = 1s;
+  IdempotentRequests requests(locks, resolve_as(redis_lock::AttemptOutcome::unknown()), options);
+  // Connected and the library loaded first: the attempt below gets its whole lease.
+  run_co(io, [&]() -> asio::awaitable<void> {
+    co_await requests.async_run(unique_resource("warm"), "fp",
+                                down.work(io, redis_lock::AttemptOutcome::not_executed()), tuple);
+  }());
   const auto key = unique_resource("order");
-  bool cancelled = false;
-  std::optional<Said> said;
-  const auto began = std::chrono::steady_clock::now();
+  bool cancelled = false, answered = false, called_on_executor = false;
+  std::optional<Said> said, duplicate;
   requests.async_run(
       key, "fp",
       [&](const Attempt& a, AttemptHandler done) {
-        EXPECT_LE(a.deadline, began + 600ms);
         auto slot = a.cancellation;  // (a copy: the slot is a handle)
         slot.assign([&](asio::cancellation_type) { cancelled = true; });
-        auto t = std::make_shared<asio::steady_timer>(io, 900ms);
-        t->async_wait(
-            [t, done](error_code) { done(redis_lock::Outcome::decided(charged("late"))); });
+        auto t = std::make_shared<asio::steady_timer>(io, a.deadline + 500ms);
+        t->async_wait([t, done, &answered](error_code) {
+          answered = true;
+          done(redis_lock::AttemptOutcome::decided(charged("late")));
+        });
+        // Called on the attempt's executor, where its cancellation is emitted.
+        const auto* strand = a.executor.target<asio::strand<asio::any_io_executor>>();
+        called_on_executor = strand && strand->running_in_this_thread();
       },
-      [&](error_code ec, RunResult r) { said.emplace(ec, r); });
-  ASSERT_TRUE(run_until(io, [&] { return said.has_value(); }));
-  const auto& [ec, r] = *said;
-  EXPECT_FALSE(ec);
-  EXPECT_EQ(r.kind, Kind::pending);
-  EXPECT_LT(std::chrono::steady_clock::now(), began + 900ms) << "told at the deadline";
+      [&](error_code ec, RunResult r) {
+        said.emplace(ec, r);
+        EXPECT_FALSE(answered) << "told at the deadline, before the answer";
+        // The attempt may still be on its way: its key stays locked until the answer.
+        requests.async_run(key, "fp", down.work(io, redis_lock::AttemptOutcome::unknown()),
+                           [&](error_code ec2, RunResult r2) { duplicate.emplace(ec2, r2); });
+      });
+  ASSERT_TRUE(run_until(io, [&] { return said && duplicate; }));
+  EXPECT_FALSE(std::get<0>(*said));
+  EXPECT_EQ(std::get<1>(*said).kind, Kind::pending);
   EXPECT_TRUE(cancelled) << "the attempt's cancellation was emitted at its deadline";
-  // The late answer is the downstream's for that attempt's key: recorded.
+  EXPECT_TRUE(called_on_executor);
+  EXPECT_FALSE(std::get<0>(*duplicate));
+  EXPECT_EQ(std::get<1>(*duplicate).kind, Kind::busy)
+      << run_result_name(std::get<1>(*duplicate).kind);
+  // The late answer is the downstream's for that attempt's key: recorded, then replayed.
+  ASSERT_TRUE(run_until(io, [&] { return answered; }));
   std::optional<RunResult> replay;
   ASSERT_TRUE(run_until(io, [&] {
     if (replay && replay->kind == Kind::replayed) return true;
     replay.reset();
-    requests.async_run(key, "fp", down.work(io, redis_lock::Outcome::unknown()),
+    requests.async_run(key, "fp", down.work(io, redis_lock::AttemptOutcome::unknown()),
                        [&](error_code, RunResult again) { replay = again; });
     run_until(
         io, [&] { return replay.has_value(); }, 2s);
     return replay && replay->kind == Kind::replayed;
   }));
   EXPECT_EQ(replay->response, charged("late"));
+  EXPECT_EQ(down.calls, 1) << "only the warm-up's work: nothing was sent again";
+}
+
+TEST(Idempotency, AFullStoreStillRecordsTheDecisionOfABegunAttempt) {
+  RedisServer store_server;
+  for (const bool functions : {true, false}) {
+    SCOPED_TRACE(functions ? "FCALL" : "EVALSHA");
+    asio::io_context io;
+    LockManager locks(io.get_executor(), shared_server_config());
+    ManagerOptions store_options;
+    store_options.use_functions = functions;
+    LockManager store(io.get_executor(), store_server.config(), store_options);
+    Downstream down;
+    IdempotentRequests requests(locks, store, resolve_as(redis_lock::AttemptOutcome::unknown()),
+                                quick());
+    const auto key = unique_resource("order");
+    run_co(io, [&]() -> asio::awaitable<void> {
+      auto [ec, r] = co_await requests.async_run(
+          key, "fp",
+          [&](const Attempt&, AttemptHandler done) {
+            ++down.calls;
+            // The store fills up while the attempt is out.
+            EXPECT_EQ(store_server.command({"CONFIG", "SET", "maxmemory", "1"}), "OK");
+            done(redis_lock::AttemptOutcome::decided(charged()));
+          },
+          tuple);
+      EXPECT_FALSE(ec) << ec.message();
+      EXPECT_EQ(r.kind, Kind::executed);
+      // Read on the full store: the decision was recorded.
+      auto [ec2, again] = co_await requests.async_run(
+          key, "fp", down.work(io, redis_lock::AttemptOutcome::unknown()), tuple);
+      EXPECT_FALSE(ec2) << ec2.message();
+      EXPECT_EQ(again.kind, Kind::replayed);
+      EXPECT_EQ(again.response, charged());
+    }());
+    EXPECT_EQ(down.calls, 1);
+    ASSERT_EQ(store_server.command({"CONFIG", "SET", "maxmemory", "0"}), "OK");
+  }
 }
 
 TEST(Idempotency, TheReconcilerResolvesDueAttemptsAndEscalatesPastTheBound) {
@@ -267,16 +330,17 @@ TEST(Idempotency, TheReconcilerResolvesDueAttemptsAndEscalatesPastTheBound) {
   LockManager store(io.get_executor(), cfg, store_options);
   Downstream down;
   auto options = quick();
-  options.first_look = 50ms;
+  options.first_look = 300ms;
   options.shards = 4;
-  std::map<std::string, redis_lock::Outcome> truth;  // what resolve finds, per downstream key
+  std::map<std::string, redis_lock::AttemptOutcome>
+      truth;  // what resolve finds, per downstream key
   int asked = 0;
   IdempotentRequests requests(
       locks, store,
       [&](const Attempt& a, AttemptHandler done) {
         ++asked;
         done(truth.count(a.downstream_key) ? truth[a.downstream_key]
-                                           : redis_lock::Outcome::unknown());
+                                           : redis_lock::AttemptOutcome::unknown());
       },
       options);
   const auto decided = unique_resource("a"), never = unique_resource("b"),
@@ -284,23 +348,26 @@ TEST(Idempotency, TheReconcilerResolvesDueAttemptsAndEscalatesPastTheBound) {
   run_co(io, [&]() -> asio::awaitable<void> {
     for (const auto& key : {decided, never, unknown}) {
       auto [ec, r] = co_await requests.async_run(
-          key, "fp", down.work(io, redis_lock::Outcome::unknown()), tuple);
+          key, "fp", down.work(io, redis_lock::AttemptOutcome::unknown()), tuple);
       EXPECT_EQ(r.kind, Kind::pending);
     }
-    truth[decided + "/1"] = redis_lock::Outcome::decided(charged());
-    truth[never + "/1"] = redis_lock::Outcome::not_executed();
-    co_await sleep_for(100ms);  // past the first look
+    truth[decided + "/1"] = redis_lock::AttemptOutcome::decided(charged());
+    truth[never + "/1"] = redis_lock::AttemptOutcome::not_executed();
+    co_await sleep_for(400ms);  // past the first look
     auto [ec, report] = co_await requests.async_reconcile(asio::as_tuple(asio::use_awaitable));
     EXPECT_FALSE(ec) << ec.message();
+    EXPECT_EQ(report.busy, 0u);
+    EXPECT_EQ(report.failed, 0u);
     EXPECT_EQ(report.looked, 3u);
     EXPECT_EQ(report.decided, 1u);
     EXPECT_EQ(report.voided, 1u);
     EXPECT_EQ(report.pending, 1u);
-    // Nothing is due again before its next look (twice as late).
+    // Nothing is due again before its next look (twice as late: 600 ms).
     auto [ec2, quiet] = co_await requests.async_reconcile(asio::as_tuple(asio::use_awaitable));
+    EXPECT_FALSE(ec2);
     EXPECT_EQ(quiet.looked, 0u);
     auto [ec3, replay] = co_await requests.async_run(
-        decided, "fp", down.work(io, redis_lock::Outcome::unknown()), tuple);
+        decided, "fp", down.work(io, redis_lock::AttemptOutcome::unknown()), tuple);
     EXPECT_EQ(replay.kind, Kind::replayed);
     EXPECT_EQ(replay.response, charged());
   }());
@@ -308,14 +375,15 @@ TEST(Idempotency, TheReconcilerResolvesDueAttemptsAndEscalatesPastTheBound) {
 
   // Past the bound, the still unknown one is escalated, and every request is told so.
   options.escalate_after = 1ms;
-  IdempotentRequests strict(locks, store, resolve_as(redis_lock::Outcome::unknown()), options);
+  IdempotentRequests strict(locks, store, resolve_as(redis_lock::AttemptOutcome::unknown()),
+                            options);
   run_co(io, [&]() -> asio::awaitable<void> {
-    co_await sleep_for(250ms);  // past the second look
+    co_await sleep_for(700ms);  // past the second look
     auto [ec, report] = co_await strict.async_reconcile(asio::as_tuple(asio::use_awaitable));
     EXPECT_EQ(report.looked, 1u);
     EXPECT_EQ(report.escalated, 1u);
-    auto [ec2, r] = co_await strict.async_run(unknown, "fp",
-                                              down.work(io, redis_lock::Outcome::unknown()), tuple);
+    auto [ec2, r] = co_await strict.async_run(
+        unknown, "fp", down.work(io, redis_lock::AttemptOutcome::unknown()), tuple);
     EXPECT_EQ(r.kind, Kind::escalated);
   }());
   EXPECT_EQ(down.calls, 3);
@@ -325,12 +393,12 @@ TEST(Idempotency, BadInputIsRefusedBeforeAnythingIsSent) {
   asio::io_context io;
   LockManager locks(io.get_executor(), shared_server_config());
   Downstream down;
-  IdempotentRequests requests(locks, resolve_as(redis_lock::Outcome::unknown()), quick());
+  IdempotentRequests requests(locks, resolve_as(redis_lock::AttemptOutcome::unknown()), quick());
   const std::pair<std::string, std::string> bad[] = {
       {"", "fp"}, {"a/b", "fp"}, {std::string(257, 'k'), "fp"}, {"k", std::string(257, 'f')}};
   int told = 0;
   for (const auto& [key, fp] : bad) {
-    requests.async_run(key, fp, down.work(io, redis_lock::Outcome::unknown()),
+    requests.async_run(key, fp, down.work(io, redis_lock::AttemptOutcome::unknown()),
                        [&](error_code ec, RunResult) {
                          EXPECT_EQ(ec, error::invalid_argument);
                          ++told;
@@ -346,9 +414,9 @@ TEST(Idempotency, BadInputIsRefusedBeforeAnythingIsSent) {
 
   IdempotencyOptions wrong = quick();
   wrong.margin = wrong.lease;
-  IdempotentRequests misconfigured(locks, resolve_as(redis_lock::Outcome::unknown()), wrong);
+  IdempotentRequests misconfigured(locks, resolve_as(redis_lock::AttemptOutcome::unknown()), wrong);
   std::optional<error_code> said;
-  misconfigured.async_run("k", "fp", down.work(io, redis_lock::Outcome::unknown()),
+  misconfigured.async_run("k", "fp", down.work(io, redis_lock::AttemptOutcome::unknown()),
                           [&](error_code ec, RunResult) { said = ec; });
   ASSERT_TRUE(run_until(io, [&] { return said.has_value(); }));
   EXPECT_EQ(*said, error::invalid_argument);
@@ -364,18 +432,18 @@ TEST(Idempotency, AStoreThatIsNotDurableIsRefusedWithTheSettingToChange) {
   Downstream down;
   IdempotencyOptions checked = quick();
   checked.unchecked_store = false;
-  IdempotentRequests refused(locks, loose_store, resolve_as(redis_lock::Outcome::unknown()),
+  IdempotentRequests refused(locks, loose_store, resolve_as(redis_lock::AttemptOutcome::unknown()),
                              checked);
-  IdempotentRequests accepted(locks, durable_store, resolve_as(redis_lock::Outcome::unknown()),
-                              checked);
+  IdempotentRequests accepted(locks, durable_store,
+                              resolve_as(redis_lock::AttemptOutcome::unknown()), checked);
   const auto key = unique_resource("order");
   run_co(io, [&]() -> asio::awaitable<void> {
     auto [ec, r] = co_await refused.async_run(
-        key, "fp", down.work(io, redis_lock::Outcome::decided(charged())), tuple);
+        key, "fp", down.work(io, redis_lock::AttemptOutcome::decided(charged())), tuple);
     EXPECT_EQ(ec, error::store_not_durable);
     EXPECT_EQ(refused.store_problem(), "appendfsync is everysec, wants always");
     auto [ec2, r2] = co_await accepted.async_run(
-        key, "fp", down.work(io, redis_lock::Outcome::decided(charged())), tuple);
+        key, "fp", down.work(io, redis_lock::AttemptOutcome::decided(charged())), tuple);
     EXPECT_FALSE(ec2) << ec2.message();
     EXPECT_EQ(r2.kind, Kind::executed);
     EXPECT_EQ(accepted.store_problem(), "");
@@ -389,12 +457,13 @@ TEST(Idempotency, AStoreThatRefusesWritesFailsTheRunBeforeTheWork) {
   LockManager locks(io.get_executor(), shared_server_config());
   LockManager store(io.get_executor(), store_server.config());
   Downstream down;
-  IdempotentRequests requests(locks, store, resolve_as(redis_lock::Outcome::unknown()), quick());
+  IdempotentRequests requests(locks, store, resolve_as(redis_lock::AttemptOutcome::unknown()),
+                              quick());
   const auto key = unique_resource("order");
   ASSERT_EQ(store_server.command({"CONFIG", "SET", "maxmemory", "1"}), "OK");
   run_co(io, [&]() -> asio::awaitable<void> {
     auto [ec, r] = co_await requests.async_run(
-        key, "fp", down.work(io, redis_lock::Outcome::decided(charged())), tuple);
+        key, "fp", down.work(io, redis_lock::AttemptOutcome::decided(charged())), tuple);
     EXPECT_EQ(ec, error::out_of_memory) << ec.message();
   }());
   EXPECT_EQ(down.calls, 0);
@@ -403,8 +472,46 @@ TEST(Idempotency, AStoreThatRefusesWritesFailsTheRunBeforeTheWork) {
   // The key's lock was released: the next request runs at once.
   run_co(io, [&]() -> asio::awaitable<void> {
     auto [ec, r] = co_await requests.async_run(
-        key, "fp", down.work(io, redis_lock::Outcome::decided(charged())), tuple);
+        key, "fp", down.work(io, redis_lock::AttemptOutcome::decided(charged())), tuple);
     EXPECT_FALSE(ec) << ec.message();
     EXPECT_EQ(r.kind, Kind::executed);
   }());
+}
+
+TEST(Idempotency, EachRunAndEachLookIsReportedToTheLockManagersObserver) {
+  struct Seen : Observer {
+    std::mutex mutex;
+    std::vector<std::tuple<std::string, bool, Kind, int, int>> events;
+    void on_idempotency(const IdempotencyEvent& e) noexcept override {
+      std::lock_guard lock(mutex);
+      events.emplace_back(std::string(e.key), e.reconciler, e.result, e.works, e.resolves);
+    }
+    std::size_t size() {
+      std::lock_guard lock(mutex);
+      return events.size();
+    }
+  };
+  asio::io_context io;
+  auto seen = std::make_shared<Seen>();
+  ManagerOptions with_observer;
+  with_observer.observer = seen;
+  LockManager locks(io.get_executor(), shared_server_config(), with_observer);
+  Downstream down;
+  IdempotentRequests requests(locks, resolve_as(redis_lock::AttemptOutcome::decided(charged())),
+                              quick());
+  const auto key = unique_resource("order");
+  run_co(io, [&]() -> asio::awaitable<void> {
+    co_await requests.async_run(key, "fp", down.work(io, redis_lock::AttemptOutcome::unknown()),
+                                tuple);
+    co_await requests.async_run(key, "fp", down.work(io, redis_lock::AttemptOutcome::unknown()),
+                                tuple);
+    co_await requests.async_run(key, "fp", down.work(io, redis_lock::AttemptOutcome::unknown()),
+                                tuple);
+  }());
+  ASSERT_TRUE(run_until(io, [&] { return seen->size() == 3; }));
+  std::lock_guard lock(seen->mutex);
+  using E = std::tuple<std::string, bool, Kind, int, int>;
+  EXPECT_EQ(seen->events[0], (E{key, false, Kind::pending, 1, 0}));
+  EXPECT_EQ(seen->events[1], (E{key, false, Kind::executed, 0, 1}));  // resolved
+  EXPECT_EQ(seen->events[2], (E{key, false, Kind::replayed, 0, 0}));
 }

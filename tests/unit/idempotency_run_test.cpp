@@ -60,7 +60,7 @@ RunFsm begun_run(const StoreReply& begin, bool reconcile = false, Step* step = n
   return fsm;
 }
 
-Response charged() { return Response{201, "charged", "ch_9"}; }
+StoredResponse charged() { return StoredResponse{201, "charged", "ch_9"}; }
 
 }  // namespace
 
@@ -70,7 +70,7 @@ TEST(IdempotencyRun, ADecidedKeyIsReplayedFromTheLookWithoutTheLock) {
   EXPECT_EQ(fsm.looked({}, reply("look", State::decided)).step, Step::finish);
   EXPECT_FALSE(fsm.holding());
   EXPECT_EQ(fsm.result().kind, Kind::replayed);
-  EXPECT_EQ(fsm.result().response, (Response{201, "stored", "ch_1"}));
+  EXPECT_EQ(fsm.result().response, (StoredResponse{201, "stored", "ch_1"}));
   EXPECT_EQ(fsm.result().downstream_key, "k/1");
 }
 
@@ -119,7 +119,7 @@ TEST(IdempotencyRun, ANewAttemptIsWorkedAndItsDecisionRecorded) {
     ASSERT_EQ(step, Step::work) << word;
     EXPECT_EQ(fsm.downstream_key(), "k/1");
     EXPECT_EQ(fsm.fence(), fence);
-    ASSERT_EQ(fsm.learnt(Outcome::decided(charged())).step, Step::decide);
+    ASSERT_EQ(fsm.learnt(AttemptOutcome::decided(charged())).step, Step::decide);
     EXPECT_EQ(fsm.response(), charged());
     EXPECT_EQ(fsm.stored({}, reply("recorded", State::decided)).step, Step::finish);
     EXPECT_EQ(fsm.result().kind, Kind::executed);
@@ -129,13 +129,13 @@ TEST(IdempotencyRun, ANewAttemptIsWorkedAndItsDecisionRecorded) {
 
 TEST(IdempotencyRun, ADecisionRecordedBeforeIsReplayedAndAFailedRecordStillTellsTheTruth) {
   auto already = begun_run(reply("created", State::running));
-  already.learnt(Outcome::decided(charged()));
+  already.learnt(AttemptOutcome::decided(charged()));
   already.stored({}, reply("already", State::decided));
   EXPECT_EQ(already.result().kind, Kind::replayed);
-  EXPECT_EQ(already.result().response, (Response{201, "stored", "ch_1"}));
+  EXPECT_EQ(already.result().response, (StoredResponse{201, "stored", "ch_1"}));
 
   auto lost = begun_run(reply("created", State::running));
-  lost.learnt(Outcome::decided(charged()));
+  lost.learnt(AttemptOutcome::decided(charged()));
   EXPECT_EQ(lost.stored(error::connection_lost, {}).step, Step::finish);
   EXPECT_FALSE(lost.error()) << "the work decided: the caller is told, a resolve records it";
   EXPECT_EQ(lost.result().kind, Kind::executed);
@@ -144,19 +144,19 @@ TEST(IdempotencyRun, ADecisionRecordedBeforeIsReplayedAndAFailedRecordStillTells
 
 TEST(IdempotencyRun, AWorkThatDidNotHappenVoidsItsAttempt) {
   auto fsm = begun_run(reply("created", State::running));
-  EXPECT_EQ(fsm.learnt(Outcome::not_executed()).step, Step::void_);
+  EXPECT_EQ(fsm.learnt(AttemptOutcome::not_executed()).step, Step::void_);
   EXPECT_EQ(fsm.stored({}, reply("done", State::void_)).step, Step::finish);
   EXPECT_EQ(fsm.result().kind, Kind::not_executed);
 
   auto lost = begun_run(reply("created", State::running));
-  lost.learnt(Outcome::not_executed());
+  lost.learnt(AttemptOutcome::not_executed());
   lost.stored({}, reply("refused", State::running));
   EXPECT_EQ(lost.error(), error::lock_lost);
 }
 
 TEST(IdempotencyRun, AnUnknownOutcomeIsDeferredAndSaysWhenToAskAgain) {
   auto fsm = begun_run(reply("created", State::running));
-  ASSERT_EQ(fsm.learnt(Outcome::unknown()).step, Step::defer);
+  ASSERT_EQ(fsm.learnt(AttemptOutcome::unknown()).step, Step::defer);
   auto deferred = reply("done", State::running);
   deferred.now_ms = 10'000;
   deferred.extra = "40000";
@@ -171,15 +171,15 @@ TEST(IdempotencyRun, AResumedAttemptIsResolvedBeforeAnythingIsSent) {
   auto fsm = begun_run(reply("resumed", State::running), false, &step);
   EXPECT_EQ(step, Step::resolve) << "never a blind resend";
   // Nothing happened under its key: it is sent again, the same attempt and key.
-  EXPECT_EQ(fsm.learnt(Outcome::not_executed()).step, Step::work);
+  EXPECT_EQ(fsm.learnt(AttemptOutcome::not_executed()).step, Step::work);
   EXPECT_EQ(fsm.downstream_key(), "k/1");
-  EXPECT_EQ(fsm.learnt(Outcome::decided(charged())).step, Step::decide);
+  EXPECT_EQ(fsm.learnt(AttemptOutcome::decided(charged())).step, Step::decide);
 
   auto decided = begun_run(reply("resumed", State::running));
-  EXPECT_EQ(decided.learnt(Outcome::decided(charged())).step, Step::decide);
+  EXPECT_EQ(decided.learnt(AttemptOutcome::decided(charged())).step, Step::decide);
 
   auto spent = begun_run(reply("resumed", State::running));
-  ASSERT_EQ(spent.learnt(Outcome::key_spent()).step, Step::next);
+  ASSERT_EQ(spent.learnt(AttemptOutcome::key_spent()).step, Step::next);
   EXPECT_EQ(spent.stored({}, reply("done", State::running, "fp", 2)).step, Step::work);
   EXPECT_EQ(spent.attempt(), 2u);
   EXPECT_EQ(spent.downstream_key(), "k/2");
@@ -187,22 +187,22 @@ TEST(IdempotencyRun, AResumedAttemptIsResolvedBeforeAnythingIsSent) {
 
 TEST(IdempotencyRun, AWorksKeySpentIsResolvedNotTakenForNothingHappened) {
   auto fsm = begun_run(reply("created", State::running));
-  EXPECT_EQ(fsm.learnt(Outcome::key_spent()).step, Step::resolve);
+  EXPECT_EQ(fsm.learnt(AttemptOutcome::key_spent()).step, Step::resolve);
 }
 
 TEST(IdempotencyRun, AnUnknownOutcomePastTheBoundIsEscalated) {
   auto old = begun_run(reply("resumed", State::running, "fp", 1, 0, 3'600'000));
-  ASSERT_EQ(old.learnt(Outcome::unknown()).step, Step::escalate);
+  ASSERT_EQ(old.learnt(AttemptOutcome::unknown()).step, Step::escalate);
   EXPECT_EQ(old.stored({}, reply("done", State::escalated)).step, Step::finish);
   EXPECT_EQ(old.result().kind, Kind::escalated);
 
   // The store's clock disagrees (its age is measured there): deferred instead.
   auto young = begun_run(reply("resumed", State::running, "fp", 1, 0, 3'600'000));
-  young.learnt(Outcome::unknown());
+  young.learnt(AttemptOutcome::unknown());
   EXPECT_EQ(young.stored({}, reply("too_young", State::running)).step, Step::defer);
 
   auto fresh = begun_run(reply("resumed", State::running, "fp", 1, 0, 3'599'999));
-  EXPECT_EQ(fresh.learnt(Outcome::unknown()).step, Step::defer);
+  EXPECT_EQ(fresh.learnt(AttemptOutcome::unknown()).step, Step::defer);
 }
 
 TEST(IdempotencyRun, TheBeginsOtherAnswersFinishUnderTheLock) {
@@ -221,12 +221,14 @@ TEST(IdempotencyRun, TheBeginsOtherAnswersFinishUnderTheLock) {
 
 TEST(IdempotencyRun, TheReconcilerResolvesButNeverSends) {
   Step step{};
-  auto fsm = begun_run(reply("resumed", State::running, ""), true, &step);
+  auto fsm = begun_run(reply("resumed", State::running), true, &step);
   ASSERT_EQ(step, Step::resolve);
-  EXPECT_EQ(fsm.learnt(Outcome::not_executed()).step, Step::void_) << "the next request sends it";
+  EXPECT_EQ(fsm.fingerprint(), "fp") << "the record's: a decision may rebuild a lost record";
+  EXPECT_EQ(fsm.learnt(AttemptOutcome::not_executed()).step, Step::void_)
+      << "the next request sends it";
 
   auto spent = begun_run(reply("resumed", State::running), true);
-  ASSERT_EQ(spent.learnt(Outcome::key_spent()).step, Step::next);
+  ASSERT_EQ(spent.learnt(AttemptOutcome::key_spent()).step, Step::next);
   EXPECT_EQ(spent.stored({}, reply("done", State::running, "fp", 2)).step, Step::void_);
   EXPECT_EQ(spent.stored({}, reply("done", State::void_, "fp", 2)).step, Step::finish);
   EXPECT_EQ(spent.result().kind, Kind::not_executed);
