@@ -92,6 +92,7 @@ class REDIS_LOCK_PROMETHEUS_EXPORT PrometheusObserver final : public Observer {
   void on_hold_end(const HoldEvent& e) noexcept override;
   void on_lease(const LeaseEvent& e) noexcept override;
   void on_admin(const AdminEvent& e) noexcept override;
+  void on_idempotency(const IdempotencyEvent& e) noexcept override;
 
  private:
   struct Impl;

@@ -37,10 +37,18 @@ constexpr std::array<const char*, 3> lease_outcomes{"ok", "not_held", "error"};
 constexpr std::array<const char*, 4> admin_commands{"inspect", "force_release", "leader",
                                                     "observe"};
 constexpr std::array<const char*, 3> admin_outcomes{"ok", "error", "cancelled"};
+// IdempotencyEvent: who ran it, what the caller was told (RunResult::Kind's order, then an
+// error), and the calls it made.
+constexpr std::array<const char*, 2> idempotent_by{"request", "reconciler"};
+constexpr std::array<const char*, 9> idempotent_outcomes{"executed",  "replayed", "busy",
+                                                         "mismatch",  "pending",  "not_executed",
+                                                         "escalated", "absent",   "error"};
+constexpr std::array<const char*, 3> idempotent_calls{"work", "resolve", "timeout"};
 // The labels the observer sets itself (and a histogram's `le`, a summary's `quantile`): a
 // constant label of the same name would clash, and Prometheus would refuse the whole scrape.
-constexpr std::array<const char*, 9> own_labels{
-    "kind", "outcome", "waited", "command", "operation", "error", "group", "le", "quantile"};
+constexpr std::array<const char*, 11> own_labels{"kind",      "outcome", "waited", "command",
+                                                 "operation", "error",   "group",  "le",
+                                                 "quantile",  "by",      "call"};
 
 std::size_t index(AcquireKind k) noexcept {
   const auto i = static_cast<std::size_t>(k);
@@ -114,6 +122,9 @@ struct Series {
   std::array<std::array<pm::Counter*, lease_outcomes.size()>, lease_commands.size()> commands{};
   std::array<pm::Histogram*, lease_commands.size()> command_seconds{};  // (not release)
   std::array<std::array<pm::Counter*, admin_outcomes.size()>, admin_commands.size()> admin{};
+  std::array<std::array<pm::Counter*, idempotent_outcomes.size()>, idempotent_by.size()>
+      idempotent_runs{};
+  std::array<pm::Counter*, idempotent_calls.size()> idempotent_calls_made{};
   std::mutex errors_mutex;
   std::map<std::pair<std::string_view, std::string_view>, pm::Counter*> errors;
 };
@@ -155,7 +166,13 @@ struct PrometheusObserver::Impl {
         errors(family<pm::Counter>(registry, "errors_total",
                                    "Operations that failed, by operation and error")),
         admin(family<pm::Counter>(registry, "admin_operations_total",
-                                  "Inspections, force-releases, leader reads and observations")) {
+                                  "Inspections, force-releases, leader reads and observations")),
+        idempotent_runs(family<pm::Counter>(
+            registry, "idempotent_runs_total",
+            "Idempotent requests' runs and reconciler's looks, by what the caller was told")),
+        idempotent_calls_made(family<pm::Counter>(
+            registry, "idempotent_calls_total",
+            "Calls of the work (attempts sent) and of resolve, and their deadlines passed")) {
     if (!options.group) all = make_series({});
   }
 
@@ -192,6 +209,16 @@ struct PrometheusObserver::Impl {
         s->admin[c][o] = &admin.Add(
             with(s->labels, {{"command", admin_commands[c]}, {"outcome", admin_outcomes[o]}}));
       }
+    }
+    for (std::size_t b = 0; b < idempotent_by.size(); ++b) {
+      for (std::size_t o = 0; o < idempotent_outcomes.size(); ++o) {
+        s->idempotent_runs[b][o] = &idempotent_runs.Add(
+            with(s->labels, {{"by", idempotent_by[b]}, {"outcome", idempotent_outcomes[o]}}));
+      }
+    }
+    for (std::size_t c = 0; c < idempotent_calls.size(); ++c) {
+      s->idempotent_calls_made[c] =
+          &idempotent_calls_made.Add(with(s->labels, {{"call", idempotent_calls[c]}}));
     }
     return s;
   }
@@ -261,6 +288,8 @@ struct PrometheusObserver::Impl {
   pm::Family<pm::Histogram>& command_seconds;
   pm::Family<pm::Counter>& errors;
   pm::Family<pm::Counter>& admin;
+  pm::Family<pm::Counter>& idempotent_runs;
+  pm::Family<pm::Counter>& idempotent_calls_made;
 
   std::unique_ptr<Series> all;  // without groups
   std::shared_mutex groups_mutex;
@@ -347,6 +376,24 @@ void PrometheusObserver::on_admin(const AdminEvent& e) noexcept {
       impl_->count_error(s, admin_commands[command], e.error);
     }
     s.admin[command][outcome]->Increment();
+  } catch (...) {
+  }
+}
+
+void PrometheusObserver::on_idempotency(const IdempotencyEvent& e) noexcept {
+  try {
+    auto& s = impl_->series(e.key);
+    const std::size_t by = e.reconciler ? 1 : 0;
+    auto outcome = static_cast<std::size_t>(e.result);
+    if (e.error) {
+      outcome = idempotent_outcomes.size() - 1;
+      impl_->count_error(s, e.reconciler ? "idempotent_reconcile" : "idempotent_run", e.error);
+    }
+    if (outcome >= idempotent_outcomes.size()) return;
+    s.idempotent_runs[by][outcome]->Increment();
+    if (e.works > 0) s.idempotent_calls_made[0]->Increment(e.works);
+    if (e.resolves > 0) s.idempotent_calls_made[1]->Increment(e.resolves);
+    if (e.timed_out) s.idempotent_calls_made[2]->Increment();
   } catch (...) {
   }
 }

@@ -210,6 +210,45 @@ TEST(PrometheusObserver, EventsBecomeTheDocumentedSeries) {
   }
 }
 
+TEST(PrometheusObserver, IdempotentRunsBecomeTheDocumentedSeries) {
+  prometheus::Registry registry;
+  PrometheusObserver observer(registry);
+  using R = RunResult::Kind;
+  {
+    const Scrape zero(registry);
+    EXPECT_EQ(zero("redis_lock_idempotent_runs_total", {{"by", "request"}, {"outcome", "pending"}}),
+              0)
+        << "every outcome's series is there at 0 before the first";
+  }
+  observer.on_idempotency({"order-1", false, R::executed, {}, 1, 1, 0, false, 1ms});
+  observer.on_idempotency({"order-1", false, R::replayed, {}, 1, 0, 0, false, 1ms});
+  observer.on_idempotency({"order-2", false, R::pending, {}, 1, 1, 0, true, 1ms});
+  observer.on_idempotency({"order-2", true, R::executed, {}, 1, 0, 1, false, 1ms});
+  observer.on_idempotency({"order-3", false, R::absent, error::out_of_memory, 0, 0, 0, false, 1ms});
+  observer.on_idempotency({"order-4", false, R::executed, {}, 2, 2, 1, false, 1ms});
+  const Scrape s(registry);
+  SCOPED_TRACE(s.text);
+  const auto runs = [&](const char* by, const char* outcome) {
+    return s("redis_lock_idempotent_runs_total", {{"by", by}, {"outcome", outcome}});
+  };
+  EXPECT_EQ(runs("request", "executed"), 2);
+  EXPECT_EQ(runs("request", "replayed"), 1);
+  EXPECT_EQ(runs("request", "pending"), 1);
+  EXPECT_EQ(runs("reconciler", "executed"), 1);
+  EXPECT_EQ(runs("request", "error"), 1);
+  EXPECT_EQ(runs("request", "absent"), 0) << "an error is counted as an error";
+  const auto calls = [&](const char* call) {
+    return s("redis_lock_idempotent_calls_total", {{"call", call}});
+  };
+  EXPECT_EQ(calls("work"), 4);
+  EXPECT_EQ(calls("resolve"), 2);
+  EXPECT_EQ(calls("timeout"), 1);
+  EXPECT_EQ(
+      s("redis_lock_errors_total", {{"operation", "idempotent_run"}, {"error", "out_of_memory"}}),
+      1);
+  EXPECT_EQ(s.text.find("order-"), std::string::npos) << "no request key in any series";
+}
+
 TEST(PrometheusObserver, GroupsAndConstantLabels) {
   prometheus::Registry registry;
   PrometheusObserver observer(registry,
