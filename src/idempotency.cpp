@@ -63,6 +63,10 @@ struct detail::IdempotencyShared {
   std::atomic<bool> store_checked{false};
   mutable std::mutex mutex;
   std::string store_problem;  // under mutex
+  // A failed check is kept a second (under mutex): a refused store is not asked again by
+  // every run (a CONFIG GET per shard each).
+  error_code refused;
+  std::chrono::steady_clock::time_point refused_until;
 
   RunSettings settings(bool reconcile) const {
     RunSettings s;
@@ -72,10 +76,6 @@ struct detail::IdempotencyShared {
     s.look_cap_ms = std::max(options.look_cap, first).count();
     s.escalate_after_ms = options.escalate_after.count();
     return s;
-  }
-  void set_problem(std::string text) {
-    std::lock_guard lock(mutex);
-    store_problem = std::move(text);
   }
 };
 
@@ -345,21 +345,38 @@ void start_run(const std::shared_ptr<RunOp>& op) {
   if (shared.options.unchecked_store || shared.store_checked.load()) {
     return asio::post(op->strand, [op] { op->act(op->fsm.start()); });
   }
+  {
+    std::lock_guard lock(shared.mutex);
+    if (shared.refused && std::chrono::steady_clock::now() < shared.refused_until) {
+      return asio::post(op->strand, [op, ec = shared.refused] {
+        op->report(ec);
+        op->done(ec, RunResult{});
+      });
+    }
+  }
   shared.calls->check_durability([op](error_code ec, std::vector<std::string> missing) {
     asio::post(op->strand, [op, ec, missing = std::move(missing)] {
       auto& s = *op->shared;
+      const auto refuse = [&](error_code why, std::string text) {
+        std::lock_guard lock(s.mutex);
+        s.store_problem = std::move(text);
+        s.refused = why;
+        s.refused_until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+      };
       if (ec) {
-        s.set_problem(std::string("the store's settings could not be read (CONFIG GET: ") +
-                      ec.message() + "); grant +config|get or set unchecked_store");
+        refuse(ec, std::string("the store's settings could not be read (CONFIG GET: ") +
+                       ec.message() + "); grant +config|get or set unchecked_store");
+        op->report(ec);
         return op->done(ec, RunResult{});
       }
       if (!missing.empty()) {
         std::string text;
         for (const auto& m : missing) text.append(text.empty() ? "" : "; ").append(m);
-        s.set_problem(std::move(text));
+        refuse(error::store_not_durable, std::move(text));
+        op->report(error::store_not_durable);
         return op->done(error::store_not_durable, RunResult{});
       }
-      s.set_problem({});
+      refuse({}, {});
       s.store_checked.store(true);
       op->act(op->fsm.start());
     });

@@ -146,7 +146,8 @@ int main(int argc, char** argv) {
           auto [ec, report] =
               co_await requests.async_reconcile(asio::as_tuple(asio::use_awaitable));
           std::printf(
-              "reconciled %zu looked %zu decided %zu voided %zu pending %zu busy %zu failed\n",
+              "reconciled: looked %zu, decided %zu, voided %zu, pending %zu, busy %zu, failed "
+              "%zu\n",
               report.looked, report.decided, report.voided, report.pending, report.busy,
               report.failed);
           if (ec || report.looked == 0) break;
