@@ -478,6 +478,37 @@ TEST(Idempotency, AStoreThatRefusesWritesFailsTheRunBeforeTheWork) {
   }());
 }
 
+TEST(Idempotency, AReadOnlyOrUnreachableStoreFailsTheRunBeforeTheWork) {
+  RedisServer master;
+  RedisServer replica({"--replicaof", "127.0.0.1", std::to_string(master.port())});
+  asio::io_context io;
+  LockManager locks(io.get_executor(), shared_server_config());
+  LockManager read_only(io.get_executor(), replica.config());
+  ConnectionConfig nowhere;
+  nowhere.port = free_port();
+  nowhere.connect_timeout = 300ms;
+  LockManager unreachable(io.get_executor(), nowhere);
+  Downstream down;
+  IdempotentRequests on_replica(locks, read_only, resolve_as(redis_lock::AttemptOutcome::unknown()),
+                                quick());
+  IdempotentRequests on_nothing(locks, unreachable,
+                                resolve_as(redis_lock::AttemptOutcome::unknown()), quick());
+  const auto key = unique_resource("order");
+  run_co(io, [&]() -> asio::awaitable<void> {
+    // The look is a read: a replica answers it (no record); the begin is refused.
+    auto [ec, r] = co_await on_replica.async_run(
+        key, "fp", down.work(io, redis_lock::AttemptOutcome::decided(charged())), tuple);
+    EXPECT_EQ(ec, error::read_only) << ec.message();
+    auto [ec2, r2] = co_await on_nothing.async_run(
+        key, "fp", down.work(io, redis_lock::AttemptOutcome::decided(charged())), tuple);
+    EXPECT_EQ(ec2, error::connect_failed) << ec2.message();
+  }());
+  EXPECT_EQ(down.calls, 0) << "nothing was sent";
+  EXPECT_EQ(master.command({"DBSIZE"}), "0") << "nothing recorded";
+  // The key's lock was released both times: it is free.
+  EXPECT_EQ(redis_command(shared_server_port(), {"EXISTS", lease_key("idem:" + key)}), "0");
+}
+
 TEST(Idempotency, EachRunAndEachLookIsReportedToTheLockManagersObserver) {
   struct Seen : Observer {
     std::mutex mutex;
