@@ -21,7 +21,7 @@ file(READ "${_rl_shared}" _rl_shared_body)
 file(READ "${_rl_idem}" _rl_idem_body)
 foreach(name acquire release extend raise_fence acquire_set release_set extend_set acquire_group
              inspect force_release idem_look idem_begin idem_void idem_next idem_escalate
-             idem_defer idem_decide idem_due)
+             idem_defer idem_decide idem_due idem_settle idem_reopen idem_list)
   set(_file "${PROJECT_SOURCE_DIR}/src/scripts/${name}.lua")
   set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS "${_file}")
   file(READ "${_file}" _body)
@@ -39,9 +39,9 @@ foreach(name acquire release extend raise_fence acquire_set release_set extend_s
   # client that cannot call the library still records an outcome on a full store (their
   # first command is a read, so EVAL's "a script that has written first" does not apply),
   # and still reads a record on one.
-  if(name MATCHES "^idem_(void|escalate|defer|decide|due)$")
+  if(name MATCHES "^idem_(void|escalate|defer|decide|due|settle|reopen)$")
     string(PREPEND _body "#!lua flags=allow-oom\n")
-  elseif(name STREQUAL "idem_look")
+  elseif(name MATCHES "^idem_(look|list)$")
     string(PREPEND _body "#!lua flags=no-writes\n")
   endif()
   string(SHA1 _sha "${_body}")
@@ -61,9 +61,9 @@ foreach(name acquire release extend raise_fence acquire_set release_set extend_s
   # outcome of work done must not be lost), and the reconciler's claim of due keys (it only
   # moves scores); a begin or a next attempt is refused before anything is sent downstream.
   set(_flags "")
-  if(name MATCHES "^(release|release_set|extend|extend_set|force_release|idem_void|idem_escalate|idem_defer|idem_decide|idem_due)$")
+  if(name MATCHES "^(release|release_set|extend|extend_set|force_release|idem_void|idem_escalate|idem_defer|idem_decide|idem_due|idem_settle|idem_reopen)$")
     set(_flags ", flags = {'allow-oom'}")
-  elseif(name MATCHES "^(inspect|idem_look)$")
+  elseif(name MATCHES "^(inspect|idem_look|idem_list)$")
     set(_flags ", flags = {'no-writes'}")
   endif()
   string(APPEND _rl_library_functions

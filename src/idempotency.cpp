@@ -503,6 +503,61 @@ struct Round : std::enable_shared_from_this<Round> {
 
 }  // namespace
 
+void IdempotentRequests::escalated_impl(std::shared_ptr<Shared> shared, KeysHandler handler) {
+  const auto io = shared->io;
+  if (!shared->options_ok) {
+    return detail::deliver(io, detail::Defer::yes, std::move(handler),
+                           error_code(error::invalid_argument), std::vector<std::string>{});
+  }
+  struct Listing {
+    std::shared_ptr<Shared> shared;
+    std::shared_ptr<KeysHandler> handler;
+    std::vector<std::string> keys;
+    error_code first_error;
+    unsigned left = 0;
+  };
+  auto listing = std::make_shared<Listing>();
+  listing->handler = std::make_shared<KeysHandler>(std::move(handler));
+  listing->left = shared->options.shards;
+  listing->shared = shared;
+  // Every shard at once; the answers come on the store's strand, one at a time.
+  for (unsigned shard = 0; shard < shared->options.shards; ++shard) {
+    shared->calls->escalated(
+        shard, 1000, [listing](error_code ec, detail::idempotency::DueKeys in) {
+          if (ec && !listing->first_error) listing->first_error = ec;
+          for (auto& k : in.keys) listing->keys.push_back(std::move(k));
+          if (--listing->left > 0) return;
+          auto keys = listing->first_error ? std::vector<std::string>{} : std::move(listing->keys);
+          detail::deliver(listing->shared->io, detail::Defer::no, std::move(*listing->handler),
+                          listing->first_error, std::move(keys));
+        });
+  }
+}
+
+void IdempotentRequests::settle_impl(std::shared_ptr<Shared> shared, std::string key,
+                                     std::optional<StoredResponse> response,
+                                     OperatorHandler handler) {
+  const auto& o = shared->options;
+  const auto io = shared->io;
+  const bool bad =
+      !shared->options_ok || key.empty() || key.size() > o.max_key_bytes ||
+      key.find('/') != std::string::npos ||
+      (response && response->body.size() + response->external_id.size() > o.max_response_bytes);
+  if (bad) {
+    return detail::deliver(io, detail::Defer::yes, std::move(handler),
+                           error_code(error::invalid_argument), false);
+  }
+  auto h = std::make_shared<OperatorHandler>(std::move(handler));
+  auto done = [io, h](error_code ec, StoreReply reply) {
+    detail::deliver(io, detail::Defer::no, std::move(*h), ec, !ec && reply.word == "done");
+  };
+  if (response) {
+    return shared->calls->settle(key, response->status, response->body, response->external_id,
+                                 o.retention.count(), std::move(done));
+  }
+  shared->calls->reopen(key, std::move(done));
+}
+
 void IdempotentRequests::reconcile_impl(std::shared_ptr<Shared> shared, ReconcileHandler handler) {
   const auto io = shared->io;
   if (!shared->options_ok) {

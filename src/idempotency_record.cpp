@@ -116,4 +116,22 @@ DecideReply apply(Record& r, const Decide& e) {
   return DecideReply::recorded;
 }
 
+OperatorReply apply(Record& r, const Settle& e) {
+  if (r.state != State::escalated) return OperatorReply::refused;
+  r.state = State::decided;
+  r.status = e.status;
+  r.body = e.body;
+  r.external_id = e.external_id;
+  return OperatorReply::done;
+}
+
+OperatorReply apply(Record& r, const Reopen& e) {
+  if (r.state != State::escalated) return OperatorReply::refused;
+  // Void: nothing is out under the new attempt; the next request's begin restarts it.
+  r.state = State::void_;
+  r.attempt += 1;
+  r.downstream_key = downstream_key_of(e.key, r.attempt);
+  return OperatorReply::done;
+}
+
 }  // namespace redis_lock::detail::idempotency

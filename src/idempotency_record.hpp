@@ -116,11 +116,29 @@ enum class DecideReply {
   refused,   ///< another attempt's key (a late answer of a superseded attempt)
 };
 
+/// An operator's word on an escalated request (nothing else moves it): it was decided (they
+/// found the effect downstream), or nothing happened under any attempt (it is reopened: the
+/// next request sends a new attempt, under a new downstream key).
+struct Settle {
+  int status = 0;
+  std::string body;
+  std::string external_id;
+};
+struct Reopen {
+  std::string key;
+};
+enum class OperatorReply {
+  done,     ///< the transition was made
+  refused,  ///< the request is not escalated: nothing changes
+};
+
 BeginReply apply(Record& r, const Begin& e);
 ResumeReply apply(Record& r, const Resume& e);
 GuardedReply apply(Record& r, const Void& e);
 GuardedReply apply(Record& r, const Next& e);
 GuardedReply apply(Record& r, const Escalate& e);
 DecideReply apply(Record& r, const Decide& e);
+OperatorReply apply(Record& r, const Settle& e);
+OperatorReply apply(Record& r, const Reopen& e);
 
 }  // namespace redis_lock::detail::idempotency

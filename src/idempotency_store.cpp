@@ -205,20 +205,33 @@ void StoreCalls::decide(const std::string& key, const std::string& fingerprint,
        3, std::move(done));
 }
 
-void StoreCalls::due(unsigned shard, std::size_t limit, std::int64_t claim_ms,
-                     std::function<void(error_code, DueKeys)> done) {
+void StoreCalls::settle(const std::string& key, int status, const std::string& body,
+                        const std::string& external_id, std::int64_t retention_ms,
+                        StoreHandler done) {
+  auto k = store_keys(store_->key_prefix(), key, shards_);
+  call(idem_settle_script,
+       {std::move(k.record), std::move(k.escalated), key, to_decimal(status), body, external_id,
+        to_decimal(retention_ms)},
+       2, std::move(done));
+}
+
+void StoreCalls::reopen(const std::string& key, StoreHandler done) {
+  auto k = store_keys(store_->key_prefix(), key, shards_);
+  call(idem_reopen_script, {std::move(k.record), std::move(k.escalated), key}, 2, std::move(done));
+}
+
+void StoreCalls::list(const Script& script, std::vector<std::string> words,
+                      std::function<void(error_code, DueKeys)> done) {
   auto op = std::make_shared<StoreOp>();
   op->service = store_;
-  op->words = {shard_keys(store_->key_prefix(), shard).due,
-               to_decimal(static_cast<long long>(limit)), to_decimal(claim_ms)};
+  op->words = std::move(words);
   op->slot = store_->slot_of(op->words[0]);
-  op->script_body = idem_due_script.body;
+  op->script_body = script.body;
   op->argc = 0;
-  for (const auto w : {std::string_view("EVALSHA"), idem_due_script.sha1, std::string_view("1"),
-                       std::string_view(op->words[0]), std::string_view(op->words[1]),
-                       std::string_view(op->words[2])}) {
-    op->argv[op->argc++] = w;
-  }
+  op->argv[op->argc++] = "EVALSHA";
+  op->argv[op->argc++] = script.sha1;
+  op->argv[op->argc++] = "1";
+  for (const auto& w : op->words) op->argv[op->argc++] = w;
   op->done = [store = store_, done = std::move(done)](error_code ec, Reply reply) {
     if (!ec && reply.is_error()) ec = store->server_error(reply);
     if (ec) return done(ec, DueKeys{});
@@ -227,6 +240,22 @@ void StoreCalls::due(unsigned shard, std::size_t limit, std::int64_t claim_ms,
     done({}, std::move(*read));
   };
   send_op(*store_, std::move(op));
+}
+
+void StoreCalls::escalated(unsigned shard, std::size_t limit,
+                           std::function<void(error_code, DueKeys)> done) {
+  list(idem_list_script,
+       {shard_keys(store_->key_prefix(), shard).escalated,
+        to_decimal(static_cast<long long>(limit))},
+       std::move(done));
+}
+
+void StoreCalls::due(unsigned shard, std::size_t limit, std::int64_t claim_ms,
+                     std::function<void(error_code, DueKeys)> done) {
+  list(idem_due_script,
+       {shard_keys(store_->key_prefix(), shard).due, to_decimal(static_cast<long long>(limit)),
+        to_decimal(claim_ms)},
+       std::move(done));
 }
 
 void StoreCalls::check_durability(std::function<void(error_code, std::vector<std::string>)> done) {

@@ -80,6 +80,13 @@ class StoreCalls {
   void decide(const std::string& key, const std::string& fingerprint, std::uint32_t attempt,
               const std::string& downstream_key, int status, const std::string& body,
               const std::string& external_id, std::int64_t retention_ms, StoreHandler done);
+  /// An operator's word on an escalated request (idem_settle.lua, idem_reopen.lua).
+  void settle(const std::string& key, int status, const std::string& body,
+              const std::string& external_id, std::int64_t retention_ms, StoreHandler done);
+  void reopen(const std::string& key, StoreHandler done);
+  /// Up to `limit` keys of shard `shard`'s escalated index, oldest first (idem_list.lua).
+  void escalated(unsigned shard, std::size_t limit,
+                 std::function<void(boost::system::error_code, DueKeys)> done);
   /// Claims up to `limit` due keys of `shard` for `claim_ms` (idem_due.lua).
   void due(unsigned shard, std::size_t limit, std::int64_t claim_ms,
            std::function<void(boost::system::error_code, DueKeys)> done);
@@ -94,6 +101,8 @@ class StoreCalls {
  private:
   void call(const Script& script, std::vector<std::string> words, std::size_t keys,
             StoreHandler done);
+  void list(const Script& script, std::vector<std::string> words,
+            std::function<void(boost::system::error_code, DueKeys)> done);
   std::shared_ptr<Engine> store_;
   unsigned shards_;
 };

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -125,6 +126,51 @@ class REDIS_LOCK_EXPORT IdempotentRequests {
         token, shared_);
   }
 
+  /// The escalated requests' keys, oldest first (up to 1,000 per shard): those an operator
+  /// must decide with async_settle or async_reopen.
+  ///
+  /// Completion signature: `void(boost::system::error_code, std::vector<std::string>)`.
+  template <class CompletionToken = boost::asio::deferred_t>
+  auto async_escalated(CompletionToken&& token = {}) {
+    return boost::asio::async_initiate<CompletionToken,
+                                       void(boost::system::error_code, std::vector<std::string>)>(
+        [](auto handler, std::shared_ptr<Shared> shared) {
+          escalated_impl(std::move(shared), KeysHandler(detail::slot_clearing(std::move(handler))));
+        },
+        token, shared_);
+  }
+
+  /// An operator's word on an escalated request: it was decided downstream (`response` is
+  /// recorded and replayed from now on). False when the request is not escalated (nothing
+  /// changes).
+  ///
+  /// Completion signature: `void(boost::system::error_code, bool)`. Errors:
+  /// `invalid_argument` for a key or a response a run would refuse.
+  template <class CompletionToken = boost::asio::deferred_t>
+  auto async_settle(std::string key, StoredResponse response, CompletionToken&& token = {}) {
+    return boost::asio::async_initiate<CompletionToken, void(boost::system::error_code, bool)>(
+        [](auto handler, std::shared_ptr<Shared> shared, std::string k, StoredResponse r) {
+          settle_impl(std::move(shared), std::move(k), std::move(r),
+                      OperatorHandler(detail::slot_clearing(std::move(handler))));
+        },
+        token, shared_, std::move(key), std::move(response));
+  }
+
+  /// An operator's word on an escalated request: nothing happened under any of its attempts.
+  /// It is reopened as its next attempt, under a downstream key never sent, which the next
+  /// request for the key sends. False when the request is not escalated.
+  ///
+  /// Completion signature: `void(boost::system::error_code, bool)`.
+  template <class CompletionToken = boost::asio::deferred_t>
+  auto async_reopen(std::string key, CompletionToken&& token = {}) {
+    return boost::asio::async_initiate<CompletionToken, void(boost::system::error_code, bool)>(
+        [](auto handler, std::shared_ptr<Shared> shared, std::string k) {
+          settle_impl(std::move(shared), std::move(k), std::nullopt,
+                      OperatorHandler(detail::slot_clearing(std::move(handler))));
+        },
+        token, shared_, std::move(key));
+  }
+
   /// What the last durability check of the store found missing ("appendfsync is everysec,
   /// wants always"), or why it could not look; empty when it passed.
   std::string store_problem() const;
@@ -138,6 +184,14 @@ class REDIS_LOCK_EXPORT IdempotentRequests {
   static void run_impl(std::shared_ptr<Shared> shared, std::string key, std::string fingerprint,
                        AttemptFunction work, RunHandler handler);
   static void reconcile_impl(std::shared_ptr<Shared> shared, ReconcileHandler handler);
+  using KeysHandler = boost::asio::any_completion_handler<void(boost::system::error_code,
+                                                               std::vector<std::string>)>;
+  using OperatorHandler =
+      boost::asio::any_completion_handler<void(boost::system::error_code, bool)>;
+  static void escalated_impl(std::shared_ptr<Shared> shared, KeysHandler handler);
+  /// Settles with `response`, or (none) reopens.
+  static void settle_impl(std::shared_ptr<Shared> shared, std::string key,
+                          std::optional<StoredResponse> response, OperatorHandler handler);
 
   std::shared_ptr<Shared> shared_;
 };

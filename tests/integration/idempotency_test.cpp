@@ -12,6 +12,7 @@
 
 #include <map>
 #include <memory>
+#include <set>
 
 using namespace redis_lock;
 using namespace redis_lock::test;
@@ -387,6 +388,61 @@ TEST(Idempotency, TheReconcilerResolvesDueAttemptsAndEscalatesPastTheBound) {
     EXPECT_EQ(r.kind, Kind::escalated);
   }());
   EXPECT_EQ(down.calls, 3);
+}
+
+TEST(Idempotency, AnOperatorSettlesOrReopensAnEscalatedRequest) {
+  asio::io_context io;
+  const auto cfg = shared_server_config();
+  LockManager locks(io.get_executor(), cfg);
+  ManagerOptions store_options;
+  store_options.key_prefix = unique_resource("store") + ":";
+  LockManager store(io.get_executor(), cfg, store_options);
+  Downstream down;
+  auto options = quick();
+  options.escalate_after = 1ms;  // every unknown outcome is escalated at its first look
+  options.first_look = 50ms;
+  options.shards = 4;
+  IdempotentRequests requests(locks, store, resolve_as(redis_lock::AttemptOutcome::unknown()),
+                              options);
+  const auto found = unique_resource("found"), nothing = unique_resource("nothing");
+  run_co(io, [&]() -> asio::awaitable<void> {
+    for (const auto& key : {found, nothing}) {
+      auto [ec, r] = co_await requests.async_run(
+          key, "fp", down.work(io, redis_lock::AttemptOutcome::unknown()), tuple);
+      EXPECT_EQ(r.kind, Kind::pending);
+    }
+    co_await sleep_for(100ms);
+    auto [ec, report] = co_await requests.async_reconcile(asio::as_tuple(asio::use_awaitable));
+    EXPECT_EQ(report.escalated, 2u);
+    auto [ec2, listed] = co_await requests.async_escalated(asio::as_tuple(asio::use_awaitable));
+    EXPECT_FALSE(ec2);
+    EXPECT_EQ(std::set<std::string>(listed.begin(), listed.end()),
+              (std::set<std::string>{found, nothing}));
+    // The operator found the first one's effect, and nothing of the second's.
+    auto [ec3, settled] = co_await requests.async_settle(found, charged("ch_found"),
+                                                         asio::as_tuple(asio::use_awaitable));
+    EXPECT_TRUE(settled);
+    auto [ec4, reopened] =
+        co_await requests.async_reopen(nothing, asio::as_tuple(asio::use_awaitable));
+    EXPECT_TRUE(reopened);
+    auto [ec5, again] = co_await requests.async_settle(found, charged("other"),
+                                                       asio::as_tuple(asio::use_awaitable));
+    EXPECT_FALSE(ec5);
+    EXPECT_FALSE(again) << "a decided request is not settled again";
+    auto [ec6, none] = co_await requests.async_escalated(asio::as_tuple(asio::use_awaitable));
+    EXPECT_TRUE(none.empty());
+    // Its next request replays the settlement; the reopened one sends its next attempt.
+    auto [ec7, replay] = co_await requests.async_run(
+        found, "fp", down.work(io, redis_lock::AttemptOutcome::unknown()), tuple);
+    EXPECT_EQ(replay.kind, Kind::replayed);
+    EXPECT_EQ(replay.response, charged("ch_found"));
+    auto [ec8, sent] = co_await requests.async_run(
+        nothing, "fp", down.work(io, redis_lock::AttemptOutcome::decided(charged())), tuple);
+    EXPECT_EQ(sent.kind, Kind::executed);
+    EXPECT_EQ(sent.downstream_key, nothing + "/2") << "a key the downstream never saw";
+  }());
+  EXPECT_EQ(down.calls, 3);
+  EXPECT_EQ(down.sent[nothing + "/2"], 1);
 }
 
 TEST(Idempotency, BadInputIsRefusedBeforeAnythingIsSent) {

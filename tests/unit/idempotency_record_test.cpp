@@ -243,3 +243,32 @@ TEST(IdempotencyRecord, TheReconcilerResumesOnlyARunningAttemptAndCreatesNothing
     }
   }
 }
+
+TEST(IdempotencyRecord, OnlyAnEscalatedRequestIsSettledOrReopenedByAnOperator) {
+  for (const State s : every_state) {
+    SCOPED_TRACE(name(s));
+    Record settled = in(s);
+    const Record before = settled;
+    const auto said = apply(settled, Settle{201, "found", "ch_9"});
+    Record reopened = in(s);
+    const auto again = apply(reopened, Reopen{"order-7"});
+    if (s != State::escalated) {
+      EXPECT_EQ(said, OperatorReply::refused);
+      EXPECT_EQ(again, OperatorReply::refused);
+      EXPECT_EQ(settled, before);
+      EXPECT_EQ(reopened, before);
+      continue;
+    }
+    EXPECT_EQ(said, OperatorReply::done);
+    EXPECT_EQ(settled.state, State::decided);
+    EXPECT_EQ(settled.body, "found");
+    EXPECT_EQ(settled.downstream_key, before.downstream_key);
+    EXPECT_EQ(again, OperatorReply::done);
+    EXPECT_EQ(reopened.state, State::void_) << "the next request sends it";
+    EXPECT_EQ(reopened.attempt, before.attempt + 1);
+    EXPECT_EQ(reopened.downstream_key, "order-7/3") << "a key the downstream never saw";
+    // The next request restarts the new attempt under its new key.
+    EXPECT_EQ(apply(reopened, Begin{"order-7", "fp", holder + 1, 9'000}), BeginReply::restarted);
+    EXPECT_EQ(reopened.downstream_key, "order-7/3");
+  }
+}
