@@ -282,7 +282,7 @@ TEST(IdempotencyStore, TheScriptsMakeTheRecordsTransitionsRowByRow) {
             static_cast<std::uint32_t>(std::stoul(dkey.substr(dkey.find('/') + 1)));
         const int status = 200 + static_cast<int>(pick(300));
         const std::string body =
-            "body " + std::to_string(step) + std::string(pick(2) ? "\r\n\0x" : "", 4);
+            "body " + std::to_string(step) + (pick(2) ? std::string("\r\n\0x", 4) : std::string());
         said = store.eval(script::idem_decide_script, {record_of(key), due, esc},
                           {key, fp, std::to_string(attempt), dkey, std::to_string(status), body,
                            "ch_" + std::to_string(step), "0"});
