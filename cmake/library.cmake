@@ -21,7 +21,7 @@ file(READ "${_rl_shared}" _rl_shared_body)
 file(READ "${_rl_idem}" _rl_idem_body)
 foreach(name acquire release extend raise_fence acquire_set release_set extend_set acquire_group
              inspect force_release idem_look idem_begin idem_void idem_next idem_escalate
-             idem_defer idem_decide idem_due idem_settle idem_reopen idem_list)
+             idem_defer idem_decide idem_due idem_settle idem_reopen idem_list idem_shards)
   set(_file "${PROJECT_SOURCE_DIR}/src/scripts/${name}.lua")
   set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS "${_file}")
   file(READ "${_file}" _body)

@@ -340,9 +340,63 @@ void RunOp::finish() {
       strand, [complete = std::move(complete)](error_code, bool) mutable { complete(); }));
 }
 
+/// The store's checks, before a component's first run: its shard count (always) and its
+/// durability (unless unchecked). A refusal of the store's configuration (not durable,
+/// another shard count, no permission to read it) is kept a second, so that a misconfigured
+/// store is not asked again by every run; a passing failure (out of memory, a lost link) is
+/// not kept.
+void check_store(const std::shared_ptr<RunOp>& op) {
+  auto refuse = [op](error_code why, std::string text) {
+    asio::post(op->strand, [op, why, text = std::move(text)]() mutable {
+      auto& s = *op->shared;
+      {
+        std::lock_guard lock(s.mutex);
+        s.store_problem = std::move(text);
+        const bool configuration = why == error::store_not_durable ||
+                                   why == error::invalid_argument || why == error::no_permission;
+        s.refused = configuration ? why : error_code{};
+        s.refused_until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+      }
+      op->report(why);
+      op->done(why, RunResult{});
+    });
+  };
+  auto passed = [op] {
+    asio::post(op->strand, [op] {
+      auto& s = *op->shared;
+      {
+        std::lock_guard lock(s.mutex);
+        s.store_problem.clear();
+        s.refused = {};
+      }
+      s.store_checked.store(true);
+      op->act(op->fsm.start());
+    });
+  };
+  op->shared->calls->check_shards([op, refuse, passed](error_code ec, std::string wrong) {
+    if (ec) return refuse(ec, "the store's shard count could not be read: " + ec.message());
+    if (!wrong.empty()) return refuse(error::invalid_argument, std::move(wrong));
+    if (op->shared->options.unchecked_store) return passed();
+    op->shared->calls->check_durability(
+        [refuse, passed](error_code ec2, std::vector<std::string> missing) {
+          if (ec2) {
+            return refuse(ec2, std::string("the store's settings could not be read (CONFIG "
+                                           "GET: ") +
+                                   ec2.message() + "); grant +config|get or set unchecked_store");
+          }
+          if (!missing.empty()) {
+            std::string text;
+            for (const auto& m : missing) text.append(text.empty() ? "" : "; ").append(m);
+            return refuse(error::store_not_durable, std::move(text));
+          }
+          passed();
+        });
+  });
+}
+
 void start_run(const std::shared_ptr<RunOp>& op) {
   auto& shared = *op->shared;
-  if (shared.options.unchecked_store || shared.store_checked.load()) {
+  if (shared.store_checked.load()) {
     return asio::post(op->strand, [op] { op->act(op->fsm.start()); });
   }
   {
@@ -354,33 +408,7 @@ void start_run(const std::shared_ptr<RunOp>& op) {
       });
     }
   }
-  shared.calls->check_durability([op](error_code ec, std::vector<std::string> missing) {
-    asio::post(op->strand, [op, ec, missing = std::move(missing)] {
-      auto& s = *op->shared;
-      const auto refuse = [&](error_code why, std::string text) {
-        std::lock_guard lock(s.mutex);
-        s.store_problem = std::move(text);
-        s.refused = why;
-        s.refused_until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
-      };
-      if (ec) {
-        refuse(ec, std::string("the store's settings could not be read (CONFIG GET: ") +
-                       ec.message() + "); grant +config|get or set unchecked_store");
-        op->report(ec);
-        return op->done(ec, RunResult{});
-      }
-      if (!missing.empty()) {
-        std::string text;
-        for (const auto& m : missing) text.append(text.empty() ? "" : "; ").append(m);
-        refuse(error::store_not_durable, std::move(text));
-        op->report(error::store_not_durable);
-        return op->done(error::store_not_durable, RunResult{});
-      }
-      refuse({}, {});
-      s.store_checked.store(true);
-      op->act(op->fsm.start());
-    });
-  });
+  check_store(op);
 }
 
 bool valid_options(const IdempotencyOptions& o) {

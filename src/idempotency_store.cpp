@@ -258,6 +258,29 @@ void StoreCalls::due(unsigned shard, std::size_t limit, std::int64_t claim_ms,
        std::move(done));
 }
 
+void StoreCalls::check_shards(std::function<void(error_code, std::string)> done) {
+  auto op = std::make_shared<StoreOp>();
+  op->service = store_;
+  op->words = {std::string(store_->key_prefix()) + "idem:shards", to_decimal(shards_)};
+  op->slot = store_->slot_of(op->words[0]);
+  op->script_body = idem_shards_script.body;
+  op->argc = 0;
+  for (const auto w : {std::string_view("EVALSHA"), idem_shards_script.sha1, std::string_view("1"),
+                       std::string_view(op->words[0]), std::string_view(op->words[1])}) {
+    op->argv[op->argc++] = w;
+  }
+  op->done = [store = store_, mine = op->words[1], done = std::move(done)](error_code ec,
+                                                                           Reply reply) {
+    if (!ec && reply.is_error()) ec = store->server_error(reply);
+    if (!ec && reply.type != Reply::Type::string) ec = error::unexpected_reply;
+    if (ec) return done(ec, {});
+    if (reply.str == mine) return done({}, {});
+    done({}, "the store's records are in " + reply.str + " shards; this client has " + mine +
+                 " (IdempotencyOptions::shards must be the same for every client of a store)");
+  };
+  send_op(*store_, std::move(op));
+}
+
 void StoreCalls::check_durability(std::function<void(error_code, std::vector<std::string>)> done) {
   struct Round {
     std::size_t left = 0;

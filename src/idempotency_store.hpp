@@ -90,6 +90,9 @@ class StoreCalls {
   /// Claims up to `limit` due keys of `shard` for `claim_ms` (idem_due.lua).
   void due(unsigned shard, std::size_t limit, std::int64_t claim_ms,
            std::function<void(boost::system::error_code, DueKeys)> done);
+  /// The store's number of shards (idem_shards.lua: set by the first client to ask): "" when
+  /// it is this client's, else what is wrong.
+  void check_shards(std::function<void(boost::system::error_code, std::string)> done);
   /// CONFIG GET of what makes the store durable, on the node of each shard: what is missing
   /// ("appendonly is no, wants yes"); an error when it cannot be read (NOPERM).
   void check_durability(

@@ -88,8 +88,10 @@ class REDIS_LOCK_EXPORT IdempotentRequests {
   /// work or resolve learnt is recorded, fenced by the lock's fencing token, then the lock
   /// is released and the caller told (RunResult).
   ///
-  /// Before the first run the store's durability is checked (unless
-  /// IdempotencyOptions::unchecked_store): `store_not_durable` and store_problem().
+  /// Before the first run the store is checked: its records' shard count must be this
+  /// client's (`invalid_argument` and store_problem() otherwise: the first client to ask
+  /// sets it), and its durability (unless IdempotencyOptions::unchecked_store):
+  /// `store_not_durable` and store_problem().
   ///
   /// Completion signature: `void(boost::system::error_code, RunResult)`. Errors:
   /// `invalid_argument` (an empty or oversized key, a '/' in it, an oversized fingerprint,

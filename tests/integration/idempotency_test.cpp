@@ -445,6 +445,36 @@ TEST(Idempotency, AnOperatorSettlesOrReopensAnEscalatedRequest) {
   EXPECT_EQ(down.sent[nothing + "/2"], 1);
 }
 
+TEST(Idempotency, AClientWithAnotherShardCountIsRefused) {
+  asio::io_context io;
+  const auto cfg = shared_server_config();
+  LockManager locks(io.get_executor(), cfg);
+  ManagerOptions store_options;
+  store_options.key_prefix = unique_resource("store") + ":";
+  LockManager store(io.get_executor(), cfg, store_options);
+  Downstream down;
+  auto sixteen = quick();
+  auto four = quick();
+  four.shards = 4;
+  IdempotentRequests first(locks, store, resolve_as(redis_lock::AttemptOutcome::unknown()),
+                           sixteen);
+  IdempotentRequests other(locks, store, resolve_as(redis_lock::AttemptOutcome::unknown()), four);
+  run_co(io, [&]() -> asio::awaitable<void> {
+    auto [ec, r] = co_await first.async_run(
+        unique_resource("k"), "fp", down.work(io, redis_lock::AttemptOutcome::decided(charged())),
+        tuple);
+    EXPECT_FALSE(ec) << ec.message();
+    // It would look for every record in the wrong place: refused before anything is sent.
+    auto [ec2, r2] = co_await other.async_run(
+        unique_resource("k"), "fp", down.work(io, redis_lock::AttemptOutcome::decided(charged())),
+        tuple);
+    EXPECT_EQ(ec2, error::invalid_argument);
+    EXPECT_NE(other.store_problem().find("in 16 shards; this client has 4"), std::string::npos)
+        << other.store_problem();
+  }());
+  EXPECT_EQ(down.calls, 1);
+}
+
 TEST(Idempotency, BadInputIsRefusedBeforeAnythingIsSent) {
   asio::io_context io;
   LockManager locks(io.get_executor(), shared_server_config());
