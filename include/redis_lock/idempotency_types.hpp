@@ -20,11 +20,13 @@ struct StoredResponse {
   std::string body;         ///< the response's bytes
   std::string external_id;  ///< the downstream's id of the effect (a charge id), if any
 
+  /// Field by field.
   friend bool operator==(const StoredResponse&, const StoredResponse&) = default;
 };
 
 /// What an attempt's work, or a resolve of an attempt whose outcome was unknown, learnt.
 struct AttemptOutcome {
+  /// What was learnt.
   enum class Kind {
     decided,       ///< the downstream answered: `response` is final, recorded and replayed
     not_executed,  ///< the attempt certainly did not happen (refused before it was sent, or
@@ -33,17 +35,22 @@ struct AttemptOutcome {
     key_spent,     ///< resolve only: the downstream key cannot be used again and nothing
                    ///< happened under any attempt: the next attempt, under a new key
   };
-  Kind kind = Kind::unknown;
-  StoredResponse response;
+  Kind kind = Kind::unknown;  ///< what was learnt
+  StoredResponse response;    ///< with `decided`: the downstream's answer
 
+  /// The downstream answered `r`.
   static AttemptOutcome decided(StoredResponse r) { return {Kind::decided, std::move(r)}; }
+  /// The attempt certainly did not happen.
   static AttemptOutcome not_executed() { return {Kind::not_executed, {}}; }
+  /// It may have happened.
   static AttemptOutcome unknown() { return {Kind::unknown, {}}; }
+  /// Resolve only: the key is used up and nothing happened under any attempt.
   static AttemptOutcome key_spent() { return {Kind::key_spent, {}}; }
 };
 
 /// What IdempotentRequests::async_run (or one look of the reconciler) tells its caller.
 struct RunResult {
+  /// What the caller is told.
   enum class Kind {
     executed,      ///< this run learnt the decision (its work, or a resolve): `response`
     replayed,      ///< decided before: the stored `response`; nothing ran
@@ -55,7 +62,7 @@ struct RunResult {
     escalated,     ///< unknown for too long: an operator decides (nothing is sent again)
     absent,        ///< the reconciler found nothing to look at (no record, or a void one)
   };
-  Kind kind = Kind::absent;
+  Kind kind = Kind::absent;                  ///< what the caller is told
   StoredResponse response;                   ///< executed, replayed
   std::uint32_t attempt = 0;                 ///< the attempt the answer is about (0: none began)
   std::string downstream_key;                ///< its downstream key, `<key>/<attempt>`
@@ -65,13 +72,14 @@ struct RunResult {
 /// The word for a RunResult kind ("executed", "replayed", ...): for logs and metric labels.
 REDIS_LOCK_EXPORT const char* run_result_name(RunResult::Kind kind) noexcept;
 
+/// How an IdempotentRequests runs: its lock, its lease, its records' lifetime, its bounds.
 struct IdempotencyOptions {
   /// The key's lock is the resource `<lock_prefix><key>` of the locks' manager.
   std::string lock_prefix = "idem:";
   /// The key's lock ttl: an attempt's deadline is its lease's validity less `margin`
   /// (a work that answers later is recorded if it decided, but its run says pending).
   std::chrono::milliseconds lease{30'000};
-  std::chrono::milliseconds margin{1'000};
+  std::chrono::milliseconds margin{1'000};  ///< (see `lease`)
   /// 0: a key held elsewhere answers busy at once; more: wait this long for its lock.
   std::chrono::milliseconds wait{0};
   /// How long a decided record is kept (replayed); 0: for good (a financial record).
@@ -79,13 +87,13 @@ struct IdempotencyOptions {
   /// The reconciler's first look at an attempt whose outcome is unknown (0: `lease`), then
   /// twice as late each time, up to `look_cap`.
   std::chrono::milliseconds first_look{0};
-  std::chrono::milliseconds look_cap{std::chrono::minutes(5)};
+  std::chrono::milliseconds look_cap{std::chrono::minutes(5)};  ///< (see `first_look`)
   /// An attempt still unknown this long after it began (the store's clock) is escalated.
   std::chrono::milliseconds escalate_after{std::chrono::hours(1)};
   /// Bounds: a key (1..max_key_bytes, no '/'), a fingerprint, a response (body + id).
   std::size_t max_key_bytes = 256;
-  std::size_t max_fingerprint_bytes = 256;
-  std::size_t max_response_bytes = 64 * 1024;
+  std::size_t max_fingerprint_bytes = 256;     ///< (see `max_key_bytes`)
+  std::size_t max_response_bytes = 64 * 1024;  ///< (see `max_key_bytes`)
   /// The records' shards (a Cluster spreads them over this many slots). Every client of
   /// one store must use the same number.
   unsigned shards = 16;

@@ -176,9 +176,9 @@ struct IdempotencyEvent {
   RunResult::Kind result;
   boost::system::error_code error;  ///< the run failed (`result` then means nothing)
   std::uint32_t attempt;            ///< the attempt it was about (0: none began)
-  int works;     ///< how many times the work was called (an attempt sent): 0 or 1, 2 after a
-                 ///< resolve said the first never happened or its key was spent
-  int resolves;  ///< how many times resolve was called (an unknown outcome looked up)
+  int works;       ///< how many times the work was called (an attempt sent): 0 or 1, 2 after a
+                   ///< resolve said the first never happened or its key was spent
+  int resolves;    ///< how many times resolve was called (an unknown outcome looked up)
   bool timed_out;  ///< the work or resolve had not answered by the attempt's deadline
   std::chrono::steady_clock::duration latency;  ///< from the call to the completion
 };
