@@ -39,7 +39,7 @@ foreach(name acquire release extend raise_fence acquire_set release_set extend_s
   # client that cannot call the library still records an outcome on a full store (their
   # first command is a read, so EVAL's "a script that has written first" does not apply),
   # and still reads a record on one.
-  if(name MATCHES "^idem_(void|escalate|defer|decide|due|settle|reopen)$")
+  if(name MATCHES "^idem_(void|escalate|defer|decide|due|settle|reopen|shards)$")
     string(PREPEND _body "#!lua flags=allow-oom\n")
   elseif(name MATCHES "^idem_(look|list)$")
     string(PREPEND _body "#!lua flags=no-writes\n")
@@ -58,10 +58,12 @@ foreach(name acquire release extend raise_fence acquire_set release_set extend_s
   # acquire is refused then, before it writes anything. A look writes nothing: it runs
   # wherever a read does (a replica, a server refusing writes). Of the idempotent requests'
   # scripts, those that record what an attempt that began learnt run out of memory too (the
-  # outcome of work done must not be lost), and the reconciler's claim of due keys (it only
-  # moves scores); a begin or a next attempt is refused before anything is sent downstream.
+  # outcome of work done must not be lost), the reconciler's claim of due keys (it only
+  # moves scores) and the shard count's check (every client's first call; it writes one small
+  # key, once per store): a client that starts on a full store still replays and records.
+  # A begin or a next attempt is refused before anything is sent downstream.
   set(_flags "")
-  if(name MATCHES "^(release|release_set|extend|extend_set|force_release|idem_void|idem_escalate|idem_defer|idem_decide|idem_due|idem_settle|idem_reopen)$")
+  if(name MATCHES "^(release|release_set|extend|extend_set|force_release|idem_void|idem_escalate|idem_defer|idem_decide|idem_due|idem_settle|idem_reopen|idem_shards)$")
     set(_flags ", flags = {'allow-oom'}")
   elseif(name MATCHES "^(inspect|idem_look|idem_list)$")
     set(_flags ", flags = {'no-writes'}")

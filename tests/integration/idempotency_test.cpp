@@ -315,6 +315,16 @@ TEST(Idempotency, AFullStoreStillRecordsTheDecisionOfABegunAttempt) {
       EXPECT_FALSE(ec2) << ec2.message();
       EXPECT_EQ(again.kind, Kind::replayed);
       EXPECT_EQ(again.response, charged());
+      // A client that starts while the store is full: its first call checks the store's
+      // shard count (a script that writes it when it is missing), and its replay works.
+      LockManager fresh_store(io.get_executor(), store_server.config(), store_options);
+      IdempotentRequests fresh(locks, fresh_store,
+                               resolve_as(redis_lock::AttemptOutcome::unknown()), quick());
+      auto [ec3, third] = co_await fresh.async_run(
+          key, "fp", down.work(io, redis_lock::AttemptOutcome::unknown()), tuple);
+      EXPECT_FALSE(ec3) << ec3.message();
+      EXPECT_EQ(third.kind, Kind::replayed);
+      EXPECT_EQ(third.response, charged());
     }());
     EXPECT_EQ(down.calls, 1);
     ASSERT_EQ(store_server.command({"CONFIG", "SET", "maxmemory", "0"}), "OK");
