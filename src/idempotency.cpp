@@ -67,6 +67,9 @@ struct detail::IdempotencyShared {
   // every run (a CONFIG GET per shard each).
   error_code refused;
   std::chrono::steady_clock::time_point refused_until;
+  // Who waits for the check in flight (under mutex): one check at a time, however many
+  // calls arrive before its answer.
+  std::vector<std::function<void(error_code)>> checking;
 
   RunSettings settings(bool reconcile) const {
     RunSettings s;
@@ -340,75 +343,68 @@ void RunOp::finish() {
       strand, [complete = std::move(complete)](error_code, bool) mutable { complete(); }));
 }
 
-/// The store's checks, before a component's first run: its shard count (always) and its
-/// durability (unless unchecked). A refusal of the store's configuration (not durable,
-/// another shard count, no permission to read it) is kept a second, so that a misconfigured
-/// store is not asked again by every run; a passing failure (out of memory, a lost link) is
-/// not kept.
-void check_store(const std::shared_ptr<RunOp>& op) {
-  auto refuse = [op](error_code why, std::string text) {
-    asio::post(op->strand, [op, why, text = std::move(text)]() mutable {
-      auto& s = *op->shared;
-      {
-        std::lock_guard lock(s.mutex);
-        s.store_problem = std::move(text);
-        const bool configuration = why == error::store_not_durable ||
-                                   why == error::invalid_argument || why == error::no_permission;
-        s.refused = configuration ? why : error_code{};
-        s.refused_until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
-      }
-      op->report(why);
-      op->done(why, RunResult{});
-    });
+/// The store's checks, before a component's first call (a run, a reconciler's round, an
+/// operator's listing or decision): its shard count (always) and its durability (unless
+/// unchecked). `then(error)` is called once, from any thread: at once when the store passed
+/// before, else when the check in flight answers (one check at a time, shared by the calls
+/// that arrive meanwhile). A refusal of the store's configuration (not durable, another
+/// shard count, no permission to read it) is kept a second, so that a misconfigured store
+/// is not asked again by every call; a passing failure (out of memory, a lost link) is not
+/// kept.
+void ensure_store(const std::shared_ptr<detail::IdempotencyShared>& shared,
+                  std::function<void(error_code)> then) {
+  auto& s = *shared;
+  if (s.store_checked.load()) return then({});
+  {
+    std::unique_lock lock(s.mutex);
+    if (s.refused && std::chrono::steady_clock::now() < s.refused_until) {
+      const auto why = s.refused;
+      lock.unlock();
+      return then(why);
+    }
+    s.checking.push_back(std::move(then));
+    if (s.checking.size() > 1) return;  // a check is in flight: its answer is this call's
+  }
+  auto finish = [shared](error_code why, std::string text) {
+    auto& c = *shared;
+    std::vector<std::function<void(error_code)>> waiting;
+    {
+      std::lock_guard lock(c.mutex);
+      c.store_problem = std::move(text);
+      const bool configuration = why == error::store_not_durable ||
+                                 why == error::invalid_argument || why == error::no_permission;
+      c.refused = configuration ? why : error_code{};
+      c.refused_until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+      if (!why) c.store_checked.store(true);
+      waiting.swap(c.checking);
+    }
+    for (auto& w : waiting) w(why);
   };
-  auto passed = [op] {
-    asio::post(op->strand, [op] {
-      auto& s = *op->shared;
-      {
-        std::lock_guard lock(s.mutex);
-        s.store_problem.clear();
-        s.refused = {};
+  s.calls->check_shards([shared, finish](error_code ec, std::string wrong) {
+    if (ec) return finish(ec, "the store's shard count could not be read: " + ec.message());
+    if (!wrong.empty()) return finish(error::invalid_argument, std::move(wrong));
+    if (shared->options.unchecked_store) return finish({}, {});
+    shared->calls->check_durability([finish](error_code ec2, std::vector<std::string> missing) {
+      if (ec2) {
+        return finish(ec2, std::string("the store's settings could not be read (CONFIG GET: ") +
+                               ec2.message() + "); grant +config|get or set unchecked_store");
       }
-      s.store_checked.store(true);
-      op->act(op->fsm.start());
+      std::string text;
+      for (const auto& m : missing) text.append(text.empty() ? "" : "; ").append(m);
+      finish(missing.empty() ? error_code{} : error_code(error::store_not_durable),
+             std::move(text));
     });
-  };
-  op->shared->calls->check_shards([op, refuse, passed](error_code ec, std::string wrong) {
-    if (ec) return refuse(ec, "the store's shard count could not be read: " + ec.message());
-    if (!wrong.empty()) return refuse(error::invalid_argument, std::move(wrong));
-    if (op->shared->options.unchecked_store) return passed();
-    op->shared->calls->check_durability(
-        [refuse, passed](error_code ec2, std::vector<std::string> missing) {
-          if (ec2) {
-            return refuse(ec2, std::string("the store's settings could not be read (CONFIG "
-                                           "GET: ") +
-                                   ec2.message() + "); grant +config|get or set unchecked_store");
-          }
-          if (!missing.empty()) {
-            std::string text;
-            for (const auto& m : missing) text.append(text.empty() ? "" : "; ").append(m);
-            return refuse(error::store_not_durable, std::move(text));
-          }
-          passed();
-        });
   });
 }
 
 void start_run(const std::shared_ptr<RunOp>& op) {
-  auto& shared = *op->shared;
-  if (shared.store_checked.load()) {
-    return asio::post(op->strand, [op] { op->act(op->fsm.start()); });
-  }
-  {
-    std::lock_guard lock(shared.mutex);
-    if (shared.refused && std::chrono::steady_clock::now() < shared.refused_until) {
-      return asio::post(op->strand, [op, ec = shared.refused] {
-        op->report(ec);
-        op->done(ec, RunResult{});
-      });
-    }
-  }
-  check_store(op);
+  ensure_store(op->shared, [op](error_code ec) {
+    asio::post(op->strand, [op, ec] {
+      if (!ec) return op->act(op->fsm.start());
+      op->report(ec);
+      op->done(ec, RunResult{});
+    });
+  });
 }
 
 bool valid_options(const IdempotencyOptions& o) {
@@ -548,18 +544,24 @@ void IdempotentRequests::escalated_impl(std::shared_ptr<Shared> shared, KeysHand
   listing->handler = std::make_shared<KeysHandler>(std::move(handler));
   listing->left = shared->options.shards;
   listing->shared = shared;
-  // Every shard at once; the answers come on the store's strand, one at a time.
-  for (unsigned shard = 0; shard < shared->options.shards; ++shard) {
-    shared->calls->escalated(
-        shard, 1000, [listing](error_code ec, detail::idempotency::DueKeys in) {
-          if (ec && !listing->first_error) listing->first_error = ec;
-          for (auto& k : in.keys) listing->keys.push_back(std::move(k));
-          if (--listing->left > 0) return;
-          auto keys = listing->first_error ? std::vector<std::string>{} : std::move(listing->keys);
-          detail::deliver(listing->shared->io, detail::Defer::no, std::move(*listing->handler),
-                          listing->first_error, std::move(keys));
-        });
-  }
+  ensure_store(shared, [listing](error_code checked) {
+    const auto& it = listing->shared;
+    if (checked) {
+      return detail::deliver(it->io, detail::Defer::no, std::move(*listing->handler), checked,
+                             std::vector<std::string>{});
+    }
+    // Every shard at once; the answers come on the store's strand, one at a time.
+    for (unsigned shard = 0; shard < it->options.shards; ++shard) {
+      it->calls->escalated(shard, 1000, [listing](error_code ec, detail::idempotency::DueKeys in) {
+        if (ec && !listing->first_error) listing->first_error = ec;
+        for (auto& k : in.keys) listing->keys.push_back(std::move(k));
+        if (--listing->left > 0) return;
+        auto keys = listing->first_error ? std::vector<std::string>{} : std::move(listing->keys);
+        detail::deliver(listing->shared->io, detail::Defer::no, std::move(*listing->handler),
+                        listing->first_error, std::move(keys));
+      });
+    }
+  });
 }
 
 void IdempotentRequests::settle_impl(std::shared_ptr<Shared> shared, std::string key,
@@ -576,14 +578,18 @@ void IdempotentRequests::settle_impl(std::shared_ptr<Shared> shared, std::string
                            error_code(error::invalid_argument), false);
   }
   auto h = std::make_shared<OperatorHandler>(std::move(handler));
-  auto done = [io, h](error_code ec, StoreReply reply) {
-    detail::deliver(io, detail::Defer::no, std::move(*h), ec, !ec && reply.word == "done");
-  };
-  if (response) {
-    return shared->calls->settle(key, response->status, response->body, response->external_id,
-                                 o.retention.count(), std::move(done));
-  }
-  shared->calls->reopen(key, std::move(done));
+  ensure_store(shared, [shared, key = std::move(key), response = std::move(response), io,
+                        h](error_code checked) mutable {
+    auto done = [io, h](error_code ec, StoreReply reply) {
+      detail::deliver(io, detail::Defer::no, std::move(*h), ec, !ec && reply.word == "done");
+    };
+    if (checked) return done(checked, StoreReply{});
+    if (response) {
+      return shared->calls->settle(key, response->status, response->body, response->external_id,
+                                   shared->options.retention.count(), std::move(done));
+    }
+    shared->calls->reopen(key, std::move(done));
+  });
 }
 
 void IdempotentRequests::reconcile_impl(std::shared_ptr<Shared> shared, ReconcileHandler handler) {
@@ -598,7 +604,10 @@ void IdempotentRequests::reconcile_impl(std::shared_ptr<Shared> shared, Reconcil
   round->done = [io, h](error_code ec, ReconcileReport report) {
     detail::deliver(io, detail::Defer::no, std::move(*h), ec, report);
   };
-  round->next_shard();
+  ensure_store(round->shared, [round](error_code checked) {
+    if (checked) return round->done(checked, ReconcileReport{});
+    round->next_shard();
+  });
 }
 
 }  // namespace redis_lock

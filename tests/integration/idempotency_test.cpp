@@ -481,6 +481,22 @@ TEST(Idempotency, AClientWithAnotherShardCountIsRefused) {
     EXPECT_EQ(ec2, error::invalid_argument);
     EXPECT_NE(other.store_problem().find("in 16 shards; this client has 4"), std::string::npos)
         << other.store_problem();
+    // A reconciler's round and an operator's calls would look in the wrong places too: each
+    // is refused by a client that has not run anything before.
+    IdempotentRequests reconciler(locks, store, resolve_as(redis_lock::AttemptOutcome::unknown()),
+                                  four);
+    auto [ec3, report] = co_await reconciler.async_reconcile(tuple);
+    EXPECT_EQ(ec3, error::invalid_argument);
+    EXPECT_EQ(report.looked, 0u);
+    IdempotentRequests lister(locks, store, resolve_as(redis_lock::AttemptOutcome::unknown()),
+                              four);
+    auto [ec4, keys] = co_await lister.async_escalated(tuple);
+    EXPECT_EQ(ec4, error::invalid_argument);
+    IdempotentRequests settler(locks, store, resolve_as(redis_lock::AttemptOutcome::unknown()),
+                               four);
+    auto [ec5, settled] = co_await settler.async_settle(unique_resource("k"), charged(), tuple);
+    EXPECT_EQ(ec5, error::invalid_argument);
+    EXPECT_FALSE(settled);
   }());
   EXPECT_EQ(down.calls, 1);
 }
@@ -564,7 +580,10 @@ TEST(Idempotency, AStoreThatRefusesWritesFailsTheRunBeforeTheWork) {
   }());
   EXPECT_EQ(down.calls, 0);
   ASSERT_EQ(store_server.command({"CONFIG", "SET", "maxmemory", "0"}), "OK");
-  EXPECT_EQ(store_server.command({"DBSIZE"}), "0") << "nothing recorded half-way";
+  // Nothing recorded half-way: the store holds only its shard count (every client's first
+  // call writes it when it is missing, also on a full store).
+  EXPECT_EQ(store_server.command({"DBSIZE"}), "1");
+  EXPECT_EQ(store_server.command({"EXISTS", "lock:idem:shards"}), "1");
   // The key's lock was released: the next request runs at once.
   run_co(io, [&]() -> asio::awaitable<void> {
     auto [ec, r] = co_await requests.async_run(
