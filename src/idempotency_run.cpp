@@ -106,7 +106,6 @@ Action RunFsm::learnt(const AttemptOutcome& outcome) {
       // Nothing happened under this attempt's key. Its holder sends it (again) now, or,
       // with nothing to send (the work's own refusal, the reconciler), marks it void.
       if (!from_work && !settings_.reconcile) {
-        resumed_ = true;
         waiting_for_ = Step::work;
         return {Step::work};
       }

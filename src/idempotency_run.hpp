@@ -70,8 +70,6 @@ class RunFsm {
   const RunSettings& settings() const noexcept { return settings_; }
   /// Whether the lock is held (Step::finish releases it).
   bool holding() const noexcept { return holding_; }
-  /// Step::work after a resolve that said the attempt never happened (it is sent again).
-  bool resumed() const noexcept { return resumed_; }
 
   const RunResult& result() const noexcept { return result_; }
   boost::system::error_code error() const noexcept { return error_; }
@@ -91,7 +89,6 @@ class RunFsm {
   StoredResponse response_;
   Step waiting_for_ = Step::look;
   bool holding_ = false;
-  bool resumed_ = false;
   RunResult result_;
   boost::system::error_code error_;
 };

@@ -79,6 +79,31 @@ void send_op(Engine& store, std::shared_ptr<StoreOp> op) {
   });
 }
 
+/// An EVALSHA of `script` (KEYS: the first `keys` words; ARGV: the others), sent to the slot
+/// of its first key (a record's or a shard's index: one slot per shard); `done` gets the
+/// reply, a server's error reply already an error_code.
+void send_script(const std::shared_ptr<Engine>& store, const Script& script,
+                 std::vector<std::string> words, std::size_t keys,
+                 std::function<void(error_code, Reply)> done) {
+  auto op = std::make_shared<StoreOp>();
+  op->service = store;
+  op->words = std::move(words);
+  // Every word in place before argv views them (the vector does not move again).
+  op->words.push_back(to_decimal(static_cast<long long>(keys)));
+  op->slot = store->slot_of(op->words.front());
+  op->script_body = script.body;
+  op->argc = 0;
+  op->argv[op->argc++] = "EVALSHA";
+  op->argv[op->argc++] = script.sha1;
+  op->argv[op->argc++] = op->words.back();
+  for (std::size_t i = 0; i + 1 < op->words.size(); ++i) op->argv[op->argc++] = op->words[i];
+  op->done = [store, done = std::move(done)](error_code ec, Reply reply) {
+    if (!ec && reply.is_error()) ec = store->server_error(reply);
+    done(ec, std::move(reply));
+  };
+  send_op(*store, std::move(op));
+}
+
 }  // namespace
 
 std::optional<StoreReply> read_store_reply(const Reply& reply) {
@@ -122,25 +147,13 @@ std::optional<DueKeys> read_due(const Reply& reply) {
 
 void StoreCalls::call(const Script& script, std::vector<std::string> words, std::size_t keys,
                       StoreHandler done) {
-  auto op = std::make_shared<StoreOp>();
-  op->service = store_;
-  op->words = std::move(words);
-  op->slot = store_->slot_of(op->words.front());  // the record's (its shard's) slot
-  op->script_body = script.body;
-  op->argv[0] = "EVALSHA";
-  op->argv[1] = script.sha1;
-  op->words.push_back(to_decimal(static_cast<long long>(keys)));
-  op->argv[2] = op->words.back();
-  op->argc = 3;
-  for (std::size_t i = 0; i + 1 < op->words.size(); ++i) op->argv[op->argc++] = op->words[i];
-  op->done = [store = store_, done = std::move(done)](error_code ec, Reply reply) {
-    if (!ec && reply.is_error()) ec = store->server_error(reply);
-    if (ec) return done(ec, StoreReply{});
-    auto read = read_store_reply(reply);
-    if (!read) return done(error::unexpected_reply, StoreReply{});
-    done({}, std::move(*read));
-  };
-  send_op(*store_, std::move(op));
+  send_script(store_, script, std::move(words), keys,
+              [done = std::move(done)](error_code ec, Reply reply) {
+                if (ec) return done(ec, StoreReply{});
+                auto read = read_store_reply(reply);
+                if (!read) return done(error::unexpected_reply, StoreReply{});
+                done({}, std::move(*read));
+              });
 }
 
 void StoreCalls::look(const std::string& key, StoreHandler done) {
@@ -222,24 +235,13 @@ void StoreCalls::reopen(const std::string& key, StoreHandler done) {
 
 void StoreCalls::list(const Script& script, std::vector<std::string> words,
                       std::function<void(error_code, DueKeys)> done) {
-  auto op = std::make_shared<StoreOp>();
-  op->service = store_;
-  op->words = std::move(words);
-  op->slot = store_->slot_of(op->words[0]);
-  op->script_body = script.body;
-  op->argc = 0;
-  op->argv[op->argc++] = "EVALSHA";
-  op->argv[op->argc++] = script.sha1;
-  op->argv[op->argc++] = "1";
-  for (const auto& w : op->words) op->argv[op->argc++] = w;
-  op->done = [store = store_, done = std::move(done)](error_code ec, Reply reply) {
-    if (!ec && reply.is_error()) ec = store->server_error(reply);
-    if (ec) return done(ec, DueKeys{});
-    auto read = read_due(reply);
-    if (!read) return done(error::unexpected_reply, DueKeys{});
-    done({}, std::move(*read));
-  };
-  send_op(*store_, std::move(op));
+  send_script(store_, script, std::move(words), 1,
+              [done = std::move(done)](error_code ec, Reply reply) {
+                if (ec) return done(ec, DueKeys{});
+                auto read = read_due(reply);
+                if (!read) return done(error::unexpected_reply, DueKeys{});
+                done({}, std::move(*read));
+              });
 }
 
 void StoreCalls::escalated(unsigned shard, std::size_t limit,
@@ -259,26 +261,17 @@ void StoreCalls::due(unsigned shard, std::size_t limit, std::int64_t claim_ms,
 }
 
 void StoreCalls::check_shards(std::function<void(error_code, std::string)> done) {
-  auto op = std::make_shared<StoreOp>();
-  op->service = store_;
-  op->words = {std::string(store_->key_prefix()) + "idem:shards", to_decimal(shards_)};
-  op->slot = store_->slot_of(op->words[0]);
-  op->script_body = idem_shards_script.body;
-  op->argc = 0;
-  for (const auto w : {std::string_view("EVALSHA"), idem_shards_script.sha1, std::string_view("1"),
-                       std::string_view(op->words[0]), std::string_view(op->words[1])}) {
-    op->argv[op->argc++] = w;
-  }
-  op->done = [store = store_, mine = op->words[1], done = std::move(done)](error_code ec,
-                                                                           Reply reply) {
-    if (!ec && reply.is_error()) ec = store->server_error(reply);
-    if (!ec && reply.type != Reply::Type::string) ec = error::unexpected_reply;
-    if (ec) return done(ec, {});
-    if (reply.str == mine) return done({}, {});
-    done({}, "the store's records are in " + reply.str + " shards; this client has " + mine +
-                 " (IdempotencyOptions::shards must be the same for every client of a store)");
-  };
-  send_op(*store_, std::move(op));
+  auto mine = to_decimal(shards_);
+  send_script(store_, idem_shards_script, {std::string(store_->key_prefix()) + "idem:shards", mine},
+              1, [mine, done = std::move(done)](error_code ec, Reply reply) {
+                if (!ec && reply.type != Reply::Type::string) ec = error::unexpected_reply;
+                if (ec) return done(ec, {});
+                if (reply.str == mine) return done({}, {});
+                done({}, "the store's records are in " + reply.str + " shards; this client has " +
+                             mine +
+                             " (IdempotencyOptions::shards must be the same for every client of "
+                             "a store)");
+              });
 }
 
 void StoreCalls::check_durability(std::function<void(error_code, std::vector<std::string>)> done) {

@@ -98,9 +98,6 @@ class StoreCalls {
   void check_durability(
       std::function<void(boost::system::error_code, std::vector<std::string>)> done);
 
-  unsigned shards() const noexcept { return shards_; }
-  Engine& store() const noexcept { return *store_; }
-
  private:
   void call(const Script& script, std::vector<std::string> words, std::size_t keys,
             StoreHandler done);
