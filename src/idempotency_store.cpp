@@ -3,6 +3,7 @@
 
 #include "decimal.hpp"
 #include "engine.hpp"
+#include "replies.hpp"
 #include "script_op.hpp"
 
 #include "redis_lock_scripts.hpp"
@@ -81,12 +82,17 @@ void send_op(Engine& store, std::shared_ptr<StoreOp> op) {
 
 /// An EVALSHA of `script` (KEYS: the first `keys` words; ARGV: the others), sent to the slot
 /// of its first key (a record's or a shard's index: one slot per shard); `done` gets the
-/// reply, a server's error reply already an error_code.
+/// reply, a server's error reply already an error_code. `confirm` (a write, with
+/// IdempotencyOptions::store_replicas): the script goes on the connection that may block on
+/// WAIT, and its reply counts once WAIT says that many replicas have it (fewer:
+/// not_replicated, though the master has it).
 void send_script(const std::shared_ptr<Engine>& store, const Script& script,
-                 std::vector<std::string> words, std::size_t keys,
+                 std::vector<std::string> words, std::size_t keys, const Replicas& confirm,
                  std::function<void(error_code, Reply)> done) {
   auto op = std::make_shared<StoreOp>();
   op->service = store;
+  const int replicas = confirm.count;
+  op->durable = replicas > 0;
   op->words = std::move(words);
   // Every word in place before argv views them (the vector does not move again).
   op->words.push_back(to_decimal(static_cast<long long>(keys)));
@@ -97,9 +103,21 @@ void send_script(const std::shared_ptr<Engine>& store, const Script& script,
   op->argv[op->argc++] = script.sha1;
   op->argv[op->argc++] = op->words.back();
   for (std::size_t i = 0; i + 1 < op->words.size(); ++i) op->argv[op->argc++] = op->words[i];
-  op->done = [store, done = std::move(done)](error_code ec, Reply reply) {
+  // (On the store's strand, from the op's on_reply: `sent` is alive.)
+  op->done = [store, replicas, timeout = confirm.timeout, sent = op.get(), done = std::move(done)](
+                 error_code ec, Reply reply) mutable {
     if (!ec && reply.is_error()) ec = store->server_error(reply);
-    done(ec, std::move(reply));
+    if (ec || replicas == 0) return done(ec, std::move(reply));
+    // WAIT on the connection that carried the script: it counts the replicas that have
+    // everything written on it so far, this script's writes included.
+    store->wait_replicas(
+        sent->node, replicas, timeout,
+        Connection::Callback([store, replicas, reply = std::move(reply), done = std::move(done)](
+                                 error_code wait_ec, Reply count) mutable {
+          if (!wait_ec && count.is_error()) wait_ec = store->server_error(count);
+          if (!wait_ec) wait_ec = replies::replication_outcome(count, replicas);
+          done(wait_ec, std::move(reply));
+        }));
   };
   send_op(*store, std::move(op));
 }
@@ -148,6 +166,7 @@ std::optional<DueKeys> read_due(const Reply& reply) {
 void StoreCalls::call(const Script& script, std::vector<std::string> words, std::size_t keys,
                       StoreHandler done) {
   send_script(store_, script, std::move(words), keys,
+              &script == &idem_look_script ? Replicas{} : replicas_,
               [done = std::move(done)](error_code ec, Reply reply) {
                 if (ec) return done(ec, StoreReply{});
                 auto read = read_store_reply(reply);
@@ -235,7 +254,7 @@ void StoreCalls::reopen(const std::string& key, StoreHandler done) {
 
 void StoreCalls::list(const Script& script, std::vector<std::string> words,
                       std::function<void(error_code, DueKeys)> done) {
-  send_script(store_, script, std::move(words), 1,
+  send_script(store_, script, std::move(words), 1, Replicas{},
               [done = std::move(done)](error_code ec, Reply reply) {
                 if (ec) return done(ec, DueKeys{});
                 auto read = read_due(reply);
@@ -263,7 +282,7 @@ void StoreCalls::due(unsigned shard, std::size_t limit, std::int64_t claim_ms,
 void StoreCalls::check_shards(std::function<void(error_code, std::string)> done) {
   auto mine = to_decimal(shards_);
   send_script(store_, idem_shards_script, {std::string(store_->key_prefix()) + "idem:shards", mine},
-              1, [mine, done = std::move(done)](error_code ec, Reply reply) {
+              1, Replicas{}, [mine, done = std::move(done)](error_code ec, Reply reply) {
                 if (!ec && reply.type != Reply::Type::string) ec = error::unexpected_reply;
                 if (ec) return done(ec, {});
                 if (reply.str == mine) return done({}, {});

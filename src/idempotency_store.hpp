@@ -10,6 +10,7 @@
 
 #include <boost/system/error_code.hpp>
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -60,10 +61,18 @@ using StoreHandler = std::function<void(boost::system::error_code, StoreReply)>;
 /// One call of each script (idem_*.lua) on `store`, from any thread; `done` on the store's
 /// strand. A server's error reply comes as its error code (out_of_memory, read_only, ...)
 /// and the manager's last_server_error(); a malformed reply as unexpected_reply.
+/// How many replicas must have a write before it counts (WAIT), and how long to wait.
+struct Replicas {
+  int count = 0;
+  std::chrono::milliseconds timeout{0};
+};
+
 class StoreCalls {
  public:
-  StoreCalls(std::shared_ptr<Engine> store, unsigned shards)
-      : store_(std::move(store)), shards_(shards) {}
+  /// `replicas`: every write (not a look, a listing, the reconciler's claim or the shard
+  /// count's check) is confirmed by WAIT; fewer replicas: not_replicated.
+  StoreCalls(std::shared_ptr<Engine> store, unsigned shards, Replicas replicas = {})
+      : store_(std::move(store)), shards_(shards), replicas_(replicas) {}
 
   void look(const std::string& key, StoreHandler done);
   /// `resume`: the reconciler's begin (Resume), with no fingerprint.
@@ -105,6 +114,7 @@ class StoreCalls {
             std::function<void(boost::system::error_code, DueKeys)> done);
   std::shared_ptr<Engine> store_;
   unsigned shards_;
+  Replicas replicas_;
 };
 
 }  // namespace redis_lock::detail::idempotency

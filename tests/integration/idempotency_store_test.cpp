@@ -5,6 +5,7 @@
 // a real server, the reply word, the record the script answers and the record stored
 // compared after every step, and the reconciler's indexes checked against the states.
 #include "idempotency_record.hpp"
+#include "raw_redis.hpp"
 #include "redis_lock_scripts.hpp"
 #include "redis_server.hpp"
 
@@ -56,18 +57,16 @@ class Store {
     std::vector<std::string> words = {"EVAL", std::string(s.body), std::to_string(keys.size())};
     words.insert(words.end(), keys.begin(), keys.end());
     words.insert(words.end(), args.begin(), args.end());
-    const auto* r = run(words);
+    const auto r = run(words);
     Said out;
     if (r->type != REDIS_REPLY_ARRAY || r->elements != 12) {
       ADD_FAILURE() << "not a record reply: " << (r->str ? r->str : "?");
-      freeReplyObject(const_cast<redisReply*>(r));
       return out;
     }
     std::vector<std::string> e;
     for (std::size_t i = 0; i < r->elements; ++i) {
       e.emplace_back(r->element[i]->str, r->element[i]->len);
     }
-    freeReplyObject(const_cast<redisReply*>(r));
     out.word = e[0];
     out.record.state = state_of(e[1]);
     out.record.fingerprint = e[2];
@@ -82,30 +81,18 @@ class Store {
     return out;
   }
   bool in_index(const std::string& index, const std::string& member) {
-    const auto* r = run({"ZSCORE", index, member});
-    const bool in = r->type == REDIS_REPLY_STRING;
-    freeReplyObject(const_cast<redisReply*>(r));
-    return in;
+    return run({"ZSCORE", index, member})->type == REDIS_REPLY_STRING;
   }
-  void zrem(const std::string& index, const std::string& member) {
-    freeReplyObject(const_cast<redisReply*>(run({"ZREM", index, member})));
-  }
+  void zrem(const std::string& index, const std::string& member) { run({"ZREM", index, member}); }
   void del(const std::vector<std::string>& keys) {
     std::vector<std::string> words = {"DEL"};
     words.insert(words.end(), keys.begin(), keys.end());
-    freeReplyObject(const_cast<redisReply*>(run(words)));
+    run(words);
   }
 
  private:
-  const redisReply* run(const std::vector<std::string>& words) {
-    std::vector<const char*> argv;
-    std::vector<std::size_t> lens;
-    for (const auto& w : words) {
-      argv.push_back(w.data());
-      lens.push_back(w.size());
-    }
-    auto* r = static_cast<redisReply*>(
-        redisCommandArgv(c_.get(), static_cast<int>(argv.size()), argv.data(), lens.data()));
+  test::ReplyPtr run(const std::vector<std::string>& words) {
+    auto r = test::raw_command(c_.get(), words);
     if (!r) throw std::runtime_error("connection lost");
     return r;
   }

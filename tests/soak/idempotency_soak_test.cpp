@@ -9,6 +9,7 @@
 // Size: REDIS_LOCK_SOAK_PROCESSES (default 4) x REDIS_LOCK_SOAK_ROUNDS keys (default 60).
 #include "child_process.hpp"
 #include "live.hpp"
+#include "soak_size.hpp"
 
 #include <map>
 #include <set>
@@ -17,14 +18,7 @@
 using namespace redis_lock;
 using namespace redis_lock::test;
 
-namespace {
-
-int env_or(const char* name, int fallback) {
-  const char* v = std::getenv(name);
-  return v ? std::atoi(v) : fallback;
-}
-
-}  // namespace
+namespace {}  // namespace
 
 TEST(IdempotencySoak, EachKeysEffectHappensOnceThroughCrashes) {
   const int processes = env_or("REDIS_LOCK_SOAK_PROCESSES", 4);

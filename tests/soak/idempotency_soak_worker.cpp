@@ -12,6 +12,8 @@
 // if even). Prints one line per answer: "<key> <result> <body>", then "done". `finish`: no
 // crash; the reconciler's rounds until nothing is due, then each key asked (waiting for its
 // lock) until it is decided. Exit 0, or 1 on an error.
+#include "raw_redis.hpp"
+
 #include <redis_lock/idempotency.hpp>
 
 #include <hiredis/hiredis.h>
@@ -55,21 +57,12 @@ struct Redis {
   }
   ~Redis() { redisFree(c); }
   std::string run(const std::vector<std::string>& words) {
-    std::vector<const char*> argv;
-    std::vector<std::size_t> lens;
-    for (const auto& w : words) {
-      argv.push_back(w.data());
-      lens.push_back(w.size());
-    }
-    auto* r = static_cast<redisReply*>(
-        redisCommandArgv(c, static_cast<int>(argv.size()), argv.data(), lens.data()));
+    const auto r = redis_lock::test::raw_command(c, words);
     if (!r || r->type == REDIS_REPLY_ERROR) {
       std::fprintf(stderr, "downstream: %s\n", r && r->str ? r->str : "no reply");
       std::exit(1);
     }
-    std::string out = r->type == REDIS_REPLY_STRING ? std::string(r->str, r->len) : "";
-    freeReplyObject(r);
-    return out;
+    return r->type == REDIS_REPLY_STRING ? std::string(r->str, r->len) : "";
   }
 };
 

@@ -8,16 +8,12 @@
 // Size: REDIS_LOCK_SOAK_PROCESSES (default 4) x REDIS_LOCK_SOAK_ROUNDS (default 60).
 #include "child_process.hpp"
 #include "live.hpp"
+#include "soak_size.hpp"
 
 using namespace redis_lock;
 using namespace redis_lock::test;
 
 namespace {
-
-int env_or(const char* name, int fallback) {
-  const char* v = std::getenv(name);
-  return v ? std::atoi(v) : fallback;
-}
 
 long long number(std::uint16_t port, const std::string& key) {
   const auto text = redis_command(port, {"GET", key});

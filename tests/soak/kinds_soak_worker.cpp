@@ -15,6 +15,8 @@
 //     async_acquire_all of two accounts (in either order), read both balances, pause, write
 //     both at once (MSET): two overlapping transfers lose an update, and the sum changes
 // Prints "round N" after each round, "done" at the end; exit 0, or 1 on an error.
+#include "raw_redis.hpp"
+
 #include <redis_lock/redis_lock.hpp>
 
 #include <hiredis/hiredis.h>
@@ -64,21 +66,13 @@ struct Redis {
   Redis& operator=(const Redis&) = delete;
   /// The reply as text (an integer's digits; "" for nil).
   std::string text(const std::vector<std::string>& args) {
-    std::vector<const char*> argv;
-    std::vector<std::size_t> lens;
-    for (const auto& a : args) {
-      argv.push_back(a.data());
-      lens.push_back(a.size());
-    }
-    auto* r = static_cast<redisReply*>(
-        redisCommandArgv(c, static_cast<int>(args.size()), argv.data(), lens.data()));
+    const auto r = redis_lock::test::raw_command(c, args);
     if (!r) throw std::runtime_error("redis: connection");
     std::string out;
     if (r->type == REDIS_REPLY_INTEGER) out = std::to_string(r->integer);
     if (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS) out.assign(r->str, r->len);
     const bool error = r->type == REDIS_REPLY_ERROR;
     if (error) out.assign(r->str, r->len);
-    freeReplyObject(r);
     if (error) throw std::runtime_error("redis: " + out);
     return out;
   }

@@ -7,6 +7,7 @@
 // Size: REDIS_LOCK_SOAK_PROCESSES (default 4) x REDIS_LOCK_SOAK_ROUNDS (default 60).
 #include "child_process.hpp"
 #include "live.hpp"
+#include "soak_size.hpp"
 
 #include <thread>
 
@@ -14,11 +15,6 @@ using namespace redis_lock;
 using namespace redis_lock::test;
 
 namespace {
-
-int env_or(const char* name, int fallback) {
-  const char* v = std::getenv(name);
-  return v ? std::atoi(v) : fallback;
-}
 
 struct Keys {
   std::string counter, fence, refused, log;

@@ -2,6 +2,8 @@
 // Starting, stopping and hurting redis-server processes for the tests.
 #include "redis_server.hpp"
 
+#include "raw_redis.hpp"
+
 #include <deque>
 #include <fstream>
 
@@ -125,16 +127,8 @@ std::string redis_command(std::uint16_t port, const std::vector<std::string>& ar
         static_cast<redisReply*>(redisCommand(c, "AUTH %b", password.data(), password.size()));
     if (auth) freeReplyObject(auth);
   }
-  std::vector<const char*> argv;
-  std::vector<std::size_t> lens;
-  for (const auto& a : args) {
-    argv.push_back(a.data());
-    lens.push_back(a.size());
-  }
-  auto* r = static_cast<redisReply*>(
-      redisCommandArgv(c, static_cast<int>(argv.size()), argv.data(), lens.data()));
-  std::string out = r ? reply_text(r) : std::string("IO:") + c->errstr;
-  if (r) freeReplyObject(r);
+  const auto r = raw_command(c, args);
+  std::string out = r ? reply_text(r.get()) : std::string("IO:") + c->errstr;
   redisFree(c);
   return out;
 }
