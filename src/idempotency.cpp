@@ -237,6 +237,7 @@ void RunOp::ask(bool resolving) {
   attempt.number = fsm.attempt();
   attempt.downstream_key = fsm.downstream_key();
   attempt.fencing_token = fsm.fence();
+  attempt.began = std::chrono::system_clock::time_point(std::chrono::milliseconds(fsm.began_ms()));
   attempt.deadline = guard.valid_until() - shared->options.margin;
   if (std::chrono::steady_clock::now() >= attempt.deadline || !function) {
     // No time left to send anything (or nothing to ask): an unsent work did not happen; an
@@ -383,17 +384,22 @@ void ensure_store(const std::shared_ptr<detail::IdempotencyShared>& shared,
   s.calls->check_shards([shared, finish](error_code ec, std::string wrong) {
     if (ec) return finish(ec, "the store's shard count could not be read: " + ec.message());
     if (!wrong.empty()) return finish(error::invalid_argument, std::move(wrong));
-    if (shared->options.unchecked_store) return finish({}, {});
-    shared->calls->check_durability([finish](error_code ec2, std::vector<std::string> missing) {
-      if (ec2) {
-        return finish(ec2, std::string("the store's settings could not be read (CONFIG GET: ") +
-                               ec2.message() + "); grant +config|get or set unchecked_store");
-      }
-      std::string text;
-      for (const auto& m : missing) text.append(text.empty() ? "" : "; ").append(m);
-      finish(missing.empty() ? error_code{} : error_code(error::store_not_durable),
-             std::move(text));
-    });
+    const auto& o = shared->options;
+    if (o.unchecked_store && o.store_replicas == 0) return finish({}, {});
+    shared->calls->check_durability(
+        !o.unchecked_store, o.store_replicas,
+        [finish](error_code ec2, std::vector<std::string> missing) {
+          if (ec2) {
+            return finish(ec2, std::string("the store's settings could not be read (CONFIG GET, "
+                                           "INFO replication: ") +
+                                   ec2.message() +
+                                   "); grant +config|get and +info, or set unchecked_store");
+          }
+          std::string text;
+          for (const auto& m : missing) text.append(text.empty() ? "" : "; ").append(m);
+          finish(missing.empty() ? error_code{} : error_code(error::store_not_durable),
+                 std::move(text));
+        });
   });
 }
 
@@ -411,7 +417,8 @@ bool valid_options(const IdempotencyOptions& o) {
   return o.lease > o.margin && o.margin.count() >= 0 && o.wait.count() >= 0 &&
          o.retention.count() >= 0 && o.first_look.count() >= 0 && o.look_cap.count() > 0 &&
          o.escalate_after.count() > 0 && o.max_key_bytes > 0 && o.shards >= 1 && o.shards <= 1024 &&
-         !o.lock_prefix.empty();
+         !o.lock_prefix.empty() && o.store_replicas >= 0 &&
+         (o.store_replicas == 0 || o.store_replication_timeout.count() > 0);
 }
 
 }  // namespace
@@ -427,7 +434,11 @@ IdempotentRequests::IdempotentRequests(LockManager& locks, LockManager& store,
   s.resolve = std::move(resolve);
   s.options = std::move(options);
   s.options_ok = valid_options(s.options) && s.locks && s.store && !s.store->redlock();
-  if (s.store) s.calls.emplace(s.store, s.options.shards);
+  if (s.store) {
+    s.calls.emplace(s.store, s.options.shards,
+                    detail::idempotency::Replicas{s.options.store_replicas,
+                                                  s.options.store_replication_timeout});
+  }
 }
 
 IdempotentRequests::IdempotentRequests(LockManager& locks, AttemptFunction resolve,
@@ -589,6 +600,19 @@ void IdempotentRequests::settle_impl(std::shared_ptr<Shared> shared, std::string
                                    shared->options.retention.count(), std::move(done));
     }
     shared->calls->reopen(key, std::move(done));
+  });
+}
+
+void IdempotentRequests::check_impl(std::shared_ptr<Shared> shared, CheckHandler handler) {
+  const auto io = shared->io;
+  if (!shared->options_ok) {
+    return detail::deliver(io, detail::Defer::yes, std::move(handler),
+                           error_code(error::invalid_argument));
+  }
+  auto h = std::make_shared<CheckHandler>(std::move(handler));
+  ensure_store(shared, [io, h](error_code ec) {
+    // Deferred: a check that passed before answers from inside this call.
+    detail::deliver(io, detail::Defer::yes, std::move(*h), ec);
   });
 }
 

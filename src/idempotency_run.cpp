@@ -135,6 +135,7 @@ Action RunFsm::stored(boost::system::error_code ec, const StoreReply& reply) {
         // The decision is known but not recorded: the caller is told it (the truth), and
         // the record stays running until a resolve records it.
         result_.response = response_;
+        result_.recorded = false;
         return finish(RunResult::Kind::executed);
       }
       if (w == "recorded") {

@@ -62,6 +62,8 @@ class RunFsm {
   /// The attempt work or resolve runs for, and the fencing token it is under.
   std::uint32_t attempt() const noexcept { return record_.attempt; }
   const std::string& downstream_key() const noexcept { return record_.downstream_key; }
+  /// When the attempt began (the store's clock, unix ms).
+  std::int64_t began_ms() const noexcept { return record_.began_ms; }
   std::uint64_t fence() const noexcept { return fence_; }
   const std::string& key() const noexcept { return key_; }
   const std::string& fingerprint() const noexcept { return fingerprint_; }

@@ -293,52 +293,82 @@ void StoreCalls::check_shards(std::function<void(error_code, std::string)> done)
               });
 }
 
-void StoreCalls::check_durability(std::function<void(error_code, std::vector<std::string>)> done) {
+void StoreCalls::check_durability(bool settings, int replicas,
+                                  std::function<void(error_code, std::vector<std::string>)> done) {
   struct Round {
     std::size_t left = 0;
     error_code first_error;
     std::vector<std::string> missing;
     std::function<void(error_code, std::vector<std::string>)> done;
+    void add(std::string said) {
+      if (std::find(missing.begin(), missing.end(), said) == missing.end()) {
+        missing.push_back(std::move(said));
+      }
+    }
+    void answered(error_code ec) {
+      if (ec && !first_error) first_error = ec;
+      if (--left == 0) done(first_error, std::move(missing));
+    }
   };
   auto round = std::make_shared<Round>();
   round->done = std::move(done);
   // One shard per distinct slot is enough, but the slots' nodes are not known here: every
   // shard asks (a handful of reads, at start-up).
-  round->left = shards_;
-  for (unsigned shard = 0; shard < shards_; ++shard) {
+  round->left = shards_ * ((settings ? 1 : 0) + (replicas > 0 ? 1 : 0));
+  if (round->left == 0) return round->done({}, {});
+  auto ask = [this](unsigned shard, std::initializer_list<std::string_view> command,
+                    std::function<void(error_code, Reply)> then) {
     auto op = std::make_shared<StoreOp>();
     op->service = store_;
     op->words = {shard_keys(store_->key_prefix(), shard).due};
     op->slot = store_->slot_of(op->words[0]);
     op->argc = 0;
-    for (const auto w : {"CONFIG", "GET", "appendonly", "appendfsync", "maxmemory-policy"}) {
-      op->argv[op->argc++] = w;
-    }
-    op->done = [store = store_, round](error_code ec, Reply reply) {
+    for (const auto w : command) op->argv[op->argc++] = w;
+    op->done = [store = store_, then = std::move(then)](error_code ec, Reply reply) {
       if (!ec && reply.is_error()) ec = store->server_error(reply);
-      if (!ec && reply.type != Reply::Type::array) ec = error::unexpected_reply;
-      if (ec) {
-        if (!round->first_error) round->first_error = ec;
-      } else {
-        const std::pair<std::string_view, std::string_view> wanted[] = {
-            {"appendonly", "yes"}, {"appendfsync", "always"}, {"maxmemory-policy", "noeviction"}};
-        for (const auto& [name, value] : wanted) {
-          std::string found = "(not reported)";
-          for (std::size_t i = 0; i + 1 < reply.elements.size(); i += 2) {
-            if (reply.elements[i].str == name) found = reply.elements[i + 1].str;
-          }
-          if (found != value) {
-            auto said = std::string(name) + " is " + found + ", wants " + std::string(value);
-            if (std::find(round->missing.begin(), round->missing.end(), said) ==
-                round->missing.end()) {
-              round->missing.push_back(std::move(said));
-            }
-          }
-        }
-      }
-      if (--round->left == 0) round->done(round->first_error, std::move(round->missing));
+      then(ec, std::move(reply));
     };
     send_op(*store_, std::move(op));
+  };
+  for (unsigned shard = 0; shard < shards_; ++shard) {
+    if (settings) {
+      ask(shard, {"CONFIG", "GET", "appendonly", "appendfsync", "maxmemory-policy"},
+          [round](error_code ec, Reply reply) {
+            if (!ec && reply.type != Reply::Type::array) ec = error::unexpected_reply;
+            if (ec) return round->answered(ec);
+            const std::pair<std::string_view, std::string_view> wanted[] = {
+                {"appendonly", "yes"},
+                {"appendfsync", "always"},
+                {"maxmemory-policy", "noeviction"}};
+            for (const auto& [name, value] : wanted) {
+              std::string found = "(not reported)";
+              for (std::size_t i = 0; i + 1 < reply.elements.size(); i += 2) {
+                if (reply.elements[i].str == name) found = reply.elements[i + 1].str;
+              }
+              if (found != value) {
+                round->add(std::string(name) + " is " + found + ", needs " + std::string(value));
+              }
+            }
+            round->answered({});
+          });
+    }
+    if (replicas > 0) {
+      ask(shard, {"INFO", "replication"}, [round, replicas](error_code ec, Reply reply) {
+        if (!ec && reply.type != Reply::Type::string) ec = error::unexpected_reply;
+        if (ec) return round->answered(ec);
+        static constexpr std::string_view field = "connected_slaves:";
+        long long connected = -1;
+        if (const auto at = reply.str.find(field); at != std::string::npos) {
+          const char* first = reply.str.data() + at + field.size();
+          std::from_chars(first, reply.str.data() + reply.str.size(), connected);
+        }
+        if (connected < replicas) {
+          round->add((connected < 0 ? std::string("no") : std::to_string(connected)) +
+                     " replica(s) connected, " + std::to_string(replicas) + " asked for");
+        }
+        round->answered({});
+      });
+    }
   }
 }
 

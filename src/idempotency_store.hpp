@@ -102,9 +102,12 @@ class StoreCalls {
   /// The store's number of shards (idem_shards.lua: set by the first client to ask): "" when
   /// it is this client's, else what is wrong.
   void check_shards(std::function<void(boost::system::error_code, std::string)> done);
-  /// CONFIG GET of what makes the store durable, on the node of each shard: what is missing
-  /// ("appendonly is no, wants yes"); an error when it cannot be read (NOPERM).
+  /// On the node of each shard: `settings`, CONFIG GET of what makes the store durable;
+  /// `replicas` > 0, INFO replication's connected replicas. What is missing ("appendonly is
+  /// no, needs yes", "1 replica(s) connected, 2 asked for"); an error when it cannot be read
+  /// (NOPERM).
   void check_durability(
+      bool settings, int replicas,
       std::function<void(boost::system::error_code, std::vector<std::string>)> done);
 
  private:

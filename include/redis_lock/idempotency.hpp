@@ -30,6 +30,9 @@ struct Attempt {
   std::string downstream_key;       ///< `<key>/<number>`: send it as the downstream's own
                                     ///< idempotency key, so that sending it again is harmless
   std::uint64_t fencing_token = 0;  ///< the key's lock's: fence the downstream's writes with it
+  /// When this attempt began, by the store's clock (a resolve may weigh a "never seen" from
+  /// a downstream that forgets its keys after a while against the attempt's age).
+  std::chrono::system_clock::time_point began;
   /// The key's lease ends soon after: answer before (an answer later is recorded if it is a
   /// decision, but the run has already said pending).
   std::chrono::steady_clock::time_point deadline;
@@ -128,8 +131,24 @@ class REDIS_LOCK_EXPORT IdempotentRequests {
         token, shared_);
   }
 
-  /// The escalated requests' keys, oldest first (up to 1,000 per shard): those an operator
-  /// must decide with async_settle or async_reopen.
+  /// The store's checks (its shard count, its durability unless unchecked_store, its
+  /// replicas with store_replicas), now rather than at the first call: a service that must
+  /// not run on a store that could lose a record calls it at start-up and stops on an error
+  /// (`store_not_durable`, `invalid_argument`, or the store's: store_problem() says why).
+  /// Once passed, later calls complete at once.
+  ///
+  /// Completion signature: `void(boost::system::error_code)`.
+  template <class CompletionToken = boost::asio::deferred_t>
+  auto async_check_store(CompletionToken&& token = {}) {
+    return boost::asio::async_initiate<CompletionToken, void(boost::system::error_code)>(
+        [](auto handler, std::shared_ptr<Shared> shared) {
+          check_impl(std::move(shared), CheckHandler(detail::slot_clearing(std::move(handler))));
+        },
+        token, shared_);
+  }
+
+  /// The escalated requests' keys, oldest first within each shard (up to 1,000 per shard): those an
+  /// operator must decide with async_settle or async_reopen.
   ///
   /// Completion signature: `void(boost::system::error_code, std::vector<std::string>)`.
   template <class CompletionToken = boost::asio::deferred_t>
@@ -173,8 +192,8 @@ class REDIS_LOCK_EXPORT IdempotentRequests {
         token, shared_, std::move(key));
   }
 
-  /// What the last durability check of the store found missing ("appendfsync is everysec,
-  /// wants always"), or why it could not look; empty when it passed.
+  /// What the last check of the store found wrong ("appendfsync is everysec, needs always",
+  /// "1 replica(s) connected, 2 asked for"), or why it could not look; empty when it passed.
   std::string store_problem() const;
 
  private:
@@ -186,6 +205,8 @@ class REDIS_LOCK_EXPORT IdempotentRequests {
   static void run_impl(std::shared_ptr<Shared> shared, std::string key, std::string fingerprint,
                        AttemptFunction work, RunHandler handler);
   static void reconcile_impl(std::shared_ptr<Shared> shared, ReconcileHandler handler);
+  using CheckHandler = boost::asio::any_completion_handler<void(boost::system::error_code)>;
+  static void check_impl(std::shared_ptr<Shared> shared, CheckHandler handler);
   using KeysHandler = boost::asio::any_completion_handler<void(boost::system::error_code,
                                                                std::vector<std::string>)>;
   using OperatorHandler =

@@ -67,6 +67,10 @@ struct RunResult {
   std::uint32_t attempt = 0;                 ///< the attempt the answer is about (0: none began)
   std::string downstream_key;                ///< its downstream key, `<key>/<attempt>`
   std::chrono::milliseconds retry_after{0};  ///< pending: when the reconciler looks next
+  /// executed: false when the decision could not be written to the store (it was out of
+  /// reach, or too few replicas confirmed it): the caller is told the truth, and the
+  /// attempt stays unknown in the store until a resolve records it again. Log it.
+  bool recorded = true;
 };
 
 /// The word for a RunResult kind ("executed", "replayed", ...): for logs and metric labels.
@@ -100,6 +104,13 @@ struct IdempotencyOptions {
   /// Run on a store that is not durable (no `appendonly yes`, `appendfsync always`,
   /// `noeviction`): its records may be lost, and an unknown outcome with them.
   bool unchecked_store = false;
+  /// Every write to the store (a begin, a decision, a void, ...) counts once this many of
+  /// the store's replicas have it (WAIT, for at most `store_replication_timeout`), so that a
+  /// failover to one of them keeps it. Fewer: the call fails with `error::not_replicated`
+  /// (a begin: before the work, nothing sent; a decision: RunResult::recorded is false).
+  /// The store's check also refuses a master with fewer replicas connected.
+  int store_replicas = 0;
+  std::chrono::milliseconds store_replication_timeout{1000};  ///< (see `store_replicas`)
 };
 
 }  // namespace redis_lock

@@ -17,13 +17,6 @@
 #include <set>
 #include <thread>
 
-// GCC 12 reports Asio's awaitable frame (allocated by its operator new, freed by its
-// matching operator delete) as a mismatched pair in some coroutine lambdas of this file,
-// depending on inlining elsewhere in the file: a false positive.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-#endif
-
 using namespace redis_lock;
 using namespace redis_lock::test;
 

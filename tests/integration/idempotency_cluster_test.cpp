@@ -90,6 +90,6 @@ TEST(Cluster, IdempotentRequestsRunOnceReplayAndReconcileAcrossTheMasters) {
       [&](error_code ec, RunResult) { said = ec; });
   ASSERT_TRUE(run_until(io, [&] { return said.has_value(); }));
   EXPECT_EQ(*said, error::store_not_durable);
-  EXPECT_NE(refused.store_problem().find("appendonly is no, wants yes"), std::string::npos)
+  EXPECT_NE(refused.store_problem().find("appendonly is no, needs yes"), std::string::npos)
       << refused.store_problem();
 }

@@ -13,6 +13,7 @@
 #include <map>
 #include <memory>
 #include <set>
+#include <thread>
 
 using namespace redis_lock;
 using namespace redis_lock::test;
@@ -553,7 +554,7 @@ TEST(Idempotency, AStoreThatIsNotDurableIsRefusedWithTheSettingToChange) {
     auto [ec, r] = co_await refused.async_run(
         key, "fp", down.work(io, redis_lock::AttemptOutcome::decided(charged())), tuple);
     EXPECT_EQ(ec, error::store_not_durable);
-    EXPECT_EQ(refused.store_problem(), "appendfsync is everysec, wants always");
+    EXPECT_EQ(refused.store_problem(), "appendfsync is everysec, needs always");
     auto [ec2, r2] = co_await accepted.async_run(
         key, "fp", down.work(io, redis_lock::AttemptOutcome::decided(charged())), tuple);
     EXPECT_FALSE(ec2) << ec2.message();
@@ -660,4 +661,100 @@ TEST(Idempotency, EachRunAndEachLookIsReportedToTheLockManagersObserver) {
   EXPECT_EQ(seen->events[0], (E{key, false, Kind::pending, 1, 0}));
   EXPECT_EQ(seen->events[1], (E{key, false, Kind::executed, 0, 1}));  // resolved
   EXPECT_EQ(seen->events[2], (E{key, false, Kind::replayed, 0, 0}));
+}
+
+TEST(Idempotency, WithStoreReplicasAWriteCountsOnceTheReplicaHasIt) {
+  RedisServer master({"--repl-diskless-sync-delay", "0"});  // no 5 s wait for more replicas
+  RedisServer replica({"--replicaof", "127.0.0.1", std::to_string(master.port())});
+  ASSERT_TRUE(wait_until_linked(replica));
+  // (The master counts the replica's acknowledgements once it has put it online.)
+  const auto until = std::chrono::steady_clock::now() + 10s;
+  while (master.command({"INFO", "replication"}).find("state=online") == std::string::npos) {
+    ASSERT_LT(std::chrono::steady_clock::now(), until) << "the replica never came online";
+    std::this_thread::sleep_for(10ms);  // polled: there is no signal
+  }
+  asio::io_context io;
+  LockManager locks(io.get_executor(), shared_server_config());
+  LockManager store(io.get_executor(), master.config());
+  auto options = quick();
+  options.store_replicas = 1;
+  options.store_replication_timeout = 2s;  // a busy machine's replica answers late
+  auto two = options;
+  two.store_replicas = 2;
+  auto hurried = options;  // where no replica answers: 300 ms per write
+  hurried.store_replication_timeout = 300ms;
+  Downstream down;
+  int asked = 0;
+  IdempotentRequests too_many(locks, store, resolve_as(redis_lock::AttemptOutcome::unknown()), two);
+  IdempotentRequests requests(
+      locks, store, resolve_as(redis_lock::AttemptOutcome::not_executed(), &asked), options);
+  IdempotentRequests paused(locks, store, resolve_as(redis_lock::AttemptOutcome::unknown()),
+                            hurried);
+  const auto first = unique_resource("a"), second = unique_resource("b"),
+             third = unique_resource("c");
+  run_co(io, [&]() -> asio::awaitable<void> {
+    // More replicas asked for than the master has: refused at the check, with the count.
+    auto [refused] = co_await too_many.async_check_store(tuple);
+    EXPECT_EQ(refused, error::store_not_durable);
+    EXPECT_EQ(too_many.store_problem(), "1 replica(s) connected, 2 asked for");
+    auto [checked] = co_await requests.async_check_store(tuple);
+    EXPECT_FALSE(checked) << checked.message() << ": " << requests.store_problem();
+    // Confirmed by the replica: recorded, and the replica has the record.
+    auto [ec, r] = co_await requests.async_run(
+        first, "fp", down.work(io, redis_lock::AttemptOutcome::decided(charged())), tuple);
+    EXPECT_FALSE(ec) << ec.message();
+    EXPECT_EQ(r.kind, Kind::executed);
+    EXPECT_TRUE(r.recorded);
+    // The replica stops while the work is out: the decision is the caller's, but not
+    // recorded (the master has it; no replica confirmed it).
+    auto [ec2, r2] = co_await paused.async_run(
+        second, "fp",
+        [&](const Attempt&, AttemptHandler done) {
+          ++down.calls;
+          replica.pause();
+          done(redis_lock::AttemptOutcome::decided(charged("ch_2")));
+        },
+        tuple);
+    EXPECT_FALSE(ec2) << ec2.message();
+    EXPECT_EQ(r2.kind, Kind::executed);
+    EXPECT_EQ(r2.response, charged("ch_2"));
+    EXPECT_FALSE(r2.recorded);
+    // Still stopped: a new key's begin is not confirmed, and nothing is sent.
+    const int before = down.calls;
+    auto [ec3, r3] = co_await paused.async_run(
+        third, "fp", down.work(io, redis_lock::AttemptOutcome::decided(charged("ch_3"))), tuple);
+    EXPECT_EQ(ec3, error::not_replicated) << ec3.message();
+    EXPECT_EQ(down.calls, before);
+    replica.resume();
+    // Back: the attempt begun on the master alone is resolved before it is sent.
+    auto [ec4, r4] = co_await requests.async_run(
+        third, "fp", down.work(io, redis_lock::AttemptOutcome::decided(charged("ch_3"))), tuple);
+    EXPECT_FALSE(ec4) << ec4.message();
+    EXPECT_EQ(r4.kind, Kind::executed);
+    EXPECT_TRUE(r4.recorded);
+    EXPECT_EQ(asked, 1);
+    EXPECT_EQ(down.calls, before + 1);
+  }());
+  EXPECT_EQ(down.sent[third + "/1"], 1);
+}
+
+TEST(Idempotency, AWorkIsToldWhenItsAttemptBeganByTheStoresClock) {
+  asio::io_context io;
+  LockManager locks(io.get_executor(), shared_server_config());
+  IdempotentRequests requests(locks, resolve_as(redis_lock::AttemptOutcome::unknown()), quick());
+  std::chrono::system_clock::time_point began;
+  run_co(io, [&]() -> asio::awaitable<void> {
+    auto [ec, r] = co_await requests.async_run(
+        unique_resource("order"), "fp",
+        [&](const Attempt& a, AttemptHandler done) {
+          began = a.began;
+          done(redis_lock::AttemptOutcome::decided(charged()));
+        },
+        tuple);
+    EXPECT_FALSE(ec) << ec.message();
+  }());
+  // The store is on this machine: its clock and ours agree within a second.
+  const auto apart = std::chrono::system_clock::now() - began;
+  EXPECT_LT(apart, 1s);
+  EXPECT_GT(apart, -1s);
 }
