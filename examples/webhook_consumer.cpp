@@ -10,7 +10,7 @@
 //   webhook_consumer [redis://127.0.0.1:6379] [--unchecked-store]
 // The records' store must be durable (appendonly yes, appendfsync always, noeviction);
 // --unchecked-store runs on a server that is not (a test server). Exit 0 when every delivery
-// was applied exactly once.
+// was applied exactly once; 2 when the store is refused at start-up (it says why).
 #include <redis_lock/idempotency.hpp>
 
 #include <hiredis/hiredis.h>
@@ -147,9 +147,20 @@ int main(int argc, char** argv) {
     ++told[redis_lock::run_result_name(r.kind)];
   };
 
+  bool refused = false;
   asio::co_spawn(
       io,
       [&]() -> asio::awaitable<void> {
+        // The start-up gate: a store that could lose a record (or the consumer's own
+        // misconfiguration) stops the consumer before it takes any delivery.
+        auto [store_ec] =
+            co_await consumer_a.async_check_store(asio::as_tuple(asio::use_awaitable));
+        if (store_ec) {
+          std::fprintf(stderr, "the store is refused: %s (%s)\n", store_ec.message().c_str(),
+                       consumer_a.store_problem().c_str());
+          refused = true;
+          co_return;
+        }
         for (const auto& d : deliveries) {
           // Two copies at once, on the two consumers...
           co_await (deliver(consumer_a, d) && deliver(consumer_b, d));
@@ -159,6 +170,7 @@ int main(int argc, char** argv) {
       },
       asio::detached);
   io.run();
+  if (refused) return 2;
 
   int expected = 0;
   for (const auto& d : deliveries) expected += d.amount;

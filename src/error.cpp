@@ -52,7 +52,7 @@ class Category final : public boost::system::error_category {
       case error::unexpected_reply:
         return "the server sent a reply of an unexpected shape";
       case error::not_replicated:
-        return "too few replicas confirmed the lock in time; it was released";
+        return "too few replicas confirmed the write in time (an acquire's lease is released)";
       case error::not_acquired:
         return "the lock was held elsewhere; the work did not run";
       case error::tls_config_invalid:

@@ -551,6 +551,10 @@ TEST(Idempotency, AStoreThatIsNotDurableIsRefusedWithTheSettingToChange) {
                               resolve_as(redis_lock::AttemptOutcome::unknown()), checked);
   const auto key = unique_resource("order");
   run_co(io, [&]() -> asio::awaitable<void> {
+    // The start-up gate says it before any request.
+    auto [checked_ec] = co_await refused.async_check_store(tuple);
+    EXPECT_EQ(checked_ec, error::store_not_durable);
+    EXPECT_EQ(refused.store_problem(), "appendfsync is everysec, needs always");
     auto [ec, r] = co_await refused.async_run(
         key, "fp", down.work(io, redis_lock::AttemptOutcome::decided(charged())), tuple);
     EXPECT_EQ(ec, error::store_not_durable);
