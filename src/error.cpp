@@ -77,7 +77,8 @@ class Category final : public boost::system::error_category {
                "a held lease could vanish; last_server_error() names the policy found";
       case error::store_not_durable:
         return "the idempotent requests' store may lose a record (it needs appendonly yes, "
-               "appendfsync always and noeviction); store_problem() names what it found";
+               "appendfsync always, noeviction and the replicas asked for); store_problem() "
+               "names what it found";
     }
     return "unknown redis_lock error";
   }
