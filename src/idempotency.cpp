@@ -67,9 +67,14 @@ struct detail::IdempotencyShared {
   // every run (a CONFIG GET per shard each).
   error_code refused;
   std::chrono::steady_clock::time_point refused_until;
-  // Who waits for the check in flight (under mutex): one check at a time, however many
-  // calls arrive before its answer.
-  std::vector<std::function<void(error_code)>> checking;
+  // The check in flight and who waits for its answer (one check at a time, however many
+  // calls arrive before it answers). Owned by the check's own store calls, so that a check
+  // dropped at shutdown drops its waiters (as Asio drops handlers), and only watched here:
+  // a waiter holds this object.
+  struct Check {
+    std::vector<std::function<void(error_code)>> waiting;  // under mutex
+  };
+  std::weak_ptr<Check> in_flight;  // under mutex
 
   RunSettings settings(bool reconcile) const {
     RunSettings s;
@@ -356,6 +361,7 @@ void ensure_store(const std::shared_ptr<detail::IdempotencyShared>& shared,
                   std::function<void(error_code)> then) {
   auto& s = *shared;
   if (s.store_checked.load()) return then({});
+  auto check = std::make_shared<detail::IdempotencyShared::Check>();
   {
     std::unique_lock lock(s.mutex);
     if (s.refused && std::chrono::steady_clock::now() < s.refused_until) {
@@ -363,10 +369,14 @@ void ensure_store(const std::shared_ptr<detail::IdempotencyShared>& shared,
       lock.unlock();
       return then(why);
     }
-    s.checking.push_back(std::move(then));
-    if (s.checking.size() > 1) return;  // a check is in flight: its answer is this call's
+    if (auto out = s.in_flight.lock()) {
+      out->waiting.push_back(std::move(then));  // its answer is this call's
+      return;
+    }
+    check->waiting.push_back(std::move(then));
+    s.in_flight = check;
   }
-  auto finish = [shared](error_code why, std::string text) {
+  auto finish = [shared, check](error_code why, std::string text) {
     auto& c = *shared;
     std::vector<std::function<void(error_code)>> waiting;
     {
@@ -377,7 +387,8 @@ void ensure_store(const std::shared_ptr<detail::IdempotencyShared>& shared,
       c.refused = configuration ? why : error_code{};
       c.refused_until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
       if (!why) c.store_checked.store(true);
-      waiting.swap(c.checking);
+      waiting.swap(check->waiting);
+      c.in_flight.reset();
     }
     for (auto& w : waiting) w(why);
   };
@@ -390,10 +401,10 @@ void ensure_store(const std::shared_ptr<detail::IdempotencyShared>& shared,
         !o.unchecked_store, o.store_replicas,
         [finish](error_code ec2, std::vector<std::string> missing) {
           if (ec2) {
-            return finish(ec2, std::string("the store's settings could not be read (CONFIG GET, "
-                                           "INFO replication: ") +
-                                   ec2.message() +
-                                   "); grant +config|get and +info, or set unchecked_store");
+            return finish(ec2, std::string("the store's settings could not be read (CONFIG GET ") +
+                                   "or INFO replication: " + ec2.message() +
+                                   "); grant +config|get (or set unchecked_store) and, with "
+                                   "store_replicas, +info");
           }
           std::string text;
           for (const auto& m : missing) text.append(text.empty() ? "" : "; ").append(m);
@@ -558,7 +569,8 @@ void IdempotentRequests::escalated_impl(std::shared_ptr<Shared> shared, KeysHand
   ensure_store(shared, [listing](error_code checked) {
     const auto& it = listing->shared;
     if (checked) {
-      return detail::deliver(it->io, detail::Defer::no, std::move(*listing->handler), checked,
+      // (Deferred: a refusal kept from before answers from inside the initiating call.)
+      return detail::deliver(it->io, detail::Defer::yes, std::move(*listing->handler), checked,
                              std::vector<std::string>{});
     }
     // Every shard at once; the answers come on the store's strand, one at a time.
@@ -594,7 +606,10 @@ void IdempotentRequests::settle_impl(std::shared_ptr<Shared> shared, std::string
     auto done = [io, h](error_code ec, StoreReply reply) {
       detail::deliver(io, detail::Defer::no, std::move(*h), ec, !ec && reply.word == "done");
     };
-    if (checked) return done(checked, StoreReply{});
+    if (checked) {
+      // (Deferred: a refusal kept from before answers from inside the initiating call.)
+      return detail::deliver(io, detail::Defer::yes, std::move(*h), checked, false);
+    }
     if (response) {
       return shared->calls->settle(key, response->status, response->body, response->external_id,
                                    shared->options.retention.count(), std::move(done));
@@ -628,8 +643,11 @@ void IdempotentRequests::reconcile_impl(std::shared_ptr<Shared> shared, Reconcil
   round->done = [io, h](error_code ec, ReconcileReport report) {
     detail::deliver(io, detail::Defer::no, std::move(*h), ec, report);
   };
-  ensure_store(round->shared, [round](error_code checked) {
-    if (checked) return round->done(checked, ReconcileReport{});
+  ensure_store(round->shared, [round, io, h](error_code checked) {
+    // (Deferred: a refusal kept from before answers from inside the initiating call.)
+    if (checked) {
+      return detail::deliver(io, detail::Defer::yes, std::move(*h), checked, ReconcileReport{});
+    }
     round->next_shard();
   });
 }

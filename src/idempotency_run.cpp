@@ -64,8 +64,11 @@ Action RunFsm::locked(boost::system::error_code ec, bool acquired, std::uint64_t
 }
 
 Action RunFsm::begun(boost::system::error_code ec, const StoreReply& reply) {
-  if (ec) return fail(ec);  // nothing was sent downstream (a refused begin wrote nothing)
   const auto& w = reply.word;
+  if (ec == error::not_replicated && (w == "created" || w == "restarted")) {
+    return void_unconfirmed(ec, reply);
+  }
+  if (ec) return fail(ec);  // nothing was sent downstream (a refused begin wrote nothing)
   if (w == "mismatch") return tell(reply.record, RunResult::Kind::mismatch);
   if (w == "replay") return tell(reply.record, RunResult::Kind::replayed);
   if (w == "escalated") return tell(reply.record, RunResult::Kind::escalated);
@@ -87,6 +90,18 @@ Action RunFsm::begun(boost::system::error_code ec, const StoreReply& reply) {
     return {Step::resolve};
   }
   return fail(error::unexpected_reply);
+}
+
+Action RunFsm::void_unconfirmed(boost::system::error_code ec, const StoreReply& reply) {
+  // The master began an attempt that too few replicas confirmed: nothing is sent under it.
+  // It is marked void (under this holder's fence; best effort, the replicas may miss that
+  // too), so that the next request sends it at once instead of resolving it first. The run
+  // fails with `ec` whatever the void says.
+  record_ = reply.record;
+  store_now_ms_ = reply.now_ms;
+  unconfirmed_ = ec;
+  waiting_for_ = Step::void_;
+  return {Step::void_};
 }
 
 Action RunFsm::unknown_outcome() {
@@ -147,10 +162,12 @@ Action RunFsm::stored(boost::system::error_code ec, const StoreReply& reply) {
       result_.retry_after = std::chrono::milliseconds(settings_.first_look_ms);
       return finish(RunResult::Kind::pending);
     case Step::void_:
+      if (unconfirmed_) return fail(unconfirmed_);
       if (ec) return fail(ec);
       if (w != "done") return fail(error::lock_lost);
       return finish(RunResult::Kind::not_executed);
     case Step::next:
+      if (ec == error::not_replicated && w == "done") return void_unconfirmed(ec, reply);
       if (ec) return fail(ec);
       if (w != "done") return fail(error::lock_lost);
       record_ = reply.record;

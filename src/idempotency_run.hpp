@@ -80,6 +80,7 @@ class RunFsm {
   Action finish(RunResult::Kind kind);
   Action fail(boost::system::error_code ec);
   Action unknown_outcome();
+  Action void_unconfirmed(boost::system::error_code ec, const StoreReply& reply);
   Action tell(const Record& r, RunResult::Kind kind);
 
   std::string key_;
@@ -93,6 +94,7 @@ class RunFsm {
   bool holding_ = false;
   RunResult result_;
   boost::system::error_code error_;
+  boost::system::error_code unconfirmed_;  // a begin or next too few replicas confirmed
 };
 
 }  // namespace redis_lock::detail::idempotency

@@ -168,10 +168,11 @@ void StoreCalls::call(const Script& script, std::vector<std::string> words, std:
   send_script(store_, script, std::move(words), keys,
               &script == &idem_look_script ? Replicas{} : replicas_,
               [done = std::move(done)](error_code ec, Reply reply) {
-                if (ec) return done(ec, StoreReply{});
+                // not_replicated: the master ran the script; its reply says what it did.
+                if (ec && ec != error::not_replicated) return done(ec, StoreReply{});
                 auto read = read_store_reply(reply);
-                if (!read) return done(error::unexpected_reply, StoreReply{});
-                done({}, std::move(*read));
+                if (!read) return done(ec ? ec : error::unexpected_reply, StoreReply{});
+                done(ec, std::move(*read));
               });
 }
 
@@ -356,15 +357,22 @@ void StoreCalls::check_durability(bool settings, int replicas,
       ask(shard, {"INFO", "replication"}, [round, replicas](error_code ec, Reply reply) {
         if (!ec && reply.type != Reply::Type::string) ec = error::unexpected_reply;
         if (ec) return round->answered(ec);
-        static constexpr std::string_view field = "connected_slaves:";
-        long long connected = -1;
-        if (const auto at = reply.str.find(field); at != std::string::npos) {
-          const char* first = reply.str.data() + at + field.size();
-          std::from_chars(first, reply.str.data() + reply.str.size(), connected);
+        // The replicas WAIT can count: those the master has put online ("slave<n>:...,
+        // state=online,..."), not one still syncing (connected_slaves counts it too).
+        int online = 0;
+        std::string_view text = reply.str;
+        for (std::size_t at = 0; at < text.size();) {
+          auto end = text.find('\n', at);
+          if (end == std::string_view::npos) end = text.size();
+          const auto line = text.substr(at, end - at);
+          if (line.starts_with("slave") && line.find("state=online") != std::string_view::npos) {
+            ++online;
+          }
+          at = end + 1;
         }
-        if (connected < replicas) {
-          round->add((connected < 0 ? std::string("no") : std::to_string(connected)) +
-                     " replica(s) connected, " + std::to_string(replicas) + " asked for");
+        if (online < replicas) {
+          round->add(std::to_string(online) + " replica(s) connected, " + std::to_string(replicas) +
+                     " asked for");
         }
         round->answered({});
       });

@@ -58,15 +58,17 @@ std::optional<DueKeys> read_due(const Reply& reply);
 
 using StoreHandler = std::function<void(boost::system::error_code, StoreReply)>;
 
-/// One call of each script (idem_*.lua) on `store`, from any thread; `done` on the store's
-/// strand. A server's error reply comes as its error code (out_of_memory, read_only, ...)
-/// and the manager's last_server_error(); a malformed reply as unexpected_reply.
 /// How many replicas must have a write before it counts (WAIT), and how long to wait.
 struct Replicas {
   int count = 0;
   std::chrono::milliseconds timeout{0};
 };
 
+/// One call of each script (idem_*.lua) on `store`, from any thread; `done` on the store's
+/// strand. A server's error reply comes as its error code (out_of_memory, read_only, ...)
+/// and the manager's last_server_error(); a malformed reply as unexpected_reply. A write
+/// that too few replicas confirmed comes as not_replicated with the script's reply (the
+/// master ran it).
 class StoreCalls {
  public:
   /// `replicas`: every write (not a look, a listing, the reconciler's claim or the shard

@@ -140,6 +140,41 @@ TEST(IdempotencyRun, ADecisionRecordedBeforeIsReplayedAndAFailedRecordStillTells
   EXPECT_FALSE(lost.error()) << "the work decided: the caller is told, a resolve records it";
   EXPECT_EQ(lost.result().kind, Kind::executed);
   EXPECT_EQ(lost.result().response, charged());
+  EXPECT_FALSE(lost.result().recorded);
+  EXPECT_TRUE(already.result().recorded);
+}
+
+TEST(IdempotencyRun, ABeginOrANextAttemptTooFewReplicasConfirmedIsVoidedAndNothingSent) {
+  // The master began it (its reply says so), the replicas did not confirm: void, then fail.
+  for (const char* word : {"created", "restarted"}) {
+    RunFsm unconfirmed("k", "fp", settings());
+    unconfirmed.start();
+    unconfirmed.looked({}, reply("look", State::none));
+    unconfirmed.locked({}, true, fence);
+    EXPECT_EQ(unconfirmed.begun(error::not_replicated, reply(word, State::running, "fp", 2)).step,
+              Step::void_)
+        << word;
+    EXPECT_EQ(unconfirmed.downstream_key(), "k/2");
+    EXPECT_EQ(unconfirmed.stored(error::not_replicated, reply("done", State::void_)).step,
+              Step::finish);
+    EXPECT_EQ(unconfirmed.error(), error::not_replicated);
+    EXPECT_TRUE(unconfirmed.holding()) << "the finish releases the lock";
+  }
+  // A resumed attempt may have been sent by an earlier holder: never voided on this ground.
+  RunFsm resumed("k", "fp", settings());
+  resumed.start();
+  resumed.looked({}, reply("look", State::none));
+  resumed.locked({}, true, fence);
+  EXPECT_EQ(resumed.begun(error::not_replicated, reply("resumed", State::running)).step,
+            Step::finish);
+  EXPECT_EQ(resumed.error(), error::not_replicated);
+  // The next attempt under a new key, unconfirmed: voided, not sent.
+  auto next = begun_run(reply("resumed", State::running));
+  ASSERT_EQ(next.learnt(AttemptOutcome::key_spent()).step, Step::next);
+  EXPECT_EQ(next.stored(error::not_replicated, reply("done", State::running, "fp", 2)).step,
+            Step::void_);
+  EXPECT_EQ(next.stored({}, reply("done", State::void_, "fp", 2)).step, Step::finish);
+  EXPECT_EQ(next.error(), error::not_replicated);
 }
 
 TEST(IdempotencyRun, AWorkThatDidNotHappenVoidsItsAttempt) {
