@@ -777,3 +777,25 @@ TEST(Idempotency, AWorkIsToldWhenItsAttemptBeganByTheStoresClock) {
   EXPECT_LT(apart, 1s);
   EXPECT_GT(apart, -1s);
 }
+
+TEST(Idempotency, AContextShutDownDuringTheStoresFirstCheckFreesEveryRunAndHandler) {
+  // Runs queued behind the store's first check, then the context goes away: each run, its
+  // work and its handler are dropped (as Asio drops handlers), none kept alive by another.
+  for (const int steps : {0, 1, 3}) {
+    SCOPED_TRACE(steps);
+    auto witness = std::make_shared<int>(0);
+    {
+      asio::io_context io;
+      LockManager locks(io.get_executor(), shared_server_config());
+      IdempotentRequests requests(locks, resolve_as(redis_lock::AttemptOutcome::unknown()),
+                                  quick());
+      for (int i = 0; i < 3; ++i) {
+        requests.async_run(
+            unique_resource("k"), "fp", [witness](const Attempt&, AttemptHandler) {},
+            [witness](error_code, RunResult) {});
+      }
+      for (int i = 0; i < steps; ++i) io.run_one_for(100ms);
+    }
+    EXPECT_EQ(witness.use_count(), 1);
+  }
+}

@@ -18,8 +18,6 @@
 using namespace redis_lock;
 using namespace redis_lock::test;
 
-namespace {}  // namespace
-
 TEST(IdempotencySoak, EachKeysEffectHappensOnceThroughCrashes) {
   const int processes = env_or("REDIS_LOCK_SOAK_PROCESSES", 4);
   const int keys = env_or("REDIS_LOCK_SOAK_ROUNDS", 60);
