@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 #include "connect_fsm.hpp"
 
+#include "info_text.hpp"
+
 #include <redis_lock/error.hpp>
 
 #include <algorithm>
@@ -188,21 +190,6 @@ bool transient(std::string_view text) {
     if (text.starts_with(word)) return true;
   }
   return false;
-}
-
-/// The value of `name` in an INFO text ("name:value" lines, CRLF-separated); none when the
-/// text has no such line.
-std::optional<std::string_view> info_field(std::string_view info, std::string_view name) {
-  while (!info.empty()) {
-    const auto end = info.find('\n');
-    auto line = info.substr(0, end);
-    info = end == std::string_view::npos ? std::string_view{} : info.substr(end + 1);
-    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-    if (line.size() > name.size() && line.starts_with(name) && line[name.size()] == ':') {
-      return line.substr(name.size() + 1);
-    }
-  }
-  return std::nullopt;
 }
 
 std::optional<unsigned long long> parse_bytes(std::string_view text) {

@@ -3,6 +3,7 @@
 
 #include "decimal.hpp"
 #include "engine.hpp"
+#include "info_text.hpp"
 #include "replies.hpp"
 #include "script_op.hpp"
 
@@ -313,9 +314,17 @@ void StoreCalls::check_durability(bool settings, int replicas,
   };
   auto round = std::make_shared<Round>();
   round->done = std::move(done);
-  // One shard per distinct slot is enough, but the slots' nodes are not known here: every
-  // shard asks (a handful of reads, at start-up).
-  round->left = shards_ * ((settings ? 1 : 0) + (replicas > 0 ? 1 : 0));
+  // One shard per distinct slot asks (the slots' nodes are not known here; on a Cluster a
+  // handful of reads at start-up, on one server one).
+  std::vector<unsigned> asking;
+  std::vector<std::uint16_t> slots;
+  for (unsigned shard = 0; shard < shards_; ++shard) {
+    const auto slot = store_->slot_of(shard_keys(store_->key_prefix(), shard).due);
+    if (std::find(slots.begin(), slots.end(), slot) != slots.end()) continue;
+    slots.push_back(slot);
+    asking.push_back(shard);
+  }
+  round->left = asking.size() * ((settings ? 1 : 0) + (replicas > 0 ? 1 : 0));
   if (round->left == 0) return round->done({}, {});
   auto ask = [this](unsigned shard, std::initializer_list<std::string_view> command,
                     std::function<void(error_code, Reply)> then) {
@@ -331,7 +340,7 @@ void StoreCalls::check_durability(bool settings, int replicas,
     };
     send_op(*store_, std::move(op));
   };
-  for (unsigned shard = 0; shard < shards_; ++shard) {
+  for (const unsigned shard : asking) {
     if (settings) {
       ask(shard, {"CONFIG", "GET", "appendonly", "appendfsync", "maxmemory-policy"},
           [round](error_code ec, Reply reply) {
@@ -360,15 +369,10 @@ void StoreCalls::check_durability(bool settings, int replicas,
         // The replicas WAIT can count: those the master has put online ("slave<n>:...,
         // state=online,..."), not one still syncing (connected_slaves counts it too).
         int online = 0;
-        std::string_view text = reply.str;
-        for (std::size_t at = 0; at < text.size();) {
-          auto end = text.find('\n', at);
-          if (end == std::string_view::npos) end = text.size();
-          const auto line = text.substr(at, end - at);
-          if (line.starts_with("slave") && line.find("state=online") != std::string_view::npos) {
-            ++online;
-          }
-          at = end + 1;
+        for (int n = 0;; ++n) {
+          const auto replica = info_field(reply.str, "slave" + std::to_string(n));
+          if (!replica) break;
+          if (replica->find("state=online") != std::string_view::npos) ++online;
         }
         if (online < replicas) {
           round->add(std::to_string(online) + " replica(s) connected, " + std::to_string(replicas) +

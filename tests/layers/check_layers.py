@@ -10,7 +10,7 @@ from pathlib import Path
 LAYERS = {
     1: ["resp", "backoff", "keys", "token", "error", "completion", "redis_lock_scripts", "decimal",
         "script_call",
-        "validity"],
+        "validity", "info_text"],
     2: ["connection", "connect_fsm", "tls"],
     3: ["router", "redirect", "sentinel_locator", "quorum", "quorum_call", "replies"],
     4: ["lock_service", "engine", "acquire_all", "acquire_fsm", "acquire_op", "observe_op", "pending",
