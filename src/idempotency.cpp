@@ -51,6 +51,22 @@ const char* run_result_name(RunResult::Kind kind) noexcept {
   return "unknown";
 }
 
+const char* request_state_name(RequestRecord::State state) noexcept {
+  switch (state) {
+    case RequestRecord::State::none:
+      return "none";
+    case RequestRecord::State::running:
+      return "running";
+    case RequestRecord::State::unsent:
+      return "unsent";
+    case RequestRecord::State::decided:
+      return "decided";
+    case RequestRecord::State::escalated:
+      return "escalated";
+  }
+  return "unknown";
+}
+
 struct detail::IdempotencyShared {
   std::shared_ptr<detail::LockService> locks;
   asio::any_io_executor io;  // the locks' manager's: completions default to it
@@ -76,9 +92,10 @@ struct detail::IdempotencyShared {
   };
   std::weak_ptr<Check> in_flight;  // under mutex
 
-  RunSettings settings(bool reconcile) const {
+  RunSettings settings(bool reconcile, bool resend = false) const {
     RunSettings s;
     s.reconcile = reconcile;
+    s.resend = resend;
     const auto first = options.first_look.count() > 0 ? options.first_look : options.lease;
     s.first_look_ms = first.count();
     s.look_cap_ms = std::max(options.look_cap, first).count();
@@ -106,20 +123,26 @@ struct LateAnswer {
 
 /// One run (or one reconciler's look at one key): RunFsm's driver, on a strand of its own.
 struct RunOp : std::enable_shared_from_this<RunOp> {
+  /// `w`: the request's work, or the reconciler's resend (none: it sends nothing).
   RunOp(std::shared_ptr<detail::IdempotencyShared> s, std::string key, std::string fingerprint,
-        AttemptFunction w, bool reconcile, Done d)
+        AttemptFunction w, bool reconcile, Done d,
+        std::optional<std::string> payload = std::nullopt)
       : shared(std::move(s)),
-        fsm(std::move(key), std::move(fingerprint), shared->settings(reconcile)),
+        fsm(std::move(key), std::move(fingerprint),
+            shared->settings(reconcile, reconcile && static_cast<bool>(w)), std::move(payload)),
         work(std::move(w)),
         done(std::move(d)),
         strand(asio::make_strand(shared->io)) {}
 
   std::shared_ptr<detail::IdempotencyShared> shared;
   RunFsm fsm;
-  AttemptFunction work;  // empty for the reconciler
+  AttemptFunction work;  // the reconciler's: its resend, or none
   Done done;
   asio::strand<asio::any_io_executor> strand;
   LockGuard guard;
+  // When the key's lock was taken (its lease's start, as the guard counts it): with
+  // max_hold, an attempt's deadline and the longest the lock is kept are counted from it.
+  std::chrono::steady_clock::time_point locked_at;
   std::optional<asio::steady_timer> timer;       // the attempt's deadline
   std::optional<asio::steady_timer> hold_timer;  // the lease's end, past a deadline
   std::shared_ptr<asio::cancellation_signal> signal;
@@ -144,7 +167,10 @@ struct RunOp : std::enable_shared_from_this<RunOp> {
   void act(Action a);
   void ask(bool resolving);
   void answer(const std::shared_ptr<Asked>& which, AttemptOutcome outcome);
+  void expire(const std::shared_ptr<Asked>& which);
+  std::chrono::steady_clock::time_point deadline() const;
   void let_go();
+  void watch_lease();
   void finish();
   void report(error_code ec);
 };
@@ -154,6 +180,10 @@ void RunOp::report(error_code ec) {
   if (!locks.observer() || !locks.alive()) return;
   IdempotencyEvent e{};
   e.reconciler = fsm.settings().reconcile;
+  if (!ec && fsm.result().kind == RunResult::Kind::pending) {
+    e.looks = fsm.result().looks;
+    e.retry_after = fsm.result().retry_after;
+  }
   e.result = fsm.result().kind;
   e.error = ec;
   e.attempt = ec ? fsm.attempt() : fsm.result().attempt;
@@ -162,9 +192,11 @@ void RunOp::report(error_code ec) {
   e.timed_out = timed_out;
   e.latency = std::chrono::steady_clock::now() - started;
   // On the lock manager's strand, as its own events (one call at a time per manager).
-  locks.on_strand([service = shared->locks, e, key = fsm.key()]() mutable {
+  locks.on_strand([service = shared->locks, e, key = fsm.key(),
+                   resource = shared->options.lock_prefix + fsm.key()]() mutable {
     if (auto* observer = service->observer()) {
       e.key = key;
+      e.resource = resource;
       observer->on_idempotency(e);
     }
   });
@@ -183,12 +215,15 @@ void RunOp::act(Action a) {
       LockOptions lock;
       lock.ttl = o.lease;
       lock.wait = s.reconcile ? std::chrono::milliseconds(0) : o.wait;
+      lock.auto_renew = o.max_hold.count() > 0;
+      lock.max_hold = o.max_hold;
       detail::initiate_acquire(shared->io, shared->alive)(
           asio::bind_executor(strand,
                               [self = shared_from_this()](error_code ec, LockGuard g) {
                                 const bool held = g.owns_lock();
                                 const auto fence = g.fencing_token();
                                 self->guard = std::move(g);
+                                if (held) self->watch_lease();
                                 self->act(self->fsm.locked(ec, held, fence));
                               }),
           shared->locks, o.lock_prefix + key, lock);
@@ -196,7 +231,7 @@ void RunOp::act(Action a) {
     }
     case Step::begin:
       return calls().begin(
-          key, fsm.fingerprint(), fsm.fence(), s.first_look_ms, s.reconcile,
+          key, fsm.fingerprint(), fsm.fence(), s.first_look_ms, s.reconcile, fsm.payload(),
           then([](RunOp& op, error_code ec, const StoreReply& r) { op.act(op.fsm.begun(ec, r)); }));
     case Step::work:
       return ask(false);
@@ -243,7 +278,8 @@ void RunOp::ask(bool resolving) {
   attempt.downstream_key = fsm.downstream_key();
   attempt.fencing_token = fsm.fence();
   attempt.began = std::chrono::system_clock::time_point(std::chrono::milliseconds(fsm.began_ms()));
-  attempt.deadline = guard.valid_until() - shared->options.margin;
+  if (fsm.payload()) attempt.payload = *fsm.payload();
+  attempt.deadline = deadline();
   if (std::chrono::steady_clock::now() >= attempt.deadline || !function) {
     // No time left to send anything (or nothing to ask): an unsent work did not happen; an
     // unasked resolve learnt nothing.
@@ -257,15 +293,7 @@ void RunOp::ask(bool resolving) {
   asked = which;
   timer.emplace(strand, attempt.deadline);
   timer->async_wait([self = shared_from_this(), which](error_code ec) {
-    if (ec || *which != Asked::waiting) return;
-    // The deadline: the attempt's outcome is unknown (it may have been sent). The caller is
-    // told pending; the lock stays held until the answer or the lease's end, so that nobody
-    // resolves the attempt while it may still be on its way. Its answer, if it comes, is
-    // recorded if it is a decision (answer()).
-    *which = Asked::timed_out;
-    self->timed_out = true;
-    self->signal->emit(asio::cancellation_type::terminal);
-    self->act(self->fsm.learnt(AttemptOutcome::unknown()));
+    if (!ec) self->expire(which);
   });
   // The handler holds the op weakly: an answer that never comes must not keep it (and its
   // timer and strand) alive past the io_context. One that comes once the op is gone (the
@@ -282,6 +310,35 @@ void RunOp::ask(bool resolving) {
       late->record(outcome, [](error_code, StoreReply) {});
     }
   });
+}
+
+std::chrono::steady_clock::time_point RunOp::deadline() const {
+  const auto& o = shared->options;
+  if (o.max_hold.count() > 0) return locked_at + o.max_hold - o.margin;
+  return guard.valid_until() - o.margin;
+}
+
+void RunOp::expire(const std::shared_ptr<Asked>& which) {
+  if (*which != Asked::waiting) return;
+  // The deadline (or the renewed lease was lost): the attempt's outcome is unknown (it may
+  // have been sent). The caller is told pending; the lock stays held until the answer or
+  // the lease's end, so that nobody resolves the attempt while it may still be on its way.
+  // Its answer, if it comes, is recorded if it is a decision (answer()).
+  *which = Asked::timed_out;
+  timed_out = true;
+  signal->emit(asio::cancellation_type::terminal);
+  act(fsm.learnt(AttemptOutcome::unknown()));
+}
+
+void RunOp::watch_lease() {
+  locked_at = guard.valid_until() - shared->options.lease;
+  if (shared->options.max_hold.count() == 0) return;
+  // A renewed lease that is lost ends the attempt being asked as its deadline would (the
+  // guard's own signal: the lease may be another holder's from now on).
+  guard.async_wait_lost(asio::bind_executor(strand, [self = shared_from_this()](error_code ec) {
+    if (ec != error::lock_lost) return;  // released (operation_aborted), or shut down
+    if (self->asked) self->expire(self->asked);
+  }));
 }
 
 void LateAnswer::record(const AttemptOutcome& outcome,
@@ -336,8 +393,11 @@ void RunOp::finish() {
   };
   if (asked && *asked == Asked::timed_out && guard.owns_lock()) {
     // The attempt may still be on its way: the caller is told now, the lock is kept until
-    // its answer (answer()) or the lease's end.
-    hold_timer.emplace(strand, guard.valid_until());
+    // its answer (answer()) or the lease's end (with max_hold: until then, when its
+    // renewals stop).
+    const auto& o = shared->options;
+    hold_timer.emplace(strand,
+                       o.max_hold.count() > 0 ? locked_at + o.max_hold : guard.valid_until());
     hold_timer->async_wait([self = shared_from_this()](error_code ec) {
       if (!ec) self->let_go();
     });
@@ -429,6 +489,7 @@ bool valid_options(const IdempotencyOptions& o) {
          o.retention.count() >= 0 && o.first_look.count() >= 0 && o.look_cap.count() > 0 &&
          o.escalate_after.count() > 0 && o.max_key_bytes > 0 && o.shards >= 1 && o.shards <= 1024 &&
          !o.lock_prefix.empty() && o.store_replicas >= 0 &&
+         (o.max_hold.count() == 0 || o.max_hold > o.margin) && o.max_hold.count() >= 0 &&
          (o.store_replicas == 0 || o.store_replication_timeout.count() > 0);
 }
 
@@ -464,12 +525,13 @@ std::string IdempotentRequests::store_problem() const {
 }
 
 void IdempotentRequests::run_impl(std::shared_ptr<Shared> shared, std::string key,
-                                  std::string fingerprint, AttemptFunction work,
-                                  RunHandler handler) {
+                                  std::string fingerprint, AttemptFunction work, RunHandler handler,
+                                  std::optional<std::string> payload) {
   const auto& o = shared->options;
-  const bool bad = !shared->options_ok || key.empty() || key.size() > o.max_key_bytes ||
-                   key.find('/') != std::string::npos ||
-                   fingerprint.size() > o.max_fingerprint_bytes || !work;
+  const bool bad =
+      !shared->options_ok || key.empty() || key.size() > o.max_key_bytes ||
+      key.find('/') != std::string::npos || fingerprint.size() > o.max_fingerprint_bytes || !work ||
+      (payload && payload->size() > o.max_payload_bytes) || (payload && o.max_payload_bytes == 0);
   const auto io = shared->io;
   if (bad) {
     return detail::deliver(io, detail::Defer::yes, std::move(handler),
@@ -480,7 +542,8 @@ void IdempotentRequests::run_impl(std::shared_ptr<Shared> shared, std::string ke
       std::move(shared), std::move(key), std::move(fingerprint), std::move(work), false,
       [io, h](error_code ec, RunResult result) {
         detail::deliver(io, detail::Defer::no, std::move(*h), ec, std::move(result));
-      });
+      },
+      std::move(payload));
   start_run(op);
 }
 
@@ -492,6 +555,7 @@ namespace {
 struct Round : std::enable_shared_from_this<Round> {
   std::shared_ptr<detail::IdempotencyShared> shared;
   std::function<void(error_code, ReconcileReport)> done;
+  AttemptFunction resend;  // none: the round sends nothing
   ReconcileReport report;
   error_code first_error;
   unsigned shard = 0;
@@ -513,36 +577,38 @@ struct Round : std::enable_shared_from_this<Round> {
   }
   void next_key() {
     if (at == keys.size()) return next_shard();
-    auto op = std::make_shared<RunOp>(shared, keys[at++], std::string(), AttemptFunction{}, true,
-                                      [self = shared_from_this()](error_code ec, RunResult r) {
-                                        auto& rep = self->report;
-                                        ++rep.looked;
-                                        if (ec) {
-                                          ++rep.failed;
-                                        } else {
-                                          switch (r.kind) {
-                                            case RunResult::Kind::executed:
-                                            case RunResult::Kind::replayed:
-                                              ++rep.decided;
-                                              break;
-                                            case RunResult::Kind::not_executed:
-                                            case RunResult::Kind::absent:
-                                              ++rep.voided;
-                                              break;
-                                            case RunResult::Kind::pending:
-                                              ++rep.pending;
-                                              break;
-                                            case RunResult::Kind::escalated:
-                                              ++rep.escalated;
-                                              break;
-                                            case RunResult::Kind::busy:
-                                            case RunResult::Kind::mismatch:
-                                              ++rep.busy;
-                                              break;
-                                          }
-                                        }
-                                        self->next_key();
-                                      });
+    auto op = std::make_shared<RunOp>(shared, keys[at++], std::string(), resend, true, Done{});
+    // (Called from the op's own completion: `look` is alive.)
+    op->done = [self = shared_from_this(), look = op.get()](error_code ec, RunResult r) {
+      auto& rep = self->report;
+      ++rep.looked;
+      rep.sent += static_cast<std::size_t>(look->works);
+      if (ec) {
+        ++rep.failed;
+      } else {
+        switch (r.kind) {
+          case RunResult::Kind::executed:
+          case RunResult::Kind::replayed:
+            ++rep.decided;
+            break;
+          case RunResult::Kind::not_executed:
+          case RunResult::Kind::absent:
+            ++rep.voided;
+            break;
+          case RunResult::Kind::pending:
+            ++rep.pending;
+            break;
+          case RunResult::Kind::escalated:
+            ++rep.escalated;
+            break;
+          case RunResult::Kind::busy:
+          case RunResult::Kind::mismatch:
+            ++rep.busy;
+            break;
+        }
+      }
+      self->next_key();
+    };
     asio::post(op->strand, [op] { op->act(op->fsm.start()); });
   }
 };
@@ -631,7 +697,60 @@ void IdempotentRequests::check_impl(std::shared_ptr<Shared> shared, CheckHandler
   });
 }
 
-void IdempotentRequests::reconcile_impl(std::shared_ptr<Shared> shared, ReconcileHandler handler) {
+void IdempotentRequests::lookup_impl(std::shared_ptr<Shared> shared, std::string key,
+                                     LookupHandler handler) {
+  const auto& o = shared->options;
+  const auto io = shared->io;
+  if (!shared->options_ok || key.empty() || key.size() > o.max_key_bytes ||
+      key.find('/') != std::string::npos) {
+    return detail::deliver(io, detail::Defer::yes, std::move(handler),
+                           error_code(error::invalid_argument), RequestRecord{});
+  }
+  auto h = std::make_shared<LookupHandler>(std::move(handler));
+  ensure_store(shared, [shared, key = std::move(key), io, h](error_code checked) {
+    if (checked) {
+      // (Deferred: a refusal kept from before answers from inside the initiating call.)
+      return detail::deliver(io, detail::Defer::yes, std::move(*h), checked, RequestRecord{});
+    }
+    shared->calls->look(key, [io, h](error_code ec, StoreReply reply) {
+      RequestRecord out;
+      if (!ec) {
+        using S = RequestRecord::State;
+        using detail::idempotency::State;
+        const auto& r = reply.record;
+        switch (r.state) {
+          case State::none:
+            out.state = S::none;
+            break;
+          case State::running:
+            out.state = S::running;
+            break;
+          case State::void_:
+            out.state = S::unsent;
+            break;
+          case State::decided:
+            out.state = S::decided;
+            break;
+          case State::escalated:
+            out.state = S::escalated;
+            break;
+        }
+        out.fingerprint = r.fingerprint;
+        out.attempt = r.attempt;
+        out.downstream_key = r.downstream_key;
+        out.fencing_token = r.fence;
+        out.began = std::chrono::system_clock::time_point(std::chrono::milliseconds(r.began_ms));
+        out.looks = r.looks;
+        out.payload_kept = r.payload.has_value();
+        if (r.state == State::decided) out.response = {r.status, r.body, r.external_id};
+      }
+      detail::deliver(io, detail::Defer::no, std::move(*h), ec, std::move(out));
+    });
+  });
+}
+
+void IdempotentRequests::reconcile_impl(std::shared_ptr<Shared> shared, ReconcileHandler handler,
+                                        AttemptFunction resend) {
   const auto io = shared->io;
   if (!shared->options_ok) {
     return detail::deliver(io, detail::Defer::yes, std::move(handler),
@@ -640,6 +759,7 @@ void IdempotentRequests::reconcile_impl(std::shared_ptr<Shared> shared, Reconcil
   auto h = std::make_shared<ReconcileHandler>(std::move(handler));
   auto round = std::make_shared<Round>();
   round->shared = std::move(shared);
+  round->resend = std::move(resend);
   round->done = [io, h](error_code ec, ReconcileReport report) {
     detail::deliver(io, detail::Defer::no, std::move(*h), ec, report);
   };

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace redis_lock::detail::idempotency {
@@ -31,6 +32,9 @@ struct Record {
   int status = 0;              ///< decided: the response's status
   std::string body;            ///< decided: the response's bytes
   std::string external_id;     ///< decided: the downstream's id of the effect (a charge id)
+  std::uint32_t looks = 0;     ///< the looks that found the attempt's outcome unknown
+  /// The request's payload, kept while it is undecided (only a reconciler's begin reads it).
+  std::optional<std::string> payload;
 
   friend bool operator==(const Record&, const Record&) = default;
 };

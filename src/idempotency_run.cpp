@@ -78,9 +78,12 @@ Action RunFsm::begun(boost::system::error_code ec, const StoreReply& reply) {
   if (w == "stale") return fail(error::lock_lost);
   record_ = reply.record;
   store_now_ms_ = reply.now_ms;
-  // The reconciler knows no fingerprint: the record's is the one a decision rebuilds a lost
-  // record with.
-  if (settings_.reconcile) fingerprint_ = record_.fingerprint;
+  // The reconciler knows no fingerprint (nor payload): the record's is the one a decision
+  // rebuilds a lost record with (and the one it resends).
+  if (settings_.reconcile) {
+    fingerprint_ = record_.fingerprint;
+    payload_ = record_.payload;
+  }
   if (w == "created" || w == "restarted") {
     waiting_for_ = Step::work;
     return {Step::work};
@@ -118,9 +121,10 @@ Action RunFsm::learnt(const AttemptOutcome& outcome) {
       waiting_for_ = Step::decide;
       return {Step::decide};
     case AttemptOutcome::Kind::not_executed:
-      // Nothing happened under this attempt's key. Its holder sends it (again) now, or,
-      // with nothing to send (the work's own refusal, the reconciler), marks it void.
-      if (!from_work && !settings_.reconcile) {
+      // Nothing happened under this attempt's key. Its holder sends it (again) now (a
+      // request; the reconciler with a resend and the request's payload), or, with nothing
+      // to send (the work's own refusal, a reconciler without them), marks it void.
+      if (!from_work && (!settings_.reconcile || reconciler_sends())) {
         waiting_for_ = Step::work;
         return {Step::work};
       }
@@ -172,8 +176,8 @@ Action RunFsm::stored(boost::system::error_code ec, const StoreReply& reply) {
       if (w != "done") return fail(error::lock_lost);
       record_ = reply.record;
       store_now_ms_ = reply.now_ms;
-      // The reconciler sends nothing: the new attempt waits, void, for the next request.
-      waiting_for_ = settings_.reconcile ? Step::void_ : Step::work;
+      // A reconciler that cannot send leaves the new attempt void for the next request.
+      waiting_for_ = settings_.reconcile && !reconciler_sends() ? Step::void_ : Step::work;
       return {waiting_for_};
     case Step::escalate:
       if (!ec && w == "done") return finish(RunResult::Kind::escalated);
@@ -190,6 +194,7 @@ Action RunFsm::stored(boost::system::error_code ec, const StoreReply& reply) {
           std::from_chars(extra.data(), extra.data() + extra.size(), at).ec == std::errc{}) {
         result_.retry_after =
             std::chrono::milliseconds(std::max<std::int64_t>(0, at - reply.now_ms));
+        result_.looks = reply.record.looks;
       } else {
         result_.retry_after = std::chrono::milliseconds(settings_.first_look_ms);
       }

@@ -13,12 +13,17 @@
 #include <boost/system/error_code.hpp>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace redis_lock::detail::idempotency {
 
 struct RunSettings {
-  bool reconcile = false;              ///< a reconciler's look: no work, never creates a record
+  bool reconcile = false;  ///< a reconciler's look: never creates a record
+  /// The reconciler has a resend: an attempt a resolve found never happened (or whose key
+  /// is spent) is sent by the look itself when its record keeps the request's payload,
+  /// instead of being voided for the next request to send.
+  bool resend = false;
   std::int64_t first_look_ms = 0;      ///< when the reconciler first looks at a begun attempt
   std::int64_t look_cap_ms = 0;        ///< the longest wait between two looks
   std::int64_t escalate_after_ms = 0;  ///< an unknown outcome older than this: escalated
@@ -28,7 +33,7 @@ enum class Step {
   look,      ///< the record, without the lock (a decided one is replayed)
   lock,      ///< the key's lock (busy, or a wait, as the caller chose)
   begin,     ///< idem_begin (run, or resume for the reconciler) with the lock's fencing token
-  work,      ///< the caller's work for `attempt`
+  work,      ///< the caller's work for `attempt` (the reconciler's: its resend)
   resolve,   ///< the caller's resolve for `attempt` (its outcome is unknown)
   decide,    ///< idem_decide with `response`
   void_,     ///< idem_void: the attempt did not happen
@@ -46,8 +51,14 @@ struct Action {
 /// Step::finish, after which result() (or error()) is what the caller is told.
 class RunFsm {
  public:
-  RunFsm(std::string key, std::string fingerprint, RunSettings settings)
-      : key_(std::move(key)), fingerprint_(std::move(fingerprint)), settings_(settings) {}
+  /// `payload`: the request's bytes, kept in the record while it is undecided (a run's;
+  /// none for the reconciler, which reads the record's).
+  RunFsm(std::string key, std::string fingerprint, RunSettings settings,
+         std::optional<std::string> payload = std::nullopt)
+      : key_(std::move(key)),
+        fingerprint_(std::move(fingerprint)),
+        settings_(settings),
+        payload_(std::move(payload)) {}
 
   Action start();
   Action looked(boost::system::error_code ec, const StoreReply& reply);
@@ -67,6 +78,8 @@ class RunFsm {
   std::uint64_t fence() const noexcept { return fence_; }
   const std::string& key() const noexcept { return key_; }
   const std::string& fingerprint() const noexcept { return fingerprint_; }
+  /// The request's payload: the run's own, or (the reconciler) the record's once begun.
+  const std::optional<std::string>& payload() const noexcept { return payload_; }
   /// Step::decide: what to record.
   const StoredResponse& response() const noexcept { return response_; }
   const RunSettings& settings() const noexcept { return settings_; }
@@ -82,10 +95,13 @@ class RunFsm {
   Action unknown_outcome();
   Action void_unconfirmed(boost::system::error_code ec, const StoreReply& reply);
   Action tell(const Record& r, RunResult::Kind kind);
+  /// The reconciler sends what a resolve found unsent (it has a resend and the payload).
+  bool reconciler_sends() const noexcept { return settings_.resend && payload_.has_value(); }
 
   std::string key_;
   std::string fingerprint_;
   RunSettings settings_;
+  std::optional<std::string> payload_;
   Record record_;
   std::int64_t store_now_ms_ = 0;  // the store's clock at the begin
   std::uint64_t fence_ = 0;

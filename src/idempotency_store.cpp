@@ -126,7 +126,7 @@ void send_script(const std::shared_ptr<Engine>& store, const Script& script,
 }  // namespace
 
 std::optional<StoreReply> read_store_reply(const Reply& reply) {
-  if (reply.type != Reply::Type::array || reply.elements.size() != 12) return std::nullopt;
+  if (reply.type != Reply::Type::array || reply.elements.size() != 14) return std::nullopt;
   for (const auto& e : reply.elements) {
     if (e.type != Reply::Type::string) return std::nullopt;
   }
@@ -138,7 +138,8 @@ std::optional<StoreReply> read_store_reply(const Reply& reply) {
   int status = 0;
   if (out.word.empty() || !state || !number(e[3].str, r.attempt) || !number(e[5].str, r.fence) ||
       !number(e[6].str, r.began_ms) || !number(e[7].str, status) ||
-      !number(e[10].str, out.now_ms)) {
+      !number(e[10].str, out.now_ms) || !number(e[12].str, r.looks) ||
+      (!e[13].str.empty() && e[13].str.front() != '+')) {
     return std::nullopt;
   }
   r.state = *state;
@@ -148,6 +149,7 @@ std::optional<StoreReply> read_store_reply(const Reply& reply) {
   r.body = e[8].str;
   r.external_id = e[9].str;
   out.extra = e[11].str;
+  if (!e[13].str.empty()) r.payload = e[13].str.substr(1);
   return out;
 }
 
@@ -183,12 +185,14 @@ void StoreCalls::look(const std::string& key, StoreHandler done) {
 }
 
 void StoreCalls::begin(const std::string& key, const std::string& fingerprint, std::uint64_t fence,
-                       std::int64_t first_look_ms, bool resume, StoreHandler done) {
+                       std::int64_t first_look_ms, bool resume,
+                       const std::optional<std::string>& payload, StoreHandler done) {
   auto k = store_keys(store_->key_prefix(), key, shards_);
-  call(idem_begin_script,
-       {std::move(k.record), std::move(k.due), fingerprint, key, to_decimal_u(fence),
-        to_decimal(first_look_ms), resume ? "resume" : "run"},
-       2, std::move(done));
+  std::vector<std::string> words{
+      std::move(k.record),       std::move(k.due),         fingerprint, key, to_decimal_u(fence),
+      to_decimal(first_look_ms), resume ? "resume" : "run"};
+  if (payload && !resume) words.push_back(*payload);
+  call(idem_begin_script, std::move(words), 2, std::move(done));
 }
 
 void StoreCalls::void_attempt(const std::string& key, const std::string& downstream_key,

@@ -30,6 +30,9 @@ struct Attempt {
   std::string downstream_key;       ///< `<key>/<number>`: send it as the downstream's own
                                     ///< idempotency key, so that sending it again is harmless
   std::uint64_t fencing_token = 0;  ///< the key's lock's: fence the downstream's writes with it
+  /// The request's payload, as given to async_run (empty without one): what the reconciler's
+  /// resend sends, since it has no request of its own.
+  std::string payload;
   /// When this attempt began, by the store's clock (a resolve may weigh a "never seen" from
   /// a downstream that forgets its keys after a while against the attempt's age).
   std::chrono::system_clock::time_point began;
@@ -60,6 +63,7 @@ struct ReconcileReport {
   std::size_t escalated = 0;  ///< unknown for too long: an operator decides
   std::size_t busy = 0;       ///< held by a request that is running them
   std::size_t failed = 0;     ///< a store or lock error (looked at again next round)
+  std::size_t sent = 0;       ///< attempts the round sent itself (async_reconcile_sending)
 };
 
 /// Idempotent requests on a lock manager and a store (the same, or a durable Redis of its
@@ -114,6 +118,24 @@ class REDIS_LOCK_EXPORT IdempotentRequests {
         token, shared_, std::move(key), std::move(fingerprint), std::move(work));
   }
 
+  /// async_run with the request's `payload` (up to IdempotencyOptions::max_payload_bytes):
+  /// kept in the record while the request is undecided, given to `work` as
+  /// Attempt::payload, and what async_reconcile_sending resends when a resolve finds an
+  /// attempt never happened, so that such a request is carried out with no retry from its
+  /// client. Errors as async_run's, and `invalid_argument` for an oversized payload.
+  template <class CompletionToken = boost::asio::deferred_t>
+  auto async_run(std::string key, std::string fingerprint, std::string payload,
+                 AttemptFunction work, CompletionToken&& token = {}) {
+    return boost::asio::async_initiate<CompletionToken, void(boost::system::error_code, RunResult)>(
+        [](auto handler, std::shared_ptr<Shared> shared, std::string k, std::string f,
+           std::string p, AttemptFunction w) {
+          run_impl(std::move(shared), std::move(k), std::move(f), std::move(w),
+                   RunHandler(detail::slot_clearing(std::move(handler))), std::move(p));
+        },
+        token, shared_, std::move(key), std::move(fingerprint), std::move(payload),
+        std::move(work));
+  }
+
   /// One round of the reconciler: every shard's due attempts (whose outcome is unknown),
   /// each under its key's lock (a key held by a request is left to it): resolved, then
   /// recorded, voided, looked at again later, or escalated past escalate_after. Call it
@@ -129,6 +151,41 @@ class REDIS_LOCK_EXPORT IdempotentRequests {
                          ReconcileHandler(detail::slot_clearing(std::move(handler))));
         },
         token, shared_);
+  }
+
+  /// async_reconcile, and a round that sends: where a look's resolve finds that an attempt
+  /// never happened (not_executed), or that its key is spent and nothing happened under any
+  /// attempt (key_spent), and the record keeps the request's payload (async_run with one),
+  /// the round sends that (next) attempt itself with `resend`, under the key's lock and the
+  /// attempt's deadline, as a request's run would; what `resend` answers is recorded alike.
+  /// A record without a payload is voided, for the next request to send, as without resend.
+  ///
+  /// Completion signature: `void(boost::system::error_code, ReconcileReport)`.
+  template <class CompletionToken = boost::asio::deferred_t>
+  auto async_reconcile_sending(AttemptFunction resend, CompletionToken&& token = {}) {
+    return boost::asio::async_initiate<CompletionToken,
+                                       void(boost::system::error_code, ReconcileReport)>(
+        [](auto handler, std::shared_ptr<Shared> shared, AttemptFunction r) {
+          reconcile_impl(std::move(shared),
+                         ReconcileHandler(detail::slot_clearing(std::move(handler))), std::move(r));
+        },
+        token, shared_, std::move(resend));
+  }
+
+  /// The record of request `key` as the store keeps it (no lock; a state `none` when there
+  /// is none): for an operator's view, a dashboard, a test's probe.
+  ///
+  /// Completion signature: `void(boost::system::error_code, RequestRecord)`. Errors:
+  /// `invalid_argument` for a key a run would refuse; the store's.
+  template <class CompletionToken = boost::asio::deferred_t>
+  auto async_lookup(std::string key, CompletionToken&& token = {}) {
+    return boost::asio::async_initiate<CompletionToken,
+                                       void(boost::system::error_code, RequestRecord)>(
+        [](auto handler, std::shared_ptr<Shared> shared, std::string k) {
+          lookup_impl(std::move(shared), std::move(k),
+                      LookupHandler(detail::slot_clearing(std::move(handler))));
+        },
+        token, shared_, std::move(key));
   }
 
   /// The store's checks (its shard count, its durability unless unchecked_store, its
@@ -203,8 +260,13 @@ class REDIS_LOCK_EXPORT IdempotentRequests {
   using ReconcileHandler =
       boost::asio::any_completion_handler<void(boost::system::error_code, ReconcileReport)>;
   static void run_impl(std::shared_ptr<Shared> shared, std::string key, std::string fingerprint,
-                       AttemptFunction work, RunHandler handler);
-  static void reconcile_impl(std::shared_ptr<Shared> shared, ReconcileHandler handler);
+                       AttemptFunction work, RunHandler handler,
+                       std::optional<std::string> payload = std::nullopt);
+  static void reconcile_impl(std::shared_ptr<Shared> shared, ReconcileHandler handler,
+                             AttemptFunction resend = {});
+  using LookupHandler =
+      boost::asio::any_completion_handler<void(boost::system::error_code, RequestRecord)>;
+  static void lookup_impl(std::shared_ptr<Shared> shared, std::string key, LookupHandler handler);
   using CheckHandler = boost::asio::any_completion_handler<void(boost::system::error_code)>;
   static void check_impl(std::shared_ptr<Shared> shared, CheckHandler handler);
   using KeysHandler = boost::asio::any_completion_handler<void(boost::system::error_code,

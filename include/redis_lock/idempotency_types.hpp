@@ -4,6 +4,7 @@
 #pragma once
 
 #include <redis_lock/export.hpp>
+#include <redis_lock/idempotency_kind.hpp>
 
 #include <chrono>
 #include <cstddef>
@@ -50,31 +51,46 @@ struct AttemptOutcome {
 
 /// What IdempotentRequests::async_run (or one look of the reconciler) tells its caller.
 struct RunResult {
-  /// What the caller is told.
-  enum class Kind {
-    executed,      ///< this run learnt the decision (its work, or a resolve): `response`
-    replayed,      ///< decided before: the stored `response`; nothing ran
-    busy,          ///< another caller holds the key (no wait, or the wait ran out): nothing ran
-    mismatch,      ///< the key is known with another fingerprint: nothing ran (HTTP 422)
-    pending,       ///< the outcome is unknown: it is looked up later; ask again after
-                   ///< `retry_after` (HTTP 202)
-    not_executed,  ///< the attempt did not happen: nothing took effect; safe to retry
-    escalated,     ///< unknown for too long: an operator decides (nothing is sent again)
-    absent,        ///< the reconciler found nothing to look at (no record, or a void one)
-  };
+  /// What the caller is told (see RunKind).
+  using Kind = RunKind;
   Kind kind = Kind::absent;                  ///< what the caller is told
   StoredResponse response;                   ///< executed, replayed
   std::uint32_t attempt = 0;                 ///< the attempt the answer is about (0: none began)
   std::string downstream_key;                ///< its downstream key, `<key>/<attempt>`
   std::chrono::milliseconds retry_after{0};  ///< pending: when the reconciler looks next
+  /// pending: how many looks (runs' and the reconciler's) have found the attempt's outcome
+  /// unknown, this one included (the reconciler's backoff grows with it).
+  std::uint32_t looks = 0;
   /// executed: false when the decision could not be written to the store (it was out of
   /// reach, or too few replicas confirmed it): the caller is told the truth, and the
   /// attempt stays unknown in the store until a resolve records it again. Log it.
   bool recorded = true;
 };
 
-/// The word for a RunResult kind ("executed", "replayed", ...): for logs and metric labels.
-REDIS_LOCK_EXPORT const char* run_result_name(RunResult::Kind kind) noexcept;
+/// A request's record as the store keeps it (IdempotentRequests::async_lookup): for an
+/// operator's view and for tests, not for deciding a request (async_run does that).
+struct RequestRecord {
+  /// Where the request stands.
+  enum class State {
+    none,       ///< no record: never seen, or its retention passed
+    running,    ///< an attempt began and its outcome is not known (it may have happened)
+    unsent,     ///< the last attempt did not happen: the next request (or resend) sends it
+    decided,    ///< `response` is final and replayed
+    escalated,  ///< unknown for too long: an operator decides (async_settle, async_reopen)
+  };
+  State state = State::none;        ///< where it stands
+  std::string fingerprint;          ///< the request's fingerprint
+  std::uint32_t attempt = 0;        ///< the current attempt (0: none)
+  std::string downstream_key;       ///< its downstream key, `<key>/<attempt>`
+  std::uint64_t fencing_token = 0;  ///< the highest fencing token that began or resumed it
+  std::chrono::system_clock::time_point began;  ///< when it began, by the store's clock
+  std::uint32_t looks = 0;    ///< the looks that found its outcome unknown (running, escalated)
+  bool payload_kept = false;  ///< the request's payload is kept (the reconciler can resend)
+  StoredResponse response;    ///< decided: the response
+};
+
+/// The word for a request's state ("none", "running", "unsent", "decided", "escalated").
+REDIS_LOCK_EXPORT const char* request_state_name(RequestRecord::State state) noexcept;
 
 /// How an IdempotentRequests runs: its lock, its lease, its records' lifetime, its bounds.
 struct IdempotencyOptions {
@@ -84,6 +100,12 @@ struct IdempotencyOptions {
   /// (a work that answers later is recorded if it decided, but its run says pending).
   std::chrono::milliseconds lease{30'000};
   std::chrono::milliseconds margin{1'000};  ///< (see `lease`)
+  /// 0: the key's lock is not renewed (an attempt's deadline is `lease` less `margin` after
+  /// its lock was taken). More: the lock is renewed (LockOptions::auto_renew, every
+  /// lease / 3) for up to this long, and an attempt's deadline is `max_hold` less `margin`
+  /// after the lock was taken; a renewal that fails (the lease is lost) ends the attempt as
+  /// its deadline does. For a downstream whose calls may take longer than a lease should.
+  std::chrono::milliseconds max_hold{0};
   /// 0: a key held elsewhere answers busy at once; more: wait this long for its lock.
   std::chrono::milliseconds wait{0};
   /// How long a decided record is kept (replayed); 0: for good (a financial record).
@@ -98,6 +120,9 @@ struct IdempotencyOptions {
   std::size_t max_key_bytes = 256;
   std::size_t max_fingerprint_bytes = 256;     ///< (see `max_key_bytes`)
   std::size_t max_response_bytes = 64 * 1024;  ///< (see `max_key_bytes`)
+  /// A request's payload (IdempotentRequests::async_run with one): kept in the record while
+  /// the request is undecided, for the reconciler to resend. 0: no payload is accepted.
+  std::size_t max_payload_bytes = 64 * 1024;
   /// The records' shards (a Cluster spreads them over this many slots). Every client of
   /// one store must use the same number.
   unsigned shards = 16;

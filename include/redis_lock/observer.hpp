@@ -2,7 +2,7 @@
 // Hooks for metrics and logs: what a LockManager did, as it happens.
 #pragma once
 
-#include <redis_lock/idempotency_types.hpp>
+#include <redis_lock/idempotency_kind.hpp>
 
 #include <boost/system/error_code.hpp>
 
@@ -170,16 +170,27 @@ struct ServerNotice {
 /// lock manager (on that manager's strand, as its own events).
 struct IdempotencyEvent {
   std::string_view key;  ///< the request's key
-  bool reconciler;       ///< a reconciler's look, not a request's run
+  /// The key's lock's resource, `<lock_prefix><key>` (IdempotencyOptions::lock_prefix): what
+  /// an observer groups by, as it groups the lock's own events (and what tells two
+  /// components on one manager apart).
+  std::string_view resource;
+  bool reconciler;  ///< a reconciler's look, not a request's run
   /// What the caller was told (with no error): replayed, busy, mismatch, executed, pending
   /// (an unknown outcome), not_executed, escalated, absent (the reconciler had nothing to do).
-  RunResult::Kind result;
+  RunKind result;
   boost::system::error_code error;  ///< the run failed (`result` then means nothing)
   std::uint32_t attempt;            ///< the attempt it was about (0: none began)
-  int works;       ///< how many times the work was called (an attempt sent): 0 or 1, 2 after a
-                   ///< resolve said the first never happened or its key was spent
+  int works;       ///< how many times an attempt was sent (the run's work, or the reconciler's
+                   ///< resend): 0 or 1, 2 after a resolve said the first never happened or its
+                   ///< key was spent
   int resolves;    ///< how many times resolve was called (an unknown outcome looked up)
   bool timed_out;  ///< the work or resolve had not answered by the attempt's deadline
+  /// pending: how many looks (a run's or the reconciler's) have found this attempt's outcome
+  /// unknown, this one included: its backoff's count ("still unknown after look 3"). 0
+  /// otherwise.
+  std::uint32_t looks;
+  /// pending: when the reconciler looks next, from now (RunResult::retry_after).
+  std::chrono::milliseconds retry_after;
   std::chrono::steady_clock::duration latency;  ///< from the call to the completion
 };
 

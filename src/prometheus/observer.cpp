@@ -382,7 +382,8 @@ void PrometheusObserver::on_admin(const AdminEvent& e) noexcept {
 
 void PrometheusObserver::on_idempotency(const IdempotencyEvent& e) noexcept {
   try {
-    auto& s = impl_->series(e.key);
+    // Grouped by the key's lock's resource, as the lock's own events of that key are.
+    auto& s = impl_->series(e.resource);
     const std::size_t by = e.reconciler ? 1 : 0;
     auto outcome = static_cast<std::size_t>(e.result);
     if (e.error) {

@@ -2,9 +2,12 @@
 -- src/idempotency_record.cpp, which these scripts follow row by row). One hash per request
 -- key: state ('running', 'void', 'decided', 'escalated'; no hash: none), fp, attempt, dkey
 -- (the attempt's downstream key, '<key>/<attempt>'), fence (the fencing token that began or
--- resumed it, decimal), began (the store's clock, ms), status, body, ext, retries. Every
--- script answers {word, state, fp, attempt, dkey, fence, began, status, body, ext, now,
--- extra}: its reply word and the record after it, all as strings ('' for none).
+-- resumed it, decimal), began (the store's clock, ms), status, body, ext, retries (the looks
+-- that found the attempt's outcome unknown), payload (the request's bytes, kept while it is
+-- undecided when the caller gave them: what the reconciler resends). Every script answers
+-- {word, state, fp, attempt, dkey, fence, began, status, body, ext, now, extra, retries,
+-- payload}: its reply word and the record after it, all as strings ('' for none); payload
+-- only from a reconciler's begin, '+' followed by the bytes when one is kept.
 local idem_fields = {'state', 'fp', 'attempt', 'dkey', 'fence', 'began', 'status', 'body', 'ext',
                      'retries'}
 local function idem_now()
@@ -19,7 +22,7 @@ local function idem_read(key)
 end
 local function idem_reply(word, r, now, extra)
   return {word, r.state, r.fp, r.attempt, r.dkey, r.fence, r.began, r.status, r.body, r.ext,
-          string.format('%d', now), extra or ''}
+          string.format('%d', now), extra or '', r.retries, r.payload or ''}
 end
 -- a < b for decimal texts without leading zeros (fencing tokens: up to 20 digits, past what a
 -- Lua number holds exactly)

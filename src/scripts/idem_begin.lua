@@ -3,7 +3,8 @@
 -- KEYS[1] the record, KEYS[2] its shard's due index (zset: request key -> when the
 -- reconciler looks); ARGV[1] the fingerprint ('' with ARGV[5] = 'resume'), ARGV[2] the
 -- request key, ARGV[3] the fencing token, ARGV[4] the first look's delay (ms), ARGV[5]
--- 'run' (a request) or 'resume' (the reconciler: never creates, takes any fingerprint).
+-- 'run' (a request) or 'resume' (the reconciler: never creates, takes any fingerprint), ARGV[6]
+-- (a request, optional) its payload, kept while the request is undecided.
 -- Words: created, restarted, resumed, replay, escalated, mismatch, stale; with 'resume'
 -- also none (no record: its index entry goes) and void (nothing to look at: likewise).
 -- (idem.lua)
@@ -28,6 +29,7 @@ if r.state == '' then
   word = 'created'
 elseif r.state == 'void' then
   r.state, r.fence, r.began = 'running', ARGV[3], string.format('%d', now)
+  r.retries = '0'
   redis.call('HSET', KEYS[1], 'state', r.state, 'fence', r.fence, 'began', r.began, 'retries', '0')
   redis.call('ZADD', KEYS[2], now + tonumber(ARGV[4]), ARGV[2])
   word = 'restarted'
@@ -36,5 +38,11 @@ else
   r.fence = ARGV[3]
   redis.call('HSET', KEYS[1], 'fence', r.fence)
   word = 'resumed'
+end
+if ARGV[6] then
+  redis.call('HSET', KEYS[1], 'payload', ARGV[6])
+elseif resume then
+  local kept = redis.call('HGET', KEYS[1], 'payload')
+  if kept then r.payload = '+' .. kept end
 end
 return idem_reply(word, r, now)

@@ -17,7 +17,7 @@ elseif r.dkey ~= ARGV[4] then
 end
 r.state, r.status, r.body, r.ext = 'decided', ARGV[5], ARGV[6], ARGV[7]
 redis.call('HSET', KEYS[1], 'state', r.state, 'status', r.status, 'body', r.body, 'ext', r.ext)
-redis.call('HDEL', KEYS[1], 'retries')
+redis.call('HDEL', KEYS[1], 'retries', 'payload')
 redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('ZREM', KEYS[3], ARGV[1])
 if tonumber(ARGV[8]) > 0 then redis.call('PEXPIRE', KEYS[1], ARGV[8]) end

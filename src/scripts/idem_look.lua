@@ -1,5 +1,8 @@
 -- A request's record, read without the key's lock (a decided one is replayed from it).
--- KEYS[1] the record. Writes nothing (runs wherever a read does).
+-- KEYS[1] the record. Writes nothing (runs wherever a read does). Its payload is not sent,
+-- only whether one is kept ('+' alone).
 -- (idem.lua)
 local now = idem_now()
-return idem_reply('look', idem_read(KEYS[1]), now)
+local r = idem_read(KEYS[1])
+if redis.call('HEXISTS', KEYS[1], 'payload') == 1 then r.payload = '+' end
+return idem_reply('look', r, now)

@@ -9,7 +9,7 @@ local r = idem_read(KEYS[1])
 if r.state ~= 'escalated' then return idem_reply('refused', r, now) end
 r.state, r.status, r.body, r.ext = 'decided', ARGV[2], ARGV[3], ARGV[4]
 redis.call('HSET', KEYS[1], 'state', r.state, 'status', r.status, 'body', r.body, 'ext', r.ext)
-redis.call('HDEL', KEYS[1], 'retries')
+redis.call('HDEL', KEYS[1], 'retries', 'payload')
 redis.call('ZREM', KEYS[2], ARGV[1])
 if tonumber(ARGV[5]) > 0 then redis.call('PEXPIRE', KEYS[1], ARGV[5]) end
 return idem_reply('done', r, now)

@@ -59,7 +59,7 @@ class Store {
     words.insert(words.end(), args.begin(), args.end());
     const auto r = run(words);
     Said out;
-    if (r->type != REDIS_REPLY_ARRAY || r->elements != 12) {
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 14) {
       ADD_FAILURE() << "not a record reply: " << (r->str ? r->str : "?");
       return out;
     }

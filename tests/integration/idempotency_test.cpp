@@ -647,9 +647,11 @@ TEST(Idempotency, EachRunAndEachLookIsReportedToTheLockManagersObserver) {
   struct Seen : Observer {
     std::mutex mutex;
     std::vector<std::tuple<std::string, bool, Kind, int, int>> events;
+    std::vector<std::tuple<std::string, std::uint32_t, bool>> looks;  // resource, looks, next
     void on_idempotency(const IdempotencyEvent& e) noexcept override {
       std::lock_guard lock(mutex);
       events.emplace_back(std::string(e.key), e.reconciler, e.result, e.works, e.resolves);
+      looks.emplace_back(std::string(e.resource), e.looks, e.retry_after > 0ms);
     }
     std::size_t size() {
       std::lock_guard lock(mutex);
@@ -679,6 +681,10 @@ TEST(Idempotency, EachRunAndEachLookIsReportedToTheLockManagersObserver) {
   EXPECT_EQ(seen->events[0], (E{key, false, Kind::pending, 1, 0}));
   EXPECT_EQ(seen->events[1], (E{key, false, Kind::executed, 0, 1}));  // resolved
   EXPECT_EQ(seen->events[2], (E{key, false, Kind::replayed, 0, 0}));
+  // Grouped as the key's lock is; a pending run says its look's count and when the next is.
+  using L = std::tuple<std::string, std::uint32_t, bool>;
+  EXPECT_EQ(seen->looks[0], (L{"idem:" + key, 1, true}));
+  EXPECT_EQ(seen->looks[1], (L{"idem:" + key, 0, false}));
 }
 
 TEST(Idempotency, WithStoreReplicasAWriteCountsOnceTheReplicaHasIt) {
@@ -798,4 +804,172 @@ TEST(Idempotency, AContextShutDownDuringTheStoresFirstCheckFreesEveryRunAndHandl
     }
     EXPECT_EQ(witness.use_count(), 1);
   }
+}
+
+TEST(Idempotency, AReconcilerThatSendsCarriesOutAnUnsentRequestFromItsKeptPayload) {
+  asio::io_context io;
+  const auto cfg = shared_server_config();
+  LockManager locks(io.get_executor(), cfg);
+  ManagerOptions store_options;
+  store_options.key_prefix = unique_resource("store") + ":";  // this test's attempts only
+  LockManager store(io.get_executor(), cfg, store_options);
+  Downstream down;
+  auto options = quick();
+  options.first_look = 300ms;
+  options.shards = 2;
+  std::map<std::string, redis_lock::AttemptOutcome> truth;  // what resolve finds
+  IdempotentRequests requests(
+      locks, store,
+      [&](const Attempt& a, AttemptHandler done) {
+        done(truth.count(a.downstream_key) ? truth[a.downstream_key]
+                                           : redis_lock::AttemptOutcome::unknown());
+      },
+      options);
+  std::vector<std::pair<std::string, std::string>> resent;  // downstream key, payload
+  AttemptFunction resend = [&](const Attempt& a, AttemptHandler done) {
+    resent.emplace_back(a.downstream_key, a.payload);
+    done(redis_lock::AttemptOutcome::decided(charged("ch_" + a.downstream_key)));
+  };
+  const auto unsent = unique_resource("a"), bare = unique_resource("b"),
+             spent = unique_resource("c");
+  run_co(io, [&]() -> asio::awaitable<void> {
+    // Three requests whose outcome is unknown: two keep their payload, one does not.
+    std::string seen_payload;
+    auto [ec, r] = co_await requests.async_run(
+        unsent, "fp", "pay 12.50 to acct 7",
+        [&](const Attempt& a, AttemptHandler done) {
+          seen_payload = a.payload;
+          done(redis_lock::AttemptOutcome::unknown());
+        },
+        tuple);
+    EXPECT_FALSE(ec) << ec.message();
+    EXPECT_EQ(r.kind, Kind::pending);
+    EXPECT_EQ(r.looks, 1u) << "its first look found it unknown";
+    EXPECT_GT(r.retry_after, 0ms);
+    EXPECT_EQ(seen_payload, "pay 12.50 to acct 7") << "the work sees its own payload";
+    co_await requests.async_run(bare, "fp", down.work(io, redis_lock::AttemptOutcome::unknown()),
+                                tuple);
+    co_await requests.async_run(spent, "fp", "pay 3.00 to acct 9",
+                                down.work(io, redis_lock::AttemptOutcome::unknown()), tuple);
+
+    auto [lec, kept] = co_await requests.async_lookup(unsent, asio::as_tuple(asio::use_awaitable));
+    EXPECT_FALSE(lec) << lec.message();
+    EXPECT_EQ(kept.state, RequestRecord::State::running);
+    EXPECT_TRUE(kept.payload_kept);
+    EXPECT_EQ(kept.attempt, 1u);
+    EXPECT_EQ(kept.downstream_key, unsent + "/1");
+    EXPECT_EQ(kept.looks, 1u);
+    EXPECT_EQ(kept.fingerprint, "fp");
+    auto [lec2, none] = co_await requests.async_lookup(unique_resource("never"),
+                                                       asio::as_tuple(asio::use_awaitable));
+    EXPECT_FALSE(lec2);
+    EXPECT_EQ(none.state, RequestRecord::State::none);
+
+    truth[unsent + "/1"] = redis_lock::AttemptOutcome::not_executed();
+    truth[bare + "/1"] = redis_lock::AttemptOutcome::not_executed();
+    truth[spent + "/1"] = redis_lock::AttemptOutcome::key_spent();
+    co_await sleep_for(400ms);  // past the first look
+    auto [rec, report] =
+        co_await requests.async_reconcile_sending(resend, asio::as_tuple(asio::use_awaitable));
+    EXPECT_FALSE(rec) << rec.message();
+    EXPECT_EQ(report.looked, 3u);
+    EXPECT_EQ(report.sent, 2u);
+    EXPECT_EQ(report.decided, 2u);
+    EXPECT_EQ(report.voided, 1u) << "no payload: left for its next request";
+    EXPECT_EQ(report.failed, 0u);
+
+    // The two sent ones are decided with what the resend answered, and replayed.
+    for (const auto& [key, dkey] : {std::pair{unsent, unsent + "/1"}, {spent, spent + "/2"}}) {
+      auto [e, replay] = co_await requests.async_run(
+          key, "fp", down.work(io, redis_lock::AttemptOutcome::unknown()), tuple);
+      EXPECT_EQ(replay.kind, Kind::replayed) << key;
+      EXPECT_EQ(replay.response.external_id, "ch_" + dkey);
+      auto [le, after] = co_await requests.async_lookup(key, asio::as_tuple(asio::use_awaitable));
+      EXPECT_EQ(after.state, RequestRecord::State::decided);
+      EXPECT_FALSE(after.payload_kept) << "dropped with the decision";
+      EXPECT_EQ(after.response.external_id, "ch_" + dkey);
+    }
+    auto [le3, left] = co_await requests.async_lookup(bare, asio::as_tuple(asio::use_awaitable));
+    EXPECT_EQ(left.state, RequestRecord::State::unsent);
+    EXPECT_FALSE(left.payload_kept);
+  }());
+  using P = std::pair<std::string, std::string>;
+  EXPECT_EQ(resent, (std::vector<P>{P{unsent + "/1", "pay 12.50 to acct 7"},
+                                    P{spent + "/2", "pay 3.00 to acct 9"}}))
+      << "each once, the spent one under its next key";
+}
+
+TEST(Idempotency, APayloadOverTheBoundOrWithNoneAllowedIsRefusedBeforeAnythingIsSent) {
+  asio::io_context io;
+  LockManager locks(io.get_executor(), shared_server_config());
+  auto options = quick();
+  options.max_payload_bytes = 8;
+  IdempotentRequests requests(locks, resolve_as(redis_lock::AttemptOutcome::unknown()), options);
+  options.max_payload_bytes = 0;
+  IdempotentRequests without(locks, resolve_as(redis_lock::AttemptOutcome::unknown()), options);
+  Downstream down;
+  run_co(io, [&]() -> asio::awaitable<void> {
+    const auto key = unique_resource("p");
+    auto [ec, r] = co_await requests.async_run(
+        key, "fp", "123456789", down.work(io, redis_lock::AttemptOutcome::unknown()), tuple);
+    EXPECT_EQ(ec, error::invalid_argument);
+    auto [ec2, r2] = co_await without.async_run(
+        key, "fp", "1", down.work(io, redis_lock::AttemptOutcome::unknown()), tuple);
+    EXPECT_EQ(ec2, error::invalid_argument);
+    auto [ec3, r3] = co_await requests.async_lookup("a/b", asio::as_tuple(asio::use_awaitable));
+    EXPECT_EQ(ec3, error::invalid_argument);
+    auto [ec4, seen] = co_await requests.async_lookup(key, asio::as_tuple(asio::use_awaitable));
+    EXPECT_FALSE(ec4);
+    EXPECT_EQ(seen.state, RequestRecord::State::none) << "nothing was begun";
+  }());
+  EXPECT_EQ(down.calls, 0);
+}
+
+TEST(Idempotency, WithMaxHoldTheKeysLockIsRenewedAndTheDeadlineCountsFromIt) {
+  asio::io_context io;
+  LockManager locks(io.get_executor(), shared_server_config());
+  auto options = quick();
+  options.lease = 1s;
+  options.margin = 200ms;
+  options.max_hold = 4s;
+  IdempotentRequests requests(locks, resolve_as(redis_lock::AttemptOutcome::unknown()), options);
+  const auto key = unique_resource("long");
+  std::chrono::steady_clock::duration budget{};
+  bool answered = false;
+  asio::steady_timer answer(io);
+  Downstream down;
+  std::optional<Said> first, duplicate;
+  AttemptFunction slow = [&](const Attempt& a, AttemptHandler done) {
+    budget = a.deadline - std::chrono::steady_clock::now();
+    // A duplicate once the lease's first ttl has passed since the lock was taken (unrenewed,
+    // the key would be free by then), then the answer.
+    asio::co_spawn(
+        io,
+        [&]() -> asio::awaitable<void> {
+          co_await sleep_for(1100ms);
+          duplicate = co_await requests.async_run(
+              key, "fp", down.work(io, redis_lock::AttemptOutcome::unknown()), tuple);
+        },
+        asio::detached);
+    answer.expires_after(1800ms);
+    answer.async_wait([&, done](error_code) {
+      answered = true;
+      done(redis_lock::AttemptOutcome::decided(charged()));
+    });
+  };
+  asio::co_spawn(
+      io,
+      [&]() -> asio::awaitable<void> {
+        first = co_await requests.async_run(key, "fp", slow, tuple);
+      },
+      asio::detached);
+  ASSERT_TRUE(run_until(io, [&] { return first && duplicate; }, 15s));
+  EXPECT_GT(budget, 3s) << "max_hold less margin from the lock, not the lease's ttl";
+  EXPECT_LE(budget, 3800ms);
+  ASSERT_FALSE(std::get<0>(*duplicate)) << std::get<0>(*duplicate).message();
+  EXPECT_EQ(std::get<1>(*duplicate).kind, Kind::busy) << "the renewed lock still held the key";
+  ASSERT_FALSE(std::get<0>(*first)) << std::get<0>(*first).message();
+  EXPECT_EQ(std::get<1>(*first).kind, Kind::executed);
+  EXPECT_TRUE(answered);
+  EXPECT_EQ(down.calls, 0);
 }

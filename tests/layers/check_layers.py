@@ -23,7 +23,7 @@ LAYER_OF = {stem: layer for layer, stems in LAYERS.items() for stem in stems}
 # Public headers: the types every layer may use, and the API on top (the engine hands the
 # public layer Grants; only the public layer makes LockGuards of them).
 PUBLIC = {"config": 1, "error": 1, "observer": 1, "export": 1, "version": 1, "state": 1,
-          "lock": 5, "election": 5, "idempotency": 5, "idempotency_types": 1, "with_lock": 5, "redis_lock": 5, "prometheus": 6}
+          "lock": 5, "election": 5, "idempotency": 5, "idempotency_types": 1, "idempotency_kind": 1, "with_lock": 5, "redis_lock": 5, "prometheus": 6}
 
 
 def layer_of_include(name: str):

@@ -71,6 +71,24 @@ struct Scrape {
   std::map<std::string, double> values;
 };
 
+/// An idempotent request's event; its key's lock's resource is `resource` (default: the key).
+IdempotencyEvent idem(std::string_view key, bool reconciler, RunKind result,
+                      boost::system::error_code ec, std::uint32_t attempt, int works, int resolves,
+                      bool timed_out, std::string_view resource = {}) {
+  IdempotencyEvent e{};
+  e.key = key;
+  e.resource = resource.empty() ? key : resource;
+  e.reconciler = reconciler;
+  e.result = result;
+  e.error = ec;
+  e.attempt = attempt;
+  e.works = works;
+  e.resolves = resolves;
+  e.timed_out = timed_out;
+  e.latency = std::chrono::milliseconds(1);
+  return e;
+}
+
 AcquireEvent acquired(std::string_view resource, AcquireKind kind, bool waited,
                       std::chrono::milliseconds latency) {
   AcquireEvent e{resource, AcquireOutcome::acquired, {}, latency, 1, waited, 7};
@@ -213,19 +231,19 @@ TEST(PrometheusObserver, EventsBecomeTheDocumentedSeries) {
 TEST(PrometheusObserver, IdempotentRunsBecomeTheDocumentedSeries) {
   prometheus::Registry registry;
   PrometheusObserver observer(registry);
-  using R = RunResult::Kind;
+  using R = RunKind;
   {
     const Scrape zero(registry);
     EXPECT_EQ(zero("redis_lock_idempotent_runs_total", {{"by", "request"}, {"outcome", "pending"}}),
               0)
         << "every outcome's series is there at 0 before the first";
   }
-  observer.on_idempotency({"order-1", false, R::executed, {}, 1, 1, 0, false, 1ms});
-  observer.on_idempotency({"order-1", false, R::replayed, {}, 1, 0, 0, false, 1ms});
-  observer.on_idempotency({"order-2", false, R::pending, {}, 1, 1, 0, true, 1ms});
-  observer.on_idempotency({"order-2", true, R::executed, {}, 1, 0, 1, false, 1ms});
-  observer.on_idempotency({"order-3", false, R::absent, error::out_of_memory, 0, 0, 0, false, 1ms});
-  observer.on_idempotency({"order-4", false, R::executed, {}, 2, 2, 1, false, 1ms});
+  observer.on_idempotency(idem("order-1", false, R::executed, {}, 1, 1, 0, false));
+  observer.on_idempotency(idem("order-1", false, R::replayed, {}, 1, 0, 0, false));
+  observer.on_idempotency(idem("order-2", false, R::pending, {}, 1, 1, 0, true));
+  observer.on_idempotency(idem("order-2", true, R::executed, {}, 1, 0, 1, false));
+  observer.on_idempotency(idem("order-3", false, R::absent, error::out_of_memory, 0, 0, 0, false));
+  observer.on_idempotency(idem("order-4", false, R::executed, {}, 2, 2, 1, false));
   const Scrape s(registry);
   SCOPED_TRACE(s.text);
   const auto runs = [&](const char* by, const char* outcome) {
@@ -261,6 +279,8 @@ TEST(PrometheusObserver, GroupsAndConstantLabels) {
   observer.on_acquire(acquired("order:A-2", AcquireKind::mutex, false, 1ms));
   observer.on_acquire(acquired("provider:acme", AcquireKind::permit, false, 1ms));
   observer.on_hold_end({"order:A-1", AcquireKind::mutex, HoldEnd::released, 1ms});
+  // An idempotent request is grouped by its key's lock's resource, not by its bare key.
+  observer.on_idempotency(idem("A-3", false, RunKind::executed, {}, 1, 1, 0, false, "idem:A-3"));
   const Scrape s(registry);
   SCOPED_TRACE(s.text);
   EXPECT_EQ(
@@ -275,7 +295,12 @@ TEST(PrometheusObserver, GroupsAndConstantLabels) {
   EXPECT_EQ(
       s("svc_lock_leases_held", {{"group", "order"}, {"kind", "mutex"}, {"service", "checkout"}}),
       1);
+  EXPECT_EQ(
+      s("svc_lock_idempotent_runs_total",
+        {{"by", "request"}, {"group", "idem"}, {"outcome", "executed"}, {"service", "checkout"}}),
+      1);
   EXPECT_EQ(s.text.find("A-1"), std::string::npos);
+  EXPECT_EQ(s.text.find("A-3"), std::string::npos);
   EXPECT_EQ(s.text.find("redis_lock_"), std::string::npos) << "the prefix names every metric";
 }
 

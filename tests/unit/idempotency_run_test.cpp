@@ -15,9 +15,10 @@ namespace {
 
 constexpr std::uint64_t fence = 1'800'000'000'000'000'000ull;
 
-RunSettings settings(bool reconcile = false) {
+RunSettings settings(bool reconcile = false, bool resend = false) {
   RunSettings s;
   s.reconcile = reconcile;
+  s.resend = resend;
   s.first_look_ms = 30'000;
   s.look_cap_ms = 300'000;
   s.escalate_after_ms = 3'600'000;
@@ -46,8 +47,9 @@ StoreReply reply(std::string word, State state, std::string fp = "fp", std::uint
 }
 
 /// A run to its begin: looked (nothing), locked.
-RunFsm begun_run(const StoreReply& begin, bool reconcile = false, Step* step = nullptr) {
-  RunFsm fsm("k", reconcile ? "" : "fp", settings(reconcile));
+RunFsm begun_run(const StoreReply& begin, bool reconcile = false, Step* step = nullptr,
+                 bool resend = false) {
+  RunFsm fsm("k", reconcile ? "" : "fp", settings(reconcile, resend));
   if (!reconcile) {
     EXPECT_EQ(fsm.start().step, Step::look);
     EXPECT_EQ(fsm.looked({}, reply("look", State::none)).step, Step::lock);
@@ -199,6 +201,15 @@ TEST(IdempotencyRun, AnUnknownOutcomeIsDeferredAndSaysWhenToAskAgain) {
   EXPECT_EQ(fsm.result().kind, Kind::pending);
   EXPECT_EQ(fsm.result().retry_after, std::chrono::milliseconds(30'000));
   EXPECT_EQ(fsm.result().downstream_key, "k/1");
+  EXPECT_EQ(fsm.result().looks, 0u);
+
+  auto third = begun_run(reply("resumed", State::running));
+  ASSERT_EQ(third.learnt(AttemptOutcome::unknown()).step, Step::defer);
+  auto looked = reply("done", State::running);
+  looked.record.looks = 3;
+  looked.extra = "120000";
+  third.stored({}, looked);
+  EXPECT_EQ(third.result().looks, 3u) << "the backoff's count, for the logs and the observer";
 }
 
 TEST(IdempotencyRun, AResumedAttemptIsResolvedBeforeAnythingIsSent) {
@@ -254,8 +265,12 @@ TEST(IdempotencyRun, TheBeginsOtherAnswersFinishUnderTheLock) {
   EXPECT_EQ(stale.error(), error::lock_lost);
 }
 
-TEST(IdempotencyRun, TheReconcilerResolvesButNeverSends) {
+TEST(IdempotencyRun, TheReconcilerWithoutAResendOrAPayloadResolvesButNeverSends) {
   Step step{};
+  // With a resend but no payload kept: nothing to send either.
+  auto unkept = begun_run(reply("resumed", State::running), true, &step, true);
+  ASSERT_EQ(step, Step::resolve);
+  EXPECT_EQ(unkept.learnt(AttemptOutcome::not_executed()).step, Step::void_);
   auto fsm = begun_run(reply("resumed", State::running), true, &step);
   ASSERT_EQ(step, Step::resolve);
   EXPECT_EQ(fsm.fingerprint(), "fp") << "the record's: a decision may rebuild a lost record";
@@ -273,4 +288,52 @@ TEST(IdempotencyRun, TheReconcilerResolvesButNeverSends) {
     EXPECT_EQ(step, Step::finish);
     EXPECT_EQ(absent.result().kind, Kind::absent);
   }
+}
+
+TEST(IdempotencyRun, AReconcilerWithAResendSendsWhatAResolveFoundUnsentWhenThePayloadIsKept) {
+  auto kept = reply("resumed", State::running);
+  kept.record.payload = "order 7: 12.50 EUR";
+  Step step{};
+  auto fsm = begun_run(kept, true, &step, true);
+  ASSERT_EQ(step, Step::resolve);
+  ASSERT_TRUE(fsm.payload().has_value());
+  EXPECT_EQ(*fsm.payload(), "order 7: 12.50 EUR") << "the record's: the resend sends it";
+  ASSERT_EQ(fsm.learnt(AttemptOutcome::not_executed()).step, Step::work)
+      << "the same attempt, its key never used: sent now, no client retry needed";
+  ASSERT_EQ(fsm.learnt(AttemptOutcome::decided(charged())).step, Step::decide);
+  EXPECT_EQ(fsm.stored({}, reply("recorded", State::decided)).step, Step::finish);
+  EXPECT_EQ(fsm.result().kind, Kind::executed);
+  EXPECT_EQ(fsm.result().response, charged());
+
+  // A spent key: the next attempt, under its new key, sent by the round.
+  auto spent = begun_run(kept, true, nullptr, true);
+  ASSERT_EQ(spent.learnt(AttemptOutcome::key_spent()).step, Step::next);
+  ASSERT_EQ(spent.stored({}, reply("done", State::running, "fp", 2)).step, Step::work);
+  EXPECT_EQ(spent.downstream_key(), "k/2");
+
+  // What the resend answers is taken as a run's work's answer: unsent again is voided (for
+  // the next request), unknown deferred, a key spent resolved (never a blind next).
+  auto refused = begun_run(kept, true, nullptr, true);
+  ASSERT_EQ(refused.learnt(AttemptOutcome::not_executed()).step, Step::work);
+  ASSERT_EQ(refused.learnt(AttemptOutcome::not_executed()).step, Step::void_);
+  EXPECT_EQ(refused.stored({}, reply("done", State::void_)).step, Step::finish);
+  EXPECT_EQ(refused.result().kind, Kind::not_executed);
+  auto unknown = begun_run(kept, true, nullptr, true);
+  ASSERT_EQ(unknown.learnt(AttemptOutcome::not_executed()).step, Step::work);
+  EXPECT_EQ(unknown.learnt(AttemptOutcome::unknown()).step, Step::defer);
+  auto used = begun_run(kept, true, nullptr, true);
+  ASSERT_EQ(used.learnt(AttemptOutcome::not_executed()).step, Step::work);
+  EXPECT_EQ(used.learnt(AttemptOutcome::key_spent()).step, Step::resolve);
+}
+
+TEST(IdempotencyRun, ARunKeepsItsOwnPayloadWhateverTheRecordSays) {
+  RunFsm fsm("k", "fp", settings(), std::string("mine"));
+  fsm.start();
+  fsm.looked({}, reply("look", State::none));
+  fsm.locked({}, true, fence);
+  auto begun = reply("resumed", State::running);
+  begun.record.payload = "stored";  // (a run's begin never carries it; not taken if it did)
+  EXPECT_EQ(fsm.begun({}, begun).step, Step::resolve);
+  ASSERT_TRUE(fsm.payload().has_value());
+  EXPECT_EQ(*fsm.payload(), "mine");
 }
