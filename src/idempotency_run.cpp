@@ -150,6 +150,15 @@ Action RunFsm::stored(boost::system::error_code ec, const StoreReply& reply) {
   const auto& w = reply.word;
   switch (what) {
     case Step::decide:
+      // Too few replicas confirmed what the master did: what it did still says what the
+      // caller is told (a decision recorded before stands; another attempt is live).
+      if (ec == error::not_replicated && w == "already") {
+        return tell(reply.record, RunResult::Kind::replayed);
+      }
+      if (ec == error::not_replicated && w == "refused") {
+        result_.retry_after = std::chrono::milliseconds(settings_.first_look_ms);
+        return finish(RunResult::Kind::pending);
+      }
       if (ec) {
         // The decision is known but not recorded: the caller is told it (the truth), and
         // the record stays running until a resolve records it.

@@ -973,3 +973,36 @@ TEST(Idempotency, WithMaxHoldTheKeysLockIsRenewedAndTheDeadlineCountsFromIt) {
   EXPECT_TRUE(answered);
   EXPECT_EQ(down.calls, 0);
 }
+
+TEST(Idempotency, WithMaxHoldALostRenewalEndsTheAttemptAsItsDeadlineWould) {
+  asio::io_context io;
+  LockManager locks(io.get_executor(), shared_server_config());
+  auto options = quick();
+  options.lease = 900ms;  // renewed every 300 ms
+  options.margin = 200ms;
+  options.max_hold = 20s;
+  IdempotentRequests requests(locks, resolve_as(redis_lock::AttemptOutcome::unknown()), options);
+  const auto key = unique_resource("lost");
+  bool cancelled = false;
+  std::optional<Said> said;
+  const auto start = std::chrono::steady_clock::now();
+  requests.async_run(
+      key, "fp",
+      [&](const Attempt& a, AttemptHandler done) {
+        auto slot = a.cancellation;
+        slot.assign([&, done](asio::cancellation_type) {
+          cancelled = true;
+          done(redis_lock::AttemptOutcome::unknown());
+        });
+        // Another party takes the key's lock away while the attempt is out: its next renewal
+        // is refused.
+        locks.async_force_release("idem:" + key, [](error_code, bool) {});
+      },
+      [&](error_code ec, RunResult r) { said.emplace(ec, r); });
+  ASSERT_TRUE(run_until(io, [&] { return said.has_value(); }, 10s));
+  const auto took = std::chrono::steady_clock::now() - start;
+  ASSERT_FALSE(std::get<0>(*said)) << std::get<0>(*said).message();
+  EXPECT_EQ(std::get<1>(*said).kind, Kind::pending);
+  EXPECT_TRUE(cancelled) << "the attempt's cancellation was emitted when the lease was lost";
+  EXPECT_LT(took, 5s) << "at the loss, not at the deadline (max_hold less margin: 19.8 s)";
+}

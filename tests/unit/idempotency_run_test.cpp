@@ -337,3 +337,25 @@ TEST(IdempotencyRun, ARunKeepsItsOwnPayloadWhateverTheRecordSays) {
   ASSERT_TRUE(fsm.payload().has_value());
   EXPECT_EQ(*fsm.payload(), "mine");
 }
+
+TEST(IdempotencyRun, ADecisionTooFewReplicasConfirmedTellsWhatTheMasterDid) {
+  auto recorded = begun_run(reply("created", State::running));
+  ASSERT_EQ(recorded.learnt(AttemptOutcome::decided(charged())).step, Step::decide);
+  EXPECT_EQ(recorded.stored(error::not_replicated, reply("recorded", State::decided)).step,
+            Step::finish);
+  EXPECT_FALSE(recorded.error()) << "the caller is told the decision";
+  EXPECT_EQ(recorded.result().kind, Kind::executed);
+  EXPECT_FALSE(recorded.result().recorded) << "a failover may lose it: the attempt stays unknown";
+
+  auto already = begun_run(reply("created", State::running));
+  already.learnt(AttemptOutcome::decided(charged()));
+  already.stored(error::not_replicated, reply("already", State::decided));
+  EXPECT_EQ(already.result().kind, Kind::replayed);
+  EXPECT_EQ(already.result().response, (StoredResponse{201, "stored", "ch_1"}))
+      << "the decision recorded before stands, not this one";
+
+  auto refused = begun_run(reply("created", State::running));
+  refused.learnt(AttemptOutcome::decided(charged()));
+  refused.stored(error::not_replicated, reply("refused", State::running, "fp", 2));
+  EXPECT_EQ(refused.result().kind, Kind::pending) << "another attempt is live";
+}
