@@ -963,7 +963,8 @@ TEST(Idempotency, WithMaxHoldTheKeysLockIsRenewedAndTheDeadlineCountsFromIt) {
         first = co_await requests.async_run(key, "fp", slow, tuple);
       },
       asio::detached);
-  ASSERT_TRUE(run_until(io, [&] { return first && duplicate; }, 15s));
+  ASSERT_TRUE(run_until(
+      io, [&] { return first && duplicate; }, 15s));
   EXPECT_GT(budget, 3s) << "max_hold less margin from the lock, not the lease's ttl";
   EXPECT_LE(budget, 3800ms);
   ASSERT_FALSE(std::get<0>(*duplicate)) << std::get<0>(*duplicate).message();
@@ -999,7 +1000,8 @@ TEST(Idempotency, WithMaxHoldALostRenewalEndsTheAttemptAsItsDeadlineWould) {
         locks.async_force_release("idem:" + key, [](error_code, bool) {});
       },
       [&](error_code ec, RunResult r) { said.emplace(ec, r); });
-  ASSERT_TRUE(run_until(io, [&] { return said.has_value(); }, 10s));
+  ASSERT_TRUE(run_until(
+      io, [&] { return said.has_value(); }, 10s));
   const auto took = std::chrono::steady_clock::now() - start;
   ASSERT_FALSE(std::get<0>(*said)) << std::get<0>(*said).message();
   EXPECT_EQ(std::get<1>(*said).kind, Kind::pending);

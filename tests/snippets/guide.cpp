@@ -63,6 +63,12 @@ struct Order {
   std::string id;
   long amount = 0;
   std::string fingerprint() const { return std::to_string(amount); }
+  /// The request's bytes, kept while it is undecided (what the reconciler's resend sends).
+  std::string to_json() const { return id + " " + std::to_string(amount); }
+  static Order from_json(const std::string& text) {
+    const auto space = text.find(' ');
+    return Order{text.substr(0, space), std::stol(text.substr(space + 1))};
+  }
 };
 
 /// A payment provider that keeps each key's first answer, and counts its charges.
@@ -115,6 +121,30 @@ asio::awaitable<std::string> handle(asio::io_context& io, const redis_lock::Conn
   co_return answer(r);  // executed, replayed: r.response; busy: 409; mismatch: 422;
                         // pending: 202, Retry-After: r.retry_after; not_executed: 503
   //]
+}
+
+/// A run whose charge never reached the provider (its answer lost: unknown), then a
+/// reconciler's round that resends it from the kept payload. What the round reports.
+asio::awaitable<std::string> resend(asio::io_context& io, redis_lock::IdempotentRequests& payments,
+                                    Provider& provider, std::string id, long amount) {
+  const Order order{std::move(id), amount};
+  redis_lock::AttemptFunction charge = [](const redis_lock::Attempt&,
+                                          redis_lock::AttemptHandler done) {
+    done(redis_lock::AttemptOutcome::unknown());  // the call was lost before the provider
+  };
+  //[guide_idempotency_resend
+  auto [ec, r] = co_await payments.async_run(order.id, order.fingerprint(), order.to_json(),
+                                             charge, asio::as_tuple(asio::use_awaitable));
+  // elsewhere, every few seconds:
+  auto [rec, report] = co_await payments.async_reconcile_sending(
+      [&](const redis_lock::Attempt& a, redis_lock::AttemptHandler done) {
+        provider.charge(Order::from_json(a.payload), a.downstream_key, a.deadline, std::move(done));
+      },
+      asio::as_tuple(asio::use_awaitable));
+  //]
+  (void)io;
+  co_return std::string(redis_lock::run_result_name(r.kind)) + ", sent " +
+      std::to_string(report.sent) + ", decided " + std::to_string(report.decided);
 }
 
 }  // namespace guide_idempotency
@@ -182,6 +212,32 @@ TEST_F(Guide, IdempotentRequestsChargeAnOrderOnce) {
   EXPECT_EQ(run(config(), 500),
             "503 " + make_error_code(redis_lock::error::store_not_durable).message());
   EXPECT_EQ(provider.charges, 1);
+}
+
+// "A reconciler that sends": a charge lost on its way is carried out by the reconciler, once,
+// from the kept payload, with no retry from the client.
+TEST_F(Guide, IdempotentRequestsResendAKeptPayload) {
+  guide_idempotency::Provider provider;
+  redis_lock::LockManager locks(io.get_executor(), config());
+  redis_lock::ManagerOptions own;
+  own.key_prefix = "guide-resend:";  // this test's records only
+  redis_lock::LockManager store(io.get_executor(), config(), own);
+  redis_lock::IdempotencyOptions options;
+  options.unchecked_store = true;  // the shared test server is not durable
+  options.first_look = std::chrono::milliseconds(1);  // due at once
+  redis_lock::IdempotentRequests payments(
+      locks, store,
+      [&](const redis_lock::Attempt& a, redis_lock::AttemptHandler done) {
+        provider.lookup(a.downstream_key, std::move(done));
+      },
+      options);
+  std::optional<std::string> said;
+  run_co(io, [&]() -> asio::awaitable<void> {
+    said = co_await guide_idempotency::resend(io, payments, provider, "order-18", 900);
+  }());
+  EXPECT_EQ(said.value_or("no reply"), "pending, sent 1, decided 1");
+  EXPECT_EQ(provider.charges, 1);
+  EXPECT_EQ(provider.kept.count("order-18/1"), 1u) << "under the attempt's own key";
 }
 
 // ---- "Semaphores: at most N at once" ------------------------------------------------------
