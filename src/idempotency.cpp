@@ -17,6 +17,7 @@
 #include <boost/asio/strand.hpp>
 
 #include <atomic>
+#include <charconv>
 #include <mutex>
 
 namespace redis_lock {
@@ -96,6 +97,7 @@ struct detail::IdempotencyShared {
     RunSettings s;
     s.reconcile = reconcile;
     s.resend = resend;
+    s.resend_unsent = options.resend_unsent;
     const auto first = options.first_look.count() > 0 ? options.first_look : options.lease;
     s.first_look_ms = first.count();
     s.look_cap_ms = std::max(options.look_cap, first).count();
@@ -168,7 +170,15 @@ struct RunOp : std::enable_shared_from_this<RunOp> {
   void ask(bool resolving);
   void answer(const std::shared_ptr<Asked>& which, AttemptOutcome outcome);
   void expire(const std::shared_ptr<Asked>& which);
+  void arm(const std::shared_ptr<Asked>& which);
+  /// The deadline the work is told (with max_hold: from the lock's start).
   std::chrono::steady_clock::time_point deadline() const;
+  /// When the attempt ends: its deadline, or earlier the lease's validity less the margin
+  /// (a renewed lease that stops being renewed), at once once the lease is lost.
+  std::chrono::steady_clock::time_point cutoff() const;
+  /// A run sends at most this many attempts (a resend that says the key was spent, a
+  /// resolve that then says nothing happened, ...): then it defers to a later look.
+  static constexpr int max_sends = 3;
   void let_go();
   void watch_lease();
   void finish();
@@ -231,7 +241,8 @@ void RunOp::act(Action a) {
     }
     case Step::begin:
       return calls().begin(
-          key, fsm.fingerprint(), fsm.fence(), s.first_look_ms, s.reconcile, fsm.payload(),
+          key, fsm.fingerprint(), fsm.fence(), s.first_look_ms, s.reconcile, s.resend,
+          fsm.payload(),
           then([](RunOp& op, error_code ec, const StoreReply& r) { op.act(op.fsm.begun(ec, r)); }));
     case Step::work:
       return ask(false);
@@ -280,9 +291,16 @@ void RunOp::ask(bool resolving) {
   attempt.began = std::chrono::system_clock::time_point(std::chrono::milliseconds(fsm.began_ms()));
   if (fsm.payload()) attempt.payload = *fsm.payload();
   attempt.deadline = deadline();
-  if (std::chrono::steady_clock::now() >= attempt.deadline || !function) {
-    // No time left to send anything (or nothing to ask): an unsent work did not happen; an
-    // unasked resolve learnt nothing.
+  if (!resolving && function && works >= max_sends) {
+    // Sent enough times in this run (each answer sent it round again): the attempt is left
+    // running, unsent, for a later look, whose resolve finds it unsent (a backoff, not a
+    // burst at the downstream).
+    return act(fsm.learnt(AttemptOutcome::unknown()));
+  }
+  if (std::chrono::steady_clock::now() >= cutoff() || !function) {
+    // No time left to send anything (the deadline, or the lease lost or about to lapse
+    // unrenewed), or nothing to ask: an unsent work did not happen; an unasked resolve
+    // learnt nothing.
     return act(fsm.learnt(resolving ? AttemptOutcome::unknown() : AttemptOutcome::not_executed()));
   }
   ++(resolving ? resolves : works);
@@ -291,10 +309,8 @@ void RunOp::ask(bool resolving) {
   attempt.executor = strand;
   const auto which = std::make_shared<Asked>();
   asked = which;
-  timer.emplace(strand, attempt.deadline);
-  timer->async_wait([self = shared_from_this(), which](error_code ec) {
-    if (!ec) self->expire(which);
-  });
+  timer.emplace(strand);
+  arm(which);
   // The handler holds the op weakly: an answer that never comes must not keep it (and its
   // timer and strand) alive past the io_context. One that comes once the op is gone (the
   // lease ended) still records a decision for its attempt's key.
@@ -318,6 +334,23 @@ std::chrono::steady_clock::time_point RunOp::deadline() const {
   return guard.valid_until() - o.margin;
 }
 
+std::chrono::steady_clock::time_point RunOp::cutoff() const {
+  // With max_hold the lease is renewed: while renewals succeed its validity stays ahead of
+  // the deadline; one that lapses unrenewed (or is lost) comes first, less the margin.
+  if (guard.lost()) return std::chrono::steady_clock::time_point::min();
+  return std::min(deadline(), guard.valid_until() - shared->options.margin);
+}
+
+void RunOp::arm(const std::shared_ptr<Asked>& which) {
+  timer->expires_at(cutoff());
+  timer->async_wait([self = shared_from_this(), which](error_code ec) {
+    if (ec || *which != Asked::waiting) return;
+    // A renewal moved the lease's validity on since: wait for the new cutoff.
+    if (std::chrono::steady_clock::now() < self->cutoff()) return self->arm(which);
+    self->expire(which);
+  });
+}
+
 void RunOp::expire(const std::shared_ptr<Asked>& which) {
   if (*which != Asked::waiting) return;
   // The deadline (or the renewed lease was lost): the attempt's outcome is unknown (it may
@@ -335,9 +368,15 @@ void RunOp::watch_lease() {
   if (shared->options.max_hold.count() == 0) return;
   // A renewed lease that is lost ends the attempt being asked as its deadline would (the
   // guard's own signal: the lease may be another holder's from now on).
-  guard.async_wait_lost(asio::bind_executor(strand, [self = shared_from_this()](error_code ec) {
-    if (ec != error::lock_lost) return;  // released (operation_aborted), or shut down
-    if (self->asked) self->expire(self->asked);
+  // Held weakly (the guard's waiter would otherwise hold the op that holds the guard, past
+  // the io_context's end): while an attempt is out, its timer keeps the op.
+  guard.async_wait_lost(asio::bind_executor(strand, [weak = weak_from_this()](error_code ec) {
+    auto self = weak.lock();
+    if (!self || ec != error::lock_lost) return;  // released (operation_aborted), shut down
+    if (!self->asked) return;
+    if (*self->asked == Asked::waiting) return self->expire(self->asked);
+    // Held past a timed-out attempt: the lease is gone, nothing is left to keep.
+    if (*self->asked == Asked::timed_out && self->hold_timer) self->let_go();
   }));
 }
 
@@ -393,11 +432,15 @@ void RunOp::finish() {
   };
   if (asked && *asked == Asked::timed_out && guard.owns_lock()) {
     // The attempt may still be on its way: the caller is told now, the lock is kept until
-    // its answer (answer()) or the lease's end (with max_hold: until then, when its
-    // renewals stop).
+    // its answer (answer()) or the lease's end: with max_hold the last renewal may carry it
+    // a lease past max_hold, and a lease lost before lets go at once (watch_lease).
     const auto& o = shared->options;
-    hold_timer.emplace(strand,
-                       o.max_hold.count() > 0 ? locked_at + o.max_hold : guard.valid_until());
+    if (guard.lost()) {
+      let_go();
+      return complete();
+    }
+    hold_timer.emplace(
+        strand, o.max_hold.count() > 0 ? locked_at + o.max_hold + o.lease : guard.valid_until());
     hold_timer->async_wait([self = shared_from_this()](error_code ec) {
       if (!ec) self->let_go();
     });
@@ -743,6 +786,11 @@ void IdempotentRequests::lookup_impl(std::shared_ptr<Shared> shared, std::string
         out.looks = r.looks;
         out.payload_kept = r.payload.has_value();
         if (r.state == State::decided) out.response = {r.status, r.body, r.external_id};
+        std::int64_t ttl = -1;
+        const auto& x = reply.extra;
+        if (std::from_chars(x.data(), x.data() + x.size(), ttl).ec == std::errc{} && ttl >= 0) {
+          out.expires_in = std::chrono::milliseconds(ttl);
+        }
       }
       detail::deliver(io, detail::Defer::no, std::move(*h), ec, std::move(out));
     });

@@ -124,7 +124,7 @@ Action RunFsm::learnt(const AttemptOutcome& outcome) {
       // Nothing happened under this attempt's key. Its holder sends it (again) now (a
       // request; the reconciler with a resend and the request's payload), or, with nothing
       // to send (the work's own refusal, a reconciler without them), marks it void.
-      if (!from_work && (!settings_.reconcile || reconciler_sends())) {
+      if (!from_work && (!settings_.reconcile || (reconciler_sends() && settings_.resend_unsent))) {
         waiting_for_ = Step::work;
         return {Step::work};
       }
@@ -153,6 +153,7 @@ Action RunFsm::stored(boost::system::error_code ec, const StoreReply& reply) {
       // Too few replicas confirmed what the master did: what it did still says what the
       // caller is told (a decision recorded before stands; another attempt is live).
       if (ec == error::not_replicated && w == "already") {
+        result_.recorded = false;  // (its log line: too few replicas confirmed)
         return tell(reply.record, RunResult::Kind::replayed);
       }
       if (ec == error::not_replicated && w == "refused") {

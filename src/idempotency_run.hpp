@@ -24,6 +24,7 @@ struct RunSettings {
   /// is spent) is sent by the look itself when its record keeps the request's payload,
   /// instead of being voided for the next request to send.
   bool resend = false;
+  bool resend_unsent = true;           ///< with `resend`: also an attempt found never sent
   std::int64_t first_look_ms = 0;      ///< when the reconciler first looks at a begun attempt
   std::int64_t look_cap_ms = 0;        ///< the longest wait between two looks
   std::int64_t escalate_after_ms = 0;  ///< an unknown outcome older than this: escalated

@@ -185,12 +185,18 @@ void StoreCalls::look(const std::string& key, StoreHandler done) {
 }
 
 void StoreCalls::begin(const std::string& key, const std::string& fingerprint, std::uint64_t fence,
-                       std::int64_t first_look_ms, bool resume,
+                       std::int64_t first_look_ms, bool resume, bool resend,
                        const std::optional<std::string>& payload, StoreHandler done) {
   auto k = store_keys(store_->key_prefix(), key, shards_);
-  std::vector<std::string> words{
-      std::move(k.record),       std::move(k.due),         fingerprint, key, to_decimal_u(fence),
-      to_decimal(first_look_ms), resume ? "resume" : "run"};
+  std::vector<std::string> words{std::move(k.record),
+                                 std::move(k.due),
+                                 fingerprint,
+                                 key,
+                                 to_decimal_u(fence),
+                                 to_decimal(first_look_ms),
+                                 !resume  ? "run"
+                                 : resend ? "resend"
+                                          : "resume"};
   if (payload && !resume) words.push_back(*payload);
   call(idem_begin_script, std::move(words), 2, std::move(done));
 }

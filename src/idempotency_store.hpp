@@ -77,12 +77,12 @@ class StoreCalls {
       : store_(std::move(store)), shards_(shards), replicas_(replicas) {}
 
   void look(const std::string& key, StoreHandler done);
-  /// `resume`: the reconciler's begin (Resume), with no fingerprint; its reply carries the
-  /// request's payload when one is kept. A request's `payload` (if any) is kept while the
-  /// request is undecided.
+  /// `resume`: the reconciler's begin (Resume), with no fingerprint; with `resend` its reply
+  /// carries the request's payload when one is kept. A request's `payload` (if any) is kept
+  /// while the request is undecided.
   void begin(const std::string& key, const std::string& fingerprint, std::uint64_t fence,
-             std::int64_t first_look_ms, bool resume, const std::optional<std::string>& payload,
-             StoreHandler done);
+             std::int64_t first_look_ms, bool resume, bool resend,
+             const std::optional<std::string>& payload, StoreHandler done);
   void void_attempt(const std::string& key, const std::string& downstream_key, std::uint64_t fence,
                     StoreHandler done);
   void next(const std::string& key, const std::string& downstream_key, std::uint64_t fence,

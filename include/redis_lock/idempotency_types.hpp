@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace redis_lock {
@@ -58,12 +59,14 @@ struct RunResult {
   std::uint32_t attempt = 0;                 ///< the attempt the answer is about (0: none began)
   std::string downstream_key;                ///< its downstream key, `<key>/<attempt>`
   std::chrono::milliseconds retry_after{0};  ///< pending: when the reconciler looks next
-  /// pending: how many looks (runs' and the reconciler's) have found the attempt's outcome
-  /// unknown, this one included (the reconciler's backoff grows with it).
+  /// pending: how many looks (runs' and the reconciler's) have found the request's outcome
+  /// unknown, this one included (the reconciler's backoff grows with it; a new attempt after
+  /// a spent key goes on counting). 0 when the look did not count (a refused decision).
   std::uint32_t looks = 0;
   /// executed: false when the decision could not be written to the store (it was out of
   /// reach, or too few replicas confirmed it): the caller is told the truth, and the
-  /// attempt stays unknown in the store until a resolve records it again. Log it.
+  /// attempt stays unknown in the store until a resolve records it again. Log it. (replayed:
+  /// false when too few replicas confirmed the script that found the decision.)
   bool recorded = true;
 };
 
@@ -86,7 +89,10 @@ struct RequestRecord {
   std::chrono::system_clock::time_point began;  ///< when it began, by the store's clock
   std::uint32_t looks = 0;    ///< the looks that found its outcome unknown (running, escalated)
   bool payload_kept = false;  ///< the request's payload is kept (the reconciler can resend)
-  StoredResponse response;    ///< decided: the response
+  /// How long the record is kept still (a decided one's `retention`); empty: for good (or
+  /// no record).
+  std::optional<std::chrono::milliseconds> expires_in;
+  StoredResponse response;  ///< decided: the response
 };
 
 /// The word for a request's state ("none", "running", "unsent", "decided", "escalated").
@@ -103,8 +109,9 @@ struct IdempotencyOptions {
   /// 0: the key's lock is not renewed (an attempt's deadline is `lease` less `margin` after
   /// its lock was taken). More: the lock is renewed (LockOptions::auto_renew, every
   /// lease / 3) for up to this long, and an attempt's deadline is `max_hold` less `margin`
-  /// after the lock was taken; a renewal that fails (the lease is lost) ends the attempt as
-  /// its deadline does. For a downstream whose calls may take longer than a lease should.
+  /// after the lock was taken; a lease that stops being renewed (a renewal refused, or its
+  /// validity less `margin` reached unrenewed) ends the attempt as its deadline does, and
+  /// nothing is sent on it. For a downstream whose calls may take longer than a lease should.
   std::chrono::milliseconds max_hold{0};
   /// 0: a key held elsewhere answers busy at once; more: wait this long for its lock.
   std::chrono::milliseconds wait{0};
@@ -123,6 +130,12 @@ struct IdempotencyOptions {
   /// A request's payload (IdempotentRequests::async_run with one): kept in the record while
   /// the request is undecided, for the reconciler to resend. 0: no payload is accepted.
   std::size_t max_payload_bytes = 64 * 1024;
+  /// async_reconcile_sending sends an attempt a resolve found never happened
+  /// (`not_executed`: its key unused) as well as the next attempt after `key_spent`. False:
+  /// only the latter; the former is voided for the request's next call to send, as without
+  /// a resend (for a service that told the client of such an attempt to retry, and will not
+  /// act behind its back).
+  bool resend_unsent = true;
   /// The records' shards (a Cluster spreads them over this many slots). Every client of
   /// one store must use the same number.
   unsigned shards = 16;

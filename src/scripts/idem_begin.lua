@@ -3,14 +3,15 @@
 -- KEYS[1] the record, KEYS[2] its shard's due index (zset: request key -> when the
 -- reconciler looks); ARGV[1] the fingerprint ('' with ARGV[5] = 'resume'), ARGV[2] the
 -- request key, ARGV[3] the fencing token, ARGV[4] the first look's delay (ms), ARGV[5]
--- 'run' (a request) or 'resume' (the reconciler: never creates, takes any fingerprint), ARGV[6]
--- (a request, optional) its payload, kept while the request is undecided.
+-- 'run' (a request) or 'resume' / 'resend' (the reconciler: never creates, takes any
+-- fingerprint; 'resend' also answers the kept payload), ARGV[6] (a request, optional) its
+-- payload, kept while the request is undecided.
 -- Words: created, restarted, resumed, replay, escalated, mismatch, stale; with 'resume'
 -- also none (no record: its index entry goes) and void (nothing to look at: likewise).
 -- (idem.lua)
 local now = idem_now()
 local r = idem_read(KEYS[1])
-local resume = ARGV[5] == 'resume'
+local resume = ARGV[5] == 'resume' or ARGV[5] == 'resend'
 if resume and (r.state == '' or r.state == 'void') then
   redis.call('ZREM', KEYS[2], ARGV[2])
   return idem_reply(r.state == '' and 'none' or 'void', r, now)
@@ -41,7 +42,7 @@ else
 end
 if ARGV[6] then
   redis.call('HSET', KEYS[1], 'payload', ARGV[6])
-elseif resume then
+elseif ARGV[5] == 'resend' then
   local kept = redis.call('HGET', KEYS[1], 'payload')
   if kept then r.payload = '+' .. kept end
 end

@@ -10,5 +10,6 @@ r.attempt = string.format('%d', tonumber(r.attempt) + 1)
 r.state, r.dkey, r.retries = 'void', ARGV[1] .. '/' .. r.attempt, '0'
 redis.call('HSET', KEYS[1], 'state', r.state, 'attempt', r.attempt, 'dkey', r.dkey, 'retries',
            r.retries)
+redis.call('HDEL', KEYS[1], 'payload')  -- the next request sends its own
 redis.call('ZREM', KEYS[2], ARGV[1])
 return idem_reply('done', r, now)

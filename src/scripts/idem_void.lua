@@ -8,5 +8,6 @@ local r = idem_read(KEYS[1])
 if not idem_ours(r, ARGV[2], ARGV[3]) then return idem_reply('refused', r, now) end
 r.state = 'void'
 redis.call('HSET', KEYS[1], 'state', r.state)
+redis.call('HDEL', KEYS[1], 'payload')  -- the next request sends its own
 redis.call('ZREM', KEYS[2], ARGV[1])
 return idem_reply('done', r, now)

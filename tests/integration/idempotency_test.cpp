@@ -10,6 +10,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <set>
@@ -826,12 +827,13 @@ TEST(Idempotency, AReconcilerThatSendsCarriesOutAnUnsentRequestFromItsKeptPayloa
       },
       options);
   std::vector<std::pair<std::string, std::string>> resent;  // downstream key, payload
+  const auto unsent = unique_resource("a"), bare = unique_resource("b"),
+             spent = unique_resource("c"), again = unique_resource("d");
   AttemptFunction resend = [&](const Attempt& a, AttemptHandler done) {
     resent.emplace_back(a.downstream_key, a.payload);
+    if (a.key == again) return done(redis_lock::AttemptOutcome::unknown());
     done(redis_lock::AttemptOutcome::decided(charged("ch_" + a.downstream_key)));
   };
-  const auto unsent = unique_resource("a"), bare = unique_resource("b"),
-             spent = unique_resource("c");
   run_co(io, [&]() -> asio::awaitable<void> {
     // Three requests whose outcome is unknown: two keep their payload, one does not.
     std::string seen_payload;
@@ -851,6 +853,8 @@ TEST(Idempotency, AReconcilerThatSendsCarriesOutAnUnsentRequestFromItsKeptPayloa
                                 tuple);
     co_await requests.async_run(spent, "fp", "pay 3.00 to acct 9",
                                 down.work(io, redis_lock::AttemptOutcome::unknown()), tuple);
+    co_await requests.async_run(again, "fp", "pay 1.00 to acct 1",
+                                down.work(io, redis_lock::AttemptOutcome::unknown()), tuple);
 
     auto [lec, kept] = co_await requests.async_lookup(unsent, asio::as_tuple(asio::use_awaitable));
     EXPECT_FALSE(lec) << lec.message();
@@ -868,14 +872,16 @@ TEST(Idempotency, AReconcilerThatSendsCarriesOutAnUnsentRequestFromItsKeptPayloa
     truth[unsent + "/1"] = redis_lock::AttemptOutcome::not_executed();
     truth[bare + "/1"] = redis_lock::AttemptOutcome::not_executed();
     truth[spent + "/1"] = redis_lock::AttemptOutcome::key_spent();
+    truth[again + "/1"] = redis_lock::AttemptOutcome::key_spent();
     co_await sleep_for(400ms);  // past the first look
     auto [rec, report] =
         co_await requests.async_reconcile_sending(resend, asio::as_tuple(asio::use_awaitable));
     EXPECT_FALSE(rec) << rec.message();
-    EXPECT_EQ(report.looked, 3u);
-    EXPECT_EQ(report.sent, 2u);
+    EXPECT_EQ(report.looked, 4u);
+    EXPECT_EQ(report.sent, 3u);
     EXPECT_EQ(report.decided, 2u);
     EXPECT_EQ(report.voided, 1u) << "no payload: left for its next request";
+    EXPECT_EQ(report.pending, 1u);
     EXPECT_EQ(report.failed, 0u);
 
     // The two sent ones are decided with what the resend answered, and replayed.
@@ -888,15 +894,29 @@ TEST(Idempotency, AReconcilerThatSendsCarriesOutAnUnsentRequestFromItsKeptPayloa
       EXPECT_EQ(after.state, RequestRecord::State::decided);
       EXPECT_FALSE(after.payload_kept) << "dropped with the decision";
       EXPECT_EQ(after.response.external_id, "ch_" + dkey);
+      EXPECT_TRUE(after.expires_in.has_value()) << "kept for `retention`";
+      EXPECT_GT(after.expires_in.value_or(0ms), std::chrono::hours(23));
     }
     auto [le3, left] = co_await requests.async_lookup(bare, asio::as_tuple(asio::use_awaitable));
     EXPECT_EQ(left.state, RequestRecord::State::unsent);
     EXPECT_FALSE(left.payload_kept);
+    EXPECT_FALSE(left.expires_in.has_value()) << "an undecided record never expires";
+    // A new attempt after a spent key goes on counting the looks (its backoff does not start
+    // again): the run's look, then the round's.
+    auto [le4, next] = co_await requests.async_lookup(again, asio::as_tuple(asio::use_awaitable));
+    EXPECT_EQ(next.state, RequestRecord::State::running);
+    EXPECT_EQ(next.attempt, 2u);
+    EXPECT_EQ(next.looks, 2u);
+    EXPECT_TRUE(next.payload_kept);
   }());
   using P = std::pair<std::string, std::string>;
-  EXPECT_EQ(resent, (std::vector<P>{P{unsent + "/1", "pay 12.50 to acct 7"},
-                                    P{spent + "/2", "pay 3.00 to acct 9"}}))
-      << "each once, the spent one under its next key";
+  // (in the shards' order)
+  std::sort(resent.begin(), resent.end());
+  std::vector<P> expected{P{unsent + "/1", "pay 12.50 to acct 7"},
+                          P{spent + "/2", "pay 3.00 to acct 9"},
+                          P{again + "/2", "pay 1.00 to acct 1"}};
+  std::sort(expected.begin(), expected.end());
+  EXPECT_EQ(resent, expected) << "each once, the spent one under its next key";
 }
 
 TEST(Idempotency, APayloadOverTheBoundOrWithNoneAllowedIsRefusedBeforeAnythingIsSent) {
@@ -1007,4 +1027,67 @@ TEST(Idempotency, WithMaxHoldALostRenewalEndsTheAttemptAsItsDeadlineWould) {
   EXPECT_EQ(std::get<1>(*said).kind, Kind::pending);
   EXPECT_TRUE(cancelled) << "the attempt's cancellation was emitted when the lease was lost";
   EXPECT_LT(took, 5s) << "at the loss, not at the deadline (max_hold less margin: 19.8 s)";
+}
+
+TEST(Idempotency, WithMaxHoldALeaseLostWhileAResolveLooksSendsNothing) {
+  asio::io_context io;
+  LockManager locks(io.get_executor(), shared_server_config());
+  auto options = quick();
+  options.lease = 900ms;  // renewed every 300 ms
+  options.margin = 200ms;
+  options.max_hold = 20s;
+  const auto key = unique_resource("gone");
+  bool lost_seen = false;
+  IdempotentRequests requests(
+      locks,
+      [&](const Attempt&, AttemptHandler done) {
+        // While this resolve looks, another party takes the key's lock away; the resolve
+        // answers "never sent" only once the holder's renewal has been refused.
+        locks.async_force_release("idem:" + key, [](error_code, bool) {});
+        auto t = std::make_shared<asio::steady_timer>(io, 800ms);
+        t->async_wait([t, done, &lost_seen](error_code) {
+          lost_seen = true;
+          done(redis_lock::AttemptOutcome::not_executed());
+        });
+      },
+      options);
+  Downstream down;
+  run_co(io, [&]() -> asio::awaitable<void> {
+    auto [ec, first] = co_await requests.async_run(
+        key, "fp", down.work(io, redis_lock::AttemptOutcome::unknown()), tuple);
+    EXPECT_EQ(first.kind, Kind::pending);
+    auto [ec2, second] = co_await requests.async_run(
+        key, "fp", down.work(io, redis_lock::AttemptOutcome::unknown()), tuple);
+    EXPECT_FALSE(ec2) << ec2.message();
+    EXPECT_NE(second.kind, Kind::executed);
+  }());
+  EXPECT_TRUE(lost_seen);
+  EXPECT_EQ(down.calls, 1) << "nothing sent on a lease known lost (another holder may send)";
+}
+
+TEST(Idempotency, AContextShutDownDuringARunWithMaxHoldFreesItsRunAndHandlers) {
+  // The run holds its key's renewed lock with its work out; the context goes away: the run,
+  // its work and its handler are dropped, none kept by the guard's wait for a loss.
+  for (const int steps : {3, 6}) {
+    SCOPED_TRACE(steps);
+    auto witness = std::make_shared<int>(0);
+    bool asked = false;
+    {
+      asio::io_context io;
+      LockManager locks(io.get_executor(), shared_server_config());
+      auto options = quick();
+      options.max_hold = 20s;
+      IdempotentRequests requests(locks, resolve_as(redis_lock::AttemptOutcome::unknown()),
+                                  options);
+      requests.async_run(
+          unique_resource("k"), "fp",
+          [witness, &asked](const Attempt&, AttemptHandler) { asked = true; },
+          [witness](error_code, RunResult) {});
+      run_until(
+          io, [&] { return asked; }, 5s);
+      for (int i = 0; i < steps; ++i) io.run_one_for(50ms);
+    }
+    EXPECT_TRUE(asked);
+    EXPECT_EQ(witness.use_count(), 1);
+  }
 }

@@ -135,7 +135,9 @@ asio::awaitable<std::string> resend(asio::io_context& io, redis_lock::Idempotent
   //[guide_idempotency_resend
   auto [ec, r] = co_await payments.async_run(order.id, order.fingerprint(), order.to_json(),
                                              charge, asio::as_tuple(asio::use_awaitable));
-  // elsewhere, every few seconds:
+  //]
+  co_await sleep_for(std::chrono::milliseconds(20));  // (past the first look: 1 ms)
+  //[guide_idempotency_resend_round
   auto [rec, report] = co_await payments.async_reconcile_sending(
       [&](const redis_lock::Attempt& a, redis_lock::AttemptHandler done) {
         provider.charge(Order::from_json(a.payload), a.downstream_key, a.deadline, std::move(done));

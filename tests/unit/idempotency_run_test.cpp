@@ -326,6 +326,26 @@ TEST(IdempotencyRun, AReconcilerWithAResendSendsWhatAResolveFoundUnsentWhenThePa
   EXPECT_EQ(used.learnt(AttemptOutcome::key_spent()).step, Step::resolve);
 }
 
+TEST(IdempotencyRun, AReconcilerToldNotToResendUnsentAttemptsSendsOnlyTheNextAfterASpentKey) {
+  auto kept = reply("resumed", State::running);
+  kept.record.payload = "order 7";
+  auto s = settings(true, true);
+  s.resend_unsent = false;
+  const auto begun = [&] {
+    RunFsm fsm("k", "", s);
+    fsm.start();
+    fsm.locked({}, true, fence);
+    EXPECT_EQ(fsm.begun({}, kept).step, Step::resolve);
+    return fsm;
+  };
+  auto unsent = begun();
+  EXPECT_EQ(unsent.learnt(AttemptOutcome::not_executed()).step, Step::void_)
+      << "left for the request's next call";
+  auto spent = begun();
+  ASSERT_EQ(spent.learnt(AttemptOutcome::key_spent()).step, Step::next);
+  EXPECT_EQ(spent.stored({}, reply("done", State::running, "fp", 2)).step, Step::work);
+}
+
 TEST(IdempotencyRun, ARunKeepsItsOwnPayloadWhateverTheRecordSays) {
   RunFsm fsm("k", "fp", settings(), std::string("mine"));
   fsm.start();
