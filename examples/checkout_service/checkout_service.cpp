@@ -31,7 +31,10 @@
 //   GET /metrics (with --metrics-port, on a port of each worker's own): the lock's metrics
 //     (redis_lock::PrometheusObserver) and the service's (service_metrics.hpp)
 //
-// The flow (see docs/guide.md, "Payments: what gives exactly-once and what the lock adds"):
+// The flow (see docs/guide.md, "Payments: what gives exactly-once and what the lock adds"), done
+// by redis_lock::IdempotentRequests ("Idempotent requests"); this file supplies the charge
+// (charge()), the lookup of an attempt (resolve()) and the classification of the provider's
+// answers (judge()), and keeps its HTTP and its words:
 //   1. a decided order is answered from the ledger, without the lock;
 //   2. one lock per order, one attempt: a concurrent duplicate gets 409;
 //   3. under the lock, a pending attempt {order, amount, currency, attempt, key} is written to
@@ -47,7 +50,9 @@
 //   7. a reconciler in every worker looks pending attempts up at the provider (by key, then
 //      by reference after a 5xx): it records what happened, voids an attempt the provider
 //      never saw (it never charges late), makes a new attempt only after a definite failure,
-//      and escalates an attempt it could not learn within half the provider's key window.
+//      and escalates an attempt it could not learn within half the provider's key window;
+//      it sends that new attempt itself, from the order kept with its record.
+//   --show ORDER prints an order's record (a probe for the scenarios and for people).
 //
 //   checkout_service --ledger-url URL --provider HOST:PORT [--url redis://127.0.0.1:6379]
 //                    [--listen 127.0.0.1] [--port 8080] [--workers N] [--lock-ttl-ms 5000]
@@ -77,9 +82,9 @@
 // process, keeps orders apart. CHECKOUT_PROVIDER_API_KEY in the environment is sent to the
 // provider as a bearer token.
 #include "http_call.hpp"
-#include "ledger.hpp"
 #include "service_metrics.hpp"
 
+#include <redis_lock/idempotency.hpp>
 #include <redis_lock/redis_lock.hpp>
 
 #include <boost/asio/as_tuple.hpp>
@@ -107,6 +112,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -161,6 +167,7 @@ struct Options {
   std::string resolve_charge_id;
   bool resolve_declined = false;
   bool resolve_not_charged = false;
+  std::string show;  // an order whose record to print
 };
 
 using Request = http::request<http::string_body>;
@@ -223,12 +230,6 @@ bool valid_currency(std::string_view c) {
          std::all_of(c.begin(), c.end(), [](char x) { return x >= 'A' && x <= 'Z'; });
 }
 
-std::int64_t unix_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 asio::ip::tcp::endpoint parse_endpoint(const std::string& host_port) {
   const auto colon = host_port.rfind(':');
   if (colon == std::string::npos) throw std::invalid_argument("expected HOST:PORT");
@@ -287,15 +288,43 @@ bool repeats_a_key(std::string_view text) {
   return !ec && parser.handler().repeated;
 }
 
-/// What the order's client is told once the provider has answered: the same bytes whoever
-/// learns the answer (this request, a retry, the reconciler), so a replay is the original.
-struct Decided {
-  int status = 0;  // 201 or 402
-  std::string body;
-  std::string charge_id;  // empty when the provider refused the request
+/// An order as the client placed it. (Not an aggregate: GCC 12 miscompiles an aggregate
+/// built from a braced list inside a coroutine, and the copies the charges capture died of it.)
+struct Order {
+  Order() = default;
+  Order(std::string id, std::int64_t minor_units, std::string code)
+      : order_id(std::move(id)), amount(minor_units), currency(std::move(code)) {}
+  std::string order_id;
+  std::int64_t amount = 0;  // in minor units (cents)
+  std::string currency;
 };
 
-json::object charge_body(const checkout::Record& order, bool charged, std::string_view id) {
+/// What identifies an order's request (another amount or currency for the same order id is
+/// a mismatch, 422): its amount and currency.
+std::string fingerprint_of(const Order& o) { return std::to_string(o.amount) + " " + o.currency; }
+
+/// The order's bytes, kept with its record while it is undecided: what the reconciler sends
+/// when it makes the next attempt itself.
+std::string payload_of(const Order& o) {
+  return json::serialize(
+      json::object{{"order_id", o.order_id}, {"amount", o.amount}, {"currency", o.currency}});
+}
+std::optional<Order> order_of(const std::string& payload) {
+  error_code ec;
+  const json::value v = json::parse(payload, ec);
+  const json::object* o = ec ? nullptr : v.if_object();
+  const json::value* id = o ? o->if_contains("order_id") : nullptr;
+  const json::value* amount = o ? o->if_contains("amount") : nullptr;
+  const json::value* currency = o ? o->if_contains("currency") : nullptr;
+  if (!id || !id->is_string() || !amount || !amount->is_int64() || !currency ||
+      !currency->is_string()) {
+    return std::nullopt;
+  }
+  return Order{std::string(id->get_string()), amount->as_int64(),
+               std::string(currency->get_string())};
+}
+
+json::object charge_body(const Order& order, bool charged, std::string_view id) {
   json::object body{{"status", charged ? "charged" : "declined"},
                     {"order_id", order.order_id},
                     {"amount", order.amount},
@@ -313,7 +342,10 @@ struct Verdict {
     key_reused,    // 422: the key was first used with other parameters
     undecided,     // no answer, 409 (running), 5xx, or a success without a charge id
   } kind;
-  Decided outcome;  // decided only
+  /// What the order's client is told once the provider has answered: the same bytes
+  /// whoever learns the answer (this request, a retry, the reconciler), so a replay is the
+  /// original. Its external id is the charge id (empty when the provider refused).
+  redis_lock::StoredResponse outcome;  // decided only
 };
 
 ///   any 2xx carrying a charge id with status "succeeded": charged (201 to the client);
@@ -325,7 +357,7 @@ struct Verdict {
 ///     for the key: a final failure, so that neither the client nor the reconciler retries it
 ///     forever;
 ///   no answer, 409, 5xx: not known (a 5xx may come after a charge).
-Verdict judge(int status, const json::value* body, const checkout::Record& order) {
+Verdict judge(int status, const json::value* body, const Order& order) {
   const json::object* o = body ? body->if_object() : nullptr;
   const json::value* id = o ? o->if_contains("id") : nullptr;
   const json::value* state = o ? o->if_contains("status") : nullptr;
@@ -362,7 +394,7 @@ Verdict judge(int status, const json::value* body, const checkout::Record& order
   return {Verdict::undecided, {}};
 }
 
-Verdict judge(const checkout::HttpAnswer& a, const checkout::Record& order) {
+Verdict judge(const checkout::HttpAnswer& a, const Order& order) {
   if (a.status == 0) return {Verdict::undecided, {}};
   error_code ec;
   const json::value v = json::parse(a.body, ec);
@@ -371,6 +403,69 @@ Verdict judge(const checkout::HttpAnswer& a, const checkout::Record& order) {
 
 /// One worker process: an acceptor on the shared port, a LockManager, the ledger's pool, the
 /// reconciler.
+/// The lock manager's observer: the Prometheus series, and the reconciler's log lines (what
+/// each look at a pending order did), which the fault scenarios read.
+class Logs final : public redis_lock::Observer {
+ public:
+  Logs(std::shared_ptr<redis_lock::Observer> metrics, checkout::ServiceMetrics& service,
+       const Options& opt, int index)
+      : metrics_(std::move(metrics)), service_(service), prefix_(opt.prefix), index_(index) {}
+
+  /// A reconciler's round ended: the highest retry count of its looks becomes the gauge.
+  void round_done() { service_.round_done(round_max_.exchange(0)); }
+  void on_acquire(const redis_lock::AcquireEvent& e) noexcept override { metrics_->on_acquire(e); }
+  void on_lease(const redis_lock::LeaseEvent& e) noexcept override { metrics_->on_lease(e); }
+  void on_lost(std::string_view r) noexcept override { metrics_->on_lost(r); }
+  void on_admin(const redis_lock::AdminEvent& e) noexcept override { metrics_->on_admin(e); }
+  void on_wait(const redis_lock::WaitEvent& e) noexcept override { metrics_->on_wait(e); }
+  void on_hold_end(const redis_lock::HoldEvent& e) noexcept override { metrics_->on_hold_end(e); }
+  void on_server_notice(const redis_lock::ServerNotice& e) noexcept override {
+    metrics_->on_server_notice(e);
+  }
+  void on_idempotency(const redis_lock::IdempotencyEvent& e) noexcept override {
+    metrics_->on_idempotency(e);
+    if (e.error) return;
+    const std::string key(e.key);
+    using Kind = redis_lock::RunKind;
+    if (e.reconciler && e.result != Kind::absent && e.result != Kind::busy) {
+      service_.retried(e.result == Kind::executed || e.result == Kind::replayed ? "decided"
+                       : e.result == Kind::not_executed                         ? "voided"
+                       : e.result == Kind::escalated                            ? "escalated"
+                                                                                : "pending");
+      if (e.result == Kind::pending) {
+        service_.backoff(e.retry_after);
+        const int retry = e.looks > 0 ? static_cast<int>(e.looks) - 1 : 0;
+        if (retry > round_max_.load()) round_max_.store(retry);
+      }
+    }
+    if (e.result == Kind::escalated && e.resolves > 0) {
+      std::fprintf(stderr,
+                   "checkout worker %d (pid %d): %s escalated: attempt %u (key %s%s/%u) "
+                   "undecided past half the provider's key window\n",
+                   index_, ::getpid(), key.c_str(), e.attempt, prefix_.c_str(), key.c_str(),
+                   e.attempt);
+    } else if (e.reconciler && e.result == Kind::not_executed && e.works == 0) {
+      std::fprintf(stderr,
+                   "checkout worker %d (pid %d): %s attempt %u void: the provider never saw its "
+                   "key\n",
+                   index_, ::getpid(), key.c_str(), e.attempt);
+    } else if (e.reconciler && e.result == Kind::pending) {
+      std::fprintf(stderr,
+                   "checkout worker %d (pid %d): %s still pending after reconcile retry %u; "
+                   "next in about %lld ms\n",
+                   index_, ::getpid(), key.c_str(), e.looks > 0 ? e.looks - 1 : 0,
+                   static_cast<long long>(e.retry_after.count()));
+    }
+  }
+
+ private:
+  std::shared_ptr<redis_lock::Observer> metrics_;
+  checkout::ServiceMetrics& service_;
+  std::string prefix_;
+  int index_;
+  std::atomic<int> round_max_{0};
+};
+
 class Worker {
  public:
   Worker(asio::io_context& io, const Options& opt, redis_lock::ConnectionConfig lock_config,
@@ -379,10 +474,44 @@ class Worker {
         opt_(opt),
         index_(index),
         provider_(parse_endpoint(opt.provider)),
+        logs_(std::make_shared<Logs>(metrics_.lock_observer(), metrics_, opt, index)),
         locks_(io.get_executor(), lock_config,
-               {.key_prefix = opt.prefix + "lock:", .observer = metrics_.lock_observer()}),
-        ledger_(ledger_config, opt.prefix, {.replicas = opt.ledger_replicas}),
+               {.key_prefix = opt.prefix + "lock:", .observer = logs_}),
+        ledger_(io.get_executor(), ledger_config, {.key_prefix = opt.prefix}),
+        requests_(
+            locks_, ledger_,
+            [this](const redis_lock::Attempt& a, redis_lock::AttemptHandler done) {
+              asio::co_spawn(io_, resolve(a, std::move(done)), asio::detached);
+            },
+            request_options(opt)),
         acceptor_(io) {}
+
+  /// The component's options from the service's: the lock and its lease, the records kept
+  /// for good, the reconciler's backoff, the escalation at half the provider's key window,
+  /// the ledger's checks.
+  static redis_lock::IdempotencyOptions request_options(const Options& opt) {
+    redis_lock::IdempotencyOptions o;
+    o.lock_prefix = "order:";
+    o.lease = opt.lock_ttl;
+    o.margin = std::max<std::chrono::milliseconds>(opt.lock_ttl / 10, 50ms);
+    // max_hold: a wedged but live worker stops renewing after the longest a run can take (a
+    // key lookup, a reference lookup, a charge), so the order passes to a retry or the
+    // reconciler (which look the key up before anything else).
+    if (opt.renew) o.max_hold = opt.provider_timeout * 3 + 5s;
+    o.retention = 0ms;  // the order's record is its financial record: kept for good
+    o.first_look = opt.lock_ttl;
+    o.look_cap = opt.lock_ttl + opt.reconcile_max_backoff;
+    o.escalate_after =
+        std::chrono::duration_cast<std::chrono::milliseconds>(opt.provider_key_window / 2);
+    o.max_key_bytes = 128;
+    o.unchecked_store = opt.ledger_unchecked;
+    o.store_replicas = opt.ledger_replicas;
+    // An attempt the provider never saw is voided for the client's retry, never charged late
+    // (a client may have been told 503, "nothing will be charged"); the next attempt after a
+    // definite failure is sent by the reconciler.
+    o.resend_unsent = false;
+    return o;
+  }
 
   void listen() {
     // Each connection may hold a second descriptor (its provider call) while it works; 64
@@ -601,114 +730,98 @@ class Worker {
 
   asio::awaitable<Response> checkout(const Request& req, std::string order_id, std::int64_t amount,
                                      std::string currency) {
-    // 1. A decided order is answered from the ledger: no lock, no provider. (A void order,
-    // whose last attempt never reached the provider, takes this request's amount.)
-    std::optional<checkout::Record> stored;
-    try {
-      stored = co_await on_pool([&] { return ledger_.find(order_id); });
-    } catch (const checkout::LedgerError&) {
+    const Order order(std::move(order_id), amount, std::move(currency));
+    if (!opt_.use_lock) co_return co_await checkout_without_lock(req, order);
+    // The component does the flow (docs/guide.md, "Idempotent requests"): a decided order
+    // replayed from the ledger without the lock; the order's lock, one attempt (409 when
+    // held); the pending attempt written before the provider is called; an earlier attempt
+    // looked up (resolve) before anything is sent; the answer recorded; the reconciler.
+    auto note = std::make_shared<Note>();
+    // (Named, not temporaries of the co_await: GCC 12 destroys such temporaries wrongly.)
+    redis_lock::AttemptFunction work = [this, order, note](const redis_lock::Attempt& a,
+                                                           redis_lock::AttemptHandler done) {
+      asio::co_spawn(io_, charge(order, a, note, std::move(done), "request"), asio::detached);
+    };
+    std::string fingerprint = fingerprint_of(order), payload = payload_of(order);
+    auto [ec, r] =
+        co_await requests_.async_run(order.order_id, std::move(fingerprint), std::move(payload),
+                                     std::move(work), asio::as_tuple(asio::use_awaitable));
+    if (ec) {
       ++unavailable_;
-      co_return unavailable(req, order_id);
+      co_return unavailable(req, order.order_id);
     }
-    if (stored && stored->state != "void" &&
-        (stored->amount != amount || stored->currency != currency)) {
-      co_return mismatch(req, order_id);
-    }
-    if (stored && stored->state == "final") co_return replay(req, *stored);
-    if (stored && stored->state == "escalated") co_return under_review(req, order_id);
-
-    // 2. One attempt at the order's lock: a duplicate in flight is told so at once.
-    redis_lock::LockGuard guard;
-    if (opt_.use_lock) {
-      auto [ec, granted] = co_await locks_.async_acquire("order:" + order_id, lock_options(),
-                                                         asio::as_tuple(asio::use_awaitable));
-      if (ec) {
-        ++unavailable_;
-        co_return unavailable(req, order_id);
-      }
-      if (!granted) {
-        ++conflicts_;
-        co_return in_progress(req, order_id);
-      }
-      guard = std::move(granted);
-    }
-    const Settled s = co_await settle(guard, order_id, amount, currency, false);
-    if (guard) co_await guard.async_release(asio::as_tuple(asio::use_awaitable));
-    switch (s.outcome) {
-      case Settled::decided: {
-        if (!s.replayed && s.order.status == 201) metrics_.charge("request");
-        (s.replayed                  ? replayed_
-         : s.order.status == 201     ? charged_
-         : s.order.charge_id.empty() ? failed_
-                                     : declined_)++;
-        auto res = reply(req, static_cast<http::status>(s.order.status), s.order.body);
+    using Kind = redis_lock::RunResult::Kind;
+    switch (r.kind) {
+      case Kind::executed: {
+        if (!r.recorded) {
+          std::printf(
+              "checkout worker %d (pid %d) could not record the answer for %s: ledger "
+              "unavailable (the reconciler will)\n",
+              index_, ::getpid(), order.order_id.c_str());
+          std::fflush(stdout);
+        }
         // Decided by an earlier call (the provider replayed it, or a lookup found it): the
         // client hears a replay, as it would from the ledger.
-        if (s.replayed) res.set("Idempotent-Replayed", "true");
+        const bool replayed = note->replayed || found_by_lookup_.erase(r.downstream_key) > 0;
+        (replayed                         ? replayed_
+         : r.response.status == 201       ? charged_
+         : r.response.external_id.empty() ? failed_
+                                          : declined_)++;
+        auto res = reply(req, static_cast<http::status>(r.response.status), r.response.body);
+        if (replayed) res.set("Idempotent-Replayed", "true");
         co_return res;
       }
-      case Settled::already_final:
-        co_return replay(req, s.order);
-      case Settled::mismatch:
-        co_return mismatch(req, order_id);
-      case Settled::taken_over:
+      case Kind::replayed:
+        co_return replay(req, r.response);
+      case Kind::busy:
         ++conflicts_;
-        co_return in_progress(req, order_id);
-      case Settled::unavailable:
+        co_return in_progress(req, order.order_id);
+      case Kind::mismatch:
+        co_return mismatch(req, order.order_id);
+      case Kind::escalated:
+        co_return under_review(req, order.order_id);
+      case Kind::not_executed:
         ++unavailable_;
-        co_return unavailable(req, order_id);
-      case Settled::provider_unavailable:
-        ++unavailable_;
-        co_return provider_unavailable(req, order_id);
-      case Settled::under_review:
-        co_return under_review(req, order_id);
-      case Settled::unknown:
-      case Settled::voided:
+        if (note->why == Note::key_reused) co_return mismatch(req, order.order_id);
+        if (note->why == Note::provider_refused) {
+          co_return provider_unavailable(req, order.order_id);
+        }
+        co_return unavailable(req, order.order_id);
+      case Kind::pending:
+      case Kind::absent:
         break;
     }
     // The attempt stays pending: the client is asked back when the reconciler will next look
     // at it (a retry before that would find the same), not every second.
     ++pending_;
-    std::chrono::milliseconds due{1000};
-    try {
-      due = co_await on_pool([&] { return ledger_.due_in(order_id, opt_.lock_ttl); });
-    } catch (const checkout::LedgerError&) {
-    }
     auto res = reply(req, http::status::accepted,
                      {{"status", "pending"},
-                      {"order_id", order_id},
+                      {"order_id", order.order_id},
                       {"message",
                        "the payment's outcome is not known yet; retry with the same "
                        "order_id to learn it (it will not be charged twice)"}});
     res.set(http::field::retry_after,
-            std::to_string(std::max<long long>((due.count() + 999) / 1000, 1)));
+            std::to_string(std::max<long long>((r.retry_after.count() + 999) / 1000, 1)));
     co_return res;
   }
 
-  redis_lock::LockOptions lock_options() const {
-    // max_hold: a wedged but live worker stops renewing after the longest a settle can take
-    // (a key lookup, a reference lookup, a charge), so the order passes to a retry or the
-    // reconciler (which look the key up before anything else).
-    return {.ttl = opt_.lock_ttl,
-            .auto_renew = opt_.renew,
-            .max_hold = opt_.renew ? opt_.provider_timeout * 3 + 5s : 0ms};
-  }
-
-  struct Settled {
-    enum Outcome {
-      decided,               // the provider's answer: order holds it (status and body)
-      already_final,         // the ledger had it: order holds it
-      mismatch,              // another amount or currency
-      taken_over,            // a newer lock holder began on the order
-      unavailable,           // nothing was sent, and no pending attempt is left behind
-      provider_unavailable,  // the provider did not execute the call; the attempt is void
-      under_review,          // escalated: a person decides
-      voided,                // the reconciler found an attempt the provider never saw
-      unknown,               // a pending attempt stays: 202
-    } outcome;
-    checkout::Record order;
-    bool replayed = false;  // decided by an earlier call
+  /// What one request's charge saw, for its answer: the provider's answer was a replay of an
+  /// earlier call, or it did not take the charge (and why).
+  struct Note {
+    bool replayed = false;
+    enum { none, no_permit, provider_refused, key_reused } why = none;
   };
+
+  /// The lock holder's line (the fault scenarios read which token each holder got from it),
+  /// once per holder.
+  void holds(const redis_lock::Attempt& a) {
+    auto& last = fence_told_[a.key];
+    if (last == a.fencing_token) return;
+    last = a.fencing_token;
+    std::printf("checkout worker %d (pid %d) holds %s with fencing token %llu\n", index_,
+                ::getpid(), a.key.c_str(), static_cast<unsigned long long>(a.fencing_token));
+    std::fflush(stdout);
+  }
 
   /// A provider request with the merchant's API key; status 0 when no answer came in time.
   asio::awaitable<checkout::HttpAnswer> provider_call(http::verb method, std::string path,
@@ -726,192 +839,120 @@ class Worker {
     co_return answer;
   }
 
-  /// Steps 3-6, under the order's lock (or without one, with --no-lock): for a client request
-  /// and for the reconciler alike. The reconciler never sends an attempt the provider has not
-  /// seen: it voids it (a client told 503, or one that went away, is never charged later).
-  asio::awaitable<Settled> settle(const redis_lock::LockGuard& guard, const std::string& order_id,
-                                  std::int64_t amount, const std::string& currency,
-                                  bool reconciling) {
-    const std::uint64_t fence = guard ? guard.fencing_token() : 0;
-    if (guard) {
-      // (the fault scenarios read which token each holder of an order got from here)
-      std::printf("checkout worker %d (pid %d) holds %s with fencing token %llu\n", index_,
-                  ::getpid(), order_id.c_str(), static_cast<unsigned long long>(fence));
-      std::fflush(stdout);
-    }
-    checkout::Ledger::BeginResult begun;
-    try {
-      begun = co_await on_pool([&] { return ledger_.begin(order_id, amount, currency, fence); });
-    } catch (const checkout::LedgerError&) {
-      // Nothing was sent. Whether a pending attempt was written is unknown; if it was, the
-      // reconciler finds the provider never saw its key and voids it: nothing is charged
-      // unless the client retries, so 503 is the truth.
-      co_return Settled{Settled::unavailable, {}};
-    }
-    using Begun = checkout::Ledger::Begun;
-    checkout::Record attempt = begun.record;
-    if (begun.outcome == Begun::stale) co_return Settled{Settled::taken_over, {}};
-    if (begun.outcome == Begun::escalated) co_return Settled{Settled::under_review, {}};
-    if (attempt.amount != amount || attempt.currency != currency) {
-      co_return Settled{Settled::mismatch, {}};  // also for a decided order: never its replay
-    }
-    if (begun.outcome == Begun::final) co_return Settled{Settled::already_final, attempt};
-    if (begun.outcome == Begun::go_ahead && reconciling) {
-      // The record was void or gone by the time the reconciler got here: not ours to send.
-      co_return co_await void_attempt(attempt, fence, Settled::voided);
-    }
-
-    if (begun.outcome == Begun::resume) {
-      // 4. An earlier attempt may have reached the provider: ask it before sending anything.
-      const auto deadline = Clock::now() + opt_.provider_timeout;
-      const auto found = co_await provider_call(
-          http::verb::get, "/v1/keys/" + attempt.idempotency_key, "", deadline);
-      std::optional<Verdict> stored;
-      if (found.status == 200) {
-        error_code ec;
-        const json::value v = json::parse(found.body, ec);
-        const json::object* o = ec ? nullptr : v.if_object();
-        const json::value* status = o ? o->if_contains("http_status") : nullptr;
-        const json::value* body = o ? o->if_contains("body") : nullptr;
-        if (status && status->is_int64()) {
-          stored = judge(static_cast<int>(status->as_int64()), body, attempt);
-        }
-      }
-      if (stored && stored->kind == Verdict::decided) {
-        co_return co_await record(attempt, stored->outcome, true);
-      }
-      // Past half the key window, "unknown" may mean "forgotten after a charge", and a
-      // running call may outlive the key: a person decides.
-      const auto age = std::chrono::milliseconds(unix_ms() - attempt.began_ms);
-      const bool inconclusive = !stored || stored->kind != Verdict::undecided;  // no 5xx kept
-      if (inconclusive && age > opt_.provider_key_window / 2) {
-        bool escalated = false;
-        try {
-          escalated = co_await on_pool(
-              [&] { return ledger_.escalate(order_id, attempt.idempotency_key, fence); });
-        } catch (const checkout::LedgerError&) {
-        }
-        if (escalated) {
-          std::fprintf(stderr,
-                       "checkout worker %d (pid %d): %s escalated: attempt %d (key %s) undecided "
-                       "after %lld s, past half the provider's key window\n",
-                       index_, ::getpid(), order_id.c_str(), attempt.attempt,
-                       attempt.idempotency_key.c_str(), static_cast<long long>(age.count() / 1000));
-          co_return Settled{Settled::under_review, {}};
-        }
-        co_return Settled{Settled::unknown, {}};
-      }
-      if (found.status == 404) {
-        // The provider never saw this key: the attempt was never sent (a crash before the
-        // call, a 503 for want of a permit) or never arrived. A client asking now sends it;
-        // the reconciler voids it instead of charging late.
-        if (reconciling) co_return co_await void_attempt(attempt, fence, Settled::voided);
-      } else if (stored && stored->kind == Verdict::undecided && reconciling) {
-        // The key's kept result is a 5xx. Money may have moved all the same: look for a
-        // charge for the order; none is a definite failure, and only then a new attempt.
-        auto next = co_await after_failure(attempt, fence);
-        if (!next.first) co_return Settled{Settled::unknown, {}};
-        if (next.second) co_return std::move(*next.second);
-      } else {
-        co_return Settled{Settled::unknown, {}};  // running, unreachable, or the reconciler's
-      }
-    }
-
-    // 5. The provider, with the attempt's key and a deadline inside the lease: a holder never
-    // calls on a lease that could lapse before the answer is back.
+  /// The component's work (and the reconciler's resend): one charge at the provider under
+  /// the attempt's key, within the attempt's deadline, classified by judge().
+  asio::awaitable<void> charge(Order order, redis_lock::Attempt a, std::shared_ptr<Note> note,
+                               redis_lock::AttemptHandler done, const char* via) {
+    Busy busy(this);
+    holds(a);
     const auto now = Clock::now();
-    const auto margin = std::max<std::chrono::milliseconds>(opt_.lock_ttl / 10, 50ms);
-    const auto lease_left = guard ? guard.valid_until() - margin - now
-                                  : std::chrono::duration_cast<Clock::duration>(opt_.lock_ttl);
-    if ((guard && guard.lost()) || lease_left <= 0ms) {
-      co_return co_await void_attempt(attempt, fence, Settled::unavailable);
-    }
-    auto deadline = now + std::min<Clock::duration>(opt_.provider_timeout, lease_left);
+    auto deadline = std::min<Clock::time_point>(now + opt_.provider_timeout, a.deadline);
     // At most N calls to the provider at once, fleet-wide: a permit for the call, waited for
     // at most half of what is left (the call needs the rest), and the call's deadline inside
     // the permit's lease too. Released as soon as the answer is in (or the call gave up).
     redis_lock::LockGuard permit;
     if (opt_.provider_concurrency > 0) {
-      const auto patience = std::chrono::duration_cast<std::chrono::milliseconds>(
-          std::min<Clock::duration>(opt_.provider_timeout, lease_left) / 2);
+      const auto patience =
+          std::chrono::duration_cast<std::chrono::milliseconds>((deadline - now) / 2);
       auto [pec, granted] = co_await locks_.async_acquire_permit(
           "payment-provider", opt_.provider_concurrency,
-          {.ttl = opt_.lock_ttl, .wait = patience},  // the call's deadline fits its lease
+          {.ttl = opt_.lock_ttl, .wait = std::max(patience, 0ms)},
           asio::as_tuple(asio::use_awaitable));
       if (pec || !granted) {  // nothing was sent: the attempt is void, the 503 true
-        co_return co_await void_attempt(attempt, fence, Settled::unavailable);
+        note->why = Note::no_permit;
+        co_return done(redis_lock::AttemptOutcome::not_executed());
       }
       permit = std::move(granted);
-      const auto later = Clock::now();
-      auto valid = permit.valid_until();
-      if (guard) valid = std::min(valid, guard.valid_until());
-      const auto left = valid - margin - later;
-      if ((guard && guard.lost()) || left <= 0ms) {
+      deadline = std::min(deadline, permit.valid_until() - margin());
+      if (Clock::now() >= deadline) {
         co_await permit.async_release(asio::as_tuple(asio::use_awaitable));
-        co_return co_await void_attempt(attempt, fence, Settled::unavailable);
+        note->why = Note::no_permit;
+        co_return done(redis_lock::AttemptOutcome::not_executed());
       }
-      deadline = later + std::min<Clock::duration>(opt_.provider_timeout, left);
     }
     std::printf("checkout worker %d (pid %d) calling the provider for %s\n", index_, ::getpid(),
-                order_id.c_str());
+                order.order_id.c_str());
     std::fflush(stdout);
     // (built outside the co_await: GCC 12 cannot keep literal arrays in a coroutine frame)
-    std::string request = json::serialize(json::object{{"amount", attempt.amount},
-                                                       {"currency", attempt.currency},
-                                                       {"reference", attempt.order_id}});
+    std::string request = json::serialize(json::object{
+        {"amount", order.amount}, {"currency", order.currency}, {"reference", order.order_id}});
     const auto answer = co_await provider_call(http::verb::post, "/v1/charges", std::move(request),
-                                               deadline, attempt.idempotency_key);
+                                               deadline, opt_.prefix + a.downstream_key);
     std::printf("checkout worker %d (pid %d) provider answered %d for %s\n", index_, ::getpid(),
-                answer.status, order_id.c_str());  // 0: no answer
+                answer.status, order.order_id.c_str());  // 0: no answer
     std::fflush(stdout);
     if (permit) co_await permit.async_release(asio::as_tuple(asio::use_awaitable));
-    const Verdict verdict = judge(answer, attempt);
+    const Verdict verdict = judge(answer, order);
     switch (verdict.kind) {
       case Verdict::decided:
-        co_return co_await record(attempt, verdict.outcome, answer.replayed);
+        note->replayed = answer.replayed;
+        if (!answer.replayed && verdict.outcome.status == 201) metrics_.charge(via);
+        co_return done(redis_lock::AttemptOutcome::decided(verdict.outcome));
       case Verdict::not_executed:
-        co_return co_await void_attempt(attempt, fence, Settled::provider_unavailable);
+        note->why = Note::provider_refused;
+        co_return done(redis_lock::AttemptOutcome::not_executed());
       case Verdict::key_reused:
-        co_return co_await void_attempt(attempt, fence, Settled::mismatch);
+        note->why = Note::key_reused;
+        co_return done(redis_lock::AttemptOutcome::not_executed());
       case Verdict::undecided:
         break;
     }
-    co_return Settled{Settled::unknown, {}};
+    done(redis_lock::AttemptOutcome::unknown());
   }
 
-  /// The attempt did not reach the provider: void, and `outcome` told; if the ledger cannot
-  /// say so, the attempt stays pending and the client hears 202.
-  asio::awaitable<Settled> void_attempt(const checkout::Record& attempt, std::uint64_t fence,
-                                        Settled::Outcome outcome) {
-    bool voided = false;
-    try {
-      voided = co_await on_pool(
-          [&] { return ledger_.make_void(attempt.order_id, attempt.idempotency_key, fence); });
-    } catch (const checkout::LedgerError&) {
+  /// The component's resolve: what happened to an attempt whose outcome is unknown (a crash,
+  /// a timeout), asked of the provider before anything is sent again.
+  asio::awaitable<void> resolve(redis_lock::Attempt a, redis_lock::AttemptHandler done) {
+    Busy busy(this);
+    holds(a);
+    const auto order = order_of(a.payload);
+    if (!order) co_return done(redis_lock::AttemptOutcome::unknown());
+    const auto deadline =
+        std::min<Clock::time_point>(Clock::now() + opt_.provider_timeout, a.deadline);
+    const auto found = co_await provider_call(
+        http::verb::get, "/v1/keys/" + opt_.prefix + a.downstream_key, "", deadline);
+    std::optional<Verdict> stored;
+    if (found.status == 200) {
+      error_code ec;
+      const json::value v = json::parse(found.body, ec);
+      const json::object* o = ec ? nullptr : v.if_object();
+      const json::value* status = o ? o->if_contains("http_status") : nullptr;
+      const json::value* body = o ? o->if_contains("body") : nullptr;
+      if (status && status->is_int64()) {
+        stored = judge(static_cast<int>(status->as_int64()), body, *order);
+      }
     }
-    if (voided && outcome == Settled::voided) {
-      std::fprintf(stderr,
-                   "checkout worker %d (pid %d): %s attempt %d void: the provider never saw its "
-                   "key\n",
-                   index_, ::getpid(), attempt.order_id.c_str(), attempt.attempt);
+    if (stored && stored->kind == Verdict::decided) {
+      found_by_lookup_.insert(a.downstream_key);
+      co_return done(redis_lock::AttemptOutcome::decided(stored->outcome));
     }
-    co_return Settled{voided ? outcome : Settled::unknown, {}};
-  }
-
-  /// The attempt's key kept a 5xx at the provider. {false, -}: not known yet; {true, result}:
-  /// a charge was found for the order and recorded; {true, nullopt}: no charge, and `attempt`
-  /// is now the order's next attempt (a new key), to be sent.
-  asio::awaitable<std::pair<bool, std::optional<Settled>>> after_failure(checkout::Record& attempt,
-                                                                         std::uint64_t fence) {
-    const auto found =
-        co_await provider_call(http::verb::get, "/v1/charges?reference=" + attempt.order_id, "",
-                               Clock::now() + opt_.provider_timeout);
+    // Past half the key window, "never seen" may mean "forgotten after a charge", and a
+    // running call may outlive the key: unknown (escalated past half the window).
+    const auto age = std::chrono::system_clock::now() - a.began;
+    const bool inconclusive = !stored || stored->kind != Verdict::undecided;  // no 5xx kept
+    if (inconclusive && age > opt_.provider_key_window / 2) {
+      co_return done(redis_lock::AttemptOutcome::unknown());
+    }
+    // The provider never saw this key: the attempt was never sent (a crash before the call,
+    // a 503 for want of a permit) or never arrived. A client asking now sends it; the
+    // reconciler voids it instead of charging late (resend_unsent is off).
+    if (found.status == 404) co_return done(redis_lock::AttemptOutcome::not_executed());
+    if (!stored || stored->kind != Verdict::undecided) {
+      co_return done(redis_lock::AttemptOutcome::unknown());  // running, or unreachable
+    }
+    // The key's kept result is a 5xx. Money may have moved all the same: look for a charge
+    // for the order under any of its keys; none is a definite failure, and only then the
+    // next attempt, under a new key.
+    const auto by_reference = co_await provider_call(
+        http::verb::get, "/v1/charges?reference=" + order->order_id, "",
+        std::min<Clock::time_point>(Clock::now() + opt_.provider_timeout, a.deadline));
     error_code ec;
-    const json::value v = found.status == 200 ? json::parse(found.body, ec) : json::value();
-    const json::object* o = found.status == 200 && !ec ? v.if_object() : nullptr;
+    const json::value v =
+        by_reference.status == 200 ? json::parse(by_reference.body, ec) : json::value();
+    const json::object* o = by_reference.status == 200 && !ec ? v.if_object() : nullptr;
     const json::value* results = o ? o->if_contains("results") : nullptr;
-    if (!results || !results->is_array()) co_return std::pair{false, std::nullopt};
-    const std::string ours = opt_.prefix + attempt.order_id + "/";  // this order's keys
+    if (!results || !results->is_array()) co_return done(redis_lock::AttemptOutcome::unknown());
+    const std::string ours = opt_.prefix + a.key + "/";  // this order's keys
     for (const auto& r : results->as_array()) {
       const json::object* c = r.if_object();
       const json::value* key = c ? c->if_contains("idempotency_key") : nullptr;
@@ -920,123 +961,65 @@ class Worker {
           key->get_string().subview(0, ours.size()) != ours) {
         continue;
       }
-      const Verdict v2 = judge(static_cast<int>(status->as_int64()), &r, attempt);
+      const Verdict v2 = judge(static_cast<int>(status->as_int64()), &r, *order);
       if (v2.kind == Verdict::decided) {
-        co_return std::pair{true,
-                            std::optional<Settled>(co_await record(attempt, v2.outcome, true))};
+        found_by_lookup_.insert(a.downstream_key);
+        co_return done(redis_lock::AttemptOutcome::decided(v2.outcome));
       }
     }
-    std::optional<checkout::Record> next;
-    try {
-      next = co_await on_pool(
-          [&] { return ledger_.next_attempt(attempt.order_id, attempt.idempotency_key, fence); });
-    } catch (const checkout::LedgerError&) {
-    }
-    if (!next) co_return std::pair{false, std::nullopt};
-    attempt = std::move(*next);
-    co_return std::pair{true, std::nullopt};
+    done(redis_lock::AttemptOutcome::key_spent());
   }
 
-  /// 6. The provider's answer is the order's one outcome (every caller of this key gets the
-  /// same): record it; if the ledger is down, the client still hears it, and the pending
-  /// record lets a retry or the reconciler record the same bytes later.
-  asio::awaitable<Settled> record(const checkout::Record& attempt, const Decided& result,
-                                  bool replayed) {
-    checkout::Record final_order = attempt;
-    final_order.status = result.status;
-    final_order.body = result.body;
-    final_order.charge_id = result.charge_id;
-    try {
-      auto stored = co_await on_pool(
-          [&] { return ledger_.finish(attempt, result.status, result.body, result.charge_id); });
-      if (stored.record.state == "final") {
-        final_order = std::move(stored.record);
-        replayed = replayed || !stored.first;
-      }
-    } catch (const checkout::LedgerError&) {
-      std::printf(
-          "checkout worker %d (pid %d) could not record the answer for %s: ledger "
-          "unavailable (the reconciler will)\n",
-          index_, ::getpid(), attempt.order_id.c_str());
-      std::fflush(stdout);
+  /// --no-lock: the provider's key alone, no lock and no record (a measurement of what the
+  /// lock saves: every duplicate reaches the provider, which answers it from the key).
+  asio::awaitable<Response> checkout_without_lock(const Request& req, const Order& order) {
+    redis_lock::Attempt a;
+    a.key = order.order_id;
+    a.number = 1;
+    a.downstream_key = order.order_id + "/1";
+    a.deadline = Clock::now() + opt_.provider_timeout;
+    auto note = std::make_shared<Note>();
+    std::optional<redis_lock::AttemptOutcome> said;
+    redis_lock::AttemptHandler told = [&](redis_lock::AttemptOutcome o) { said = std::move(o); };
+    co_await charge(order, a, note, std::move(told), "request");
+    if (said && said->kind == redis_lock::AttemptOutcome::Kind::decided) {
+      (note->replayed ? replayed_ : said->response.status == 201 ? charged_ : declined_)++;
+      auto res = reply(req, static_cast<http::status>(said->response.status), said->response.body);
+      if (note->replayed) res.set("Idempotent-Replayed", "true");
+      co_return res;
     }
-    co_return Settled{Settled::decided, std::move(final_order), replayed};
+    ++unavailable_;
+    co_return unavailable(req, order.order_id);
   }
 
-  /// Finishes pending attempts that nobody is working on (a worker died, a call went
-  /// unanswered, the provider failed): the same steps under the lock, looking up before
-  /// sending anything.
+  std::chrono::milliseconds margin() const {
+    return std::max<std::chrono::milliseconds>(opt_.lock_ttl / 10, 50ms);
+  }
+
+  /// Every --reconcile-ms, a round of the component's reconciler: pending attempts nobody is
+  /// working on (a worker died, a call went unanswered, the provider failed) looked up, and
+  /// the next attempt sent after a definite failure; what each look did is logged by the
+  /// observer (Logs).
   asio::awaitable<void> reconcile_loop() {
     while (!stopping_) {
       reconcile_timer_.expires_after(opt_.reconcile_every);
       co_await reconcile_timer_.async_wait(asio::as_tuple(asio::use_awaitable));  // or cancelled
       if (stopping_) co_return;
       Busy busy(this);
-      std::vector<std::string> overdue;
-      try {
-        overdue = co_await on_pool([&] { return ledger_.overdue(opt_.lock_ttl, 32); });
-      } catch (const checkout::LedgerError&) {
-        continue;
-      }
-      int max_retry = 0;  // of this round's retries
-      for (const auto& order_id : overdue) {
-        if (stopping_) break;
-        std::optional<checkout::Record> order;
-        try {
-          order = co_await on_pool([&] { return ledger_.find(order_id); });
-        } catch (const checkout::LedgerError&) {
-          break;
-        }
-        if (!order || order->state != "pending") continue;
-        redis_lock::LockGuard guard;
-        if (opt_.use_lock) {
-          auto [lec, granted] = co_await locks_.async_acquire("order:" + order_id, lock_options(),
-                                                              asio::as_tuple(asio::use_awaitable));
-          if (lec || !granted) continue;  // someone is on it, or the lock server is away
-          guard = std::move(granted);
-        }
-        // Under the lock, claim the retry: another worker that listed the order too may have
-        // retried it meanwhile, and then it is not due. The claim also moves the order back
-        // in the line, later each time, so that a few stuck orders cannot keep the reconciler
-        // from newer ones and a struggling provider is not asked every round.
-        std::optional<checkout::Ledger::Retry> retry;
-        try {
-          retry = co_await on_pool([&] {
-            return ledger_.claim_retry(order_id, opt_.lock_ttl, opt_.lock_ttl,
-                                       opt_.reconcile_max_backoff);
-          });
-        } catch (const checkout::LedgerError&) {
-        }
-        if (!retry) {
-          if (guard) co_await guard.async_release(asio::as_tuple(asio::use_awaitable));
-          continue;
-        }
-        const Settled s = co_await settle(guard, order_id, order->amount, order->currency, true);
-        if (guard) co_await guard.async_release(asio::as_tuple(asio::use_awaitable));
-        max_retry = std::max(max_retry, retry->n);
-        if (s.outcome == Settled::decided) {
-          ++reconciled_;
-          metrics_.retried("decided");
-          if (!s.replayed && s.order.status == 201) metrics_.charge("reconciler");
-        } else if (s.outcome == Settled::voided) {
-          ++voided_;
-          metrics_.retried("voided");
-        } else if (s.outcome == Settled::under_review) {
-          ++escalated_;
-          metrics_.retried("escalated");
-        } else {
-          metrics_.retried("pending");
-          metrics_.backoff(retry->delay + opt_.lock_ttl);
-          // Each undecided retry is logged; past half the provider's key window the order
-          // is escalated to a person.
-          std::fprintf(stderr,
-                       "checkout worker %d (pid %d): %s still pending after reconcile retry %d; "
-                       "next in about %lld ms\n",
-                       index_, ::getpid(), order_id.c_str(), retry->n,
-                       static_cast<long long>((retry->delay + opt_.lock_ttl).count()));
-        }
-      }
-      metrics_.round_done(max_retry);
+      redis_lock::AttemptFunction resend = [this](const redis_lock::Attempt& a,
+                                                  redis_lock::AttemptHandler done) {
+        const auto order = order_of(a.payload);
+        if (!order) return done(redis_lock::AttemptOutcome::unknown());
+        asio::co_spawn(io_,
+                       charge(*order, a, std::make_shared<Note>(), std::move(done), "reconciler"),
+                       asio::detached);
+      };
+      auto [ec, report] = co_await requests_.async_reconcile_sending(
+          std::move(resend), asio::as_tuple(asio::use_awaitable));
+      logs_->round_done();
+      reconciled_ += static_cast<int>(report.decided);
+      voided_ += static_cast<int>(report.voided);
+      escalated_ += static_cast<int>(report.escalated);
     }
   }
 
@@ -1092,7 +1075,7 @@ class Worker {
     stream.socket().shutdown(asio::ip::tcp::socket::shutdown_send, ignored);
   }
 
-  Response replay(const Request& req, const checkout::Record& stored) {
+  Response replay(const Request& req, const redis_lock::StoredResponse& stored) {
     ++replayed_;
     auto res = reply(req, static_cast<http::status>(stored.status), stored.body);
     res.set("Idempotent-Replayed", "true");
@@ -1119,31 +1102,19 @@ class Worker {
                   {"order_id", order_id}});
   }
 
-  /// Runs the blocking ledger call on the pool and comes back to this worker's thread.
-  template <class Fn>
-  asio::awaitable<std::invoke_result_t<Fn>> on_pool(Fn fn) {
-    const auto io_busy = asio::make_work_guard(io_);  // io.run() must wait for our way back
-    co_await asio::post(asio::bind_executor(pool_, asio::use_awaitable));
-    std::exception_ptr failure;
-    std::optional<std::invoke_result_t<Fn>> result;
-    try {
-      result.emplace(fn());
-    } catch (...) {
-      failure = std::current_exception();
-    }
-    co_await asio::post(asio::bind_executor(io_.get_executor(), asio::use_awaitable));
-    if (failure) std::rethrow_exception(failure);
-    co_return std::move(*result);
-  }
-
   asio::io_context& io_;
   const Options& opt_;
   int index_;
   asio::ip::tcp::endpoint provider_;
   checkout::ServiceMetrics metrics_;  // (before locks_: its observer is theirs)
+  std::shared_ptr<Logs> logs_;
   redis_lock::LockManager locks_;
-  checkout::Ledger ledger_;
-  asio::thread_pool pool_{4};
+  redis_lock::LockManager ledger_;  // the records' store
+  redis_lock::IdempotentRequests requests_;
+  // This worker's holders' last told token per order, and the attempts a lookup decided
+  // (their clients hear a replay).
+  std::map<std::string, std::uint64_t> fence_told_;
+  std::set<std::string> found_by_lookup_;
   asio::ip::tcp::acceptor acceptor_;
   asio::ip::tcp::acceptor metrics_acceptor_{io_};
   asio::steady_timer grace_{io_};
@@ -1193,6 +1164,7 @@ int run_worker(const Options& opt, const Configs& configs, int index) {
       "                        [--ledger-replicas N] [--ledger-unchecked]\n"
       "                        [--max-connections N] [--metrics-port P]\n"
       "       checkout_service --ledger-url URL [--prefix PREFIX] --list-escalated\n"
+      "       checkout_service --ledger-url URL [--prefix PREFIX] --show ORDER\n"
       "       checkout_service --ledger-url URL [--prefix PREFIX] --resolve ORDER\n"
       "                        (--charge-id ID | --declined-charge-id ID | --not-charged)\n"
       "  --url (the lock's Redis) defaults to $REDIS_LOCK_URL or redis://127.0.0.1:6379;\n"
@@ -1298,6 +1270,8 @@ Options parse(int argc, char** argv) {
         opt.max_connections = std::stoi(value);
       else if (arg == "--resolve")
         opt.resolve = value;
+      else if (arg == "--show")
+        opt.show = value;
       else if (arg == "--charge-id")
         opt.resolve_charge_id = value;
       else if (arg == "--declined-charge-id")
@@ -1309,6 +1283,10 @@ Options parse(int argc, char** argv) {
     }
   }
   if (opt.ledger_url.empty()) usage(2);
+  if (!opt.show.empty()) {
+    if (opt.list_escalated || !opt.resolve.empty() || !valid_order_id(opt.show)) usage(2);
+    return opt;
+  }
   if (opt.list_escalated || !opt.resolve.empty()) {
     if (opt.list_escalated == !opt.resolve.empty() ||
         (!opt.resolve.empty() && opt.resolve_not_charged == !opt.resolve_charge_id.empty()) ||
@@ -1335,46 +1313,135 @@ Options parse(int argc, char** argv) {
   return opt;
 }
 
-/// --list-escalated and --resolve: a person's tools for orders the reconciler gave up on.
-int admin(const Options& opt, const redis_lock::ConnectionConfig& ledger_config) {
+/// Runs `op(requests)` (a coroutine) against the ledger's records, on an io_context of its own,
+/// and returns its result: the admin modes' and the start-up check's one-shot calls.
+template <class Op>
+auto with_records(const Options& opt, const redis_lock::ConnectionConfig& ledger_config,
+                  bool unchecked, Op op) {
+  asio::io_context io;
+  redis_lock::LockManager store(io.get_executor(), ledger_config, {.key_prefix = opt.prefix});
+  auto options = Worker::request_options(opt);
+  options.unchecked_store = unchecked;
+  redis_lock::IdempotentRequests requests(store, store, {}, options);
+  std::optional<typename decltype(op(requests, io))::value_type> result;
+  asio::co_spawn(
+      io, [&]() -> asio::awaitable<void> { result.emplace(co_await op(requests, io)); },
+      [&](std::exception_ptr) { io.stop(); });
+  io.run();
+  return std::move(*result);
+}
+
+/// The checkout's word for a record's state.
+const char* order_state(redis_lock::RequestRecord::State s) {
+  using S = redis_lock::RequestRecord::State;
+  switch (s) {
+    case S::running:
+      return "pending";
+    case S::unsent:
+      return "void";
+    case S::decided:
+      return "final";
+    case S::escalated:
+      return "escalated";
+    case S::none:
+      break;
+  }
+  return "none";
+}
+
+/// The order's amount and currency, from its record's fingerprint (`<amount> <currency>`).
+Order order_from(const std::string& id, const std::string& fingerprint) {
+  const auto space = fingerprint.find(' ');
+  Order o{id, 0, space == std::string::npos ? "" : fingerprint.substr(space + 1)};
   try {
-    checkout::Ledger ledger(ledger_config, opt.prefix);
-    if (opt.list_escalated) {
-      for (const auto& r : ledger.escalated()) {
-        std::printf("%s\n", json::serialize(json::object{{"order_id", r.order_id},
-                                                         {"amount", r.amount},
-                                                         {"currency", r.currency},
-                                                         {"attempt", r.attempt},
-                                                         {"idempotency_key", r.idempotency_key},
-                                                         {"began_ms", r.began_ms}})
-                                .c_str());
-      }
-      return 0;
+    o.amount = std::stoll(fingerprint.substr(0, space));
+  } catch (const std::exception&) {
+  }
+  return o;
+}
+
+/// --list-escalated, --resolve and --show: a person's tools for orders the reconciler gave up
+/// on, and a look at one order's record.
+int admin(const Options& opt, const redis_lock::ConnectionConfig& ledger_config) {
+  using Requests = redis_lock::IdempotentRequests;
+  const auto tuple = asio::as_tuple(asio::use_awaitable);
+  if (!opt.show.empty()) {
+    auto [ec, r] = with_records(opt, ledger_config, true, [&](Requests& q, asio::io_context&) {
+      return q.async_lookup(opt.show, tuple);
+    });
+    if (ec) {
+      std::fprintf(stderr, "checkout_service: ledger: %s\n", ec.message().c_str());
+      return 3;
     }
-    const auto order = ledger.find(opt.resolve);
-    if (!order || order->state != "escalated") {
-      std::fprintf(stderr, "checkout_service: %s is not escalated (%s)\n", opt.resolve.c_str(),
-                   order ? order->state.c_str() : "no such order");
-      return 1;
+    std::printf("%s\n", json::serialize(
+                            json::object{
+                                {"order_id", opt.show},
+                                {"state", order_state(r.state)},
+                                {"attempt", r.attempt},
+                                {"fence", std::to_string(r.fencing_token)},
+                                {"idempotency_key", r.attempt ? opt.prefix + r.downstream_key : ""},
+                                {"charge_id", r.response.external_id},
+                                {"status", r.response.status},
+                                {"expires_ms", r.expires_in ? r.expires_in->count() : -1}})
+                            .c_str());
+    return 0;
+  }
+  if (opt.list_escalated) {
+    auto [ec, keys] = with_records(opt, ledger_config, true, [&](Requests& q, asio::io_context&) {
+      return q.async_escalated(tuple);
+    });
+    if (ec) {
+      std::fprintf(stderr, "checkout_service: ledger: %s\n", ec.message().c_str());
+      return 3;
     }
-    bool done = false;
-    if (opt.resolve_not_charged) {
-      done = ledger.reopen(opt.resolve);
-    } else {
-      const bool charged = !opt.resolve_declined;
-      const std::string body =
-          json::serialize(charge_body(*order, charged, opt.resolve_charge_id)) + "\n";
-      done = ledger.resolve(opt.resolve, charged ? 201 : 402, body, opt.resolve_charge_id);
+    for (const auto& key : keys) {
+      auto [lec, r] = with_records(opt, ledger_config, true, [&](Requests& q, asio::io_context&) {
+        return q.async_lookup(key, tuple);
+      });
+      if (lec) continue;
+      const Order o = order_from(key, r.fingerprint);
+      std::printf(
+          "%s\n",
+          json::serialize(
+              json::object{{"order_id", key},
+                           {"amount", o.amount},
+                           {"currency", o.currency},
+                           {"attempt", r.attempt},
+                           {"idempotency_key", opt.prefix + r.downstream_key},
+                           {"began_ms", std::chrono::duration_cast<std::chrono::milliseconds>(
+                                            r.began.time_since_epoch())
+                                            .count()}})
+              .c_str());
     }
-    std::printf("%s: %s\n", opt.resolve.c_str(),
-                !done                     ? "not resolved (it changed meanwhile)"
-                : opt.resolve_not_charged ? "reopened: the client's next retry charges it"
-                                          : "recorded as final");
-    return done ? 0 : 1;
-  } catch (const checkout::LedgerError& e) {
-    std::fprintf(stderr, "checkout_service: ledger: %s\n", e.what());
+    return 0;
+  }
+  auto [lec, r] = with_records(opt, ledger_config, true, [&](Requests& q, asio::io_context&) {
+    return q.async_lookup(opt.resolve, tuple);
+  });
+  if (lec || r.state != redis_lock::RequestRecord::State::escalated) {
+    std::fprintf(stderr, "checkout_service: %s is not escalated (%s)\n", opt.resolve.c_str(),
+                 lec ? lec.message().c_str() : order_state(r.state));
+    return 1;
+  }
+  const Order order = order_from(opt.resolve, r.fingerprint);
+  auto [ec, done] = with_records(opt, ledger_config, true, [&](Requests& q, asio::io_context&) {
+    if (opt.resolve_not_charged) return q.async_reopen(opt.resolve, tuple);
+    const bool charged = !opt.resolve_declined;
+    redis_lock::StoredResponse response{
+        charged ? 201 : 402,
+        json::serialize(charge_body(order, charged, opt.resolve_charge_id)) + "\n",
+        opt.resolve_charge_id};
+    return q.async_settle(opt.resolve, std::move(response), tuple);
+  });
+  if (ec) {
+    std::fprintf(stderr, "checkout_service: ledger: %s\n", ec.message().c_str());
     return 3;
   }
+  std::printf("%s: %s\n", opt.resolve.c_str(),
+              !done                     ? "not resolved (it changed meanwhile)"
+              : opt.resolve_not_charged ? "reopened: the client's next retry charges it"
+                                        : "recorded as final");
+  return done ? 0 : 1;
 }
 
 }  // namespace
@@ -1399,20 +1466,27 @@ int main(int argc, char** argv) {
                  lock ? "ledger-url" : "url");
     return 2;
   }
-  if (opt.list_escalated || !opt.resolve.empty()) return admin(opt, *ledger);
-  if (!opt.ledger_unchecked) {
-    // The ledger must keep what it answered through a crash and never evict it; a service
-    // started on one that does not is refused, not warned about.
-    std::vector<std::string> missing;
-    try {
-      missing = checkout::Ledger(*ledger, opt.prefix, {.replicas = opt.ledger_replicas})
-                    .check_durability();
-    } catch (const checkout::LedgerError& e) {
-      missing.push_back(e.what());
-    }
-    if (!missing.empty()) {
+  if (opt.list_escalated || !opt.resolve.empty() || !opt.show.empty()) return admin(opt, *ledger);
+  {
+    // The ledger must keep what it answered through a crash and never evict it (and have
+    // the replicas asked for); a service started on one that does not is refused, not warned
+    // about. (The component's own check, as each worker's first call would make it.)
+    std::string problem;
+    const auto ec = with_records(
+        opt, *ledger, opt.ledger_unchecked,
+        [&](redis_lock::IdempotentRequests& q, asio::io_context&) -> asio::awaitable<error_code> {
+          auto [e] = co_await q.async_check_store(asio::as_tuple(asio::use_awaitable));
+          problem = q.store_problem();
+          co_return e;
+        });
+    if (ec) {
       std::fputs("checkout_service: the ledger is not durable enough:\n", stderr);
-      for (const auto& m : missing) std::fprintf(stderr, "  %s\n", m.c_str());
+      std::size_t at = 0;
+      while (at <= problem.size()) {
+        const auto end = std::min(problem.find("; ", at), problem.size());
+        std::fprintf(stderr, "  %s\n", problem.substr(at, end - at).c_str());
+        at = end + 2;
+      }
       std::fputs("  (--ledger-unchecked runs without this check; see docs/guide.md)\n", stderr);
       return 2;
     }
