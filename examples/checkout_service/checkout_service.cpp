@@ -71,8 +71,10 @@
 // async_acquire_permit), waited for within the order's lease. No permit in time: 503 with
 // Retry-After, nothing was sent and the attempt is void.
 //
-// --no-lock: no order lock (a measurement of what the lock saves: exactly-once still holds,
-// by the key and the ledger; see the no_lock scenario).
+// --no-lock: no order lock and so no ledger either (a measurement of what the lock saves: the
+// derived key alone keeps each order charged once, every duplicate reaching the provider; a
+// 5xx the provider keeps for the key stays the answer: not a mode to run a shop on; see the
+// no_lock scenario).
 //
 // --url is the lock's Redis; --ledger-url a Redis of its own, which the service checks at
 // start-up (appendonly yes, appendfsync always, maxmemory-policy noeviction; --ledger-unchecked
@@ -91,13 +93,13 @@
 #include <boost/asio/bind_executor.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
-#include <boost/asio/executor_work_guard.hpp>
+
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
-#include <boost/asio/thread_pool.hpp>
+
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
@@ -361,7 +363,10 @@ Verdict judge(int status, const json::value* body, const Order& order) {
   const json::object* o = body ? body->if_object() : nullptr;
   const json::value* id = o ? o->if_contains("id") : nullptr;
   const json::value* state = o ? o->if_contains("status") : nullptr;
-  const bool has_id = id && id->is_string() && !id->get_string().empty();
+  // (bounded: an id is recorded with the order, and a response over the component's bound
+  // could not be)
+  const bool has_id =
+      id && id->is_string() && !id->get_string().empty() && id->get_string().size() <= 256;
   if (status >= 200 && status < 300) {
     if (has_id && state && state->is_string() && state->get_string() == "succeeded") {
       return {Verdict::decided,
@@ -401,8 +406,6 @@ Verdict judge(const checkout::HttpAnswer& a, const Order& order) {
   return judge(a.status, ec ? nullptr : &v, order);
 }
 
-/// One worker process: an acceptor on the shared port, a LockManager, the ledger's pool, the
-/// reconciler.
 /// The lock manager's observer: the Prometheus series, and the reconciler's log lines (what
 /// each look at a pending order did), which the fault scenarios read.
 class Logs final : public redis_lock::Observer {
@@ -466,6 +469,8 @@ class Logs final : public redis_lock::Observer {
   std::atomic<int> round_max_{0};
 };
 
+/// One worker process: an acceptor on the shared port, a LockManager for the locks, one for
+/// the ledger, the component on them, and its reconciler.
 class Worker {
  public:
   Worker(asio::io_context& io, const Options& opt, redis_lock::ConnectionConfig lock_config,
@@ -515,7 +520,7 @@ class Worker {
 
   void listen() {
     // Each connection may hold a second descriptor (its provider call) while it works; 64
-    // are kept for the ledger's pool, the lock server and the rest.
+        // are kept for the ledger, the lock server and the rest.
     rlimit files{};
     ::getrlimit(RLIMIT_NOFILE, &files);
     const auto by_limit = files.rlim_cur == RLIM_INFINITY
@@ -740,16 +745,19 @@ class Worker {
     // (Named, not temporaries of the co_await: GCC 12 destroys such temporaries wrongly.)
     redis_lock::AttemptFunction work = [this, order, note](const redis_lock::Attempt& a,
                                                            redis_lock::AttemptHandler done) {
-      asio::co_spawn(io_, charge(order, a, note, std::move(done), "request"), asio::detached);
+      asio::co_spawn(io_, charge(order, a, note, std::move(done), "request", cancelled_flag(a)),
+                     asio::detached);
     };
     std::string fingerprint = fingerprint_of(order), payload = payload_of(order);
     auto [ec, r] =
         co_await requests_.async_run(order.order_id, std::move(fingerprint), std::move(payload),
                                      std::move(work), asio::as_tuple(asio::use_awaitable));
-    if (ec) {
-      ++unavailable_;
-      co_return unavailable(req, order.order_id);
+    if (ec == redis_lock::error::lock_lost) {
+      // A newer holder began on the order while this one was on its way: it is theirs now.
+      ++conflicts_;
+      co_return in_progress(req, order.order_id);
     }
+    if (ec) co_return co_await after_error(req, order.order_id);
     using Kind = redis_lock::RunResult::Kind;
     switch (r.kind) {
       case Kind::executed: {
@@ -782,7 +790,7 @@ class Worker {
         co_return under_review(req, order.order_id);
       case Kind::not_executed:
         ++unavailable_;
-        if (note->why == Note::key_reused) co_return mismatch(req, order.order_id);
+
         if (note->why == Note::provider_refused) {
           co_return provider_unavailable(req, order.order_id);
         }
@@ -805,16 +813,41 @@ class Worker {
     co_return res;
   }
 
+  /// The run failed (the ledger, the lock, a response it could not record). Before it, nothing
+  /// was sent; but a run that resumed an attempt may have failed after it: the order's record
+  /// says which, and the client is told that (503 only when nothing is left to charge).
+  asio::awaitable<Response> after_error(const Request& req, std::string order_id) {
+    auto [ec, r] = co_await requests_.async_lookup(order_id, asio::as_tuple(asio::use_awaitable));
+    using S = redis_lock::RequestRecord::State;
+    if (!ec && r.state == S::decided) co_return replay(req, r.response);
+    if (!ec && r.state == S::escalated) co_return under_review(req, order_id);
+    if (!ec && r.state == S::running) {
+      ++pending_;
+      auto res = reply(req, http::status::accepted,
+                       {{"status", "pending"},
+                        {"order_id", order_id},
+                        {"message",
+                         "the payment's outcome is not known yet; retry with the same "
+                         "order_id to learn it (it will not be charged twice)"}});
+      res.set(http::field::retry_after,
+              std::to_string(std::max<long long>(opt_.lock_ttl.count() / 1000, 1)));
+      co_return res;
+    }
+    ++unavailable_;
+    co_return unavailable(req, order_id);
+  }
+
   /// What one request's charge saw, for its answer: the provider's answer was a replay of an
   /// earlier call, or it did not take the charge (and why).
   struct Note {
     bool replayed = false;
-    enum { none, no_permit, provider_refused, key_reused } why = none;
+    enum { none, no_permit, provider_refused } why = none;
   };
 
   /// The lock holder's line (the fault scenarios read which token each holder got from it),
   /// once per holder.
   void holds(const redis_lock::Attempt& a) {
+    if (fence_told_.size() > 10'000) fence_told_.clear();  // (at worst a line said twice)
     auto& last = fence_told_[a.key];
     if (last == a.fencing_token) return;
     last = a.fencing_token;
@@ -841,9 +874,20 @@ class Worker {
 
   /// The component's work (and the reconciler's resend): one charge at the provider under
   /// the attempt's key, within the attempt's deadline, classified by judge().
+  /// The attempt's cancellation (its deadline, or its lease lost), as a flag charge() reads
+  /// before it sends. Called where the component calls work (on `a.executor`).
+  static std::shared_ptr<bool> cancelled_flag(const redis_lock::Attempt& a) {
+    auto flag = std::make_shared<bool>(false);
+    auto slot = a.cancellation;
+    if (slot.is_connected()) slot.assign([flag](asio::cancellation_type) { *flag = true; });
+    return flag;
+  }
+
   asio::awaitable<void> charge(Order order, redis_lock::Attempt a, std::shared_ptr<Note> note,
-                               redis_lock::AttemptHandler done, const char* via) {
+                               redis_lock::AttemptHandler done, const char* via,
+                               std::shared_ptr<bool> cancelled = std::make_shared<bool>(false)) {
     Busy busy(this);
+    if (stopping_) co_return done(redis_lock::AttemptOutcome::not_executed());  // nothing sent
     holds(a);
     const auto now = Clock::now();
     auto deadline = std::min<Clock::time_point>(now + opt_.provider_timeout, a.deadline);
@@ -852,12 +896,13 @@ class Worker {
     // the permit's lease too. Released as soon as the answer is in (or the call gave up).
     redis_lock::LockGuard permit;
     if (opt_.provider_concurrency > 0) {
-      const auto patience =
-          std::chrono::duration_cast<std::chrono::milliseconds>((deadline - now) / 2);
-      auto [pec, granted] = co_await locks_.async_acquire_permit(
-          "payment-provider", opt_.provider_concurrency,
-          {.ttl = opt_.lock_ttl, .wait = std::max(patience, 0ms)},
-          asio::as_tuple(asio::use_awaitable));
+      redis_lock::LockOptions permit_options;
+      permit_options.ttl = opt_.lock_ttl;
+      permit_options.wait = std::max<std::chrono::milliseconds>(
+          std::chrono::duration_cast<std::chrono::milliseconds>((deadline - now) / 2), 0ms);
+      auto [pec, granted] =
+          co_await locks_.async_acquire_permit("payment-provider", opt_.provider_concurrency,
+                                               permit_options, asio::as_tuple(asio::use_awaitable));
       if (pec || !granted) {  // nothing was sent: the attempt is void, the 503 true
         note->why = Note::no_permit;
         co_return done(redis_lock::AttemptOutcome::not_executed());
@@ -869,6 +914,12 @@ class Worker {
         note->why = Note::no_permit;
         co_return done(redis_lock::AttemptOutcome::not_executed());
       }
+    }
+    if (*cancelled) {
+      // The attempt ended while this call waited (its deadline, or its lease lost: another
+      // holder may be resolving it now): nothing is sent.
+      if (permit) co_await permit.async_release(asio::as_tuple(asio::use_awaitable));
+      co_return done(redis_lock::AttemptOutcome::not_executed());
     }
     std::printf("checkout worker %d (pid %d) calling the provider for %s\n", index_, ::getpid(),
                 order.order_id.c_str());
@@ -892,8 +943,11 @@ class Worker {
         note->why = Note::provider_refused;
         co_return done(redis_lock::AttemptOutcome::not_executed());
       case Verdict::key_reused:
-        note->why = Note::key_reused;
-        co_return done(redis_lock::AttemptOutcome::not_executed());
+        // The key was first used with other parameters: only after the record was lost (the
+        // fingerprint keeps other amounts out otherwise), and what the first use did is not
+        // this answer's to say: unknown, resolved later or escalated, never voided (a void
+        // record would take this request's amount and hide the first charge).
+        break;
       case Verdict::undecided:
         break;
     }
@@ -904,13 +958,16 @@ class Worker {
   /// a timeout), asked of the provider before anything is sent again.
   asio::awaitable<void> resolve(redis_lock::Attempt a, redis_lock::AttemptHandler done) {
     Busy busy(this);
+    // Shutting down: learn nothing (the attempt stays as it is, for a later look).
+    if (stopping_) co_return done(redis_lock::AttemptOutcome::unknown());
     holds(a);
     const auto order = order_of(a.payload);
     if (!order) co_return done(redis_lock::AttemptOutcome::unknown());
-    const auto deadline =
+    // (named before each co_await: GCC 12 mishandles temporaries that live across one)
+    const Clock::time_point deadline =
         std::min<Clock::time_point>(Clock::now() + opt_.provider_timeout, a.deadline);
-    const auto found = co_await provider_call(
-        http::verb::get, "/v1/keys/" + opt_.prefix + a.downstream_key, "", deadline);
+    std::string key_path = "/v1/keys/" + opt_.prefix + a.downstream_key;
+    const auto found = co_await provider_call(http::verb::get, std::move(key_path), "", deadline);
     std::optional<Verdict> stored;
     if (found.status == 200) {
       error_code ec;
@@ -923,7 +980,7 @@ class Worker {
       }
     }
     if (stored && stored->kind == Verdict::decided) {
-      found_by_lookup_.insert(a.downstream_key);
+      remember_lookup(a.downstream_key);
       co_return done(redis_lock::AttemptOutcome::decided(stored->outcome));
     }
     // Past half the key window, "never seen" may mean "forgotten after a charge", and a
@@ -943,9 +1000,11 @@ class Worker {
     // The key's kept result is a 5xx. Money may have moved all the same: look for a charge
     // for the order under any of its keys; none is a definite failure, and only then the
     // next attempt, under a new key.
-    const auto by_reference = co_await provider_call(
-        http::verb::get, "/v1/charges?reference=" + order->order_id, "",
-        std::min<Clock::time_point>(Clock::now() + opt_.provider_timeout, a.deadline));
+    const Clock::time_point by_then =
+        std::min<Clock::time_point>(Clock::now() + opt_.provider_timeout, a.deadline);
+    std::string reference_path = "/v1/charges?reference=" + order->order_id;
+    const auto by_reference =
+        co_await provider_call(http::verb::get, std::move(reference_path), "", by_then);
     error_code ec;
     const json::value v =
         by_reference.status == 200 ? json::parse(by_reference.body, ec) : json::value();
@@ -963,7 +1022,7 @@ class Worker {
       }
       const Verdict v2 = judge(static_cast<int>(status->as_int64()), &r, *order);
       if (v2.kind == Verdict::decided) {
-        found_by_lookup_.insert(a.downstream_key);
+        remember_lookup(a.downstream_key);
         co_return done(redis_lock::AttemptOutcome::decided(v2.outcome));
       }
     }
@@ -983,13 +1042,40 @@ class Worker {
     redis_lock::AttemptHandler told = [&](redis_lock::AttemptOutcome o) { said = std::move(o); };
     co_await charge(order, a, note, std::move(told), "request");
     if (said && said->kind == redis_lock::AttemptOutcome::Kind::decided) {
-      (note->replayed ? replayed_ : said->response.status == 201 ? charged_ : declined_)++;
+      (note->replayed                       ? replayed_
+       : said->response.status == 201       ? charged_
+       : said->response.external_id.empty() ? failed_
+                                            : declined_)++;
       auto res = reply(req, static_cast<http::status>(said->response.status), said->response.body);
       if (note->replayed) res.set("Idempotent-Replayed", "true");
       co_return res;
     }
-    ++unavailable_;
-    co_return unavailable(req, order.order_id);
+    if (said && said->kind == redis_lock::AttemptOutcome::Kind::not_executed) {
+      ++unavailable_;
+      if (note->why == Note::provider_refused) {
+        co_return provider_unavailable(req, order.order_id);
+      }
+      co_return unavailable(req, order.order_id);
+    }
+    // Not known (no answer, the provider still running the key for a duplicate, a 5xx): the
+    // client asks again with the same key. (No record: a 5xx the provider keeps for the key
+    // stays the answer; this mode measures the lock, it is not one to run a shop on.)
+    ++pending_;
+    auto res = reply(req, http::status::accepted,
+                     {{"status", "pending"},
+                      {"order_id", order.order_id},
+                      {"message",
+                       "the payment's outcome is not known yet; retry with the same "
+                       "order_id to learn it"}});
+    res.set(http::field::retry_after, "1");
+    co_return res;
+  }
+
+  /// An attempt a lookup decided: its request's client hears a replay. (Bounded: one the
+  /// reconciler decided has no client to take it out; at worst a replay is told as fresh.)
+  void remember_lookup(const std::string& downstream_key) {
+    if (found_by_lookup_.size() > 10'000) found_by_lookup_.clear();
+    found_by_lookup_.insert(downstream_key);
   }
 
   std::chrono::milliseconds margin() const {
@@ -1011,7 +1097,8 @@ class Worker {
         const auto order = order_of(a.payload);
         if (!order) return done(redis_lock::AttemptOutcome::unknown());
         asio::co_spawn(io_,
-                       charge(*order, a, std::make_shared<Note>(), std::move(done), "reconciler"),
+                       charge(*order, a, std::make_shared<Note>(), std::move(done), "reconciler",
+                              cancelled_flag(a)),
                        asio::detached);
       };
       auto [ec, report] = co_await requests_.async_reconcile_sending(
@@ -1328,6 +1415,7 @@ auto with_records(const Options& opt, const redis_lock::ConnectionConfig& ledger
       io, [&]() -> asio::awaitable<void> { result.emplace(co_await op(requests, io)); },
       [&](std::exception_ptr) { io.stop(); });
   io.run();
+  if (!result) throw std::runtime_error("the ledger's call did not complete");
   return std::move(*result);
 }
 
@@ -1394,11 +1482,24 @@ int admin(const Options& opt, const redis_lock::ConnectionConfig& ledger_config)
       std::fprintf(stderr, "checkout_service: ledger: %s\n", ec.message().c_str());
       return 3;
     }
-    for (const auto& key : keys) {
-      auto [lec, r] = with_records(opt, ledger_config, true, [&](Requests& q, asio::io_context&) {
-        return q.async_lookup(key, tuple);
-      });
-      if (lec) continue;
+    // (one connection for the listing and every look-up)
+    using Found = std::vector<std::pair<std::string, redis_lock::RequestRecord>>;
+    auto [lec, found] = with_records(
+        opt, ledger_config, true,
+        [&](Requests& q, asio::io_context&) -> asio::awaitable<std::pair<error_code, Found>> {
+          Found out;
+          for (const auto& key : keys) {
+            auto [e, r] = co_await q.async_lookup(key, tuple);
+            if (e) co_return std::pair{e, Found{}};
+            out.emplace_back(key, std::move(r));
+          }
+          co_return std::pair{error_code{}, std::move(out)};
+        });
+    if (lec) {
+      std::fprintf(stderr, "checkout_service: ledger: %s\n", lec.message().c_str());
+      return 3;
+    }
+    for (const auto& [key, r] : found) {
       const Order o = order_from(key, r.fingerprint);
       std::printf(
           "%s\n",
@@ -1418,9 +1519,13 @@ int admin(const Options& opt, const redis_lock::ConnectionConfig& ledger_config)
   auto [lec, r] = with_records(opt, ledger_config, true, [&](Requests& q, asio::io_context&) {
     return q.async_lookup(opt.resolve, tuple);
   });
-  if (lec || r.state != redis_lock::RequestRecord::State::escalated) {
+  if (lec) {
+    std::fprintf(stderr, "checkout_service: ledger: %s\n", lec.message().c_str());
+    return 3;
+  }
+  if (r.state != redis_lock::RequestRecord::State::escalated) {
     std::fprintf(stderr, "checkout_service: %s is not escalated (%s)\n", opt.resolve.c_str(),
-                 lec ? lec.message().c_str() : order_state(r.state));
+                 order_state(r.state));
     return 1;
   }
   const Order order = order_from(opt.resolve, r.fingerprint);
@@ -1447,8 +1552,8 @@ int admin(const Options& opt, const redis_lock::ConnectionConfig& ledger_config)
 }  // namespace
 
 int main(int argc, char** argv) {
-  // hiredis writes with plain write(2): a ledger that went away must be an error to handle,
-  // not a SIGPIPE that kills the worker (Asio's own sockets never raise it).
+      // A peer that went away must be an error to handle, never a SIGPIPE that kills a worker
+  // (Asio's own sockets never raise it; this guards any plain write(2) in what it links).
   std::signal(SIGPIPE, SIG_IGN);
   const Options opt = parse(argc, argv);
   auto lock = redis_lock::ConnectionConfig::from_url(opt.url);
@@ -1479,7 +1584,15 @@ int main(int argc, char** argv) {
           problem = q.store_problem();
           co_return e;
         });
-    if (ec) {
+    const bool refused =
+        ec == redis_lock::error::store_not_durable || ec == redis_lock::error::invalid_argument;
+    if (ec && !refused && !opt.ledger_unchecked) {
+      std::fprintf(stderr, "checkout_service: the ledger could not be checked: %s\n",
+                   problem.empty() ? ec.message().c_str() : problem.c_str());
+      return 2;
+    }
+    if (refused) {
+      if (problem.empty()) problem = ec.message();
       std::fputs("checkout_service: the ledger is not durable enough:\n", stderr);
       std::size_t at = 0;
       while (at <= problem.size()) {

@@ -2,13 +2,17 @@
 // The checkout service's metrics: the lock's (redis_lock::PrometheusObserver) and its own, in
 // one prometheus::Registry that each worker serves on /metrics (--metrics-port).
 //   checkout_responses_total{code, replayed}       answers to POST /checkout
-//   checkout_charges_total{via}                    charges this worker recorded (request,
-//                                                  reconciler)
-//   checkout_reconcile_retries_total{result}       reconciler retries: decided, voided,
+//   checkout_charges_total{via}                    charges the provider made for this worker's
+//                                                  calls (request, reconciler), counted as
+//                                                  its answer comes
+//   checkout_reconcile_retries_total{result}       reconciler looks: decided, voided,
 //                                                  escalated, pending (still undecided)
 //   checkout_reconcile_backoff_seconds             the wait before an undecided order's next
-//                                                  retry
-//   checkout_reconcile_max_retry                   the highest retry number of the last round
+//                                                  look
+//   checkout_reconcile_max_retry                   the highest retry number a pending look of
+//                                                  the last round found (the order's looks
+//                                                  that found it unknown, clients' included,
+//                                                  less the first)
 //   checkout_provider_requests_total{call, code}   provider calls (charge, lookup) by HTTP
 //                                                  status ("none": no answer in time)
 //   checkout_provider_request_duration_seconds{call}
