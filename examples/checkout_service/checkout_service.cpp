@@ -520,7 +520,7 @@ class Worker {
 
   void listen() {
     // Each connection may hold a second descriptor (its provider call) while it works; 64
-        // are kept for the ledger, the lock server and the rest.
+    // are kept for the ledger, the lock server and the rest.
     rlimit files{};
     ::getrlimit(RLIMIT_NOFILE, &files);
     const auto by_limit = files.rlim_cur == RLIM_INFINITY
@@ -1552,7 +1552,7 @@ int admin(const Options& opt, const redis_lock::ConnectionConfig& ledger_config)
 }  // namespace
 
 int main(int argc, char** argv) {
-      // A peer that went away must be an error to handle, never a SIGPIPE that kills a worker
+  // A peer that went away must be an error to handle, never a SIGPIPE that kills a worker
   // (Asio's own sockets never raise it; this guards any plain write(2) in what it links).
   std::signal(SIGPIPE, SIG_IGN);
   const Options opt = parse(argc, argv);
