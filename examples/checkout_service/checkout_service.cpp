@@ -801,16 +801,7 @@ class Worker {
     }
     // The attempt stays pending: the client is asked back when the reconciler will next look
     // at it (a retry before that would find the same), not every second.
-    ++pending_;
-    auto res = reply(req, http::status::accepted,
-                     {{"status", "pending"},
-                      {"order_id", order.order_id},
-                      {"message",
-                       "the payment's outcome is not known yet; retry with the same "
-                       "order_id to learn it (it will not be charged twice)"}});
-    res.set(http::field::retry_after,
-            std::to_string(std::max<long long>((r.retry_after.count() + 999) / 1000, 1)));
-    co_return res;
+    co_return pending(req, order.order_id, r.retry_after);
   }
 
   /// The run failed (the ledger, the lock, a response it could not record). Before it, nothing
@@ -821,18 +812,7 @@ class Worker {
     using S = redis_lock::RequestRecord::State;
     if (!ec && r.state == S::decided) co_return replay(req, r.response);
     if (!ec && r.state == S::escalated) co_return under_review(req, order_id);
-    if (!ec && r.state == S::running) {
-      ++pending_;
-      auto res = reply(req, http::status::accepted,
-                       {{"status", "pending"},
-                        {"order_id", order_id},
-                        {"message",
-                         "the payment's outcome is not known yet; retry with the same "
-                         "order_id to learn it (it will not be charged twice)"}});
-      res.set(http::field::retry_after,
-              std::to_string(std::max<long long>(opt_.lock_ttl.count() / 1000, 1)));
-      co_return res;
-    }
+    if (!ec && r.state == S::running) co_return pending(req, order_id, opt_.lock_ttl);
     ++unavailable_;
     co_return unavailable(req, order_id);
   }
@@ -1060,15 +1040,7 @@ class Worker {
     // Not known (no answer, the provider still running the key for a duplicate, a 5xx): the
     // client asks again with the same key. (No record: a 5xx the provider keeps for the key
     // stays the answer; this mode measures the lock, it is not one to run a shop on.)
-    ++pending_;
-    auto res = reply(req, http::status::accepted,
-                     {{"status", "pending"},
-                      {"order_id", order.order_id},
-                      {"message",
-                       "the payment's outcome is not known yet; retry with the same "
-                       "order_id to learn it"}});
-    res.set(http::field::retry_after, "1");
-    co_return res;
+    co_return pending(req, order.order_id, 1s);
   }
 
   /// An attempt a lookup decided: its request's client hears a replay. (Bounded: one the
@@ -1166,6 +1138,21 @@ class Worker {
     ++replayed_;
     auto res = reply(req, static_cast<http::status>(stored.status), stored.body);
     res.set("Idempotent-Replayed", "true");
+    return res;
+  }
+
+  /// 202: the outcome is not known yet; ask again after `after` (when the next look is).
+  Response pending(const Request& req, const std::string& order_id,
+                   std::chrono::milliseconds after) {
+    ++pending_;
+    auto res = reply(req, http::status::accepted,
+                     {{"status", "pending"},
+                      {"order_id", order_id},
+                      {"message",
+                       "the payment's outcome is not known yet; retry with the same "
+                       "order_id to learn it (it will not be charged twice)"}});
+    res.set(http::field::retry_after,
+            std::to_string(std::max<long long>((after.count() + 999) / 1000, 1)));
     return res;
   }
 
