@@ -443,11 +443,16 @@ int main(int argc, char** argv) {
       "provider calls: %lld charge requests (%lld answered 'key in use', %lld replayed), %lld "
       "lookups\n",
       delta("charge_requests"), delta("key_in_use"), delta("replays"), delta("lookups"));
-  print_counts("ledger", in_ledger, orders);
+  if (no_ledger) {
+    std::printf("ledger: none kept (the service ran --no-lock)\n");
+  } else {
+    print_counts("ledger", in_ledger, orders);
+  }
   std::printf(
-      "ledger records matching the provider's charge: %d/%d; clients told that one "
-      "outcome: %d/%d (%d never heard a final answer); repeats afterwards replayed "
-      "byte for byte: %d/%d\n",
+      "%s: %d/%d; clients told that one outcome: %d/%d (%d never heard a final answer); "
+      "repeats afterwards replayed byte for byte: %d/%d\n",
+      no_ledger ? "orders with a charge at the provider"
+                : "ledger records matching the provider's charge",
       ledger_agrees, orders, clients_agree, orders, unfinished, replay_ok, orders);
   bool bounded = true;
   if (provider_bound > 0) {
