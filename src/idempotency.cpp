@@ -527,6 +527,13 @@ void start_run(const std::shared_ptr<RunOp>& op) {
   });
 }
 
+/// A request key a call may name: 1..max_key_bytes, no '/' (downstream keys `<key>/<n>` of
+/// `A-1` and `A-10` must stay apart), on a component whose options are valid.
+bool valid_key(const detail::IdempotencyShared& shared, const std::string& key) {
+  return shared.options_ok && !key.empty() && key.size() <= shared.options.max_key_bytes &&
+         key.find('/') == std::string::npos;
+}
+
 bool valid_options(const IdempotencyOptions& o) {
   return o.lease > o.margin && o.margin.count() >= 0 && o.wait.count() >= 0 &&
          o.retention.count() >= 0 && o.first_look.count() >= 0 && o.look_cap.count() > 0 &&
@@ -571,10 +578,9 @@ void IdempotentRequests::run_impl(std::shared_ptr<Shared> shared, std::string ke
                                   std::string fingerprint, AttemptFunction work, RunHandler handler,
                                   std::optional<std::string> payload) {
   const auto& o = shared->options;
-  const bool bad =
-      !shared->options_ok || key.empty() || key.size() > o.max_key_bytes ||
-      key.find('/') != std::string::npos || fingerprint.size() > o.max_fingerprint_bytes || !work ||
-      (payload && payload->size() > o.max_payload_bytes) || (payload && o.max_payload_bytes == 0);
+  const bool bad = !valid_key(*shared, key) || fingerprint.size() > o.max_fingerprint_bytes ||
+                   !work || (payload && payload->size() > o.max_payload_bytes) ||
+                   (payload && o.max_payload_bytes == 0);
   const auto io = shared->io;
   if (bad) {
     return detail::deliver(io, detail::Defer::yes, std::move(handler),
@@ -702,8 +708,7 @@ void IdempotentRequests::settle_impl(std::shared_ptr<Shared> shared, std::string
   const auto& o = shared->options;
   const auto io = shared->io;
   const bool bad =
-      !shared->options_ok || key.empty() || key.size() > o.max_key_bytes ||
-      key.find('/') != std::string::npos ||
+      !valid_key(*shared, key) ||
       (response && response->body.size() + response->external_id.size() > o.max_response_bytes);
   if (bad) {
     return detail::deliver(io, detail::Defer::yes, std::move(handler),
@@ -742,10 +747,8 @@ void IdempotentRequests::check_impl(std::shared_ptr<Shared> shared, CheckHandler
 
 void IdempotentRequests::lookup_impl(std::shared_ptr<Shared> shared, std::string key,
                                      LookupHandler handler) {
-  const auto& o = shared->options;
   const auto io = shared->io;
-  if (!shared->options_ok || key.empty() || key.size() > o.max_key_bytes ||
-      key.find('/') != std::string::npos) {
+  if (!valid_key(*shared, key)) {
     return detail::deliver(io, detail::Defer::yes, std::move(handler),
                            error_code(error::invalid_argument), RequestRecord{});
   }

@@ -498,7 +498,7 @@ class Worker {
     redis_lock::IdempotencyOptions o;
     o.lock_prefix = "order:";
     o.lease = opt.lock_ttl;
-    o.margin = std::max<std::chrono::milliseconds>(opt.lock_ttl / 10, 50ms);
+    o.margin = margin_of(opt);
     // max_hold: a wedged but live worker stops renewing after the longest a run can take (a
     // key lookup, a reference lookup, a charge), so the order passes to a retry or the
     // reconciler (which look the key up before anything else).
@@ -888,7 +888,7 @@ class Worker {
         co_return done(redis_lock::AttemptOutcome::not_executed());
       }
       permit = std::move(granted);
-      deadline = std::min(deadline, permit.valid_until() - margin());
+      deadline = std::min(deadline, permit.valid_until() - margin_of(opt_));
       if (Clock::now() >= deadline) {
         co_await permit.async_release(asio::as_tuple(asio::use_awaitable));
         note->why = Note::no_permit;
@@ -1050,8 +1050,9 @@ class Worker {
     found_by_lookup_.insert(downstream_key);
   }
 
-  std::chrono::milliseconds margin() const {
-    return std::max<std::chrono::milliseconds>(opt_.lock_ttl / 10, 50ms);
+  /// What an attempt keeps free of its lease: a tenth of the lock's ttl, at least 50 ms.
+  static std::chrono::milliseconds margin_of(const Options& opt) {
+    return std::max<std::chrono::milliseconds>(opt.lock_ttl / 10, 50ms);
   }
 
   /// Every --reconcile-ms, a round of the component's reconciler: pending attempts nobody is

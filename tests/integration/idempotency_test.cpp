@@ -63,6 +63,15 @@ IdempotencyOptions quick() {
   return o;
 }
 
+/// quick(), with the key's lock renewed (max_hold 20 s): a 900 ms lease, renewed every 300 ms.
+IdempotencyOptions renewed() {
+  auto o = quick();
+  o.lease = 900ms;
+  o.margin = 200ms;
+  o.max_hold = 20s;
+  return o;
+}
+
 }  // namespace
 
 TEST(Idempotency, TheSameRequestTenTimesAtOnceRunsItsWorkOnce) {
@@ -998,10 +1007,7 @@ TEST(Idempotency, WithMaxHoldTheKeysLockIsRenewedAndTheDeadlineCountsFromIt) {
 TEST(Idempotency, WithMaxHoldALostRenewalEndsTheAttemptAsItsDeadlineWould) {
   asio::io_context io;
   LockManager locks(io.get_executor(), shared_server_config());
-  auto options = quick();
-  options.lease = 900ms;  // renewed every 300 ms
-  options.margin = 200ms;
-  options.max_hold = 20s;
+  auto options = renewed();
   IdempotentRequests requests(locks, resolve_as(redis_lock::AttemptOutcome::unknown()), options);
   const auto key = unique_resource("lost");
   bool cancelled = false;
@@ -1032,10 +1038,7 @@ TEST(Idempotency, WithMaxHoldALostRenewalEndsTheAttemptAsItsDeadlineWould) {
 TEST(Idempotency, WithMaxHoldALeaseLostWhileAResolveLooksSendsNothing) {
   asio::io_context io;
   LockManager locks(io.get_executor(), shared_server_config());
-  auto options = quick();
-  options.lease = 900ms;  // renewed every 300 ms
-  options.margin = 200ms;
-  options.max_hold = 20s;
+  auto options = renewed();
   const auto key = unique_resource("gone");
   bool lost_seen = false;
   IdempotentRequests requests(
