@@ -859,7 +859,11 @@ PY
     workers=${CHECKOUT_WORKERS:-4}
     bound=()
     [ "$scenario" = demo ] && bound=(--provider-concurrency 4)
-    start_service "$workers" --lock-ttl-ms 2000 --provider-timeout-ms 1500 ${bound[@]+"${bound[@]}"}
+    # The lease (8 s) must outlast what the fault round does between the kill and the restart
+    # (two --show reads of the ledger, slow in a sanitizer build on a busy machine: with 2 s
+    # the killed holder's lease lapsed first and a retry took the order before the restart).
+    ttl=(--lock-ttl-ms 8000)
+    start_service "$workers" "${ttl[@]}" --provider-timeout-ms 1500 ${bound[@]+"${bound[@]}"}
     orders=${CHECKOUT_ORDERS:-50} requests=${CHECKOUT_REQUESTS:-400}
     [ "$scenario" = demo ] || { orders=8 requests=24; }
     echo "== the duplicate storm: $requests concurrent requests for $orders orders, $workers workers"
@@ -870,14 +874,14 @@ PY
     if [ "$scenario" = demo ]; then
       echo "== the same storm on fresh orders without the order lock (--no-lock), to measure it"
       kill -TERM "$service_pid"; wait "$service_pid" || true
-      start_service "$workers" --lock-ttl-ms 2000 --provider-timeout-ms 1500 --no-lock "${bound[@]}"
+      start_service "$workers" "${ttl[@]}" --provider-timeout-ms 1500 --no-lock "${bound[@]}"
       storm "n$RANDOM$RANDOM" "$orders" "$requests" --no-ledger "${bound[@]}" >"$dir/without.out" ||
         { cat "$dir/without.out"; fail "the storm without the lock"; }
       grep -E '^(provider|ledger)' "$dir/without.out"
       lock_value "$dir/with.out" "$dir/without.out" "$orders" >"$dir/value.out" || true
       cat "$dir/value.out"
       kill -TERM "$service_pid"; wait "$service_pid" || true
-      start_service "$workers" --lock-ttl-ms 2000 --provider-timeout-ms 1500 "${bound[@]}" \
+      start_service "$workers" "${ttl[@]}" --provider-timeout-ms 1500 "${bound[@]}" \
         --metrics-port 0
     fi
     echo "== the fault round: a worker killed mid-charge, the lock server restarted empty, a"
@@ -891,6 +895,8 @@ PY
     [ "$before" = "$(tokens_of "$x" | head -n 1)" ] ||
       fail "the pending attempt's token ($before) is not the one worker $victim took: $(tokens_of "$x")"
     echo "   killed worker $victim (kill -9) while it was calling the provider"
+    [ "$(tokens_of "$x" | wc -l)" = 1 ] ||
+      fail "$x changed hands before the lock server's restart (its lease lapsed first): $(tokens_of "$x")"
     restart_lock_server
     echo "   restarted the lock server (kill -9, no persistence)"
     # The next holder takes the order's lock from the restarted, empty server: its token must
