@@ -43,6 +43,10 @@ AcquireFsm::AfterFailure AcquireFsm::after_failure(error_code ec, bool redlock, 
           replies::is_outage(ec) && !redlock && waiting && !cancelled};
 }
 
+bool AcquireFsm::awaits_late(error_code ec, bool redlock, bool waiting, bool cancelled) noexcept {
+  return ec == error::timeout && !redlock && waiting && !cancelled;
+}
+
 bool AcquireFsm::give_back_late(error_code ec, bool error_reply, bool may_have_granted,
                                 bool waits) noexcept {
   if (!ec && error_reply) return false;
@@ -106,8 +110,9 @@ Action AcquireFsm::start(Clock::time_point now) {
   return attempt(now);
 }
 
-Action AcquireFsm::granted(Clock::time_point, long long fence) {
-  if (phase_ != Phase::attempting) return {};
+Action AcquireFsm::granted(Clock::time_point now, long long fence) {
+  if (!answerable()) return {};
+  const bool late = phase_ == Phase::overdue;
   last_error_ = {};
   in_queue_ = false;  // the script took us out of the queue
   if (fence <= 0) return complete(error::unexpected_reply, false).with_give_back();
@@ -115,6 +120,14 @@ Action AcquireFsm::granted(Clock::time_point, long long fence) {
   granted_at_ = attempt_started_;
   // Cancelled while the attempt was in flight: what it took goes back at once.
   if (cancelled_) return complete(boost::asio::error::operation_aborted).with_give_back();
+  if (late && !worth_taking(attempt_started_, now)) {
+    // Too little of the lease is left to hand out (what it took goes back), and the wait
+    // has not run out (or the deadline's timer would have ended it): try again now, with a
+    // new token, since the give-back releases whatever this one holds.
+    auto a = attempt(now).with_give_back();
+    a.new_token = true;
+    return a;
+  }
   if (plan_.min_replicas > 0) {
     phase_ = Phase::replicating;
     return act(Kind::replicate);
@@ -123,7 +136,7 @@ Action AcquireFsm::granted(Clock::time_point, long long fence) {
 }
 
 Action AcquireFsm::held(Clock::time_point now, long long pttl, long long place) {
-  if (phase_ != Phase::attempting) return {};
+  if (!answerable()) return {};
   last_error_ = {};
   in_queue_ = plan_.queues;
   waited_ = waited_ || plan_.wait.count() > 0;
@@ -147,17 +160,28 @@ Action AcquireFsm::held(Clock::time_point now, long long pttl, long long place) 
 }
 
 Action AcquireFsm::malformed() {
-  if (phase_ != Phase::attempting) return {};
+  if (!answerable()) return {};
   return complete(error::unexpected_reply);
 }
 
 Action AcquireFsm::refused(error_code ec) {
-  if (phase_ != Phase::attempting) return {};
+  if (!answerable()) return {};
   return complete(ec);
 }
 
 Action AcquireFsm::failed(Clock::time_point now, error_code ec) {
-  if (phase_ != Phase::attempting) return {};
+  if (!answerable()) return {};
+  if (phase_ == Phase::attempting && awaits_late(ec, plan_.redlock, waiting(now), cancelled_)) {
+    // The command is written and may yet run: no second attempt beside it (a server slow
+    // with a storm of connects would only get more to do), no give-back before its reply
+    // (it could overtake the attempt). The deadline's timer ends the wait if the reply does
+    // not come first.
+    phase_ = Phase::overdue;
+    last_error_ = ec;
+    auto a = act(Kind::sleep);
+    a.until = plan_.deadline;
+    return a;
+  }
   // The link failed after the script was written (connection lost, a protocol error, a
   // demoted master): it may have run, so the lease (or a queue place) could be ours without
   // our knowing. Give it back, again through link failures until it would have expired.
@@ -187,7 +211,17 @@ Action AcquireFsm::listened(Clock::time_point now, bool listening) {
   return sleep(now, sleep_when_held(listening, pttl_, draw));
 }
 
+Action AcquireFsm::resend_late(Clock::time_point now) {
+  if (phase_ != Phase::overdue) return {};
+  last_error_ = {};
+  return attempt(now);
+}
+
 Action AcquireFsm::timer_fired(Clock::time_point now) {
+  // The wait ran out before the overdue reply came: the timeout is the answer (the late
+  // reply, when it comes, is given back if it took anything: give_back_late).
+  if (phase_ == Phase::overdue && !cancelled_ && now >= plan_.deadline)
+    return complete(last_error_);
   if (phase_ != Phase::asleep || cancelled_) return {};
   // The wait ran out during an outage: its last error is the answer, not "held".
   if (last_error_ && now >= plan_.deadline) return complete(last_error_);
@@ -208,7 +242,7 @@ Action AcquireFsm::handed(Clock::time_point now, long long fence, long long plac
   if (fence <= 0 || place <= 0 || plan_.min_replicas > 0 || plan_.redlock || !places_rise_) {
     return nudge();
   }
-  if (phase_ == Phase::attempting) {
+  if (phase_ == Phase::attempting || phase_ == Phase::overdue) {
     // Ours if the reply in flight names this place (held()); if it does not, the attempt
     // after it claims (the nudge).
     handed_fence_ = fence;
@@ -225,8 +259,10 @@ Action AcquireFsm::handed(Clock::time_point now, long long fence, long long plac
 Action AcquireFsm::cancel() {
   if (phase_ == Phase::done || cancelled_) return {};
   cancelled_ = true;
-  // A reply in flight finishes (it says what to give back).
+  // A reply in flight finishes (it says what to give back). One overdue may never come:
+  // complete now, its late reply given back if it took anything (give_back_late).
   if (phase_ == Phase::attempting || phase_ == Phase::replicating) return {};
+  if (phase_ == Phase::overdue) return complete(boost::asio::error::operation_aborted);
   return complete(boost::asio::error::operation_aborted);
 }
 

@@ -46,6 +46,7 @@ class AcquireFsm {
   enum class Phase {
     starting,     ///< made, first attempt not sent yet
     attempting,   ///< an acquire script is in flight
+    overdue,      ///< it timed out within the wait: its late reply is awaited, until the deadline
     listening,    ///< held: registering for hand-offs (Action::listen), then resume(listened)
     asleep,       ///< the timer waits until the next attempt (or a hand-off wakes us)
     replicating,  ///< granted; WAIT for min_replicas is in flight
@@ -101,8 +102,13 @@ class AcquireFsm {
   /// The attempt's reply was an error (`ec` what it stands for): the script did not run.
   Action refused(boost::system::error_code ec);
   /// The attempt got no reply: `ec` (a link failure, a timeout, a failed connect; on Redlock
-  /// the fan-out's outcome, which gave back already).
+  /// the fan-out's outcome, which gave back already). A timeout within the wait is ridden
+  /// out: the attempt is overdue, and its late reply (fed as granted / held / refused /
+  /// failed, `late` true) decides, or the deadline's timer ends it.
   Action failed(Clock::time_point now, boost::system::error_code ec);
+  /// The overdue attempt's late reply refused it in a way an on-time reply is resent for
+  /// (MOVED, ASK, TRYAGAIN, CLUSTERDOWN, NOSCRIPT): it never ran; attempt again now.
+  Action resend_late(Clock::time_point now);
   /// Registered for hand-offs (Action::listen); `listening`: a release's message reaches us.
   Action listened(Clock::time_point now, bool listening);
   Action timer_fired(Clock::time_point now);
@@ -134,6 +140,13 @@ class AcquireFsm {
   };
   static AfterFailure after_failure(boost::system::error_code ec, bool redlock, bool waiting,
                                     bool cancelled) noexcept;
+  /// Whether a timed-out attempt is awaited (the overdue phase) rather than the end: the
+  /// acquire waits, the wait has not run out, not cancelled, not Redlock (whose fan-out
+  /// settles its own late replies). A timeout during a storm (a server busy with thousands of
+  /// handshakes) then costs the waiter nothing but time: no second attempt adds to the load,
+  /// and a late grant is still taken when two thirds of its ttl are left.
+  static bool awaits_late(boost::system::error_code ec, bool redlock, bool waiting,
+                          bool cancelled) noexcept;
   /// How long a waiter told "held, `pttl` ms left" sleeps before its next attempt. Listening
   /// for hand-offs: until the lease could expire (its holder may have died) or the queue
   /// place needs refreshing, no polling. Not listening, or while the lease is free but
@@ -177,6 +190,10 @@ class AcquireFsm {
   bool worth_taking(Clock::time_point sent, Clock::time_point now) const noexcept;
   /// The lease a signed hand-off handed us: ours since `sent`, fencing token `fence`.
   Action take_handed(long long fence, Clock::time_point sent);
+  /// An attempt's reply (on time or late) is what the phase waits for.
+  bool answerable() const noexcept {
+    return phase_ == Phase::attempting || phase_ == Phase::overdue;
+  }
   bool waiting(Clock::time_point now) const noexcept {
     return plan_.wait.count() > 0 && now < plan_.deadline;
   }

@@ -5,8 +5,10 @@
 #include "decimal.hpp"
 #include "engine.hpp"
 #include "lease_ops.hpp"
+#include "redirect.hpp"
 #include "renewal.hpp"
 #include "replies.hpp"
+#include "script_call.hpp"
 #include "token.hpp"
 #include "validate.hpp"
 
@@ -266,7 +268,7 @@ void AcquireOp::last_words() noexcept {
   const auto phase = fsm.phase();
   if (phase == Phase::done || phase == Phase::starting) return;
   // An attempt in flight may have queued us (or taken the lease a release handed us).
-  const bool in_flight = phase == Phase::attempting;
+  const bool in_flight = phase == Phase::attempting || phase == Phase::overdue;
   if (!fsm.in_queue() && !(in_flight && queues)) return;
   // Behind the attempt in flight, on its connection: elsewhere the give-back could reach
   // the server first, and the attempt queue us after it.
@@ -295,6 +297,16 @@ void AcquireOp::handed(const HandOff& hand_off) {
 }
 
 void AcquireOp::on_late_reply(error_code ec, const Reply& reply) {
+  if (fsm.phase() == AcquireFsm::Phase::overdue) {
+    // The wait rode the timeout out: the reply decides as if it had come on time. One the
+    // router would have resent never ran: the next attempt goes the router's way.
+    if (!ec && reply.is_error() &&
+        (redirect::read(reply.str).kind != redirect::Action::Kind::none ||
+         library_lost(reply.str))) {
+      return run(fsm.resend_late(Clock::now()));
+    }
+    return on_reply(ec, reply);
+  }
   // The attempt timed out but may have run: give back what it took (or the place it
   // queued for).
   if (AcquireFsm::give_back_late(ec, reply.is_error(), !ec && replies::may_have_granted(reply),
@@ -360,10 +372,15 @@ void AcquireOp::confirm_replicated() {
 
 void AcquireOp::sleep_until(Clock::time_point until) {
   if (!timer) timer = std::make_unique<asio::steady_timer>(service->strand());
+  // A wait still pending (an overdue attempt's deadline, when its late reply came first) is
+  // cancelled by expires_at: its handler must not take that for a wake.
+  const auto armed = ++timer_armed;
   timer->expires_at(until);
-  timer->async_wait([op = std::static_pointer_cast<AcquireOp>(shared_from_this())](error_code) {
-    op->run(op->fsm.timer_fired(Clock::now()));
-  });
+  timer->async_wait(
+      [op = std::static_pointer_cast<AcquireOp>(shared_from_this()), armed](error_code) {
+        if (armed != op->timer_armed) return;
+        op->run(op->fsm.timer_fired(Clock::now()));
+      });
 }
 
 void AcquireOp::finish(error_code ec, Grant grant) {

@@ -100,6 +100,7 @@ struct AcquireOp final : ScriptOp, Waiter, PendingOp {
   bool wait_reported = false;  // on_wait said it joined the queue
   Grant replicating;           // granted, until WAIT confirms it
   std::unique_ptr<boost::asio::steady_timer> timer;
+  unsigned timer_armed = 0;  // which sleep_until the timer's pending wait is
 };
 
 }  // namespace redis_lock::detail

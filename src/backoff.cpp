@@ -11,4 +11,12 @@ std::chrono::milliseconds full_jitter(std::chrono::milliseconds cap) {
   return std::chrono::milliseconds(dist(rng));
 }
 
+std::chrono::milliseconds equal_jitter(std::chrono::milliseconds cap) {
+  const auto half = cap / 2;
+  return half + (cap - half > std::chrono::milliseconds(0) ? full_jitter(cap - half)
+                                                           : std::chrono::milliseconds(0));
+}
+
+std::chrono::milliseconds no_jitter(std::chrono::milliseconds cap) { return cap; }
+
 }  // namespace redis_lock::detail

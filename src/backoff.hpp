@@ -14,6 +14,11 @@ using JitterDraw = std::chrono::milliseconds (*)(std::chrono::milliseconds cap);
 
 /// Uniform in [1, cap] ms (a per-thread generator).
 std::chrono::milliseconds full_jitter(std::chrono::milliseconds cap);
+/// Uniform in (cap/2, cap] ms: the wait still grows with the cap, and a fleet that failed
+/// together (a server restarted under thousands of connections) comes back spread out.
+std::chrono::milliseconds equal_jitter(std::chrono::milliseconds cap);
+/// The cap itself (tables in the unit tests).
+std::chrono::milliseconds no_jitter(std::chrono::milliseconds cap);
 
 /// The cap of the next wait starts at `first` and doubles up to `max`.
 class Backoff {

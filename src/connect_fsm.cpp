@@ -45,7 +45,7 @@ void ConnectFsm::ready() noexcept {
 
 void ConnectFsm::failed(Clock::time_point now) noexcept {
   state_ = State::closed;
-  next_connect_at_ = now + backoff_.next();
+  next_connect_at_ = now + backoff_.next(draw_);
 }
 
 void ConnectFsm::lost() noexcept {

@@ -34,7 +34,7 @@ namespace redis_lock::detail {
 /// |                               | backoff, nothing     | closed     | none              |
 /// | `connected` (TCP/TLS up)      | connecting           | handshake  | (send handshake)  |
 /// | `ready` (handshake answered)  | handshake            | ready      | backoff reset     |
-/// | `failed` (connect, handshake) | any                  | closed     | backoff doubles   |
+/// | `failed` (connect, handshake) | any                  | closed     | backoff doubles (2)|
 /// | `lost` (a ready link dropped) | ready                | closed     | next connect now  |
 /// | `left` (drain, idle, gone)    | any                  | closed     | none              |
 ///
@@ -42,6 +42,7 @@ namespace redis_lock::detail {
 /// is back (a restarted Redlock master) is tried before that command times out, instead of
 /// the backoff counting as "no answer". One attempt per command timeout at most still keeps
 /// a dead server from being hammered.
+/// (2) Each wait is drawn in (cap/2, cap] (equal jitter): 25 ms doubling up to 1 s.
 class ConnectFsm {
  public:
   using Clock = std::chrono::steady_clock;
@@ -55,8 +56,11 @@ class ConnectFsm {
   static constexpr std::chrono::milliseconds backoff_first{25};
   static constexpr std::chrono::milliseconds backoff_max{1000};
 
-  explicit ConnectFsm(std::chrono::milliseconds command_timeout) noexcept
-      : command_timeout_(command_timeout) {}
+  /// `draw`: the jitter of each backoff below its cap (equal_jitter: the waits after a
+  /// fleet's common failure spread out instead of coming back in waves).
+  explicit ConnectFsm(std::chrono::milliseconds command_timeout,
+                      JitterDraw draw = equal_jitter) noexcept
+      : command_timeout_(command_timeout), draw_(draw) {}
 
   State state() const noexcept { return state_; }
   /// The earliest time of the next connect (before it: back off).
@@ -83,6 +87,7 @@ class ConnectFsm {
   Action connect() noexcept;
 
   std::chrono::milliseconds command_timeout_;
+  JitterDraw draw_;
   State state_ = State::closed;
   Backoff backoff_{backoff_first, backoff_max};
   Clock::time_point next_connect_at_{};

@@ -777,21 +777,25 @@ void Connection::on_timer() {
       break;
     }
   }
-  // Commands that never left the queue in time (connecting, backoff) fail alone.
+  // Commands that never left the queue in time (connecting, backoff) fail alone. Never
+  // written, they fail as a connect that did not finish in time would (connect_timeout: an
+  // outage an acquire that waits rides out), not as a command the server may have run.
   std::vector<Pending> expired;
   while (!queued_.empty() && queued_.front().deadline <= now) {
     queued_bytes_.erase(0, queued_.front().bytes);
     expired.push_back(std::move(queued_.front()));
     queued_.pop_front();
   }
-  if (queued_.empty() && fsm_.state() != State::ready && fsm_.state() != State::closed) {
-    // Nothing left to connect for: stop trying, stay idle.
-    close_link();
+  const auto why = fsm_.state() == State::ready ? error::timeout : error::connect_timeout;
+  if (queued_.empty() && fsm_.state() == State::backoff) {
+    // Nothing left to connect for: stop trying, stay idle. A connect or a handshake under
+    // way goes on (its own deadline bounds it): given up, the server's share of it (a
+    // handshake during a storm of them) would be done again by the next command's connect.
     fsm_.left();
     if (connect_timer_) connect_timer_->cancel();
   }
   arm_timer();
-  for (auto& p : expired) std::move(p.callback)(error::timeout, Reply{});
+  for (auto& p : expired) std::move(p.callback)(why, Reply{});
 }
 
 bool Connection::has_work() const noexcept {

@@ -2,6 +2,7 @@
 // The connection layer on real servers: Unix sockets, AUTH/ACL, SELECT, one pipelined
 // connection, deadlines, reconnection, NOSCRIPT recovery, and garbage from a fake server.
 #include "live.hpp"
+#include "tcp_proxy.hpp"
 
 #include <hiredis/hiredis.h>
 
@@ -271,6 +272,93 @@ TEST(Connection, CommandDeadlineAndBestEffortRelease) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
   // The acquire did run once the server woke up; the best-effort release removed it.
   EXPECT_EQ(server.command({"EXISTS", lease_key("slow")}), "0");
+}
+
+/// calls=N of `command` in the server's INFO commandstats (0 when never called).
+long long command_calls(const RedisServer& server, const std::string& command) {
+  const auto stats = server.command({"INFO", "commandstats"});
+  const auto at = stats.find("cmdstat_" + command + ":calls=");
+  if (at == std::string::npos) return 0;
+  return std::stoll(stats.substr(at + std::string("cmdstat_:calls=").size() + command.size()));
+}
+
+long long connections_received(const RedisServer& server) {
+  const auto stats = server.command({"INFO", "stats"});
+  const std::string field = "total_connections_received:";
+  return std::stoll(stats.substr(stats.find(field) + field.size()));
+}
+
+TEST(Connection, AnAcquireThatWaitsRidesOutACommandTimeout) {
+  // A server too busy to answer within the command timeout (a storm of handshakes, here
+  // DEBUG SLEEP): an acquire that allows a wait gets the lock when the server answers,
+  // within its wait, from the one attempt it sent (nothing sent beside it to add to the load).
+  RedisServer server;
+  asio::io_context io;
+  auto cfg = server.config();
+  cfg.command_timeout = 200ms;
+  LockManager locks(io.get_executor(), cfg);
+  ASSERT_TRUE(acquire_once(locks, io, "warmup").owned);
+  const auto resource = unique_resource();
+  const auto calls_before = command_calls(server, "fcall") + command_calls(server, "evalsha");
+
+  std::thread sleeper([&] { server.command({"DEBUG", "SLEEP", "1"}); });
+  ASSERT_TRUE(wait_until_asleep(server.port(), 900ms)) << "DEBUG SLEEP never began";
+  const auto start = std::chrono::steady_clock::now();
+  std::optional<error_code> result;
+  LockGuard held;
+  locks.async_acquire(resource, {.ttl = 30s, .wait = 5s}, [&](error_code ec, LockGuard g) {
+    result = ec;
+    held = std::move(g);
+  });
+  io.restart();
+  io.run_for(6s);
+  sleeper.join();
+  ASSERT_TRUE(result) << "the acquire never completed";
+  EXPECT_FALSE(*result) << result->message();
+  EXPECT_TRUE(held);
+  EXPECT_GE(std::chrono::steady_clock::now() - start, 300ms);  // it did wait the sleep out
+  EXPECT_GT(held.fencing_token(), 0u);
+  // One attempt: the one that timed out, answered late.
+  EXPECT_EQ(command_calls(server, "fcall") + command_calls(server, "evalsha") - calls_before, 1);
+  EXPECT_EQ(server.command({"EXISTS", lease_key(resource)}), "1");
+}
+
+TEST(Connection, ACommandQueuedPastItsDeadlineInASlowHandshakeIsAConnectTimeout) {
+  // Every byte 400 ms late each way: the handshake takes longer than the command timeout
+  // (300 ms), but less than the connect deadline (5 s). A command that waited in the queue
+  // for it was never written: connect_timeout (an outage), not timeout (which says it may
+  // have run). An acquire without a wait ends with it; one with a wait rides it out, on the
+  // same connection: the handshake under way is not given up and done again.
+  RedisServer server;
+  TcpProxy proxy(server.port());
+  proxy.set_delay(400ms);
+  auto cfg = server.config();
+  cfg.port = proxy.port();
+  cfg.command_timeout = 300ms;
+  cfg.connect_timeout = 5s;
+  {
+    asio::io_context io;
+    LockManager locks(io.get_executor(), cfg);
+    const auto r = acquire_once(locks, io, unique_resource());
+    EXPECT_EQ(r.ec, error::connect_timeout) << r.ec.message();
+    EXPECT_FALSE(r.owned);
+  }
+  asio::io_context io;
+  LockManager locks(io.get_executor(), cfg);
+  const auto connections_before = connections_received(server);
+  std::optional<error_code> result;
+  LockGuard held;
+  locks.async_acquire(unique_resource(), {.ttl = 30s, .wait = 10s},
+                      [&](error_code ec, LockGuard g) {
+                        result = ec;
+                        held = std::move(g);
+                      });
+  io.run_for(12s);
+  ASSERT_TRUE(result) << "the acquire never completed";
+  EXPECT_FALSE(*result) << result->message();
+  EXPECT_TRUE(held);
+  // One connection of ours (and the one that read the stats).
+  EXPECT_EQ(connections_received(server) - connections_before, 2);
 }
 
 TEST(Connection, ReconnectsAfterServerRestart) {

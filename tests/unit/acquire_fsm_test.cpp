@@ -15,6 +15,7 @@
 #include <gtest/gtest.h>
 
 #include <ostream>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -32,8 +33,7 @@ const error_code aborted = boost::asio::error::operation_aborted;
 const Clock::time_point t0 = Clock::time_point{} + std::chrono::hours(1);
 Clock::time_point at(long long ms) { return t0 + milliseconds(ms); }
 
-// The cap itself: the backoff's sleeps are 2, 4, 8, ... ms, known in advance.
-milliseconds no_jitter(milliseconds cap) { return cap; }
+// (no_jitter, the cap itself: the backoff's sleeps are 2, 4, 8, ... ms, known in advance.)
 
 // ---- the plans ----------------------------------------------------------------------------
 
@@ -76,7 +76,8 @@ enum class Ev {
   handed,
   cancel,
   replicated,
-  mint_failed
+  mint_failed,
+  resend_late
 };
 
 struct Event {
@@ -109,6 +110,7 @@ Event nudge(long long t = 0) { return {Ev::nudge, t}; }
 Event cancel(long long t = 0) { return {Ev::cancel, t}; }
 Event replicated(long long t, error_code ec = {}) { return {Ev::replicated, t, 0, ec}; }
 Event mint_failed(long long t = 0) { return {Ev::mint_failed, t}; }
+Event resend_late(long long t) { return {Ev::resend_late, t}; }
 
 // ---- the actions expected -----------------------------------------------------------------
 
@@ -170,6 +172,8 @@ AcquireFsm::Action feed(AcquireFsm& fsm, const Event& e) {
       return fsm.replicated(e.ec);
     case Ev::mint_failed:
       return fsm.mint_failed();
+    case Ev::resend_late:
+      return fsm.resend_late(now);
   }
   return {};
 }
@@ -624,18 +628,91 @@ const Row rows[] = {
      {{start(), send()},
       {failed(1, error::connection_lost), giving_back(complete(error::connection_lost))}},
      P::done},
-    {"ATimeoutIsNoOutageItsLateReplyDecides",
-     waiting(),
+    {"ATimeoutWithoutWaitEndsItsLateReplyDecides",
+     one_try(),
      {{start(), send()}, {failed(1, error::timeout), complete(error::timeout)}},
      P::done},
-    {"ATimeoutWhileQueuedGivesThePlaceBack",
+    // A timeout within the wait (a server busy with a storm of handshakes): the attempt is
+    // overdue, nothing is sent beside it, and its late reply decides.
+    {"ATimeoutWithinTheWaitAwaitsTheLateGrant",
+     waiting(),
+     {{start(), send()},
+      {failed(1, error::timeout), sleep(1000)},
+      {timer(500), none()},  // not the deadline yet (a stale wake)
+      {granted(900, 7), grant()},
+      {timer(1000), none()}},
+     P::done},
+    {"ALateHeldReplyQueuesAsAnOnTimeOne",
+     waiting(),
+     {{start(), send()},
+      {failed(1, error::timeout), sleep(1000)},
+      {held(600, 3000), listen()},
+      {listened(600), sleep(1000)},
+      {timer(1000), send()}},
+     P::attempting},
+    {"ALateGrantWithTooLittleTtlLeftIsGivenBackAndTriedAgain",
+     waiting(5000),
+     {{start(), send()},
+      {failed(1000, error::timeout), sleep(5000)},
+      {granted(1800, 7), with_new_token(giving_back(send()))},
+      {granted(1810, 8), grant()}},
+     P::done},
+    {"TheWaitRunsOutBeforeTheLateReply",
+     waiting(),
+     {{start(), send()},
+      {failed(1, error::timeout), sleep(1000)},
+      {timer(1000), complete(error::timeout)},
+      {granted(1200, 7), none()}},
+     P::done},
+    {"ATimeoutWhileQueuedAwaitsTheRefresh",
      waiting(),
      {{start(), send()},
       {held(1, 3000), listen()},
       {listened(1), sleep(401)},
       {timer(401), send()},
-      {failed(402, error::timeout), giving_back(complete(error::timeout))}},
+      {failed(402, error::timeout), sleep(1000)},
+      {timer(1000), giving_back(complete(error::timeout))}},
      P::done},
+    {"ACancelWhileOverdueCompletesAtOnce",
+     waiting(),
+     {{start(), send()},
+      {held(1, 3000), listen()},
+      {listened(1), sleep(401)},
+      {timer(401), send()},
+      {failed(402, error::timeout), sleep(1000)},
+      {cancel(500), giving_back(complete(aborted))},
+      {held(600, 3000), none()}},
+     P::done},
+    {"TheDrainEndsWithoutALateReply",
+     waiting(5000),
+     {{start(), send()},
+      {failed(1000, error::timeout), sleep(5000)},
+      {failed(3000, error::connection_lost), with_new_token(giving_back(sleep(3002)))},
+      {timer(3002), send()}},
+     P::attempting},
+    {"ALateRedirectIsResentNow",
+     waiting(),
+     {{start(), send()},
+      {failed(1, error::timeout), sleep(1000)},
+      {resend_late(300), send()},
+      {granted(310, 7), grant()}},
+     P::done},
+    {"ATimeoutOfTheResendIsOverdueAgain",
+     waiting(),
+     {{start(), send()},
+      {failed(1, error::timeout), sleep(1000)},
+      {resend_late(300), send()},
+      {failed(400, error::timeout), sleep(1000)},
+      {refused(900, error::server_error), complete(error::server_error)}},
+     P::done},
+    {"ANudgeWhileOverdueWaitsForTheReply",
+     waiting(),
+     {{start(), send()},
+      {failed(1, error::timeout), sleep(1000)},
+      {nudge(100), none()},
+      {held(200, 3000), listen()},
+      {listened(200), send()}},
+     P::attempting},
     {"AProtocolErrorIsNoOutage",
      waiting(),
      {{start(), send()},
@@ -819,7 +896,8 @@ TEST(AcquireFsm, AfterAFailedAttempt) {
       {error::connect_failed, false, true, false, false, true},
       {error::connect_timeout, false, true, false, false, true},
       {error::connect_failed, false, false, false, false, false},
-      // A timeout: its late reply decides; no outage.
+      // A timeout: its late reply decides (awaited while the wait lasts: awaits_late); no
+      // outage.
       {error::timeout, false, true, false, false, false},
       // Redlock: the fan-out gave back; a majority decides, no waiting out.
       {error::connection_lost, true, true, false, false, false},
@@ -830,6 +908,26 @@ TEST(AcquireFsm, AfterAFailedAttempt) {
     EXPECT_EQ(got.give_back, c.give_back) << c.ec.message() << " redlock=" << c.redlock;
     EXPECT_EQ(got.wait_out, c.wait_out) << c.ec.message() << " redlock=" << c.redlock
                                         << " waiting=" << c.waiting << " cancelled=" << c.cancelled;
+  }
+}
+
+TEST(AcquireFsm, WhichTimeoutIsAwaited) {
+  struct Case {
+    error_code ec;
+    bool redlock, waiting, cancelled, awaits;
+  };
+  const Case cases[] = {
+      {error::timeout, false, true, false, true},
+      {error::timeout, false, false, false, false},         // no wait (or run out): the end
+      {error::timeout, false, true, true, false},           // cancelled
+      {error::timeout, true, true, false, false},           // Redlock: the fan-out settles it
+      {error::connect_timeout, false, true, false, false},  // never written: an outage
+      {error::connection_lost, false, true, false, false},
+  };
+  for (const auto& c : cases) {
+    EXPECT_EQ(AcquireFsm::awaits_late(c.ec, c.redlock, c.waiting, c.cancelled), c.awaits)
+        << c.ec.message() << " redlock=" << c.redlock << " waiting=" << c.waiting
+        << " cancelled=" << c.cancelled;
   }
 }
 
@@ -904,4 +1002,18 @@ TEST(Backoff, FullJitterStaysWithinOneAndTheCap) {
     ASSERT_LE(d, 7ms);
   }
   EXPECT_EQ(full_jitter(0ms), 1ms);
+}
+
+TEST(Backoff, EqualJitterStaysInTheCapsUpperHalfAndSpreads) {
+  std::set<long long> seen;
+  for (int i = 0; i < 1000; ++i) {
+    const auto d = equal_jitter(1000ms);
+    ASSERT_GT(d, 500ms);
+    ASSERT_LE(d, 1000ms);
+    seen.insert(d.count());
+  }
+  // A fleet's reconnects spread out: 1,000 draws over 500 values take far more than 10.
+  EXPECT_GT(seen.size(), 100u);
+  EXPECT_EQ(equal_jitter(25ms).count() > 12, true);
+  EXPECT_LE(equal_jitter(1ms), 1ms);
 }

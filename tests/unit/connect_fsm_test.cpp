@@ -55,7 +55,7 @@ struct Script {
 
 void run(const Script& s) {
   SCOPED_TRACE(s.name);
-  ConnectFsm fsm(s.command_timeout);
+  ConnectFsm fsm(s.command_timeout, no_jitter);
   int i = 0;
   for (const auto& r : s.rows) {
     SCOPED_TRACE("row " + std::to_string(i++));
@@ -201,7 +201,7 @@ TEST(ConnectFsm, ScriptedRows) {
 
 TEST(ConnectFsm, BackoffSequence) {
   // 25, 50, 100, ..., capped at 1 s, for as long as the server stays down.
-  ConnectFsm fsm(1000ms);
+  ConnectFsm fsm(1000ms, no_jitter);
   const long long expected[] = {25, 50, 100, 200, 400, 800, 1000, 1000, 1000};
   long long now = 0;
   for (const auto wait : expected) {
