@@ -211,6 +211,15 @@ void Connection::keep_reading(bool on) {
   }
 }
 
+bool Connection::close_if_idle() {
+  if (fsm_.state() != State::ready || has_work()) return false;
+  close_link();
+  fsm_.left();
+  cancel_timer_if_idle();
+  notify_link_down();
+  return true;
+}
+
 std::optional<Endpoint> Connection::located() const {
   if (!locator_ || fsm_.state() != State::ready) return std::nullopt;
   return Endpoint{config_.host, config_.port};

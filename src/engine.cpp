@@ -48,7 +48,7 @@ Engine::Engine(asio::any_io_executor ex, ConnectionConfig config, ManagerOptions
   strand_.emplace(asio::make_strand(executor_));
   router_ = std::make_shared<Router>(*strand_, std::move(config), options_.client_name, tls_);
   waiters_ = std::make_shared<Waiters>(router_, options_.key_prefix, random_token().substr(0, 16),
-                                       cluster());
+                                       cluster(), options_.keep_subscriber_connection);
   // Every command connection has our scripts before its first command: a NOSCRIPT resend
   // would run after commands sent later (a Redlock give-back after the next attempt's grant).
   std::vector<std::string_view> scripts = {acquire_script.body, release_script.body,
@@ -290,8 +290,11 @@ void Engine::release_held(std::string resource, std::string token,
     return release_detached(std::move(resource), std::move(token), kind, /*by_guard=*/true,
                             patience, std::move(ended));
   }
+  // A release that could not be written (no connection in time: a server restarting, a
+  // storm of connects) is sent again while the lease may be valid, before the caller hears.
   release(std::move(resource), std::move(token), kind, std::move(handler), /*by_guard=*/true,
-          patience, {}, {}, std::move(ended));
+          patience, /*give_back_until=*/std::min(patience, Clock::now() + give_back_horizon), {},
+          std::move(ended));
 }
 
 void Engine::report_hold_end(const LeaseState& lease, HoldEnd end) noexcept {

@@ -19,10 +19,14 @@ using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
 void CompareOp::on_reply(error_code ec, Reply reply) {
-  if (ec && !handler && give_back_until != Clock::time_point{}) {
-    // The link failed: the release may not have run. Again once a link works.
+  // The link failed: the release may not have run. Again once a link works: a detached one
+  // (a give-back, a dropped guard) whatever the failure; one a caller waits for only if it
+  // was never written (a second compare-and-delete after one that ran would say "not
+  // held" of a lease that was ours).
+  if (ec && give_back_until != Clock::time_point{} &&
+      (!handler || ec == error::connect_failed || ec == error::connect_timeout)) {
     auto self = std::static_pointer_cast<CompareOp>(shared_from_this());
-    if (service->retry_later(give_back_until, backoff.next(), [self] {
+    if (service->retry_later(give_back_until, backoff.next(equal_jitter), [self] {
           self->rearm();
           self->service->send(self);
         })) {

@@ -92,7 +92,10 @@ Connection& Router::connection(std::size_t node, Pool pool) {
       slot->set_preload(preload_);
       slot->set_functions(function_library_, function_probe_);
     }
-    slot->check_server_version(true);
+    // The server's version and eviction policy are the command connections' to check: a
+    // subscriber stores nothing, and a fleet's waits each open one (Waiters closes it when
+    // idle), so its handshake stays short (SETNAME, and ROLE behind sentinels).
+    slot->check_server_version(pool != Pool::subscriber);
     slot->accept_evicting_server(accept_evicting_);
     slot->set_refusal_handler(on_refused_);
     slot->set_notice_handler(on_notice_);

@@ -131,6 +131,7 @@ class Router : public std::enable_shared_from_this<Router> {
   /// A node failed (connection lost, timeout) or the map may be stale: reload it soon.
   /// At most one load at a time, and at most one every `min_refresh_interval`.
   void refresh();
+  const Connection::Strand& strand() const noexcept { return strand_; }
   /// Calls `fn(node)` for every node that has a subscriber connection.
   void for_each_subscriber(const std::function<void(std::size_t, Connection&)>& fn);
   /// Writes `command` at once on a command connection of `node` (Connection::write_now),

@@ -5,6 +5,8 @@
 #include "keys.hpp"
 #include "redirect.hpp"
 
+#include <boost/asio/post.hpp>
+
 #include <charconv>
 
 namespace redis_lock::detail {
@@ -136,11 +138,12 @@ void HandOffBook::clear() noexcept {
 // Waiters
 
 Waiters::Waiters(std::shared_ptr<Router> router, std::string key_prefix, std::string manager_id,
-                 bool cluster)
+                 bool cluster, bool keep_connections)
     : router_(std::move(router)),
       notify_prefix_(std::move(key_prefix) + "notify:"),
       manager_id_(std::move(manager_id)),
-      cluster_(cluster) {}
+      cluster_(cluster),
+      keep_connections_(keep_connections) {}
 
 void Waiters::attach() {
   // (Not in the constructor: the handlers hold us weakly.)
@@ -192,14 +195,35 @@ void Waiters::remove(const std::string& token) {
   if (book_.remove(token)) stop_reading_if_idle();
 }
 
-void Waiters::stop_reading_if_idle() {
-  if (!router_ || !book_.empty()) return;
+bool Waiters::idle() const noexcept {
+  if (!router_ || !book_.empty()) return false;
   // A channel nobody watches any more (its SUBSCRIBE unanswered yet) needs no reads: that
-  // SUBSCRIBE keeps its own connection reading until it is answered.
+  // SUBSCRIBE keeps its own connection reading (and open) until it is answered.
   for (const auto& [name, channel] : channels_) {
-    if (!channel.watchers.empty()) return;
+    if (!channel.watchers.empty()) return false;
   }
+  return true;
+}
+
+void Waiters::stop_reading_if_idle() {
+  if (!idle()) return;
   router_->for_each_subscriber([](std::size_t, Connection& c) { c.keep_reading(false); });
+  // Nobody waits or watches: the subscriber connections close (a fleet of idle managers
+  // holds one connection each, not one more per master), once the handlers on the stack,
+  // which may be the connection's own, have returned. The next wait connects and
+  // subscribes again before it relies on a message: until the SUBSCRIBE is confirmed its
+  // waiters poll, and the confirmation makes every one of them look again, so a hand-off
+  // published in between is not missed (HandOffBook::confirmed).
+  if (keep_connections_ || close_posted_) return;
+  close_posted_ = true;
+  boost::asio::post(router_->strand(), [weak = weak_from_this()] {
+    const auto self = weak.lock();
+    if (!self) return;
+    self->close_posted_ = false;
+    if (!self->idle()) return;
+    // One with a command still in flight (an UNSUBSCRIBE) closes when it is answered.
+    self->router_->for_each_subscriber([](std::size_t, Connection& c) { c.close_if_idle(); });
+  });
 }
 
 void Waiters::watch(const std::string& channel, std::uint16_t slot,
@@ -282,10 +306,13 @@ void Waiters::subscribe_channel(const std::string& channel, std::uint16_t slot) 
 }
 
 void Waiters::unsubscribe_channel(const std::string& channel, std::size_t node) {
-  // Read until its answer comes (an in-flight command keeps the connection reading).
+  // Read until its answer comes (an in-flight command keeps the connection reading); then,
+  // if nothing else is watched, the connection closes.
   const std::string_view command[] = {"UNSUBSCRIBE", channel};
   router_->connection(node, Router::Pool::subscriber)
-      .execute(command, Connection::Callback([](error_code, Reply) {}));
+      .execute(command, Connection::Callback([weak = weak_from_this()](error_code, Reply) {
+                 if (const auto self = weak.lock()) self->stop_reading_if_idle();
+               }));
 }
 
 void Waiters::channels_down(std::size_t node) {
@@ -320,8 +347,13 @@ void Waiters::subscribe(std::uint16_t slot, int redirects) {
                            return self->subscribe(slot, redirects + 1);
                          }
                        }
-                       if (ec || reply.is_error()) return self->book_.failed(slot);
-                       for (auto& waiter : self->book_.confirmed(slot)) waiter->nudge();
+                       if (ec || reply.is_error()) {
+                         self->book_.failed(slot);
+                       } else {
+                         for (auto& waiter : self->book_.confirmed(slot)) waiter->nudge();
+                       }
+                       // Every waiter may have gone while it was on its way.
+                       self->stop_reading_if_idle();
                      }));
 }
 

@@ -143,8 +143,10 @@ class HandOffBook {
 /// All member functions on the strand, but for channel_prefix() and manager_id().
 class Waiters : public std::enable_shared_from_this<Waiters> {
  public:
+  /// `keep_connections`: subscriber connections stay open when nobody waits or watches
+  /// (ManagerOptions::keep_subscriber_connection).
   Waiters(std::shared_ptr<Router> router, std::string key_prefix, std::string manager_id,
-          bool cluster);
+          bool cluster, bool keep_connections = false);
   /// Installs the push and link-down handlers on subscriber connections (once).
   void attach();
   void add(const std::string& token, std::weak_ptr<Waiter> waiter, std::uint16_t slot);
@@ -180,8 +182,10 @@ class Waiters : public std::enable_shared_from_this<Waiters> {
   void subscribe_channel(const std::string& channel, std::uint16_t slot);
   void unsubscribe_channel(const std::string& channel, std::size_t node);
   void channels_down(std::size_t node);
+  /// Nobody waits, nothing is watched.
+  bool idle() const noexcept;
   /// Subscriber connections read while anybody waits or watches (else an idle manager
-  /// holds no work).
+  /// holds no work), and are closed when nobody does.
   void stop_reading_if_idle();
   void on_notify(const Reply& push);
 
@@ -189,8 +193,10 @@ class Waiters : public std::enable_shared_from_this<Waiters> {
   const std::string notify_prefix_;  // <prefix>notify:
   const std::string manager_id_;     // 16 hex digits
   const bool cluster_ = false;
+  const bool keep_connections_ = false;
   HandOffBook book_;
   std::unordered_map<std::string, Channel> channels_;  // watched (an election's observers)
+  bool close_posted_ = false;                          // stop_reading_if_idle's close is on its way
 };
 
 }  // namespace redis_lock::detail

@@ -139,6 +139,15 @@ struct ManagerOptions {
   /// before, with nothing to configure. The server keeps each build's library (a few tens
   /// of KB) until `FUNCTION DELETE` (docs/operations.md). False: `EVALSHA` only.
   bool use_functions = true;
+  /// Keep the subscriber connections (one per master: hand-off messages to this manager's
+  /// waiters, an election's announcements to its observers) open after the last wait or
+  /// watch ends, for the next one. False (the default): each closes as soon as nobody waits
+  /// or watches, so an idle manager holds one connection per master (a fleet of them does
+  /// not hold twice its size against `maxclients`), and the next wait connects and
+  /// subscribes again (a handshake and a SUBSCRIBE; its waiters poll until the subscription
+  /// is confirmed, then look again, so no hand-off is missed). True: a manager that waits
+  /// often saves that (docs/capacity.md).
+  bool keep_subscriber_connection = false;
 };
 
 }  // namespace redis_lock

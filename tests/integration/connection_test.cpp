@@ -2,11 +2,14 @@
 // The connection layer on real servers: Unix sockets, AUTH/ACL, SELECT, one pipelined
 // connection, deadlines, reconnection, NOSCRIPT recovery, and garbage from a fake server.
 #include "live.hpp"
+
+#include "background.hpp"
 #include "tcp_proxy.hpp"
 
 #include <hiredis/hiredis.h>
 
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/use_future.hpp>
 #include <boost/asio/write.hpp>
 
 #include <array>
@@ -373,6 +376,26 @@ TEST(Connection, ReconnectsAfterServerRestart) {
   auto second = acquire_once(locks, io, "b");
   EXPECT_FALSE(second.ec) << second.ec.message();
   EXPECT_TRUE(second.owned);
+}
+
+TEST(Connection, AReleaseThatCannotConnectIsSentAgainWhileTheLeaseMayBeValid) {
+  // The server restarts (its lease kept in an fsynced AOF) while the holder releases: the
+  // release is never written while the server is down (connect_failed), so it is sent again
+  // until it lands, instead of leaving the lease to its ttl (10 s) and the caller an error.
+  RedisServer server({"--appendonly", "yes", "--appendfsync", "always"});
+  Background bg;
+  LockManager locks(bg.io.get_executor(), server.config());
+  const auto resource = unique_resource();
+  auto held = locks.async_acquire(resource, {.ttl = 10s}, asio::use_future).get();
+  ASSERT_TRUE(held);
+  server.kill(SIGKILL);
+  auto released = held.async_release(asio::use_future);
+  std::this_thread::sleep_for(300ms);  // the down time the release must ride out
+  EXPECT_NE(released.wait_for(0s), std::future_status::ready) << "it gave up at once";
+  server.restart();
+  ASSERT_EQ(released.wait_for(5s), std::future_status::ready);
+  EXPECT_TRUE(released.get()) << "the lease was not released";
+  EXPECT_EQ(server.command({"EXISTS", lease_key(resource)}), "0");
 }
 
 TEST(Connection, ServerKilledWithRequestsInFlight) {

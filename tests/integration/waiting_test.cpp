@@ -288,6 +288,117 @@ TEST(Waiting, IdleAgainAfterWaiting) {
       << "the subscriber kept a read armed with no waiter left";
 }
 
+namespace {
+
+int clients_named(std::uint16_t port, const std::string& name) {
+  const auto list = redis_command(port, {"CLIENT", "LIST"});
+  int n = 0;
+  for (std::size_t at = 0; (at = list.find(" name=" + name + " ", at)) != std::string::npos; ++at) {
+    ++n;
+  }
+  return n;
+}
+
+/// Polls (every 5 ms, at most `limit`) until `clients_named` is `n`.
+bool clients_become(std::uint16_t port, const std::string& name, int n,
+                    std::chrono::milliseconds limit = 3s) {
+  const auto until = std::chrono::steady_clock::now() + limit;
+  while (clients_named(port, name) != n) {
+    if (std::chrono::steady_clock::now() > until) return false;
+    std::this_thread::sleep_for(5ms);
+  }
+  return true;
+}
+
+/// Runs `fn` when its manager's acquire joins the queue, on that manager's thread, before
+/// the waiter registers for hand-offs (and so before it subscribes).
+struct OnWait : Observer {
+  std::function<void()> fn;
+  void on_wait(const WaitEvent&) noexcept override {
+    if (fn) std::exchange(fn, nullptr)();
+  }
+};
+
+}  // namespace
+
+TEST(Waiting, TheSubscriberConnectionClosesWhenNobodyWaitsAndTheNextWaitMissesNoHandOff) {
+  // A fleet of idle managers holds one connection each: the subscriber connection is open
+  // while the manager waits, and closes when nobody does. The next wait connects and
+  // subscribes again; a release that hands it the lease before its SUBSCRIBE is confirmed
+  // (the message published to nobody) does not leave it waiting: its waiters look again
+  // once subscribed (and poll until then).
+  RedisServer server;
+  const auto cfg = server.config();
+  Background holder_side, waiter_side;
+  LockManager h(holder_side.io.get_executor(), cfg, {.client_name = "holder"});
+  auto observer = std::make_shared<OnWait>();
+  LockManager w(waiter_side.io.get_executor(), cfg,
+                {.client_name = "fleetwaiter", .observer = observer});
+
+  // 1. An ordinary wait: subscribed while it waits, closed after.
+  const auto first = unique_resource();
+  auto held = h.async_acquire(first, {.ttl = 30s}, asio::use_future).get();
+  ASSERT_TRUE(held);
+  auto got = w.async_acquire(first, {.ttl = 30s, .wait = 20s}, asio::use_future);
+  ASSERT_TRUE(wait_for_queue(server.port(), first, 1));
+  EXPECT_TRUE(clients_become(server.port(), "fleetwaiter:sub", 1)) << "never subscribed";
+  EXPECT_TRUE(held.async_release(asio::use_future).get());
+  ASSERT_EQ(got.wait_for(10s), std::future_status::ready);
+  auto mine = got.get();
+  EXPECT_TRUE(mine);
+  EXPECT_TRUE(mine.async_release(asio::use_future).get());
+  EXPECT_TRUE(clients_become(server.port(), "fleetwaiter:sub", 0))
+      << "the subscriber connection stayed open with nobody waiting";
+  EXPECT_EQ(clients_named(server.port(), "fleetwaiter"), 1);  // its command connection
+
+  // 2. The race: the holder releases (handing the lease to the waiter's place, publishing to
+  // a channel nobody listens on yet) after the waiter queued, before it subscribes.
+  const auto second = unique_resource();
+  held = h.async_acquire(second, {.ttl = 30s}, asio::use_future).get();
+  ASSERT_TRUE(held);
+  std::chrono::steady_clock::time_point released_at;
+  observer->fn = [&] {
+    EXPECT_TRUE(held.async_release(asio::use_future).get());
+    released_at = std::chrono::steady_clock::now();
+  };
+  got = w.async_acquire(second, {.ttl = 30s, .wait = 20s}, asio::use_future);
+  ASSERT_EQ(got.wait_for(10s), std::future_status::ready);
+  const auto ready_at = std::chrono::steady_clock::now();
+  mine = got.get();
+  ASSERT_TRUE(mine) << "the handed lease was not taken";
+  // Handed over, not waited out: the lease was set for the waiter by the release (its
+  // token minted then), and taken well before a 30 s lease or its 1.2 s queue place lapsed.
+  EXPECT_EQ(std::to_string(mine.fencing_token()),
+            redis_command(server.port(), {"GET", keys_of(second).fence()}));
+  EXPECT_LT(ready_at - released_at, 1s);
+  EXPECT_TRUE(mine.async_release(asio::use_future).get());
+  EXPECT_TRUE(clients_become(server.port(), "fleetwaiter:sub", 0));
+}
+
+TEST(Waiting, AManagerThatKeepsItsSubscriberConnectionSubscribesOnce) {
+  RedisServer server;
+  const auto cfg = server.config();
+  Background bg;
+  LockManager h(bg.io.get_executor(), cfg, {.client_name = "holder"});
+  LockManager w(bg.io.get_executor(), cfg,
+                {.client_name = "keeper", .keep_subscriber_connection = true});
+  for (int i = 0; i < 3; ++i) {
+    const auto r = unique_resource();
+    auto held = h.async_acquire(r, {.ttl = 30s}, asio::use_future).get();
+    ASSERT_TRUE(held);
+    auto got = w.async_acquire(r, {.ttl = 30s, .wait = 20s}, asio::use_future);
+    ASSERT_TRUE(wait_for_queue(server.port(), r, 1));
+    EXPECT_TRUE(held.async_release(asio::use_future).get());
+    ASSERT_EQ(got.wait_for(10s), std::future_status::ready);
+    auto mine = got.get();
+    EXPECT_TRUE(mine);
+    EXPECT_TRUE(mine.async_release(asio::use_future).get());
+  }
+  EXPECT_EQ(clients_named(server.port(), "keeper:sub"), 1);
+  const auto stats = redis_command(server.port(), {"INFO", "commandstats"});
+  EXPECT_NE(stats.find("cmdstat_subscribe:calls=1,"), std::string::npos) << stats;
+}
+
 // ---------------------------------------------------------------------------------------
 // Documented behaviour of waiting (README "What a lock on one Redis server guarantees",
 // docs/safety.md "Every mode"), one claim each.
@@ -470,7 +581,10 @@ TEST(Waiting, AContendedAcquisitionCostsTwoCommands) {
   const auto script_commands = commands_scripts_call();
   Background bg;
   LockManager h(bg.io.get_executor(), cfg, {.client_name = "holder"});
-  LockManager w(bg.io.get_executor(), cfg, {.client_name = "waiter"});
+  // A manager that waits often keeps its subscriber connection (by default it closes when
+  // nobody waits, and the next wait subscribes again: Waiting.TheSubscriberConnection...).
+  LockManager w(bg.io.get_executor(), cfg,
+                {.client_name = "waiter", .keep_subscriber_connection = true});
   const auto contend = [&](const std::string& r) {
     auto held = h.async_acquire(r, {.ttl = 30s}, asio::use_future).get();
     EXPECT_TRUE(held);
@@ -534,10 +648,12 @@ TEST(Waiting, AHandedLeaseIsOwnedOnItsSignedMessageForItsTtl) {
   const auto lease = lease_key(resource);
   Background bg;
   LockManager h(bg.io.get_executor(), cfg, {.client_name = "holder"});
-  LockManager w(bg.io.get_executor(), cfg, {.client_name = "waiter"});
+  LockManager w(bg.io.get_executor(), cfg,
+                {.client_name = "waiter", .keep_subscriber_connection = true});
   {
     // The waiter's manager subscribes with its first wait, and its waiters then look once
-    // more (a release may have come before it listened): done here, before the count.
+    // more (a release may have come before it listened): done here, before the count, and
+    // kept (by default a manager closes it when nobody waits).
     const auto other = unique_resource();
     auto held = h.async_acquire(other, {.ttl = 30s}, asio::use_future).get();
     auto first = w.async_acquire(other, {.ttl = 30s, .wait = 20s}, asio::use_future);
