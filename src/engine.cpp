@@ -250,6 +250,8 @@ void Engine::release(std::string resource, std::string token, LeaseKind kind, Bo
   if (by_guard && observer()) op->resource = std::move(resource);  // the event's
   op->patience = patience;
   op->give_back_until = give_back_until;
+  // A caller's release that times out waits for its late reply while the lease may be valid.
+  op->wants_late = static_cast<bool>(op->handler) && patience != Clock::time_point{};
   // A guard's async_release: in the initiating call, as for acquire (start_acquire).
   if (op->handler) install_cancellation(op->handler, op);
   on_strand([self = shared_from_this(), op = std::move(op), ended = std::move(ended)]() mutable {

@@ -33,6 +33,16 @@ void CompareOp::on_reply(error_code ec, Reply reply) {
       return;
     }
   }
+  if (ec == error::timeout && handler && wants_late && patience > Clock::now()) {
+    overdue = true;
+    overdue_timer = std::make_unique<boost::asio::steady_timer>(service->strand(), patience);
+    overdue_timer->async_wait(
+        [self = std::static_pointer_cast<CompareOp>(shared_from_this())](error_code) {
+          if (!std::exchange(self->overdue, false)) return;
+          self->finish(error::timeout, Reply{});
+        });
+    return;
+  }
   if (!ec && lease && lease->min_replicas > 0 && command == LeaseCommand::extend &&
       replies::read_compare(reply) == replies::Compare::done) {
     return confirm_replicated();
@@ -40,8 +50,17 @@ void CompareOp::on_reply(error_code ec, Reply reply) {
   finish(ec, std::move(reply));
 }
 
+void CompareOp::on_late_reply(error_code ec, const Reply& reply) {
+  if (!std::exchange(overdue, false)) return;
+  overdue_timer->cancel();
+  finish(ec, reply);
+}
+
 void CompareOp::cancel() {
   if (!handler) return;  // completed already (or a detached release: nobody waits)
+  // Nobody waits for an overdue reply any more: no timer is kept for it (the observer
+  // hears the timeout now).
+  if (overdue) overdue_timer->cancel();
   deliver(service->executor(), Defer::no, std::move(handler),
           error_code(boost::asio::error::operation_aborted), false);
 }

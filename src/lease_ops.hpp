@@ -11,6 +11,7 @@
 #include <redis_lock/observer.hpp>
 
 #include <boost/asio/any_completion_handler.hpp>
+#include <boost/asio/steady_timer.hpp>
 
 #include <chrono>
 #include <functional>
@@ -45,9 +46,16 @@ struct CompareOp final : ScriptOp {
   std::chrono::steady_clock::time_point give_back_until{};
   Backoff backoff = give_back_backoff;
   BoolHandler handler;
-  std::string notify;  // a release: '<P|S><channel prefix>' of the next waiter's manager
+  std::string notify;    // a release: '<P|S><channel prefix>' of the next waiter's manager
+  bool overdue = false;  // timed out; the late reply (or `patience`) answers the caller
+  std::unique_ptr<boost::asio::steady_timer> overdue_timer;
 
   void on_reply(boost::system::error_code ec, Reply reply) override;
+  /// A release the caller waits for that timed out is overdue while its lease may be valid
+  /// (`patience`): its late reply answers the caller, as an on-time one would (a server slow
+  /// with a storm of connects says "released" a little late, not "timeout"); at `patience`
+  /// the timeout does.
+  void on_late_reply(boost::system::error_code ec, const Reply& reply) override;
   /// The caller's cancellation: completes with operation_aborted now. The command runs on:
   /// a release may still release (else the lease expires by its ttl), an extension still
   /// extend (the guard's validity moves only when a reply confirms it, as before).

@@ -378,6 +378,29 @@ TEST(Connection, ReconnectsAfterServerRestart) {
   EXPECT_TRUE(second.owned);
 }
 
+TEST(Connection, AReleaseThatTimesOutIsAnsweredByItsLateReply) {
+  // The server stalls past the command timeout while the holder releases: the release was
+  // written and runs when the server wakes; the caller hears what it did ("released"), not
+  // a timeout that leaves it guessing, since the lease was still valid meanwhile.
+  RedisServer server;
+  Background bg;
+  auto cfg = server.config();
+  cfg.command_timeout = 200ms;
+  LockManager locks(bg.io.get_executor(), cfg);
+  const auto resource = unique_resource();
+  auto held = locks.async_acquire(resource, {.ttl = 10s}, asio::use_future).get();
+  ASSERT_TRUE(held);
+  std::thread sleeper([&] { server.command({"DEBUG", "SLEEP", "1"}); });
+  ASSERT_TRUE(wait_until_asleep(server.port(), 900ms)) << "DEBUG SLEEP never began";
+  const auto start = std::chrono::steady_clock::now();
+  auto released = held.async_release(asio::use_future);
+  ASSERT_EQ(released.wait_for(5s), std::future_status::ready);
+  sleeper.join();
+  EXPECT_TRUE(released.get()) << "not answered by the late reply";
+  EXPECT_GE(std::chrono::steady_clock::now() - start, 300ms);  // past the command timeout
+  EXPECT_EQ(server.command({"EXISTS", lease_key(resource)}), "0");
+}
+
 TEST(Connection, AReleaseThatCannotConnectIsSentAgainWhileTheLeaseMayBeValid) {
   // The server restarts (its lease kept in an fsynced AOF) while the holder releases: the
   // release is never written while the server is down (connect_failed), so it is sent again
