@@ -404,23 +404,46 @@ void Connection::start_handshake(const std::shared_ptr<Link>& link) {
                       resp);
   finding_.reset();
   functions_found_ = false;
+  loaded_in_handshake_ = false;
   fsm_.connected();
   handshake_left_ = steps.size();
-  for (const auto step : steps) {
-    // These callbacks live in the link's own queue, which the connection owns: they hold
-    // both weakly, or a link stuck in its handshake when the io_context is destroyed would
-    // keep itself and the connection alive forever (seen by LSan, FaultMatrix.Partition...).
-    link->in_flight.push_back(
-        Pending{Callback([weak_self = weak_from_this(), weak_link = std::weak_ptr<Link>(link),
-                          step](error_code ec, Reply reply) {
-                  const auto self = weak_self.lock();
-                  const auto alive_link = weak_link.lock();
-                  if (self && alive_link) self->on_handshake_reply(alive_link, step, ec, reply);
-                }),
-                nullptr, never, 0});
-  }
+  for (const auto step : steps) expect_handshake_reply(link, step);
   link->write_buf = std::move(resp);
   write_link(link);
+}
+
+void Connection::expect_handshake_reply(const std::shared_ptr<Link>& link, Handshake::Step step) {
+  // These callbacks live in the link's own queue, which the connection owns: they hold both
+  // weakly, or a link stuck in its handshake when the io_context is destroyed would keep
+  // itself and the connection alive forever (seen by LSan, FaultMatrix.Partition...).
+  link->in_flight.push_back(
+      Pending{Callback([weak_self = weak_from_this(), weak_link = std::weak_ptr<Link>(link), step](
+                           error_code ec, Reply reply) {
+                const auto self = weak_self.lock();
+                const auto alive_link = weak_link.lock();
+                if (self && alive_link) self->on_handshake_reply(alive_link, step, ec, reply);
+              }),
+              nullptr, never, 0});
+}
+
+bool Connection::load_library_first(const std::shared_ptr<Link>& link) {
+  // The probe found no library: it is loaded before anything else goes, one round trip
+  // more, and the commands then go with FCALL. Only where the load is refused do the scripts
+  // go ahead of them (SCRIPT LOAD, EVALSHA). Sending both at once, as before, had every
+  // connection of a fleet that met a server without the library (a fresh or restarted one)
+  // send the library and every script: about 100 KB each, for the server to read and hash
+  // while the fleet waits for its first locks.
+  if (!probed_ || functions_found_ || loaded_in_handshake_ || function_load_refused_ ||
+      fcall_refused_ || link->writing) {
+    return false;
+  }
+  loaded_in_handshake_ = true;
+  handshake_left_ = 1;
+  expect_handshake_reply(link, Handshake::Step::function_load);
+  link->write_buf.clear();
+  append_command(link->write_buf, {"FUNCTION", "LOAD", function_library_});
+  write_link(link);
+  return true;
 }
 
 void Connection::write_link(const std::shared_ptr<Link>& link) {
@@ -452,10 +475,20 @@ void Connection::on_handshake_reply(const std::shared_ptr<Link>& link, Handshake
     functions_found_ = Handshake::functions_ready(step, reply);
     if (reply.is_error() && reply.str.starts_with("NOPERM")) fcall_refused_ = true;
   }
+  if (step == Handshake::Step::function_load) {
+    functions_found_ = Handshake::functions_ready(step, reply);
+    if (reply.is_error() &&
+        (reply.str.starts_with("NOPERM") || reply.str.starts_with("ERR unknown command"))) {
+      function_load_refused_ = true;  // not asked again on this connection
+    }
+  }
   if (--handshake_left_ == 0) {
+    if (load_library_first(link)) return;
     // (A handshake without the probe, its user refused FCALL before, loaded the scripts.)
     if (probed_) {
       use_functions(functions_found_);
+      // A library flushed later, on this link, is loaded again (use_functions).
+      loaded_in_handshake_ = false;
     } else if (!function_library_.empty()) {
       restate_queued(false);
     }
@@ -483,13 +516,15 @@ void Connection::use_functions(bool found) {
     append_command(bytes, command);
     sizes.push_back(bytes.size() - before);
   };
-  if (!function_load_refused_ && !fcall_refused_) add({"FUNCTION", "LOAD", function_library_});
+  // (Not again where this handshake loaded it, and failed.)
+  const bool load = !function_load_refused_ && !fcall_refused_ && !loaded_in_handshake_;
+  if (load) add({"FUNCTION", "LOAD", function_library_});
   for (const auto body : preload_) add({"SCRIPT", "LOAD", body});
   // No deadline of their own, as the handshake's steps: a timed-out command behind them
   // fails the link all the same, and the queue's deadlines stay in order.
   const auto deadline = never;
   for (std::size_t i = sizes.size(); i-- > 0;) {
-    if (i == 0 && !function_load_refused_ && !fcall_refused_) {
+    if (i == 0 && load) {
       queued_.push_front(
           Pending{Callback([weak_self = weak_from_this(), weak_link = std::weak_ptr<Link>(link_)](
                                error_code ec, Reply reply) {

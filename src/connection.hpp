@@ -173,6 +173,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
   /// probe answered), else with EVALSHA, the library and the scripts loaded ahead of the
   /// queue.
   void use_functions(bool found);
+  /// The handshake waits for `step`'s reply on `link`.
+  void expect_handshake_reply(const std::shared_ptr<Link>& link, Handshake::Step step);
+  /// The handshake's probe found no library: FUNCTION LOAD goes as one more step (true), or
+  /// it cannot (refused before, already tried, a write still out: false).
+  bool load_library_first(const std::shared_ptr<Link>& link);
   /// Commands are sent with FCALL (`functions`) or EVALSHA from now on, the queued ones too.
   void restate_queued(bool functions);
   /// The answer to the FUNCTION LOAD that use_functions sent on `link` (null: gone).
@@ -238,6 +243,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool functions_ = false;              // how queued_bytes_ and new commands call our scripts
   bool functions_found_ = false;        // the current handshake's probe answered
   bool probed_ = false;                 // the current handshake asks for the library
+  bool loaded_in_handshake_ = false;    // it found none, and loaded it before any command
   bool function_load_refused_ = false;  // NOPERM: this user may not load the library
   bool fcall_refused_ = false;          // NOPERM: nor call it (not even asked, after that)
   bool check_version_ = false;

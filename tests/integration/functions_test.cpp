@@ -98,6 +98,26 @@ TEST(Functions, AManagerLoadsTheLibraryOnceAndCallsTheScriptsWithFcall) {
   EXPECT_EQ(calls_of(server, "function|load"), 0);
 }
 
+TEST(Functions, AServerWithoutTheLibraryGetsItBeforeTheFirstCommandAndNoScripts) {
+  // A fresh (or restarted) server: the handshake's probe finds no library, so the library is
+  // loaded before any command goes (one round trip more), and every command goes with
+  // FCALL. The scripts are not loaded as well: a fleet's connections meeting a restarted
+  // server each sent them (about 100 KB for the server to read and hash) on top of the
+  // library.
+  RedisServer server;
+  ASSERT_EQ(our_libraries(server), "");
+  asio::io_context io;
+  LockManager a(io.get_executor(), server.config());
+  const auto r = acquire_once(a, io, unique_resource("fresh"));
+  EXPECT_TRUE(r.owned) << r.ec.message();
+  EXPECT_NE(our_libraries(server), "");
+  EXPECT_EQ(calls_of(server, "function|load"), 1);
+  EXPECT_EQ(calls_of(server, "script|load"), 0);
+  EXPECT_GE(calls_of(server, "fcall"), 2);  // the acquire and its release
+  EXPECT_EQ(calls_of(server, "evalsha"), 0);
+  EXPECT_EQ(calls_of(server, "eval"), 0);
+}
+
 TEST(Functions, WithUseFunctionsOffTheScriptsGoWithEvalsha) {
   RedisServer server;
   asio::io_context io;
