@@ -6,6 +6,7 @@
 
 #include <redis_lock/error.hpp>
 
+#include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 
 namespace redis_lock::detail {
@@ -142,6 +143,17 @@ class Router::LateMap final : public LateReplies {
 void Router::send(std::shared_ptr<Routed> op, std::size_t ask_node) {
   if (shut_down_) return;  // dropped, as Asio drops pending handlers
   const bool asking = ask_node != no_node;
+  if (!asking && op->pinned == no_node && cluster() && !first_query_done_ && slots_[op->slot] < 0) {
+    // No map yet: wait for the one being fetched rather than send to a seed that may answer
+    // MOVED, and keep a connection open there for nothing (a fleet's managers each held one
+    // on the first seed). Only for the first query: after it, whatever its outcome, the
+    // seed it is.
+    refresh();
+    if (refreshing_) {
+      awaiting_map_.push_back(std::move(op));
+      return;
+    }
+  }
   op->node = asking ? ask_node : op->pinned != no_node ? op->pinned : node_for(op->slot);
   Connection& target = connection(op->node, op->durable ? Pool::durable : Pool::commands);
   if (asking) {
@@ -297,6 +309,15 @@ void Router::query_slots(std::size_t tried) {
                      if (ec || !self->take_map(reply, node, query))
                        return self->query_slots(tried + 1);
                      self->refresh_done();
+                     // The map is in: its connection has nothing to do until the next refresh
+                     // (a MOVED, a failed node), so none is kept open for it (a fleet's
+                     // managers each held one on the seed master, for good). Closed once this
+                     // handler, which its connection runs, has returned.
+                     asio::post(self->strand_, [weak, node] {
+                       const auto router = weak.lock();
+                       if (!router || router->shut_down_) return;
+                       router->connection(node, Pool::topology).close_if_idle();
+                     });
                    }),
                std::make_shared<LateMap>(weak_from_this(), node, query));
 }
@@ -311,6 +332,10 @@ bool Router::take_map(const Reply& reply, std::size_t from, std::uint64_t query)
 
 void Router::refresh_done() {
   refreshing_ = false;
+  first_query_done_ = true;
+  // (Sent again through send: routed by the map, or to the seed if no node gave one.)
+  auto waited = std::exchange(awaiting_map_, {});
+  for (auto& op : waited) send(std::move(op));
   if (refresh_again_) {
     refresh_again_ = false;
     refresh();
@@ -364,6 +389,7 @@ void Router::shutdown() noexcept {
   shut_down_ = true;
   if (locator_) locator_->shutdown();
   refresh_timer_.reset();
+  awaiting_map_.clear();
   for (auto& node : nodes_) {
     for (auto& c : node.pools) {
       if (c) c->shutdown();

@@ -187,6 +187,9 @@ class Router : public std::enable_shared_from_this<Router> {
   bool map_loaded_ = false;
   std::uint64_t map_queries_ = 0;  // map queries sent, numbered from 1
   std::uint64_t map_applied_ = 0;  // the query whose map slots_ holds
+  // Commands sent before the first map came: they go when its query ends (see send).
+  std::vector<std::shared_ptr<Routed>> awaiting_map_;
+  bool first_query_done_ = false;  // they wait for the first query only
   bool refreshing_ = false;
   bool refresh_again_ = false;
   std::size_t next_candidate_ = 0;

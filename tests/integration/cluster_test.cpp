@@ -251,6 +251,64 @@ TEST(Cluster, LocksOnEveryMasterFromOneSeed) {
       30s);
 }
 
+TEST(Cluster, AnIdleManagerHoldsOneConnectionPerMasterItUsedAndNoneForTheMap) {
+  // Connections a fleet can afford (docs/capacity.md): the slot map's connection closes once
+  // the map is in, the subscriber connection once nobody waits; what stays is one command
+  // connection per master the manager sent locks to.
+  RedisCluster cluster;
+  asio::io_context io;
+  LockManager holder(io.get_executor(), cluster.config(), {.client_name = "fleetholder"});
+  LockManager waiter(io.get_executor(), cluster.config(), {.client_name = "fleetmember"});
+  const auto resource = unique_resource();
+  const auto owner = cluster.master_of(slot_of(resource));
+  const auto named = [&](const std::string& name) {
+    int n = 0;
+    for (std::size_t i = 0; i < 3; ++i) {
+      const auto list = cluster.node(i).command({"CLIENT", "LIST"});
+      for (std::size_t at = 0; (at = list.find(" name=" + name + " ", at)) != std::string::npos;
+           ++at) {
+        ++n;
+      }
+    }
+    return n;
+  };
+  run_co(
+      io,
+      [&]() -> asio::awaitable<void> {
+        auto [ec, held] = co_await holder.async_acquire(resource, {.ttl = 10s},
+                                                        asio::as_tuple(asio::use_awaitable));
+        CO_ASSERT_TRUE(held.owns_lock());
+        std::optional<LockGuard> got;
+        waiter.async_acquire(resource, {.ttl = 10s, .wait = 8s},
+                             [&](boost::system::error_code e, LockGuard g) {
+                               EXPECT_FALSE(e);
+                               got = std::move(g);
+                             });
+        for (int i = 0; i < 300 && named("fleetmember:sub") == 0; ++i) co_await sleep_for(10ms);
+        EXPECT_EQ(named("fleetmember:sub"), 1) << "the waiter never subscribed";
+        auto [rec, released] = co_await held.async_release(asio::as_tuple(asio::use_awaitable));
+        EXPECT_TRUE(released);
+        for (int i = 0; i < 300 && !got; ++i) co_await sleep_for(10ms);
+        CO_ASSERT_TRUE(got.has_value());
+        EXPECT_TRUE(got->owns_lock());
+        auto [rec2, released2] = co_await got->async_release(asio::as_tuple(asio::use_awaitable));
+        EXPECT_TRUE(released2);
+        // Settled: no map connection, no subscriber, one command connection on the owner.
+        for (int i = 0; i < 300 && (named("fleetmember:sub") + named("fleetmember:topology") +
+                                    named("fleetholder:topology")) > 0;
+             ++i) {
+          co_await sleep_for(10ms);
+        }
+        EXPECT_EQ(named("fleetmember:topology"), 0);
+        EXPECT_EQ(named("fleetholder:topology"), 0);
+        EXPECT_EQ(named("fleetmember:sub"), 0);
+        EXPECT_EQ(named("fleetmember"), 1);
+        const auto on_owner = cluster.node(owner).command({"CLIENT", "LIST"});
+        EXPECT_NE(on_owner.find(" name=fleetmember "), std::string::npos) << on_owner;
+      }(),
+      20s);
+}
+
 TEST(Cluster, WaiterIsWokenBySpublishOnTheSlotsMaster) {
   RedisCluster cluster;
   asio::io_context io;
