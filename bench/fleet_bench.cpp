@@ -17,6 +17,12 @@
 //                  ~0: no polling; the sampler's own INFO is taken out), each child's CPU,
 //                  resident memory per manager (VmRSS / M, and its growth from before the
 //                  managers were made to after the storm), per-client `tot-mem` at the end;
+//                  beside a raw baseline: before the phase the parent starts a second
+//                  redis-server with the same options and opens on it raw idle hiredis
+//                  connections (one CLIENT SETNAME rawidle each, then nothing), as many as
+//                  make its connected_clients equal the fleet server's; both servers' INFO cpu
+//                  is read over the same window (the raw one's right after the fleet one's at
+//                  each end), giving "fleet / raw"; the raw server stops after the phase;
 //   3. contention  W waiters (the first W/P managers of each child) acquire `fleet:hot`
 //                  (ttl 10 s, wait 60 s) and release at once: all served?, hand-offs/s,
 //                  server CPU per hand-off, max wait, and how far grant order (fencing
@@ -30,6 +36,18 @@
 //                  killed with SIGKILL, "go" is sent at once, the server is started again
 //                  on the same port, empty: time until every manager holds its lock again.
 //
+// --cluster: the same phases on a 3-master Redis Cluster without replicas (the test harness's
+// RedisCluster; the managers use its ConnectionConfig, every master a seed). Server columns are
+// summed over the masters, and each phase adds a table per master (CPU % of a core over its
+// own window, commands, connected_clients, used_memory) and the CPU spread (max / min - 1).
+// The contention phase's hot resource lives on one master (its slot and master are printed);
+// the raw baseline (one server) and the restart phase do not apply.
+//
+// --sizes N1,N2,...: a sweep. For each total fleet size N, P = 4 processes (or --processes) of
+// M = N / P managers run the storm and the restart only, each size on fresh servers; then one
+// table (storm and restart "all held after", their errors, connected_clients and used_memory
+// after the storm) and JSON {"sweep": [...], "runs": [each size's full JSON]}.
+//
 // Steady-clock times cross the pipes as nanoseconds (CLOCK_MONOTONIC: one clock for every
 // process on the machine). Every error is counted by its code, never retried here beyond what
 // the library does. A child that has not answered a phase within its wait + 30 s is reported
@@ -37,9 +55,10 @@
 // an error (1 otherwise, 2 for bad arguments).
 //
 //   fleet_bench [--processes P] [--managers M] [--idle-seconds S] [--waiters W]
-//               [--pairs-seconds T] [--restart | --no-restart] [--port PORT] [--json FILE]
-//               [--quick]
+//               [--pairs-seconds T] [--restart | --no-restart] [--port PORT] [--cluster]
+//               [--sizes N1,N2,...] [--json FILE] [--quick]
 //   defaults: P=4 M=250 S=60 W=1000 T=10; --quick: P=2 M=100 S=10 W=100 T=3
+#include "redis_cluster.hpp"
 #include "redis_server.hpp"
 
 #include <redis_lock/redis_lock.hpp>
@@ -64,6 +83,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
@@ -357,6 +377,7 @@ asio::awaitable<void> pair_loop(LockManager& m, std::string resource, Clock::tim
 struct ChildArgs {
   int index = 0, managers = 0, waiters = 0, ctl_fd = -1, out_fd = -1;
   std::uint16_t port = 0;
+  std::string cluster_ports;  // --cluster: the masters' ports, comma-separated (seeds)
   int idle_s = 0, pairs_s = 0;
 };
 
@@ -367,6 +388,12 @@ class Child {
     redis_lock::ConnectionConfig cfg;
     cfg.host = "127.0.0.1";
     cfg.port = a.port;
+    if (!a.cluster_ports.empty()) {
+      cfg.topology = redis_lock::Topology::cluster;
+      for (const auto& p : split(a.cluster_ports, ',')) {
+        cfg.nodes.push_back({"127.0.0.1", static_cast<std::uint16_t>(std::atoi(p.c_str()))});
+      }
+    }
     redis_lock::ManagerOptions opts;
     opts.client_name = "fleet_bench";
     managers_.reserve(static_cast<std::size_t>(a.managers));
@@ -503,6 +530,7 @@ int child_main(int argc, char** argv) {
     if (k == "--pairs-seconds") a.pairs_s = v;
     if (k == "--ctl-fd") a.ctl_fd = v;
     if (k == "--out-fd") a.out_fd = v;
+    if (k == "--cluster-ports") a.cluster_ports = argv[i + 1];
   }
   ::signal(SIGPIPE, SIG_IGN);
   raise_fd_limit();
@@ -631,19 +659,55 @@ void read_client_list(Sampler& s, ServerSample& out) {
   if (out.listed > 0) out.tot_mem_mean = static_cast<double>(sum) / static_cast<double>(out.listed);
 }
 
-/// Before a phase: CLIENT LIST, then INFO (so the phase's window holds only that INFO).
-ServerSample sample_before(Sampler& s) {
-  ServerSample out;
-  read_client_list(s, out);
-  read_info(s, out);
+/// The servers the fleet uses, one sampler each: the standalone server, or each master of a
+/// Cluster.
+using Samplers = std::vector<std::unique_ptr<Sampler>>;
+
+/// Every server at one moment, and their sum (times: the first server's).
+struct Samples {
+  ServerSample total;
+  std::vector<ServerSample> nodes;
+};
+
+void add_up(Samples& s) {
+  ServerSample& t = s.total;
+  t.ok = !s.nodes.empty();
+  double mem_sum = 0;
+  for (const auto& n : s.nodes) {
+    t.ok = t.ok && n.ok;
+    t.sent += n.sent;
+    t.cpu_s += n.cpu_s;
+    t.commands += n.commands;
+    t.clients += n.clients;
+    t.used_memory += n.used_memory;
+    t.listed += n.listed;
+    mem_sum += n.tot_mem_mean * static_cast<double>(n.listed);
+    t.tot_mem_max = std::max(t.tot_mem_max, n.tot_mem_max);
+  }
+  if (!s.nodes.empty()) t.t_ns = s.nodes.front().t_ns;
+  if (t.listed > 0) t.tot_mem_mean = mem_sum / static_cast<double>(t.listed);
+}
+
+/// Before a phase: CLIENT LIST of every server, then INFO of every server (so the phase's
+/// window holds only those INFOs).
+Samples sample_before(Samplers& s) {
+  Samples out;
+  out.nodes.resize(s.size());
+  for (std::size_t i = 0; i < s.size(); ++i) read_client_list(*s[i], out.nodes[i]);
+  for (std::size_t i = 0; i < s.size(); ++i) read_info(*s[i], out.nodes[i]);
+  add_up(out);
   return out;
 }
 
-/// After a phase: INFO, then CLIENT LIST.
-ServerSample sample_after(Sampler& s) {
-  ServerSample out;
-  read_info(s, out);
-  read_client_list(s, out);
+/// After a phase: INFO of every server, `between` (another server's INFO in the same
+/// window), then CLIENT LIST of every server.
+Samples sample_after(Samplers& s, const std::function<void()>& between = {}) {
+  Samples out;
+  out.nodes.resize(s.size());
+  for (std::size_t i = 0; i < s.size(); ++i) read_info(*s[i], out.nodes[i]);
+  if (between) between();
+  for (std::size_t i = 0; i < s.size(); ++i) read_client_list(*s[i], out.nodes[i]);
+  add_up(out);
   return out;
 }
 
@@ -792,8 +856,11 @@ void stop_children(std::vector<ChildProc>& children) {
 struct Options {
   int processes = 4, managers = 250, idle_s = 60, waiters = 1000, pairs_s = 10;
   bool restart = true;
+  bool cluster = false;  // a 3-master Redis Cluster of our own instead of one server
   std::uint16_t port = 0;
   std::string json;
+  std::vector<int> sizes;     // --sizes: the sweep's fleet sizes
+  bool middle_phases = true;  // idle, contention and pairs (not in the sweep)
 };
 
 /// Errors of every child, merged; "none" or one line per kind.
@@ -859,88 +926,151 @@ std::string fleet_cells(const Options& o) {
          std::to_string(o.managers);
 }
 
-int usage() {
-  std::fprintf(stderr,
-               "usage: fleet_bench [--processes P] [--managers M] [--idle-seconds S] "
-               "[--waiters W] [--pairs-seconds T] [--restart | --no-restart] [--port PORT] "
-               "[--json FILE] [--quick]\n");
-  return 2;
+/// A JSON object with `extra` (",\"key\":value...") added before its closing brace.
+std::string json_with(std::string object, const std::string& extra) {
+  if (extra.empty() || object.empty()) return object;
+  object.pop_back();
+  return object + extra + "}";
 }
 
-int parent_main(int argc, char** argv) {
-  Options o;
-  std::optional<int> processes, managers, idle_s, waiters, pairs_s;
-  bool quick = false;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    const bool has_value = i + 1 < argc;
-    if (a == "--quick") {
-      quick = true;
-    } else if (a == "--restart") {
-      o.restart = true;
-    } else if (a == "--no-restart") {
-      o.restart = false;
-    } else if (a == "--processes" && has_value) {
-      processes = std::atoi(argv[++i]);
-    } else if (a == "--managers" && has_value) {
-      managers = std::atoi(argv[++i]);
-    } else if (a == "--idle-seconds" && has_value) {
-      idle_s = std::atoi(argv[++i]);
-    } else if (a == "--waiters" && has_value) {
-      waiters = std::atoi(argv[++i]);
-    } else if (a == "--pairs-seconds" && has_value) {
-      pairs_s = std::atoi(argv[++i]);
-    } else if (a == "--port" && has_value) {
-      o.port = static_cast<std::uint16_t>(std::atoi(argv[++i]));
-    } else if (a == "--json" && has_value) {
-      o.json = argv[++i];
-    } else {
-      return usage();
+/// Cluster: each master's share of a phase (CPU over its own window, commands, clients) and
+/// the spread of their CPU, as a table; returns the phase's JSON fields for it.
+std::string masters_table(const Samples& before, const Samples& after,
+                          const std::vector<std::uint16_t>& ports) {
+  std::printf(
+      "\nPer master:\n\n| master | port | server CPU (%% of a core) | commands (sampler's "
+      "excluded) | connected_clients before -> after | used_memory after |\n"
+      "|---|---|---|---|---|---|\n");
+  std::string json = ",\"masters\":[";
+  double lo = 0, hi = 0;
+  for (std::size_t i = 0; i < after.nodes.size() && i < before.nodes.size(); ++i) {
+    const auto& b = before.nodes[i];
+    const auto& a = after.nodes[i];
+    const double wall = static_cast<double>(a.t_ns - b.t_ns) / 1e9;
+    const double pct = 100.0 * (a.cpu_s - b.cpu_s) / std::max(1e-9, wall);
+    const long long commands = a.commands - b.commands - (a.sent - b.sent);
+    lo = i == 0 ? pct : std::min(lo, pct);
+    hi = i == 0 ? pct : std::max(hi, pct);
+    std::printf("| %zu | %u | %.3f %% | %lld | %lld -> %lld | %.1f MB |\n", i, ports.at(i), pct,
+                commands, b.clients, a.clients, mb(a.used_memory));
+    json += std::string(i ? "," : "") + "{\"port\":" + std::to_string(ports.at(i)) +
+            ",\"server_cpu_pct\":" + fmt("%.4f", pct) +
+            ",\"commands\":" + std::to_string(commands) +
+            ",\"connected_clients_before\":" + std::to_string(b.clients) +
+            ",\"connected_clients_after\":" + std::to_string(a.clients) +
+            ",\"used_memory_after\":" + std::to_string(a.used_memory) + "}";
+  }
+  const bool spread_known = lo > 0;
+  const double spread = spread_known ? 100.0 * (hi / lo - 1.0) : 0.0;
+  std::printf("\nCPU spread over the masters (max / min - 1): %s.\n",
+              spread_known ? fmt("%.1f %%", spread).c_str() : "n/a (a master used no CPU)");
+  return json + "],\"master_cpu_spread_pct\":" + (spread_known ? fmt("%.2f", spread) : "null");
+}
+
+/// The idle phase's baseline: a second redis-server started with the fleet server's options,
+/// and `n` raw idle connections to it (hiredis; each sends one CLIENT SETNAME rawidle, reads
+/// its reply, then nothing). The connections close, then the server stops, with the object.
+class RawIdle {
+ public:
+  RawIdle(const std::vector<std::string>& server_args, long long n) : server_(server_args) {
+    const timeval tv{10, 0};
+    conns_.reserve(static_cast<std::size_t>(std::max(0LL, n)));
+    for (long long i = 0; i < n; ++i) {
+      redisContext* c = redisConnectWithTimeout("127.0.0.1", server_.port(), tv);
+      if (!c || c->err) {
+        if (c) redisFree(c);
+        ++failed;
+        continue;
+      }
+      redisSetTimeout(c, tv);
+      auto* r = static_cast<redisReply*>(redisCommand(c, "CLIENT SETNAME rawidle"));
+      const bool ok = r && r->type == REDIS_REPLY_STATUS;
+      if (r) freeReplyObject(r);
+      if (!ok) {
+        redisFree(c);
+        ++failed;
+        continue;
+      }
+      conns_.push_back(c);
     }
   }
-  if (quick) {
-    o.processes = 2;
-    o.managers = 100;
-    o.idle_s = 10;
-    o.waiters = 100;
-    o.pairs_s = 3;
+  ~RawIdle() {
+    for (auto* c : conns_) redisFree(c);
   }
-  o.processes = processes.value_or(o.processes);
-  o.managers = managers.value_or(o.managers);
-  o.idle_s = idle_s.value_or(o.idle_s);
-  o.waiters = waiters.value_or(o.waiters);
-  o.pairs_s = pairs_s.value_or(o.pairs_s);
-  if (o.processes < 1 || o.managers < 1 || o.idle_s < 0 || o.waiters < 0 || o.pairs_s < 1) {
-    return usage();
-  }
+  RawIdle(const RawIdle&) = delete;
+  RawIdle& operator=(const RawIdle&) = delete;
+
+  std::uint16_t port() const { return server_.port(); }
+  long long opened() const { return static_cast<long long>(conns_.size()); }
+  long long failed = 0;
+
+ private:
+  redis_lock::test::RedisServer server_;
+  std::vector<redisContext*> conns_;
+};
+
+/// What a run of the fleet gives back: its JSON, its exit code, and what the sweep keeps.
+struct RunResult {
+  int code = 0;
+  bool hung = false;
+  std::string json;
+  bool storm_ran = false, storm_all = false;
+  double storm_s = 0;
+  ErrorMap storm_errors;
+  long long clients_after_storm = 0, used_memory_after_storm = 0;
+  bool restart_ran = false, restart_all = false;
+  double restart_s = 0, restart_down_s = 0;
+  ErrorMap restart_errors;
+};
+
+/// One fleet on its servers (started here unless --port), phase by phase.
+RunResult run_fleet(Options o, rlim_t fd_limit) {
+  RunResult result;
   const int fleet = o.processes * o.managers;
   o.waiters = std::min(o.waiters, fleet);
 
-  ::signal(SIGPIPE, SIG_IGN);
-  const rlim_t fd_limit = raise_fd_limit();
-
-  // The server: ours (maxclients as high as our fd limit lets it go), or the one at --port.
+  // The servers: a Cluster of our own; or a server of our own (maxclients as high as our fd
+  // limit lets it go); or the one at --port.
   std::unique_ptr<redis_lock::test::RedisServer> server;
-  if (o.port == 0) {
+  std::unique_ptr<redis_lock::test::RedisCluster> cluster;
+  std::vector<std::uint16_t> ports;
+  if (o.cluster) {
+    cluster = std::make_unique<redis_lock::test::RedisCluster>(3, 0);
+    for (std::size_t i = 0; i < cluster->size(); ++i) ports.push_back(cluster->node(i).port());
+    o.port = ports.front();
+    o.restart = false;
+  } else if (o.port == 0) {
     const long long maxclients = std::min<long long>(20000, static_cast<long long>(fd_limit) - 64);
     server = std::make_unique<redis_lock::test::RedisServer>(
         std::vector<std::string>{"--maxclients", std::to_string(maxclients)});
     o.port = server->port();
-  } else if (o.restart) {
-    std::fprintf(stderr,
-                 "fleet_bench: --port given: the restart phase is skipped (not our server)\n");
-    o.restart = false;
+    ports.push_back(o.port);
+  } else {
+    ports.push_back(o.port);
+    if (o.restart) {
+      std::fprintf(stderr,
+                   "fleet_bench: --port given: the restart phase is skipped (not our server)\n");
+      o.restart = false;
+    }
   }
-  Sampler sampler(o.port);
+  Samplers samplers;
+  for (const auto p : ports) samplers.push_back(std::make_unique<Sampler>(p));
+  Sampler& sampler = *samplers.front();
   std::string maxclients = sampler.command({"CONFIG", "GET", "maxclients"}).value_or("? ?");
   maxclients = maxclients.substr(maxclients.find(' ') + 1);  // the reply is "maxclients N"
   const auto version =
       info_field("\n" + sampler.command({"INFO", "server"}).value_or(""), "redis_version");
+  // The raw baseline's server is started with the same options as the fleet's.
+  const std::vector<std::string> server_args = {"--maxclients", maxclients};
 
+  std::string port_list;
+  for (const auto p : ports) port_list += (port_list.empty() ? "" : ", ") + std::to_string(p);
   std::printf(
-      "# fleet_bench: %d managers (%d processes x %d), one redis-server %s on port %u "
+      "# fleet_bench: %d managers (%d processes x %d), %s %s on port%s %s "
       "(maxclients %s), fd limit %llu, load average %s\n",
-      fleet, o.processes, o.managers, version.c_str(), o.port, maxclients.c_str(),
+      fleet, o.processes, o.managers,
+      o.cluster ? "a 3-master Redis Cluster (no replicas) of redis-server" : "one redis-server",
+      version.c_str(), ports.size() > 1 ? "s" : "", port_list.c_str(), maxclients.c_str(),
       static_cast<unsigned long long>(fd_limit), load_average().c_str());
   std::fflush(stdout);
 
@@ -958,7 +1088,8 @@ int parent_main(int argc, char** argv) {
     if (::pipe2(ctl, O_CLOEXEC) != 0 || ::pipe2(out, O_CLOEXEC) != 0) {
       std::perror("pipe2");
       kill_children(children);
-      return 3;
+      result.code = 3;
+      return result;
     }
     std::vector<std::string> args = {self,
                                      "--child",
@@ -977,11 +1108,18 @@ int parent_main(int argc, char** argv) {
                                      std::to_string(ctl[0]),
                                      "--out-fd",
                                      std::to_string(out[1])};
+    if (o.cluster) {
+      std::string list;
+      for (const auto p : ports) list += (list.empty() ? "" : ",") + std::to_string(p);
+      args.push_back("--cluster-ports");
+      args.push_back(list);
+    }
     const pid_t pid = ::fork();
     if (pid < 0) {
       std::perror("fork");
       kill_children(children);
-      return 3;
+      result.code = 3;
+      return result;
     }
     if (pid == 0) {
       ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the parent
@@ -1006,7 +1144,9 @@ int parent_main(int argc, char** argv) {
     std::printf("\n**%zu of %d children did not get ready within 60 s**\n", missing.size(),
                 o.processes);
     kill_children(children);
-    return 3;
+    result.code = 3;
+    result.hung = true;
+    return result;
   }
 
   std::vector<std::string> phases_json;
@@ -1034,6 +1174,11 @@ int parent_main(int argc, char** argv) {
   };
 
   const auto header = [&](const char* title) { std::printf("\n## %s\n\n", title); };
+  // Cluster: the per-master table of a phase, and its JSON fields ("" on one server).
+  const auto per_master = [&](const Samples& before, const Samples& after) -> std::string {
+    if (!o.cluster) return {};
+    return masters_table(before, after, ports);
+  };
 
   const auto finish = [&]() {
     if (hung) {
@@ -1042,31 +1187,24 @@ int parent_main(int argc, char** argv) {
       stop_children(children);
     }
     const int code = hung ? 3 : any_error ? 1 : 0;
-    if (!o.json.empty()) {
-      std::string out = "{\"processes\":" + std::to_string(o.processes) +
-                        ",\"managers_per_process\":" + std::to_string(o.managers) +
-                        ",\"managers\":" + std::to_string(fleet) +
-                        ",\"redis_version\":" + json_string(version) +
-                        ",\"maxclients\":" + json_string(maxclients) +
-                        ",\"server_started_here\":" + (server ? "true" : "false") +
-                        ",\"hung\":" + (hung ? "true" : "false") +
-                        ",\"exit_code\":" + std::to_string(code) + ",\"phases\":[";
-      for (std::size_t i = 0; i < phases_json.size(); ++i) {
-        out += (i ? "," : "") + phases_json[i];
-      }
-      out += "]}\n";
-      if (FILE* f = std::fopen(o.json.c_str(), "w")) {
-        std::fputs(out.c_str(), f);
-        std::fclose(f);
-      } else {
-        std::fprintf(stderr, "fleet_bench: cannot write %s\n", o.json.c_str());
-      }
+    result.code = code;
+    result.hung = hung;
+    std::string ports_json;
+    for (const auto p : ports) ports_json += (ports_json.empty() ? "" : ",") + std::to_string(p);
+    result.json = "{\"processes\":" + std::to_string(o.processes) +
+                  ",\"managers_per_process\":" + std::to_string(o.managers) +
+                  ",\"managers\":" + std::to_string(fleet) +
+                  ",\"topology\":" + (o.cluster ? "\"cluster\"" : "\"standalone\"") +
+                  ",\"ports\":[" + ports_json + "],\"redis_version\":" + json_string(version) +
+                  ",\"maxclients\":" + json_string(maxclients) +
+                  ",\"server_started_here\":" + (server || cluster ? "true" : "false") +
+                  ",\"hung\":" + (hung ? "true" : "false") +
+                  ",\"exit_code\":" + std::to_string(code) + ",\"phases\":[";
+    for (std::size_t i = 0; i < phases_json.size(); ++i) {
+      result.json += (i ? "," : "") + phases_json[i];
     }
-    std::printf("\nExit code %d (%s).\n", code,
-                hung        ? "a child hung"
-                : any_error ? "errors in some phase"
-                            : "no errors");
-    return code;
+    result.json += "]}";
+    return result;
   };
 
   std::vector<Report> reports;
@@ -1074,11 +1212,13 @@ int parent_main(int argc, char** argv) {
 
   // 1. The connect storm.
   {
-    const auto before = sample_before(sampler);
+    const auto sb = sample_before(samplers);
+    const auto& before = sb.total;
     if (!run_phase(phase_storm, storm_wait + answer_margin, "storm", reports, go_ns, {})) {
       return finish();
     }
-    const auto after = sample_after(sampler);
+    const auto sa = sample_after(samplers);
+    const auto& after = sa.total;
     const auto errors = merge_errors(reports);
     long long last = 0;
     long ok = 0;
@@ -1102,27 +1242,59 @@ int parent_main(int argc, char** argv) {
         ok, fleet, error_count(errors), before.clients, after.clients, mb(before.used_memory),
         mb(after.used_memory), after.tot_mem_mean / 1024.0,
         static_cast<double>(after.tot_mem_max) / 1024.0, after.listed);
+    if (o.cluster) std::printf("\n(Server columns: summed over the masters.)\n");
+    const auto masters = per_master(sb, sa);
     print_errors(errors);
     std::fflush(stdout);
     any_error |= !errors.empty() || !all;
-    phases_json.push_back("{\"name\":\"storm\",\"acquired\":" + std::to_string(ok) +
-                          ",\"all_held\":" + (all ? "true" : "false") + ",\"all_held_after_s\":" +
-                          fmt("%.4f", to_all_s) + ",\"errors\":" + errors_json(errors) +
-                          ",\"server_before\":" + sample_json(before) +
-                          ",\"server_after\":" + sample_json(after) + "}");
+    result.storm_ran = true;
+    result.storm_all = all;
+    result.storm_s = to_all_s;
+    result.storm_errors = errors;
+    result.clients_after_storm = after.clients;
+    result.used_memory_after_storm = after.used_memory;
+    phases_json.push_back(json_with(
+        "{\"name\":\"storm\",\"acquired\":" + std::to_string(ok) + ",\"all_held\":" +
+            (all ? "true" : "false") + ",\"all_held_after_s\":" + fmt("%.4f", to_all_s) +
+            ",\"errors\":" + errors_json(errors) + ",\"server_before\":" + sample_json(before) +
+            ",\"server_after\":" + sample_json(after) + "}",
+        masters));
   }
 
-  // 2. Idle.
-  {
-    const auto before = sample_before(sampler);
+  // 2. Idle, beside a raw baseline: a second server with as many raw idle connections.
+  if (o.middle_phases) {
+    std::unique_ptr<RawIdle> raw;
+    std::unique_ptr<Sampler> raw_sampler;
+    std::string raw_failure;
+    if (!o.cluster) {
+      try {
+        ServerSample now;
+        read_info(sampler, now);
+        // As many connected_clients as the fleet's server has now (its sampler's included):
+        // that many minus one raw connections, and the raw server's own sampler.
+        raw = std::make_unique<RawIdle>(server_args, std::max(0LL, now.clients - 1));
+        raw_sampler = std::make_unique<Sampler>(raw->port());
+      } catch (const std::exception& e) {
+        raw_failure = e.what();
+        raw.reset();
+      }
+    }
+    const auto sb = sample_before(samplers);
+    const auto& before = sb.total;
+    ServerSample raw_before, raw_after;
+    if (raw_sampler) read_info(*raw_sampler, raw_before);
     if (!run_phase(phase_idle, std::chrono::seconds(o.idle_s) + answer_margin, "idle", reports,
                    go_ns, {})) {
       return finish();
     }
-    const auto after = sample_after(sampler);
+    const auto sa = sample_after(samplers, [&] {
+      if (raw_sampler) read_info(*raw_sampler, raw_after);
+    });
+    const auto& after = sa.total;
     const auto errors = merge_errors(reports);
     const double wall = static_cast<double>(after.t_ns - before.t_ns) / 1e9;
     const double server_cpu = after.cpu_s - before.cpu_s;
+    const double server_pct = 100.0 * server_cpu / std::max(1e-9, wall);
     const long long sampler_cmds = after.sent - before.sent;
     const long long commands = after.commands - before.commands - sampler_cmds;
     double cpu_sum = 0, cpu_max = 0, rss_sum = 0, growth_sum = 0;
@@ -1133,44 +1305,89 @@ int parent_main(int argc, char** argv) {
       rss_sum += r.num("rss_kb");
       growth_sum += r.num("rss_storm_kb") - r.num("rss_before_kb");
     }
+    // The raw baseline over the same window (its INFOs right after the fleet server's).
+    const bool raw_ok = raw && raw_before.ok && raw_after.ok;
+    const double raw_wall = static_cast<double>(raw_after.t_ns - raw_before.t_ns) / 1e9;
+    const double raw_pct =
+        raw_ok ? 100.0 * (raw_after.cpu_s - raw_before.cpu_s) / std::max(1e-9, raw_wall) : 0.0;
+    const bool ratio_ok = raw_ok && raw_pct > 0;
+    std::string raw_cell, ratio_cell = "n/a";
+    if (raw_ok) {
+      raw_cell = fmt("%.3f %%", raw_pct) + " (" + std::to_string(raw_after.clients) + " clients)";
+      if (ratio_ok) ratio_cell = fmt("%.2fx", server_pct / raw_pct);
+    } else if (o.cluster) {
+      raw_cell = "n/a (standalone only)";
+    } else {
+      raw_cell = "n/a (" + (raw_failure.empty() ? std::string("no sample") : raw_failure) + ")";
+    }
     const double n = static_cast<double>(reports.size());
     header("2. Idle: every manager holds its connections and does nothing");
     std::printf(
-        "| managers | P x M | seconds | server CPU (%% of a core) | server commands "
+        "| managers | P x M | seconds | server CPU (%% of a core) | raw baseline server CPU "
+        "(same connections, same window) | fleet / raw | server commands "
         "(sampler's excluded) | client CPU per child mean / max (%% of a core) | RSS "
         "per manager | RSS growth per manager (before managers -> after storm) | "
         "connected_clients | server used_memory | tot-mem per client mean / max |\n"
-        "|---|---|---|---|---|---|---|---|---|---|---|\n");
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     std::printf(
-        "| %s | %.1f | %.3f %% | %lld | %.3f %% / %.3f %% | %.1f KB | %.1f KB | %lld | "
-        "%.1f MB | %.1f / %.1f KB |\n",
-        fleet_cells(o).c_str(), wall, 100.0 * server_cpu / std::max(1e-9, wall), commands,
+        "| %s | %.1f | %.3f %% | %s | %s | %lld | %.3f %% / %.3f %% | %.1f KB | %.1f KB | "
+        "%lld | %.1f MB | %.1f / %.1f KB |\n",
+        fleet_cells(o).c_str(), wall, server_pct, raw_cell.c_str(), ratio_cell.c_str(), commands,
         cpu_sum / n, cpu_max, rss_sum / fleet, growth_sum / fleet, after.clients,
         mb(after.used_memory), after.tot_mem_mean / 1024.0,
         static_cast<double>(after.tot_mem_max) / 1024.0);
+    if (raw) {
+      std::printf(
+          "\nRaw baseline: a second redis-server with the same options, %lld raw idle "
+          "connections (hiredis; one CLIENT SETNAME each, then nothing%s) and its sampler, "
+          "INFO cpu read right after the fleet server's at both ends of the window.\n",
+          raw->opened(),
+          raw->failed ? (", " + std::to_string(raw->failed) + " failed to open").c_str() : "");
+    } else if (o.cluster) {
+      std::printf(
+          "\n(Server columns: summed over the masters. The raw baseline is measured on one "
+          "server only.)\n");
+    }
+    const auto masters = per_master(sb, sa);
     print_errors(errors);
     std::fflush(stdout);
     any_error |= !errors.empty();
-    phases_json.push_back(
+    std::string raw_json = ",\"raw_baseline\":null,\"fleet_over_raw\":null";
+    if (raw) {
+      raw_json = ",\"raw_baseline\":{\"connections\":" + std::to_string(raw->opened()) +
+                 ",\"failed\":" + std::to_string(raw->failed) +
+                 ",\"connected_clients\":" + std::to_string(raw_after.clients) +
+                 ",\"seconds\":" + fmt("%.3f", raw_wall) +
+                 ",\"server_cpu_pct\":" + (raw_ok ? fmt("%.4f", raw_pct) : "null") +
+                 ",\"server_commands\":" +
+                 std::to_string(raw_after.commands - raw_before.commands -
+                                (raw_after.sent - raw_before.sent)) +
+                 "},\"fleet_over_raw\":" + (ratio_ok ? fmt("%.3f", server_pct / raw_pct) : "null");
+    }
+    phases_json.push_back(json_with(
         "{\"name\":\"idle\",\"seconds\":" + fmt("%.3f", wall) +
-        ",\"server_cpu_pct\":" + fmt("%.4f", 100.0 * server_cpu / std::max(1e-9, wall)) +
-        ",\"server_commands\":" + std::to_string(commands) + ",\"sampler_commands\":" +
-        std::to_string(sampler_cmds) + ",\"client_cpu_pct_mean\":" + fmt("%.4f", cpu_sum / n) +
-        ",\"client_cpu_pct_max\":" + fmt("%.4f", cpu_max) +
-        ",\"rss_per_manager_kb\":" + fmt("%.2f", rss_sum / fleet) +
-        ",\"rss_growth_per_manager_kb\":" + fmt("%.2f", growth_sum / fleet) +
-        ",\"errors\":" + errors_json(errors) + ",\"server_before\":" + sample_json(before) +
-        ",\"server_after\":" + sample_json(after) + "}");
+            ",\"server_cpu_pct\":" + fmt("%.4f", server_pct) + raw_json + ",\"server_commands\":" +
+            std::to_string(commands) + ",\"sampler_commands\":" + std::to_string(sampler_cmds) +
+            ",\"client_cpu_pct_mean\":" + fmt("%.4f", cpu_sum / n) + ",\"client_cpu_pct_max\":" +
+            fmt("%.4f", cpu_max) + ",\"rss_per_manager_kb\":" + fmt("%.2f", rss_sum / fleet) +
+            ",\"rss_growth_per_manager_kb\":" + fmt("%.2f", growth_sum / fleet) +
+            ",\"errors\":" + errors_json(errors) + ",\"server_before\":" + sample_json(before) +
+            ",\"server_after\":" + sample_json(after) + "}",
+        masters));
+    raw_sampler.reset();
+    raw.reset();  // the raw connections close, the second server stops
   }
 
   // 3. Contention on one resource.
-  if (o.waiters > 0) {
-    const auto before = sample_before(sampler);
+  if (o.middle_phases && o.waiters > 0) {
+    const auto sb = sample_before(samplers);
+    const auto& before = sb.total;
     if (!run_phase(phase_contention, contention_wait + answer_margin, "contention", reports, go_ns,
                    {})) {
       return finish();
     }
-    const auto after = sample_after(sampler);
+    const auto sa = sample_after(samplers);
+    const auto& after = sa.total;
     auto errors = merge_errors(reports);
     std::vector<std::tuple<long long, long long, std::uint64_t>> waits;
     for (const auto& r : reports) waits.insert(waits.end(), r.waits.begin(), r.waits.end());
@@ -1223,31 +1440,55 @@ int parent_main(int argc, char** argv) {
         pair_count ? 100.0 * static_cast<double>(inversions) / static_cast<double>(pair_count)
                    : 0.0,
         inversions_beyond, before.clients, after.clients);
+    std::string masters;
+    if (o.cluster) {
+      // The hot resource's lease key is `lock:{fleet:hot}`: its slot is that of the hash tag.
+      const auto slot_text = sampler.command({"CLUSTER", "KEYSLOT", "fleet:hot"}).value_or("");
+      std::string where = "`fleet:hot` lives on one master";
+      if (!slot_text.empty() && std::isdigit(static_cast<unsigned char>(slot_text[0]))) {
+        const auto slot = static_cast<std::uint16_t>(std::atoi(slot_text.c_str()));
+        try {
+          const auto m = cluster->master_of(slot);
+          where += " (slot " + slot_text + ": master " + std::to_string(m) + ", port " +
+                   std::to_string(cluster->node(m).port()) + ")";
+        } catch (const std::exception&) {
+          where += " (slot " + slot_text + ")";
+        }
+      }
+      std::printf(
+          "\n(Server columns: summed over the masters.) The one hot resource %s: every "
+          "hand-off is that master's work; the others serve only the waiters' connections.\n",
+          where.c_str());
+      masters = per_master(sb, sa);
+    }
     print_errors(errors);
     std::fflush(stdout);
     any_error |= !errors.empty() || !all;
-    phases_json.push_back(
-        "{\"name\":\"contention\",\"waiters\":" + std::to_string(o.waiters) +
-        ",\"served\":" + std::to_string(served) + ",\"handoffs_per_s\":" + fmt("%.1f", handoffs) +
-        ",\"server_cpu_us_per_handoff\":" + fmt("%.2f", 1e6 * server_cpu / o.waiters) +
-        ",\"max_wait_s\":" + fmt("%.4f", static_cast<double>(max_wait) / 1e9) +
-        ",\"start_spread_ms\":" + fmt("%.3f", static_cast<double>(last_start - first_start) / 1e6) +
-        ",\"inversions\":" + std::to_string(inversions) +
-        ",\"inversion_pairs\":" + std::to_string(pair_count) +
-        ",\"inversions_beyond_5ms\":" + std::to_string(inversions_beyond) +
-        ",\"duplicate_fencing_tokens\":" + std::to_string(duplicates) +
-        ",\"errors\":" + errors_json(errors) + ",\"server_before\":" + sample_json(before) +
-        ",\"server_after\":" + sample_json(after) + "}");
+    phases_json.push_back(json_with(
+        "{\"name\":\"contention\",\"waiters\":" + std::to_string(o.waiters) + ",\"served\":" +
+            std::to_string(served) + ",\"handoffs_per_s\":" + fmt("%.1f", handoffs) +
+            ",\"server_cpu_us_per_handoff\":" + fmt("%.2f", 1e6 * server_cpu / o.waiters) +
+            ",\"max_wait_s\":" + fmt("%.4f", static_cast<double>(max_wait) / 1e9) +
+            ",\"start_spread_ms\":" +
+            fmt("%.3f", static_cast<double>(last_start - first_start) / 1e6) + ",\"inversions\":" +
+            std::to_string(inversions) + ",\"inversion_pairs\":" + std::to_string(pair_count) +
+            ",\"inversions_beyond_5ms\":" + std::to_string(inversions_beyond) +
+            ",\"duplicate_fencing_tokens\":" + std::to_string(duplicates) +
+            ",\"errors\":" + errors_json(errors) + ",\"server_before\":" + sample_json(before) +
+            ",\"server_after\":" + sample_json(after) + "}",
+        masters));
   }
 
   // 4. Independent resources, all managers at once.
-  {
-    const auto before = sample_before(sampler);
+  if (o.middle_phases) {
+    const auto sb = sample_before(samplers);
+    const auto& before = sb.total;
     if (!run_phase(phase_pairs, std::chrono::seconds(o.pairs_s) + answer_margin, "pairs", reports,
                    go_ns, {})) {
       return finish();
     }
-    const auto after = sample_after(sampler);
+    const auto sa = sample_after(samplers);
+    const auto& after = sa.total;
     const auto errors = merge_errors(reports);
     long long pairs = 0;
     double wall = 0, client_cpu = 0;
@@ -1268,23 +1509,33 @@ int parent_main(int argc, char** argv) {
                 fleet_cells(o).c_str(), wall, pairs, rate, 100.0 * server_frac,
                 server_frac > 0 ? rate / server_frac : 0.0,
                 pairs ? 1e6 * client_cpu / static_cast<double>(pairs) : 0.0, error_count(errors));
+    if (o.cluster) std::printf("\n(Server columns: summed over the masters.)\n");
+    const auto masters = per_master(sb, sa);
     print_errors(errors);
     std::fflush(stdout);
     any_error |= !errors.empty();
-    phases_json.push_back(
+    phases_json.push_back(json_with(
         "{\"name\":\"pairs\",\"seconds\":" + fmt("%.3f", wall) +
-        ",\"pairs\":" + std::to_string(pairs) + ",\"pairs_per_s\":" + fmt("%.1f", rate) +
-        ",\"server_cpu_pct\":" + fmt("%.2f", 100.0 * server_frac) +
-        ",\"pairs_per_s_per_server_core\":" +
-        fmt("%.1f", server_frac > 0 ? rate / server_frac : 0.0) + ",\"client_cpu_us_per_pair\":" +
-        fmt("%.2f", pairs ? 1e6 * client_cpu / static_cast<double>(pairs) : 0.0) +
-        ",\"errors\":" + errors_json(errors) + ",\"server_before\":" + sample_json(before) +
-        ",\"server_after\":" + sample_json(after) + "}");
+            ",\"pairs\":" + std::to_string(pairs) + ",\"pairs_per_s\":" + fmt("%.1f", rate) +
+            ",\"server_cpu_pct\":" + fmt("%.2f", 100.0 * server_frac) +
+            ",\"pairs_per_s_per_server_core\":" +
+            fmt("%.1f", server_frac > 0 ? rate / server_frac : 0.0) +
+            ",\"client_cpu_us_per_pair\":" +
+            fmt("%.2f", pairs ? 1e6 * client_cpu / static_cast<double>(pairs) : 0.0) +
+            ",\"errors\":" + errors_json(errors) + ",\"server_before\":" + sample_json(before) +
+            ",\"server_after\":" + sample_json(after) + "}",
+        masters));
   }
 
   // 5. Server restart: SIGKILL, "go" at once, the server started again on the same port.
-  if (o.restart && server) {
-    const auto before = sample_before(sampler);
+  if (o.cluster) {
+    header("5. Restart: not run on a Cluster");
+    std::printf(
+        "Skipped: the restart phase kills and restarts one standalone server; a Cluster "
+        "master killed without a replica takes its slots with it.\n");
+    std::fflush(stdout);
+  } else if (o.restart && server) {
+    const auto before = sample_before(samplers).total;
     long long up_ns = 0;
     std::string restart_error;
     server->kill(SIGKILL);
@@ -1298,7 +1549,7 @@ int parent_main(int argc, char** argv) {
         })) {
       return finish();
     }
-    const auto after = sample_after(sampler);
+    const auto after = sample_after(samplers).total;
     auto errors = merge_errors(reports);
     if (!restart_error.empty()) errors[{"server", "restart_failed", restart_error}] = 1;
     long long last = 0;
@@ -1322,6 +1573,11 @@ int parent_main(int argc, char** argv) {
     print_errors(errors);
     std::fflush(stdout);
     any_error |= !errors.empty() || !all;
+    result.restart_ran = true;
+    result.restart_all = all;
+    result.restart_s = to_all_s;
+    result.restart_down_s = down_s;
+    result.restart_errors = errors;
     phases_json.push_back(
         "{\"name\":\"restart\",\"acquired\":" + std::to_string(ok) +
         ",\"all_held\":" + (all ? "true" : "false") + ",\"server_down_s\":" + fmt("%.4f", down_s) +
@@ -1331,6 +1587,165 @@ int parent_main(int argc, char** argv) {
   }
 
   return finish();
+}
+
+int usage() {
+  std::fprintf(stderr,
+               "usage: fleet_bench [--processes P] [--managers M] [--idle-seconds S] "
+               "[--waiters W] [--pairs-seconds T] [--restart | --no-restart] [--port PORT] "
+               "[--cluster] [--sizes N1,N2,...] [--json FILE] [--quick]\n");
+  return 2;
+}
+
+void write_json(const std::string& file, const std::string& text) {
+  if (file.empty()) return;
+  if (FILE* f = std::fopen(file.c_str(), "w")) {
+    std::fputs(text.c_str(), f);
+    std::fclose(f);
+  } else {
+    std::fprintf(stderr, "fleet_bench: cannot write %s\n", file.c_str());
+  }
+}
+
+const char* exit_text(int code) {
+  return code == 3 ? "a child hung" : code == 1 ? "errors in some phase" : "no errors";
+}
+
+/// --sizes: the storm and the restart for each fleet size, each on a fresh server; one table.
+int run_sweep(const Options& base, rlim_t fd_limit) {
+  std::vector<RunResult> runs;
+  std::vector<Options> shapes;
+  for (const int size : base.sizes) {
+    Options o = base;
+    o.managers = std::max(1, size / o.processes);
+    o.middle_phases = false;
+    std::printf("\n# Sweep: %d managers (%d x %d)\n\n", o.processes * o.managers, o.processes,
+                o.managers);
+    std::fflush(stdout);
+    runs.push_back(run_fleet(o, fd_limit));
+    shapes.push_back(o);
+    if (runs.back().hung) break;
+  }
+  std::printf(
+      "\n## Sweep: the storm and the restart by fleet size (each size on a fresh server)\n\n"
+      "| managers | P x M | storm: all held after | storm errors | restart: all held after "
+      "kill | restart errors | connected_clients after the storm | server used_memory after "
+      "the storm |\n|---|---|---|---|---|---|---|---|\n");
+  std::string sweep_json, runs_json;
+  int code = 0;
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    const auto& r = runs[i];
+    const auto& o = shapes[i];
+    code = std::max(code, r.code);
+    const auto held = [](bool ran, bool all, double s) {
+      if (!ran) return std::string("not run");
+      return all ? fmt("%.3f s", s) : "never (last grant " + fmt("%.3f s", s) + ")";
+    };
+    std::printf("| %s | %s | %s | %s | %s | %lld | %.1f MB |\n", fleet_cells(o).c_str(),
+                held(r.storm_ran, r.storm_all, r.storm_s).c_str(),
+                errors_short(r.storm_errors).c_str(),
+                held(r.restart_ran, r.restart_all, r.restart_s).c_str(),
+                r.restart_ran ? errors_short(r.restart_errors).c_str() : "-", r.clients_after_storm,
+                mb(r.used_memory_after_storm));
+    sweep_json += std::string(i ? "," : "") +
+                  "{\"managers\":" + std::to_string(o.processes * o.managers) +
+                  ",\"processes\":" + std::to_string(o.processes) +
+                  ",\"managers_per_process\":" + std::to_string(o.managers) +
+                  ",\"storm_all_held\":" + (r.storm_all ? "true" : "false") +
+                  ",\"storm_all_held_after_s\":" + fmt("%.4f", r.storm_s) +
+                  ",\"storm_errors\":" + std::to_string(error_count(r.storm_errors)) +
+                  ",\"storm_error_kinds\":" + errors_json(r.storm_errors) +
+                  ",\"restart_ran\":" + (r.restart_ran ? "true" : "false") +
+                  ",\"restart_all_held\":" + (r.restart_all ? "true" : "false") +
+                  ",\"restart_all_held_after_kill_s\":" + fmt("%.4f", r.restart_s) +
+                  ",\"restart_server_down_s\":" + fmt("%.4f", r.restart_down_s) +
+                  ",\"restart_errors\":" + std::to_string(error_count(r.restart_errors)) +
+                  ",\"restart_error_kinds\":" + errors_json(r.restart_errors) +
+                  ",\"connected_clients_after_storm\":" + std::to_string(r.clients_after_storm) +
+                  ",\"used_memory_after_storm\":" + std::to_string(r.used_memory_after_storm) +
+                  ",\"exit_code\":" + std::to_string(r.code) + "}";
+    runs_json += (i ? "," : "") + (r.json.empty() ? std::string("null") : r.json);
+  }
+  std::fflush(stdout);
+  write_json(base.json, "{\"sweep\":[" + sweep_json + "],\"runs\":[" + runs_json +
+                            "],\"load_average_end\":" + json_string(load_average()) +
+                            ",\"exit_code\":" + std::to_string(code) + "}\n");
+  std::printf("\nExit code %d (%s).\n", code, exit_text(code));
+  return code;
+}
+
+int parent_main(int argc, char** argv) {
+  Options o;
+  std::optional<int> processes, managers, idle_s, waiters, pairs_s;
+  bool quick = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    const bool has_value = i + 1 < argc;
+    if (a == "--quick") {
+      quick = true;
+    } else if (a == "--restart") {
+      o.restart = true;
+    } else if (a == "--no-restart") {
+      o.restart = false;
+    } else if (a == "--cluster") {
+      o.cluster = true;
+    } else if (a == "--processes" && has_value) {
+      processes = std::atoi(argv[++i]);
+    } else if (a == "--managers" && has_value) {
+      managers = std::atoi(argv[++i]);
+    } else if (a == "--idle-seconds" && has_value) {
+      idle_s = std::atoi(argv[++i]);
+    } else if (a == "--waiters" && has_value) {
+      waiters = std::atoi(argv[++i]);
+    } else if (a == "--pairs-seconds" && has_value) {
+      pairs_s = std::atoi(argv[++i]);
+    } else if (a == "--port" && has_value) {
+      o.port = static_cast<std::uint16_t>(std::atoi(argv[++i]));
+    } else if (a == "--sizes" && has_value) {
+      for (const auto& n : split(argv[++i], ',')) {
+        const int size = std::atoi(n.c_str());
+        if (size < 1) return usage();
+        o.sizes.push_back(size);
+      }
+    } else if (a == "--json" && has_value) {
+      o.json = argv[++i];
+    } else {
+      return usage();
+    }
+  }
+  if (quick) {
+    o.processes = 2;
+    o.managers = 100;
+    o.idle_s = 10;
+    o.waiters = 100;
+    o.pairs_s = 3;
+  }
+  if (!o.sizes.empty()) o.processes = 4;  // the sweep: P = 4, M = size / 4
+  o.processes = processes.value_or(o.processes);
+  o.managers = managers.value_or(o.managers);
+  o.idle_s = idle_s.value_or(o.idle_s);
+  o.waiters = waiters.value_or(o.waiters);
+  o.pairs_s = pairs_s.value_or(o.pairs_s);
+  if (o.processes < 1 || o.managers < 1 || o.idle_s < 0 || o.waiters < 0 || o.pairs_s < 1) {
+    return usage();
+  }
+  // A Cluster and the sweep start their own servers; the sweep restarts them.
+  if (o.cluster && (o.port != 0 || !o.sizes.empty())) return usage();
+  if (!o.sizes.empty() && o.port != 0) return usage();
+
+  ::signal(SIGPIPE, SIG_IGN);
+  const rlim_t fd_limit = raise_fd_limit();
+
+  try {
+    if (!o.sizes.empty()) return run_sweep(o, fd_limit);
+    const auto r = run_fleet(o, fd_limit);
+    if (!r.json.empty()) write_json(o.json, r.json + "\n");
+    std::printf("\nExit code %d (%s).\n", r.code, exit_text(r.code));
+    return r.code;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "fleet_bench: %s\n", e.what());
+    return 3;
+  }
 }
 
 }  // namespace

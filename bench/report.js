@@ -3,7 +3,7 @@
 // JSON lines) into docs/benchmarks/comparison.md with tables and SVG charts. No dependencies.
 //   node bench/report.js RESULTS_DIR OUT_DIR
 // RESULTS_DIR holds redis_lock.json, peers.jsonl and machine.json (from scripts/bench), and
-// kinds.json when kinds_bench ran.
+// kinds.json when kinds_bench ran, fleet_sweep.json when fleet_bench --sizes ran.
 'use strict';
 const fs = require('fs');
 const path = require('path');
@@ -22,6 +22,8 @@ const semaphorePeer = peerLines.find((r) => r.library === 'npm redis-semaphore-s
 const kindsPath = path.join(resultsDir, 'kinds.json');
 const kinds = fs.existsSync(kindsPath) ? JSON.parse(fs.readFileSync(kindsPath, 'utf8')) : null;
 const machine = JSON.parse(fs.readFileSync(path.join(resultsDir, 'machine.json'), 'utf8'));
+const fleetPath = path.join(resultsDir, 'fleet_sweep.json');
+const fleetSweep = fs.existsSync(fleetPath) ? JSON.parse(fs.readFileSync(fleetPath, 'utf8')).sweep : null;
 const all = [ours, ...peers];
 // One colour per library in every chart.
 const palette = { 'raw hiredis': '#868e96', redis_lock: '#d9480f' };
@@ -35,6 +37,8 @@ const ratio = (a, b) => (a && b ? `${(a / b).toFixed(a / b >= 10 ? 0 : 2)}x` : '
 const esc = (s) => String(s).replace(/&/g, '&amp;').replace(/</g, '&lt;');
 
 // ---------------------------------------------------------------- SVG
+// A series may carry `notes`: one label per point, written beside it (above for the first
+// series, below for the second, and so on alternating).
 function chart({ title, xLabels, series, yLabel, log = false, width = 700, height = 340 }) {
   const left = 84, right = 210, top = 40, bottom = 50;
   const w = width - left - right, h = height - top - bottom;
@@ -69,6 +73,11 @@ function chart({ title, xLabels, series, yLabel, log = false, width = 700, heigh
     const pts = s.values.map((v, i) => (v > 0 ? [x(i), y(v)] : null)).filter(Boolean);
     out.push(`<polyline fill="none" stroke="${color}" stroke-width="2.5" points="${pts.map((p) => p.join(',')).join(' ')}"/>`);
     pts.forEach((p) => out.push(`<circle cx="${p[0]}" cy="${p[1]}" r="3.5" fill="${color}"/>`));
+    (s.notes || []).forEach((note, i) => {
+      if (!note || !(s.values[i] > 0)) return;
+      const ny = k % 2 ? y(s.values[i]) + 18 : y(s.values[i]) - 9;
+      out.push(`<text x="${x(i)}" y="${ny}" text-anchor="middle" font-size="11" fill="${color}">${esc(note)}</text>`);
+    });
     out.push(`<rect x="${left + w + 16}" y="${top + k * 20}" width="12" height="12" fill="${color}"/>`);
     out.push(`<text x="${left + w + 34}" y="${top + k * 20 + 10}">${esc(s.name)}</text>`);
   });
@@ -298,6 +307,32 @@ if (kinds) {
     const permit64 = tpKind('permit', 64).pairs_per_s, mutex64 = tpKind('mutex', 64).pairs_per_s;
     const peerVsRaw = spreadOf(windows(semaphorePeer).map((b) => tpOf(semaphorePeer, 64) / b.raw_pairs_per_s_64));
     md.push(`\nnpm redis-semaphore's \`Semaphore\` (${semaphorePeer.version}) on the same server right after: p50 ${fmt(semaphorePeer.latency.p50_us, 0)} us, ${inFlight.filter((n) => tpOf(semaphorePeer, n)).map((n) => `${fmt(tpOf(semaphorePeer, n))} pairs/s at ${n}`).join(', ')}; at 64 in flight ${spreadText(peerVsRaw)} of the raw probes of its window. redis_lock's permit at 64 in flight: ${fmt(permit64)} pairs/s, ${permit64 && mutex64 ? (permit64 / mutex64).toFixed(2) : 'n/a'}x of its mutex in the same rounds (absolute pairs/s of runs minutes apart are not compared).`);
+  }
+}
+if (fleetSweep && fleetSweep.length) {
+  // fleet_bench --sizes: P processes x M managers on a fresh server per size; the connect
+  // storm (every manager's first lock) and the restart (SIGKILL, every manager's lock again).
+  const heldNote = (all, errors) => `${all ? '' : 'not all held, '}${fmt(errors)} error${errors === 1 ? '' : 's'}`;
+  const sizeLabel = (r) => `${fmt(r.managers)} (${r.processes} x ${fmt(r.managers_per_process)})`;
+  fs.writeFileSync(path.join(outDir, 'fleet.svg'), chart({
+    title: '(g) time until every manager holds its lock, by fleet size',
+    yLabel: 'seconds',
+    xLabels: fleetSweep.map(sizeLabel),
+    series: [
+      { name: 'connect storm', values: fleetSweep.map((r) => r.storm_all_held_after_s),
+        notes: fleetSweep.map((r) => heldNote(r.storm_all_held, r.storm_errors)) },
+      { name: 'restart (from the kill)', values: fleetSweep.map((r) => (r.restart_ran ? r.restart_all_held_after_kill_s : 0)),
+        notes: fleetSweep.map((r) => (r.restart_ran ? heldNote(r.restart_all_held, r.restart_errors) : '')) },
+    ],
+  }));
+  const held = (all, s) => (all ? `${fmt(s, 3)} s` : `never (last grant ${fmt(s, 3)} s)`);
+  md.push('\n## (g) A fleet of managers: connect storm and restart by fleet size\n');
+  md.push('![fleet](fleet.svg)\n');
+  md.push('`bench/fleet_bench --sizes`: for each fleet size, P processes of M managers (each manager with its own connections) on a fresh `redis-server` of their own. Connect storm: every manager acquires its own resource at once (ttl 10 s, wait 30 s) and releases it; the time is from "go" until the last manager got its first lock. Restart: the server is killed with SIGKILL and started again, empty, on the same port while every manager acquires its resource again; the time is from the kill. Errors are counted by code, never retried beyond what the library does (labels on the chart). One machine, one run: read the trend, not the absolute seconds.\n');
+  md.push('| managers | P x M | storm: all held after | storm errors | restart: all held after kill | restart errors | connected_clients after the storm | server used_memory after the storm |');
+  md.push('|---:|---|---:|---:|---:|---:|---:|---:|');
+  for (const r of fleetSweep) {
+    md.push(`| ${fmt(r.managers)} | ${r.processes} x ${fmt(r.managers_per_process)} | ${held(r.storm_all_held, r.storm_all_held_after_s)} | ${fmt(r.storm_errors)} | ${r.restart_ran ? held(r.restart_all_held, r.restart_all_held_after_kill_s) : 'not run'} | ${r.restart_ran ? fmt(r.restart_errors) : '-'} | ${fmt(r.connected_clients_after_storm)} | ${fmt(r.used_memory_after_storm / 1048576, 1)} MB |`);
   }
 }
 md.push('');
