@@ -120,10 +120,12 @@ Action AcquireFsm::granted(Clock::time_point now, long long fence) {
   granted_at_ = attempt_started_;
   // Cancelled while the attempt was in flight: what it took goes back at once.
   if (cancelled_) return complete(boost::asio::error::operation_aborted).with_give_back();
-  if (late && !worth_taking(attempt_started_, now)) {
-    // Too little of the lease is left to hand out (what it took goes back), and the wait
-    // has not run out (or the deadline's timer would have ended it): try again now, with a
-    // new token, since the give-back releases whatever this one holds.
+  if (late && (plan_.min_replicas > 0 || !worth_taking(attempt_started_, now))) {
+    // Too little of the lease is left to hand out, or WAIT cannot confirm it (the reply
+    // came on a link given up for its timeout: a WAIT on the new link counts none of that
+    // link's writes, and would answer "replicated" at once). What it took goes back, and
+    // the wait has not run out (or the deadline's timer would have ended it): try again
+    // now, with a new token, since the give-back releases whatever this one holds.
     auto a = attempt(now).with_give_back();
     a.new_token = true;
     return a;
@@ -262,7 +264,6 @@ Action AcquireFsm::cancel() {
   // A reply in flight finishes (it says what to give back). One overdue may never come:
   // complete now, its late reply given back if it took anything (give_back_late).
   if (phase_ == Phase::attempting || phase_ == Phase::replicating) return {};
-  if (phase_ == Phase::overdue) return complete(boost::asio::error::operation_aborted);
   return complete(boost::asio::error::operation_aborted);
 }
 

@@ -268,8 +268,10 @@ void AcquireOp::last_words() noexcept {
   const auto phase = fsm.phase();
   if (phase == Phase::done || phase == Phase::starting) return;
   // An attempt in flight may have queued us (or taken the lease a release handed us).
-  const bool in_flight = phase == Phase::attempting || phase == Phase::overdue;
-  if (!fsm.in_queue() && !(in_flight && queues)) return;
+  // (An overdue attempt's link is given up for its timeout: nothing written now goes behind
+  // it, so its give-back goes the usual way.)
+  const bool in_flight = phase == Phase::attempting;
+  if (!fsm.in_queue() && !((in_flight || phase == Phase::overdue) && queues)) return;
   // Behind the attempt in flight, on its connection: elsewhere the give-back could reach
   // the server first, and the attempt queue us after it.
   const auto pool = durable ? Router::Pool::durable : Router::Pool::commands;

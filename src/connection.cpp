@@ -212,7 +212,18 @@ void Connection::keep_reading(bool on) {
 }
 
 bool Connection::close_if_idle() {
-  if (fsm_.state() != State::ready || has_work()) return false;
+  const auto state = fsm_.state();
+  if (state == State::ready) {
+    if (has_work()) return false;
+  } else if (state == State::connecting || state == State::handshake) {
+    // A connect whose commands timed out meanwhile: nobody needs it any more either. (Its
+    // handshake's own commands go with the link.)
+    if (!queued_.empty() || !draining_.empty()) return false;
+    handshake_left_ = 0;
+    if (connect_timer_) connect_timer_->cancel();
+  } else {
+    return false;
+  }
   close_link();
   fsm_.left();
   cancel_timer_if_idle();
@@ -830,7 +841,8 @@ void Connection::on_timer() {
     expired.push_back(std::move(queued_.front()));
     queued_.pop_front();
   }
-  const auto why = fsm_.state() == State::ready ? error::timeout : error::connect_timeout;
+  // (Also on a ready link, behind a write still under way: it never left the queue.)
+  const auto why = error::connect_timeout;
   if (queued_.empty() && fsm_.state() == State::backoff) {
     // Nothing left to connect for: stop trying, stay idle. A connect or a handshake under
     // way goes on (its own deadline bounds it): given up, the server's share of it (a

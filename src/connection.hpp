@@ -77,9 +77,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void set_subscriber(PushHandler on_push, LinkDownHandler on_link_down);
   /// While on, a read stays armed even with no command in flight (to receive pushes).
   void keep_reading(bool on);
-  /// Closes the link if it is up and has nothing to do (nothing queued, in flight or
-  /// draining): the server drops its subscriptions and its memory for it, the link-down
-  /// handler is told, and the next command connects again. False (nothing done) otherwise.
+  /// Closes the link if it is up, or being connected, and has nothing to do (nothing
+  /// queued, in flight or draining): the server drops its subscriptions and its memory for
+  /// it, the link-down handler is told, and the next command connects again. False (nothing
+  /// done) otherwise.
   bool close_if_idle();
 
   /// Finds the server before each connect (Sentinel): calls back with its address or an

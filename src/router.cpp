@@ -148,7 +148,9 @@ void Router::send(std::shared_ptr<Routed> op, std::size_t ask_node) {
     // MOVED, and keep a connection open there for nothing (a fleet's managers each held one
     // on the first seed). Only for the first query: after it, whatever its outcome, the
     // seed it is.
-    refresh();
+    // (One query for them all: refresh() again while one is under way would ask for a
+    // second after it.)
+    if (!refreshing_) refresh();
     if (refreshing_) {
       awaiting_map_.push_back(std::move(op));
       return;
@@ -306,18 +308,19 @@ void Router::query_slots(std::size_t tried) {
                    [weak = weak_from_this(), node, tried, query](error_code ec, Reply reply) {
                      auto self = weak.lock();
                      if (!self || self->shut_down_) return;
-                     if (ec || !self->take_map(reply, node, query))
-                       return self->query_slots(tried + 1);
-                     self->refresh_done();
-                     // The map is in: its connection has nothing to do until the next refresh
-                     // (a MOVED, a failed node), so none is kept open for it (a fleet's
-                     // managers each held one on the seed master, for good). Closed once this
+                     // Answered or not, this node's map connection has nothing more to do
+                     // until the next refresh (a MOVED, a failed node), so none is kept open
+                     // for it (a fleet's managers each held one on the seed master, for good;
+                     // one still in its handshake after a timeout too). Closed once this
                      // handler, which its connection runs, has returned.
                      asio::post(self->strand_, [weak, node] {
                        const auto router = weak.lock();
                        if (!router || router->shut_down_) return;
                        router->connection(node, Pool::topology).close_if_idle();
                      });
+                     if (ec || !self->take_map(reply, node, query))
+                       return self->query_slots(tried + 1);
+                     self->refresh_done();
                    }),
                std::make_shared<LateMap>(weak_from_this(), node, query));
 }

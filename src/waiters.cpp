@@ -339,7 +339,10 @@ void Waiters::subscribe(std::uint16_t slot, int redirects) {
   subscriber.execute(command, Connection::Callback([weak = weak_from_this(), slot, node, redirects](
                                                        error_code ec, Reply reply) {
                        auto self = weak.lock();
-                       if (!self || !self->router_ || !self->book_.awaits(slot, node)) return;
+                       if (!self || !self->router_) return;
+                       // A stale answer (the slot moved, subscribed again elsewhere): its
+                       // connection may be idle now all the same.
+                       if (!self->book_.awaits(slot, node)) return self->stop_reading_if_idle();
                        if (!ec && reply.is_error() && redirects < redirect::max_redirects) {
                          const auto action = redirect::read(reply.str);
                          if (action.kind == redirect::Action::Kind::moved) {
