@@ -874,6 +874,21 @@ ErrorMap merge_errors(const std::vector<Report>& reports) {
   return all;
 }
 
+/// A storm's grants over every child: how many managers got their lock, and when the last did.
+struct Grants {
+  long long last_ns = 0;
+  long ok = 0;
+};
+
+Grants grants_of(const std::vector<Report>& reports) {
+  Grants g;
+  for (const auto& r : reports) {
+    g.last_ns = std::max(g.last_ns, r.ll("last_ns"));
+    g.ok += r.ll("ok");
+  }
+  return g;
+}
+
 long error_count(const ErrorMap& e) {
   long n = 0;
   for (const auto& [k, c] : e) n += c;
@@ -1220,12 +1235,7 @@ RunResult run_fleet(Options o, rlim_t fd_limit) {
     const auto sa = sample_after(samplers);
     const auto& after = sa.total;
     const auto errors = merge_errors(reports);
-    long long last = 0;
-    long ok = 0;
-    for (const auto& r : reports) {
-      last = std::max(last, r.ll("last_ns"));
-      ok += r.ll("ok");
-    }
+    const auto [last, ok] = grants_of(reports);
     const bool all = ok == fleet;
     const double to_all_s = static_cast<double>(last - go_ns) / 1e9;
     header("1. Connect storm: every manager acquires its own resource (ttl 10 s, wait 30 s)");
@@ -1552,12 +1562,7 @@ RunResult run_fleet(Options o, rlim_t fd_limit) {
     const auto after = sample_after(samplers).total;
     auto errors = merge_errors(reports);
     if (!restart_error.empty()) errors[{"server", "restart_failed", restart_error}] = 1;
-    long long last = 0;
-    long ok = 0;
-    for (const auto& r : reports) {
-      last = std::max(last, r.ll("last_ns"));
-      ok += r.ll("ok");
-    }
+    const auto [last, ok] = grants_of(reports);
     const bool all = ok == fleet;
     const double to_all_s = static_cast<double>(last - go_ns) / 1e9;
     const double down_s = static_cast<double>(up_ns - go_ns) / 1e9;
