@@ -299,27 +299,41 @@ asio::awaitable<void> run_all(std::vector<asio::awaitable<void>> tasks, Tally& t
   if (left > 0) co_await done.async_wait(asio::as_tuple(asio::use_awaitable));
 }
 
-/// One acquire (and its release, at once): the storm's and the restart's step.
-asio::awaitable<void> acquire_release(LockManager& m, std::string resource,
-                                      std::chrono::milliseconds wait, Tally& t) {
-  ++t.tried;
-  auto [ec, g] = co_await m.async_acquire(resource, {.ttl = lock_ttl, .wait = wait},
-                                          asio::as_tuple(asio::use_awaitable));
+/// Whether an acquire got its lock; an error or an empty guard is tallied (`why`: what
+/// an empty guard means for that acquire).
+bool got_lock(Tally& t, boost::system::error_code ec, const redis_lock::LockGuard& g,
+              const char* why = "no lock within the wait") {
   if (ec) {
     t.error("acquire", ec);
-    co_return;
+    return false;
   }
   if (!g) {
-    t.error("acquire", "not_acquired", "no lock within the wait");
-    co_return;
+    t.error("acquire", "not_acquired", why);
+    return false;
   }
-  t.granted(now_ns());
+  return true;
+}
+
+/// Releases `g`; an error, or a lease no longer ours, is tallied. True when released.
+asio::awaitable<bool> release_counted(redis_lock::LockGuard& g, Tally& t) {
   auto [rec, released] = co_await g.async_release(asio::as_tuple(asio::use_awaitable));
   if (rec) {
     t.error("release", rec);
   } else if (!released) {
     t.error("release", "not_held", "the lease had expired or was another's");
   }
+  co_return !rec && released;
+}
+
+/// One acquire (and its release, at once): the storm's and the restart's step.
+asio::awaitable<void> acquire_release(LockManager& m, std::string resource,
+                                      std::chrono::milliseconds wait, Tally& t) {
+  ++t.tried;
+  auto [ec, g] = co_await m.async_acquire(resource, {.ttl = lock_ttl, .wait = wait},
+                                          asio::as_tuple(asio::use_awaitable));
+  if (!got_lock(t, ec, g)) co_return;
+  t.granted(now_ns());
+  co_await release_counted(g, t);
 }
 
 /// A waiter of the contention phase: its start, grant and fencing token are recorded.
@@ -329,22 +343,10 @@ asio::awaitable<void> contend(LockManager& m, Tally& t) {
   auto [ec, g] = co_await m.async_acquire("fleet:hot", {.ttl = lock_ttl, .wait = contention_wait},
                                           asio::as_tuple(asio::use_awaitable));
   const long long grant = now_ns();
-  if (ec) {
-    t.error("acquire", ec);
-    co_return;
-  }
-  if (!g) {
-    t.error("acquire", "not_acquired", "no lock within the wait");
-    co_return;
-  }
+  if (!got_lock(t, ec, g)) co_return;
   t.granted(grant);
   t.waits.emplace_back(start, grant, g.fencing_token());
-  auto [rec, released] = co_await g.async_release(asio::as_tuple(asio::use_awaitable));
-  if (rec) {
-    t.error("release", rec);
-  } else if (!released) {
-    t.error("release", "not_held", "the lease had expired or was another's");
-  }
+  co_await release_counted(g, t);
 }
 
 /// Acquire+release pairs on one resource until `until`; completed pairs are counted.
@@ -354,23 +356,9 @@ asio::awaitable<void> pair_loop(LockManager& m, std::string resource, Clock::tim
     ++t.tried;
     auto [ec, g] =
         co_await m.async_acquire(resource, {.ttl = lock_ttl}, asio::as_tuple(asio::use_awaitable));
-    if (ec) {
-      t.error("acquire", ec);
-      continue;
-    }
-    if (!g) {
-      t.error("acquire", "not_acquired", "held elsewhere (one attempt)");
-      continue;
-    }
+    if (!got_lock(t, ec, g, "held elsewhere (one attempt)")) continue;
     ++t.ok;
-    auto [rec, released] = co_await g.async_release(asio::as_tuple(asio::use_awaitable));
-    if (rec) {
-      t.error("release", rec);
-    } else if (!released) {
-      t.error("release", "not_held", "the lease had expired or was another's");
-    } else {
-      ++pairs;
-    }
+    if (co_await release_counted(g, t)) ++pairs;
   }
 }
 

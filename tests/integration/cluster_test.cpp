@@ -3,6 +3,7 @@
 // from one seed, a slot map of 16384 ranges, sharded pub/sub hand-off, MOVED after a slot
 // moved, ASK and TRYAGAIN while a slot migrates, lock traffic on a migrating slot, and lock
 // traffic through CLUSTER FAILOVER and through a master killed with kill -9.
+#include "client_list.hpp"
 #include "election_round.hpp"
 #include "keys.hpp"
 #include "live.hpp"
@@ -263,13 +264,7 @@ TEST(Cluster, AnIdleManagerHoldsOneConnectionPerMasterItUsedAndNoneForTheMap) {
   const auto owner = cluster.master_of(slot_of(resource));
   const auto named = [&](const std::string& name) {
     int n = 0;
-    for (std::size_t i = 0; i < 3; ++i) {
-      const auto list = cluster.node(i).command({"CLIENT", "LIST"});
-      for (std::size_t at = 0; (at = list.find(" name=" + name + " ", at)) != std::string::npos;
-           ++at) {
-        ++n;
-      }
-    }
+    for (std::size_t i = 0; i < 3; ++i) n += clients_named(cluster.node(i).port(), name);
     return n;
   };
   run_co(

@@ -4,6 +4,7 @@
 #include "live.hpp"
 
 #include "background.hpp"
+#include "client_list.hpp"
 #include "tcp_proxy.hpp"
 
 #include <hiredis/hiredis.h>
@@ -21,19 +22,6 @@
 using namespace redis_lock;
 using namespace redis_lock::test;
 using boost::system::error_code;
-
-namespace {
-
-int count_clients_named(std::uint16_t port, const std::string& name) {
-  const auto list = redis_command(port, {"CLIENT", "LIST"});
-  int n = 0;
-  for (std::size_t pos = 0; (pos = list.find("name=" + name + " ", pos)) != std::string::npos;
-       ++pos)
-    ++n;
-  return n;
-}
-
-}  // namespace
 
 TEST(Connection, UnixSocket) {
   RedisServer server;
@@ -174,7 +162,7 @@ TEST(Connection, ManyRequestsShareOnePipelinedConnection) {
       else
         ++empty;
       if (winners + empty + failed == 200) {
-        EXPECT_EQ(count_clients_named(cfg.port, opts.client_name), 1);
+        EXPECT_EQ(clients_named(cfg.port, opts.client_name), 1);
       }
     });
   }

@@ -5,6 +5,7 @@
 
 #include "background.hpp"
 #include "child_process.hpp"
+#include "client_list.hpp"
 #include "keys.hpp"
 #include "validity.hpp"
 
@@ -289,15 +290,6 @@ TEST(Waiting, IdleAgainAfterWaiting) {
 }
 
 namespace {
-
-int clients_named(std::uint16_t port, const std::string& name) {
-  const auto list = redis_command(port, {"CLIENT", "LIST"});
-  int n = 0;
-  for (std::size_t at = 0; (at = list.find(" name=" + name + " ", at)) != std::string::npos; ++at) {
-    ++n;
-  }
-  return n;
-}
 
 /// Polls (every 5 ms, at most `limit`) until `clients_named` is `n`.
 bool clients_become(std::uint16_t port, const std::string& name, int n,
