@@ -227,6 +227,11 @@ still_pending() {
     fail "$1 was no longer pending when the fault struck (the fault came too late to test anything)"
 }
 storm_result() { wait "$storm_pid" || { cat "$dir/storm.out"; fail "$1"; }; cat "$dir/storm.out"; }
+# logged TEXT: the service log holds TEXT within 5 s (a worker logs after it writes the ledger)
+logged() {
+  for _ in $(seq 250); do grep -q -- "$1" "$dir/service.log" && return 0; sleep 0.02; done
+  return 1
+}
 # heard_provider PID ORDER: worker PID logged the provider's answer (or its absence) for ORDER
 charged_once() { [ "$(provider_results "$1" succeeded)" = 1 ]; }
 heard_provider() { grep -q "(pid $1) provider answered [0-9]* for $2\$" "$dir/service.log"; }
@@ -550,7 +555,8 @@ PY
     kill -9 "$victim"
     echo "killed worker $victim (kill -9) between $b's pending record and its provider call"
     wait_for "the reconciler to void $b" state_is "$b" void
-    grep -q "$b attempt 1 void: the provider never saw its key" "$dir/service.log" ||
+    # The worker logs the void after writing it to the ledger: wait for the line.
+    logged "$b attempt 1 void: the provider never saw its key" ||
       fail "$b was voided by someone other than the reconciler"
     [ "$(provider_results "$b" succeeded)" = 0 ] || fail "$b was charged by the reconciler"
     wait_for "the first order to be charged" charged_once "$a"
@@ -595,8 +601,7 @@ PY
     grep -q '^202 ' "$dir/a.out" || fail "a dropped answer was not 202: $(cat "$dir/a.out")"
     echo "the provider charged $x, its answer was lost, and it stopped answering for 6.5 s"
     wait_for "$x to be escalated" state_is "$x" escalated
-    grep -q ": $x escalated: attempt 1 (key checkout:$x/1) undecided" "$dir/service.log" ||
-      fail "no escalation logged"
+    logged ": $x escalated: attempt 1 (key checkout:$x/1) undecided" || fail "no escalation logged"
     # The provider back after its key is gone: nothing may send the key again.
     wait_for "the provider to answer again" python3 -c "import sys, urllib.request
 urllib.request.urlopen(f'http://127.0.0.1:{sys.argv[1]}/healthz', timeout=1).read()" "$provider_port"
