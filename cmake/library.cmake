@@ -112,6 +112,7 @@ add_library(redis_lock_internal OBJECT
   src/config.cpp
   src/connect_fsm.cpp
   src/connection.cpp
+  src/connection_connect.cpp
   src/election.cpp
   src/engine.cpp
   src/error.cpp
@@ -120,8 +121,10 @@ add_library(redis_lock_internal OBJECT
   src/idempotency_run.cpp
   src/idempotency_store.cpp
   src/keys.cpp
+  src/library_use.cpp
   src/lease_ops.cpp
   src/observe_op.cpp
+  src/pipeline.cpp
   src/lock.cpp
   src/lock_service.cpp
   src/quorum.cpp

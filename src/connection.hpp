@@ -4,6 +4,8 @@
 #pragma once
 
 #include "connect_fsm.hpp"
+#include "library_use.hpp"
+#include "pipeline.hpp"
 #include "resp.hpp"
 
 #include <redis_lock/config.hpp>
@@ -15,7 +17,6 @@
 #include <boost/asio/strand.hpp>
 
 #include <chrono>
-#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -30,23 +31,10 @@ class context;
 
 namespace redis_lock::detail {
 
-/// Receives the reply of a command that was already completed with `error::timeout`, or
-/// `connection_lost` when that reply can no longer come.
-class LateReplies {
- public:
-  virtual void on_late_reply(boost::system::error_code ec, const Reply& reply) = 0;
-
- protected:
-  ~LateReplies() = default;
-};
-
 /// All member functions must be called on `strand()`; callbacks are invoked there too.
 ///
-/// Invariants:
-/// - `queued_bytes_` holds the RESP of the commands in `queued_`, in order; none of it has
-///   been written. Such commands are safe to send on a new connection.
-/// - Each link's `in_flight` holds commands written (or being written) on it, oldest first;
-///   the next reply on a link belongs to the front of its `in_flight`.
+/// Invariants (the queue's and each link's in-flight commands are `pipeline_`'s, which keeps
+/// their own: pipeline.hpp):
 /// - User commands are written only on `link_` in state `ready` (after the handshake).
 /// - A command that misses its deadline completes with `error::timeout` at once. Its link is
 ///   stuck behind it, so the link stops taking commands and *drains*: it stays open for a
@@ -58,7 +46,7 @@ class LateReplies {
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
   using Strand = boost::asio::strand<boost::asio::any_io_executor>;
-  using Callback = boost::asio::any_completion_handler<void(boost::system::error_code, Reply)>;
+  using Callback = Pipeline::Callback;
   using Clock = std::chrono::steady_clock;
 
   /// `tls`: the context of a rediss:// configuration (see make_tls_context), else null.
@@ -106,7 +94,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void set_functions(std::string_view library, std::string_view probe) {
     function_library_ = library;
     function_probe_ = probe;
-    functions_ = !library.empty();
+    library_use_.set_library(!library.empty());
   }
 
   /// A lock server (not a sentinel): each handshake asks `HELLO 2` and `INFO memory`, and
@@ -155,12 +143,6 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
  private:
   struct Link;
-  struct Pending {
-    Callback callback;  // empty once it has been completed with a timeout
-    std::shared_ptr<LateReplies> late;
-    Clock::time_point deadline;
-    std::size_t bytes = 0;  // size of its RESP in queued_bytes_ while queued
-  };
   using State = ConnectFsm::State;
 
   void start_connect();
@@ -170,21 +152,17 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void on_connect_deadline();
   void start_tls(const std::shared_ptr<Link>& link);
   void start_handshake(const std::shared_ptr<Link>& link);
-  /// At the end of a handshake: the link calls our scripts with FCALL when `found` (the
-  /// probe answered), else with EVALSHA, the library and the scripts loaded ahead of the
-  /// queue.
-  void use_functions(bool found);
   /// The handshake waits for `step`'s reply on `link`.
   void expect_handshake_reply(const std::shared_ptr<Link>& link, Handshake::Step step);
-  /// The handshake's probe found no library: FUNCTION LOAD goes as one more step (true), or
-  /// it cannot (refused before, already tried, a write still out: false).
-  bool load_library_first(const std::shared_ptr<Link>& link);
-  /// Commands are sent with FCALL (`functions`) or EVALSHA from now on, the queued ones too.
-  void restate_queued(bool functions);
-  /// The answer to the FUNCTION LOAD that use_functions sent on `link` (null: gone).
+  /// The handshake's probe found no library: FUNCTION LOAD goes as one more step.
+  void load_library_first(const std::shared_ptr<Link>& link);
+  /// Does what library_use_ decided: the queue restated when it changed how commands call
+  /// our scripts (it did so before with `functions`), `plan`'s loads ahead of the queue.
+  void follow(bool functions, const LibraryUse::Plan& plan);
+  /// The answer to the FUNCTION LOAD that follow() sent on `link` (null: gone).
   void on_function_load(const std::shared_ptr<Link>& link, const Reply& reply);
   /// An error reply on a link that calls the library: one that says the library is gone
-  /// or may not be called turns the link to EVALSHA (use_functions(false)).
+  /// or may not be called turns the link to EVALSHA (LibraryUse::on_error).
   void lost_functions(std::string_view error);
   void write_link(const std::shared_ptr<Link>& link);
   void on_handshake_reply(const std::shared_ptr<Link>& link, Handshake::Step step,
@@ -229,9 +207,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::shared_ptr<boost::asio::ssl::context> tls_;
   ConnectFsm fsm_;
   std::shared_ptr<Link> link_;
-  std::string queued_bytes_;
-  std::deque<Pending> queued_;
-  std::vector<std::shared_ptr<Link>> draining_;
+  Pipeline pipeline_;                            // what is queued, in flight and draining
+  std::vector<std::shared_ptr<Link>> draining_;  // their sockets
   std::size_t handshake_left_ = 0;
   std::unique_ptr<boost::asio::steady_timer> timer_;  // earliest command deadline
   bool timer_armed_ = false;
@@ -241,12 +218,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::vector<std::string_view> preload_;
   std::string_view function_library_;
   std::string_view function_probe_;
-  bool functions_ = false;              // how queued_bytes_ and new commands call our scripts
-  bool functions_found_ = false;        // the current handshake's probe answered
-  bool probed_ = false;                 // the current handshake asks for the library
-  bool loaded_in_handshake_ = false;    // it found none, and loaded it before any command
-  bool function_load_refused_ = false;  // NOPERM: this user may not load the library
-  bool fcall_refused_ = false;          // NOPERM: nor call it (not even asked, after that)
+  LibraryUse library_use_;  // FCALL or EVALSHA, and what to load
   bool check_version_ = false;
   bool accept_evicting_ = false;
   RefusalHandler on_refused_;
