@@ -359,15 +359,11 @@ Grant make_grant(Engine& service, const std::string& resource, const std::string
 void AcquireOp::confirm_replicated() {
   // WAIT on the connection that carried the acquire: it counts the replicas that have
   // everything written on it so far, our SET included.
-  service->wait_replicas(
+  service->confirm_replicas(
       node, options.min_replicas, options.replication_timeout,
-      Connection::Callback([op = std::static_pointer_cast<AcquireOp>(shared_from_this())](
-                               error_code ec, Reply reply) {
-        if (!ec && reply.is_error()) {
-          op->error_detail = reply.str;
-          ec = op->service->server_error(reply);
-        }
-        if (!ec) ec = replies::replication_outcome(reply, op->options.min_replicas);
+      Engine::Confirmed([op = std::static_pointer_cast<AcquireOp>(shared_from_this())](
+                            error_code ec, std::string_view detail) {
+        if (!detail.empty()) op->error_detail = detail;
         op->run(op->fsm.replicated(ec));
       }));
 }

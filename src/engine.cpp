@@ -168,15 +168,27 @@ void Engine::send(std::shared_ptr<ScriptOp> op) {
           std::move(acquire));
 }
 
-void Engine::wait_replicas(std::size_t node, int replicas, milliseconds timeout,
-                           Connection::Callback callback) {
+void Engine::confirm_replicas(std::size_t node, int replicas, milliseconds timeout,
+                              Confirmed done) {
   if (!router_) return;
   const auto count = to_decimal(replicas);
   const auto ms = to_decimal(timeout.count());
   const std::string_view command[] = {"WAIT", count, ms};
   // The server answers WAIT after up to `timeout`: the command's own deadline comes on top.
   router_->connection(node, Router::Pool::durable)
-      .execute(command, std::move(callback), nullptr, timeout);
+      .execute(command,
+               Connection::Callback([self = shared_from_this(), replicas, done = std::move(done)](
+                                        error_code ec, Reply reply) mutable {
+                 std::string_view detail;
+                 if (!ec && reply.is_error()) {
+                   ec = self->server_error(reply);
+                   detail = reply.str;
+                 } else if (!ec) {
+                   ec = replies::replication_outcome(reply, replicas);
+                 }
+                 std::move(done)(ec, detail);
+               }),
+               nullptr, timeout);
 }
 
 bool Engine::retry_later(Clock::time_point until, milliseconds delay, std::function<void()> again) {
@@ -241,37 +253,23 @@ Violation Engine::check_admin_call(std::string_view resource) const {
   return check_admin(resource, config_.topology);
 }
 
-void Engine::release(std::string resource, std::string token, LeaseKind kind, BoolHandler handler,
-                     bool by_guard, Clock::time_point patience, Clock::time_point give_back_until,
-                     std::string_view member_suffix, std::shared_ptr<LeaseState> ended) {
+void Engine::release(ReleaseRequest request, BoolHandler handler) {
   if (!alive_.load()) return;
   auto op = std::make_shared<CompareOp>(std::move(handler));
-  prepare_release(*this, *op, resource, std::move(token), kind, member_suffix);
-  if (by_guard && observer()) op->resource = std::move(resource);  // the event's
-  op->patience = patience;
-  op->give_back_until = give_back_until;
+  prepare_release(*this, *op, request.resource, std::move(request.token), request.kind,
+                  request.member_suffix);
+  if (request.by_guard && observer()) op->resource = std::move(request.resource);  // the event's
+  op->patience = request.patience;
+  op->give_back_until = request.give_back_until;
   // A caller's release that times out waits for its late reply while the lease may be valid.
-  op->wants_late = static_cast<bool>(op->handler) && patience != Clock::time_point{};
+  op->wants_late = static_cast<bool>(op->handler) && request.patience != Clock::time_point{};
   // A guard's async_release: in the initiating call, as for acquire (start_acquire).
   if (op->handler) install_cancellation(op->handler, op);
-  on_strand([self = shared_from_this(), op = std::move(op), ended = std::move(ended)]() mutable {
-    if (ended) self->report_hold_end(*ended, HoldEnd::released);
-    self->send(std::move(op));
-  });
-}
-
-void Engine::release_detached(std::string resource, std::string token, LeaseKind kind,
-                              bool by_guard, Clock::time_point patience,
-                              std::shared_ptr<LeaseState> ended) noexcept {
-  try {
-    // A guard's release on destruction: also resent through link failures while its lease
-    // may still be valid.
-    release(std::move(resource), std::move(token), kind, BoolHandler{}, by_guard, patience,
-            /*give_back_until=*/std::min(patience, Clock::now() + give_back_horizon), {},
-            std::move(ended));
-  } catch (...) {
-    // Out of memory while posting: the lease expires after its ttl instead.
-  }
+  on_strand(
+      [self = shared_from_this(), op = std::move(op), ended = std::move(request.ended)]() mutable {
+        if (ended) self->report_hold_end(*ended, HoldEnd::released);
+        self->send(std::move(op));
+      });
 }
 
 void Engine::release_held(std::string resource, std::string token,
@@ -288,15 +286,22 @@ void Engine::release_held(std::string resource, std::string token,
     // held-leases gauge stays one too high after an out-of-memory.)
     if (!lost && lease->hold_reported.exchange(false)) ended = std::move(lease);
   }
-  if (!handler) {
-    return release_detached(std::move(resource), std::move(token), kind, /*by_guard=*/true,
-                            patience, std::move(ended));
-  }
   // A release that could not be written (no connection in time: a server restarting, a
-  // storm of connects) is sent again while the lease may be valid, before the caller hears.
-  release(std::move(resource), std::move(token), kind, std::move(handler), /*by_guard=*/true,
-          patience, /*give_back_until=*/std::min(patience, Clock::now() + give_back_horizon), {},
-          std::move(ended));
+  // storm of connects) is sent again while the lease may be valid: before the caller hears,
+  // or (a guard dropped, nobody waits) before the lease is left to expire.
+  ReleaseRequest request{.resource = std::move(resource),
+                         .token = std::move(token),
+                         .kind = kind,
+                         .by_guard = true,
+                         .patience = patience,
+                         .give_back_until = std::min(patience, Clock::now() + give_back_horizon),
+                         .ended = std::move(ended)};
+  if (handler) return release(std::move(request), std::move(handler));
+  try {
+    release(std::move(request), BoolHandler{});
+  } catch (...) {
+    // Out of memory while posting: the lease expires after its ttl instead.
+  }
 }
 
 void Engine::report_hold_end(const LeaseState& lease, HoldEnd end) noexcept {
@@ -320,8 +325,13 @@ void Engine::give_back(std::string resource, std::string token, LeaseKind kind,
     }
     // Routed like any release (Cluster redirects), retried through moving slots and link
     // failures until `until`.
-    release(std::move(resource), std::move(token), kind, BoolHandler{}, /*by_guard=*/false, until,
-            until, member_suffix);
+    release({.resource = std::move(resource),
+             .token = std::move(token),
+             .kind = kind,
+             .patience = until,
+             .give_back_until = until,
+             .member_suffix = member_suffix},
+            BoolHandler{});
   } catch (...) {
     // Out of memory: the lease expires after its ttl instead.
   }

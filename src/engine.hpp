@@ -64,20 +64,27 @@ class Engine : public std::enable_shared_from_this<Engine> {
   std::size_t node_count() const noexcept { return config_.nodes.size(); }
 
   // Callable from any thread.
-  /// `by_guard`: a guard's own release (reported to the observer), not a clean-up.
-  /// `patience`: a Cluster refusal for a slot in motion (TRYAGAIN, CLUSTERDOWN) is retried
-  /// until then at least (the lease's valid_until(): past it the release no longer matters).
-  /// `give_back_until` (detached releases only): resent through link failures until then.
-  /// `member_suffix`: an acquire's give-back leaves the queue as token + this.
-  /// `ended`: a lease whose hold ends with this release, reported to the observer
-  /// (on_hold_end) on the strand, as the release is sent.
-  void release(std::string resource, std::string token, LeaseKind kind, BoolHandler handler,
-               bool by_guard = false, Clock::time_point patience = {},
-               Clock::time_point give_back_until = {}, std::string_view member_suffix = {},
-               std::shared_ptr<LeaseState> ended = {});
-  void release_detached(std::string resource, std::string token, LeaseKind kind,
-                        bool by_guard = false, Clock::time_point patience = {},
-                        std::shared_ptr<LeaseState> ended = {}) noexcept;
+  /// A release of `token`'s lease on `resource`: what it is for and how hard it tries.
+  struct ReleaseRequest {
+    std::string resource;
+    std::string token;
+    LeaseKind kind = LeaseKind::mutex;
+    /// A guard's own release (reported to the observer), not a clean-up.
+    bool by_guard = false;
+    /// A Cluster refusal for a slot in motion (TRYAGAIN, CLUSTERDOWN) is retried until then
+    /// at least (the lease's valid_until(): past it the release no longer matters). With a
+    /// handler, a reply that comes late is waited for until then too.
+    Clock::time_point patience{};
+    /// Resent through link failures until then (none: not resent).
+    Clock::time_point give_back_until{};
+    /// An acquire's give-back leaves the queue as token + this.
+    std::string_view member_suffix{};
+    /// A lease whose hold ends with this release, reported to the observer (on_hold_end) on
+    /// the strand, as the release is sent.
+    std::shared_ptr<LeaseState> ended{};
+  };
+  /// Sends `request`; its answer goes to `handler` (none: a release nobody waits for).
+  void release(ReleaseRequest request, BoolHandler handler);
   /// A holder (a guard, or a grant on its way) lets go of `lease` (may be null): stops its
   /// renewal and releases it, through `handler` (async_release) or, without one, detached
   /// (resent through link failures while the lease may be valid). Its hold's end goes to the
@@ -112,9 +119,16 @@ class Engine : public std::enable_shared_from_this<Engine> {
   // For the ops, on the strand.
   /// Sends `op` to the node serving its slot, or (Redlock) to every master.
   void send(std::shared_ptr<ScriptOp> op);
-  /// WAIT for `replicas` on the connection of `node` that the durable commands use.
-  void wait_replicas(std::size_t node, int replicas, std::chrono::milliseconds timeout,
-                     Connection::Callback callback);
+  /// Whether `replicas` replicas have what was written so far on the connection of `node`
+  /// that the durable commands use (WAIT, answered within `timeout`). The one policy of
+  /// every write that must be replicated (acquire, extend, renewal, idempotency records):
+  /// none when enough acknowledged it; not_replicated when fewer did; for an error reply
+  /// (a user without +wait: NOPERM), the server's error, its text as `detail` (and the
+  /// manager's last_server_error()); unexpected_reply; or the connection's error.
+  using Confirmed =
+      boost::asio::any_completion_handler<void(boost::system::error_code, std::string_view)>;
+  void confirm_replicas(std::size_t node, int replicas, std::chrono::milliseconds timeout,
+                        Confirmed done);
   /// A give-back's next try after a link failure: `again` on the strand after `delay`, or
   /// false (nothing scheduled) when that would be past `until`.
   bool retry_later(Clock::time_point until, std::chrono::milliseconds delay,

@@ -111,14 +111,11 @@ void send_script(const std::shared_ptr<Engine>& store, const Script& script,
     if (ec || replicas == 0) return done(ec, std::move(reply));
     // WAIT on the connection that carried the script: it counts the replicas that have
     // everything written on it so far, this script's writes included.
-    store->wait_replicas(
-        sent->node, replicas, timeout,
-        Connection::Callback([store, replicas, reply = std::move(reply), done = std::move(done)](
-                                 error_code wait_ec, Reply count) mutable {
-          if (!wait_ec && count.is_error()) wait_ec = store->server_error(count);
-          if (!wait_ec) wait_ec = replies::replication_outcome(count, replicas);
-          done(wait_ec, std::move(reply));
-        }));
+    store->confirm_replicas(sent->node, replicas, timeout,
+                            Engine::Confirmed([reply = std::move(reply), done = std::move(done)](
+                                                  error_code wait_ec, std::string_view) mutable {
+                              done(wait_ec, std::move(reply));
+                            }));
   };
   send_op(*store, std::move(op));
 }

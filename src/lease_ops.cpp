@@ -66,21 +66,18 @@ void CompareOp::cancel() {
 }
 
 void CompareOp::confirm_replicated() {
-  service->wait_replicas(
+  service->confirm_replicas(
       node, lease->min_replicas, lease->replication_timeout,
-      Connection::Callback([self = std::static_pointer_cast<CompareOp>(shared_from_this())](
-                               error_code ec, Reply reply) {
+      Engine::Confirmed([self = std::static_pointer_cast<CompareOp>(shared_from_this())](
+                            error_code ec, std::string_view detail) {
         // Not confirmed: an error, and the lease's validity stays where it was.
-        if (!ec && reply.is_error()) return self->finish({}, std::move(reply));
-        if (!ec) ec = replies::replication_outcome(reply, self->lease->min_replicas);
-        if (ec) return self->finish(ec, Reply{});
+        if (ec) return self->finish(ec, Reply{}, detail);
         self->finish({}, replies::integer_reply(1));
       }));
 }
 
-void CompareOp::finish(error_code ec, Reply reply) {
+void CompareOp::finish(error_code ec, Reply reply, std::string_view detail) {
   bool done = false;
-  std::string_view detail;
   if (!ec && reply.is_error()) {
     detail = reply.str;
     ec = service->server_error(reply);
@@ -94,16 +91,7 @@ void CompareOp::finish(error_code ec, Reply reply) {
         if (!lease || lease->released.load()) break;
         // An auto-renewed lease whose validity passed before this reply is lost (lost() may
         // have said so): not extended, from the guard's point of view.
-        if (lease->lapsed_unrenewed(Clock::now())) {
-          done = false;
-          service->watchdog().mark_lost(lease);
-          break;
-        }
-        lease->confirm(sent, new_ttl);
-        if (lease->lapse_seen.load()) {
-          done = false;
-          service->watchdog().mark_lost(lease);
-        }
+        done = service->watchdog().confirm_or_lose(lease, sent, new_ttl);
         break;
       case replies::Compare::not_ours:
         if (lease) service->watchdog().mark_lost(lease);

@@ -64,7 +64,8 @@ struct CompareOp final : ScriptOp {
  private:
   /// min_replicas: an extension counts once WAIT says enough replicas have it.
   void confirm_replicated();
-  void finish(boost::system::error_code ec, Reply reply);
+  /// `detail`: with `ec`, the server's text for it (an error reply to WAIT).
+  void finish(boost::system::error_code ec, Reply reply, std::string_view detail = {});
 };
 
 /// Fills in a release of `token`'s lease of `kind`: compare-and-delete, hand the lease to the

@@ -97,19 +97,24 @@ struct RenewOp final : ScriptOp {
     if (!ec && held->min_replicas > 0 && replies::read_compare(reply) == replies::Compare::done) {
       // min_replicas: the renewal counts once WAIT says enough replicas have it; until
       // then the lease is not extended (retried, and lost at valid_until()).
-      return service->wait_replicas(
+      return service->confirm_replicas(
           node, held->min_replicas, held->replication_timeout,
-          Connection::Callback([self = std::static_pointer_cast<RenewOp>(shared_from_this()),
-                                reply](error_code wait_ec, Reply count) {
+          Engine::Confirmed([self = std::static_pointer_cast<RenewOp>(shared_from_this()), reply](
+                                error_code wait_ec, std::string_view detail) {
             auto again = self->lease.lock();
             if (!again) return;
-            // (An error reply, or any other refusal, is reported as not_replicated.)
-            if (!wait_ec &&
-                (count.is_error() || replies::replication_outcome(count, again->min_replicas))) {
-              wait_ec = error::not_replicated;
+            if (!wait_ec) {
+              return self->service->watchdog().renewed(again, self->sent, {}, reply,
+                                                       self->node_results);
             }
-            self->service->watchdog().renewed(again, self->sent, wait_ec, wait_ec ? Reply{} : reply,
-                                              self->node_results);
+            // Not confirmed: not extended. The event says why, as an acquire's or an
+            // extension's would (the server's error reply with its text, not_replicated...).
+            Reply why;
+            if (!detail.empty()) {
+              why.type = Reply::Type::error;
+              why.str = detail;
+            }
+            self->service->watchdog().renewed(again, self->sent, wait_ec, why, self->node_results);
           }));
     }
     service->watchdog().renewed(held, sent, ec, reply, node_results);
@@ -214,12 +219,7 @@ void Watchdog::renewed(const std::shared_ptr<LeaseState>& lease, Clock::time_poi
   if (!ec && !reply.is_error()) {
     switch (replies::read_compare(reply)) {
       case replies::Compare::done:
-        // Confirmed too late: the guard may have reported the loss since its validity
-        // passed (lost() reads the clock); it stays lost. Checked again after the
-        // confirmation, for a lost() that read the old validity meanwhile.
-        if (lease->lapsed_unrenewed(Clock::now())) return mark_lost(lease);
-        lease->confirm(sent, lease->ttl);
-        if (lease->lapse_seen.load()) return mark_lost(lease);
+        if (!confirm_or_lose(lease, sent, lease->ttl)) return;
         answer = RenewalSchedule::Answer::confirmed;
         break;
       case replies::Compare::not_ours:
@@ -233,6 +233,23 @@ void Watchdog::renewed(const std::shared_ptr<LeaseState>& lease, Clock::time_poi
   if (!next) return mark_lost(lease);
   if (!lease->auto_renew) return;  // renewal stopped meanwhile (Engine::stop_renewing)
   put(lease, *next);
+}
+
+bool Watchdog::confirm_or_lose(const std::shared_ptr<LeaseState>& lease, Clock::time_point sent,
+                               std::chrono::milliseconds ttl) {
+  // Confirmed too late: the guard may have reported the loss since its validity passed
+  // (lost() reads the clock); it stays lost. Checked again after the confirmation, for a
+  // lost() that read the old validity meanwhile.
+  if (lease->lapsed_unrenewed(Clock::now())) {
+    mark_lost(lease);
+    return false;
+  }
+  lease->confirm(sent, ttl);
+  if (lease->lapse_seen.load()) {
+    mark_lost(lease);
+    return false;
+  }
+  return true;
 }
 
 void Watchdog::mark_lost(const std::shared_ptr<LeaseState>& lease) {

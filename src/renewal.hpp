@@ -75,6 +75,12 @@ class Watchdog {
   void watch(const std::shared_ptr<LeaseState>& lease);
   void unwatch(LeaseState& lease);
   void mark_lost(const std::shared_ptr<LeaseState>& lease);
+  /// An extension of `lease` sent at `sent` (a renewal's, or async_extend's) was confirmed:
+  /// its validity moves to `sent` + `ttl`, unless it lapsed unrenewed before this (the
+  /// guard may have reported the loss: it stays lost) or a lapse was seen meanwhile. False
+  /// (and the lease marked lost) then.
+  bool confirm_or_lose(const std::shared_ptr<LeaseState>& lease,
+                       std::chrono::steady_clock::time_point sent, std::chrono::milliseconds ttl);
   void shutdown() noexcept;
 
  private:

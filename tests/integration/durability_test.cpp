@@ -2,7 +2,12 @@
 // LockOptions::min_replicas: WAIT against a real replica, and against none.
 #include "live.hpp"
 
+#include <mutex>
+#include <optional>
+#include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 using namespace redis_lock;
 using namespace redis_lock::test;
@@ -56,4 +61,69 @@ TEST(Durability, NegativeReplicaCountIsInvalid) {
   }();
   ASSERT_TRUE(r);
   EXPECT_EQ(*r, error::invalid_argument);
+}
+
+namespace {
+
+/// The renewals' events, with their error and its text (copied: the views end with the call).
+struct RenewalLog final : Observer {
+  std::mutex mutex;
+  std::vector<std::pair<error_code, std::string>> failed;
+  void on_lease(const LeaseEvent& e) noexcept override {
+    if (e.command != LeaseCommand::renewal || !e.error) return;
+    std::lock_guard lock(mutex);
+    failed.emplace_back(e.error, std::string(e.detail));
+  }
+  std::optional<std::pair<error_code, std::string>> first() {
+    std::lock_guard lock(mutex);
+    if (failed.empty()) return std::nullopt;
+    return failed.front();
+  }
+};
+
+}  // namespace
+
+// One policy for a WAIT the server answers with an error (here a user whose +wait was taken
+// away): the server's error, with its text, for an acquire, an extension and a renewal alike.
+// (A renewal reported it as not_replicated, without the text.)
+TEST(Durability, AWaitTheServerRefusesIsItsErrorForAcquireExtendAndRenewal) {
+  RedisServer master({"--repl-diskless-sync-delay", "0"});
+  RedisServer replica({"--replicaof", "127.0.0.1", std::to_string(master.port())});
+  ASSERT_TRUE(wait_until_linked(replica));
+  ASSERT_EQ(master.command({"ACL", "SETUSER", "waiter", "on", ">pw", "~*", "&*", "+@all"}), "OK");
+  auto cfg = master.config();
+  cfg.username = "waiter";
+  cfg.password = "pw";
+  auto log = std::make_shared<RenewalLog>();
+  asio::io_context io;
+  LockManager locks(io.get_executor(), cfg, {.observer = log});
+  run_co(io, [&]() -> asio::awaitable<void> {
+    const auto use = asio::as_tuple(asio::use_awaitable);
+    const LockOptions durable{.ttl = 10s, .min_replicas = 1, .replication_timeout = 2s};
+    auto [e1, held] = co_await locks.async_acquire(unique_resource("held"), durable, use);
+    CO_ASSERT_TRUE(!e1 && held);
+    auto renewed_options = durable;
+    renewed_options.ttl = 900ms;  // renewed every 300 ms
+    renewed_options.auto_renew = true;
+    auto [e2, renewed] =
+        co_await locks.async_acquire(unique_resource("renewed"), renewed_options, use);
+    CO_ASSERT_TRUE(!e2 && renewed);
+    // (An ACL change applies at once to the user's connections, authenticated already.)
+    EXPECT_EQ(master.command({"ACL", "SETUSER", "waiter", "-wait"}), "OK");
+
+    auto [e3, extended] = co_await held.async_extend(10s, use);
+    EXPECT_EQ(e3, error::no_permission) << e3.message();
+    EXPECT_FALSE(extended);
+    EXPECT_TRUE(locks.last_server_error().starts_with("NOPERM")) << locks.last_server_error();
+
+    auto [e4, refused] = co_await locks.async_acquire(unique_resource("new"), durable, use);
+    EXPECT_EQ(e4, error::no_permission) << e4.message();
+    EXPECT_FALSE(refused);
+
+    for (int i = 0; i < 300 && !log->first(); ++i) co_await sleep_for(10ms);
+    const auto renewal = log->first();
+    CO_ASSERT_TRUE(renewal.has_value());
+    EXPECT_EQ(renewal->first, error::no_permission) << renewal->first.message();
+    EXPECT_TRUE(renewal->second.starts_with("NOPERM")) << renewal->second;
+  }());
 }
