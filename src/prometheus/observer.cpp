@@ -27,22 +27,117 @@ namespace {
 namespace pm = ::prometheus;
 using Seconds = std::chrono::duration<double>;
 
-constexpr std::size_t kinds = 5;  // AcquireKind
-constexpr std::array<const char*, kinds> kind_names{"mutex", "permit", "shared", "exclusive",
-                                                    "election"};
-constexpr std::array<const char*, 4> acquire_outcomes{"acquired", "not_acquired", "error",
-                                                      "cancelled"};
-constexpr std::array<const char*, 3> lease_commands{"release", "extend", "renewal"};
+// Each event enum's label values, by a switch without a default: an enumerator added to
+// observer.hpp fails this build (-Wswitch, -Werror) until it has its label here, and the
+// arrays of series are sized by these, so that no value is dropped by an array too small
+// or counted as another.
+constexpr const char* label(AcquireKind k) noexcept {
+  switch (k) {
+    case AcquireKind::mutex:
+      return "mutex";
+    case AcquireKind::permit:
+      return "permit";
+    case AcquireKind::shared:
+      return "shared";
+    case AcquireKind::exclusive:
+      return "exclusive";
+    case AcquireKind::election:
+      return "election";
+  }
+  return nullptr;
+}
+constexpr const char* label(AcquireOutcome o) noexcept {
+  switch (o) {
+    case AcquireOutcome::acquired:
+      return "acquired";
+    case AcquireOutcome::not_acquired:
+      return "not_acquired";
+    case AcquireOutcome::failed:
+      return "error";
+    case AcquireOutcome::cancelled:
+      return "cancelled";
+  }
+  return nullptr;
+}
+constexpr const char* label(LeaseCommand c) noexcept {
+  switch (c) {
+    case LeaseCommand::release:
+      return "release";
+    case LeaseCommand::extend:
+      return "extend";
+    case LeaseCommand::renewal:
+      return "renewal";
+  }
+  return nullptr;
+}
+constexpr const char* label(AdminCommand c) noexcept {
+  switch (c) {
+    case AdminCommand::inspect:
+      return "inspect";
+    case AdminCommand::force_release:
+      return "force_release";
+    case AdminCommand::leader:
+      return "leader";
+    case AdminCommand::observe:
+      return "observe";
+  }
+  return nullptr;
+}
+constexpr const char* label(RunKind k) noexcept {
+  switch (k) {
+    case RunKind::executed:
+      return "executed";
+    case RunKind::replayed:
+      return "replayed";
+    case RunKind::busy:
+      return "busy";
+    case RunKind::mismatch:
+      return "mismatch";
+    case RunKind::pending:
+      return "pending";
+    case RunKind::not_executed:
+      return "not_executed";
+    case RunKind::escalated:
+      return "escalated";
+    case RunKind::absent:
+      return "absent";
+  }
+  return nullptr;
+}
+/// How many values E has (they count from 0).
+template <class E>
+constexpr std::size_t count_of() noexcept {
+  std::size_t n = 0;
+  while (label(static_cast<E>(n)) != nullptr) ++n;
+  return n;
+}
+/// E's labels in the order of its values, then `extra` ones.
+template <class E, std::size_t Extra = 0>
+constexpr auto labels_of(std::array<const char*, Extra> extra = {}) noexcept {
+  std::array<const char*, count_of<E>() + Extra> out{};
+  for (std::size_t i = 0; i < count_of<E>(); ++i) out[i] = label(static_cast<E>(i));
+  for (std::size_t i = 0; i < Extra; ++i) out[count_of<E>() + i] = extra[i];
+  return out;
+}
+/// The index of `e` in labels_of<E>(); `fallback` for a value it does not know.
+template <class E>
+constexpr std::size_t index_of(E e, std::size_t fallback) noexcept {
+  const auto i = static_cast<std::size_t>(e);
+  return i < count_of<E>() ? i : fallback;
+}
+
+constexpr auto kinds = count_of<AcquireKind>();
+constexpr auto kind_names = labels_of<AcquireKind>();
+constexpr auto acquire_outcomes = labels_of<AcquireOutcome>();
+constexpr auto lease_commands = labels_of<LeaseCommand>();
 constexpr std::array<const char*, 3> lease_outcomes{"ok", "not_held", "error"};
-constexpr std::array<const char*, 4> admin_commands{"inspect", "force_release", "leader",
-                                                    "observe"};
+constexpr auto admin_commands = labels_of<AdminCommand>();
 constexpr std::array<const char*, 3> admin_outcomes{"ok", "error", "cancelled"};
 // IdempotencyEvent: who ran it, what the caller was told (RunResult::Kind's order, then an
 // error), and the calls it made.
 constexpr std::array<const char*, 2> idempotent_by{"request", "reconciler"};
-constexpr std::array<const char*, 9> idempotent_outcomes{"executed",  "replayed", "busy",
-                                                         "mismatch",  "pending",  "not_executed",
-                                                         "escalated", "absent",   "error"};
+constexpr auto idempotent_outcomes = labels_of<RunKind>(std::array<const char*, 1>{"error"});
+static_assert(idempotent_outcomes.size() == count_of<RunKind>() + 1);  // "error" apart
 constexpr std::array<const char*, 3> idempotent_calls{"work", "resolve", "timeout"};
 // The labels the observer sets itself (and a histogram's `le`, a summary's `quantile`): a
 // constant label of the same name would clash, and Prometheus would refuse the whole scrape.
@@ -50,10 +145,7 @@ constexpr std::array<const char*, 11> own_labels{"kind",      "outcome", "waited
                                                  "operation", "error",   "group",  "le",
                                                  "quantile",  "by",      "call"};
 
-std::size_t index(AcquireKind k) noexcept {
-  const auto i = static_cast<std::size_t>(k);
-  return i < kinds ? i : 0;
-}
+std::size_t index(AcquireKind k) noexcept { return index_of(k, 0); }
 
 bool valid_name(std::string_view name, bool colons) noexcept {
   if (name.empty()) return false;
@@ -199,7 +291,7 @@ struct PrometheusObserver::Impl {
       }
       // The round trips that decide whether a lease outlives its ttl: extensions and
       // renewals. (A release's is left out: nothing waits on it, and every pair would pay.)
-      if (c != 0) {
+      if (c != index_of(LeaseCommand::release, 0)) {
         s->command_seconds[c] = &command_seconds.Add(
             with(s->labels, {{"command", lease_commands[c]}}), options.command_buckets);
       }
@@ -309,22 +401,13 @@ void PrometheusObserver::on_acquire(const AcquireEvent& e) noexcept {
   try {
     auto& s = impl_->series(e.resource);
     auto& k = impl_->of(s, e.kind);
-    std::size_t outcome = 0;
-    switch (e.outcome) {
-      case AcquireOutcome::acquired:
-        k.acquire_seconds[e.waited ? 1 : 0]->Observe(Seconds(e.latency).count());
-        k.held->Increment();
-        break;
-      case AcquireOutcome::not_acquired:
-        outcome = 1;
-        break;
-      case AcquireOutcome::failed:
-        outcome = 2;
-        impl_->count_error(s, "acquire", e.error);
-        break;
-      case AcquireOutcome::cancelled:
-        outcome = 3;
-        break;
+    const auto outcome = index_of(e.outcome, acquire_outcomes.size());
+    if (outcome >= acquire_outcomes.size()) return;
+    if (e.outcome == AcquireOutcome::acquired) {
+      k.acquire_seconds[e.waited ? 1 : 0]->Observe(Seconds(e.latency).count());
+      k.held->Increment();
+    } else if (e.outcome == AcquireOutcome::failed) {
+      impl_->count_error(s, "acquire", e.error);
     }
     k.acquisitions[outcome]->Increment();
     if (e.waited) k.waiting->Decrement();
@@ -353,7 +436,7 @@ void PrometheusObserver::on_hold_end(const HoldEvent& e) noexcept {
 void PrometheusObserver::on_lease(const LeaseEvent& e) noexcept {
   try {
     auto& s = impl_->series(e.resource);
-    const auto command = static_cast<std::size_t>(e.command);
+    const auto command = index_of(e.command, lease_commands.size());
     if (command >= lease_commands.size()) return;
     const std::size_t outcome = e.error ? 2 : e.succeeded ? 0 : 1;
     s.commands[command][outcome]->Increment();
@@ -366,7 +449,7 @@ void PrometheusObserver::on_lease(const LeaseEvent& e) noexcept {
 void PrometheusObserver::on_admin(const AdminEvent& e) noexcept {
   try {
     auto& s = impl_->series(e.resource);
-    const auto command = static_cast<std::size_t>(e.command);
+    const auto command = index_of(e.command, admin_commands.size());
     if (command >= admin_commands.size()) return;
     std::size_t outcome = 0;
     if (e.error == boost::asio::error::operation_aborted) {
@@ -385,7 +468,8 @@ void PrometheusObserver::on_idempotency(const IdempotencyEvent& e) noexcept {
     // Grouped by the key's lock's resource, as the lock's own events of that key are.
     auto& s = impl_->series(e.resource);
     const std::size_t by = e.reconciler ? 1 : 0;
-    auto outcome = static_cast<std::size_t>(e.result);
+    // (A value it does not know goes uncounted, not as another.)
+    auto outcome = index_of(e.result, idempotent_outcomes.size());
     if (e.error) {
       outcome = idempotent_outcomes.size() - 1;
       impl_->count_error(s, e.reconciler ? "idempotent_reconcile" : "idempotent_run", e.error);
