@@ -2,6 +2,8 @@
 // PrometheusObserver (<redis_lock/prometheus.hpp>): observer events into prometheus-cpp
 // metrics. An optional component on top of the public API: it includes public headers only
 // (tests/layers/check_layers.py).
+#include "labels.hpp"
+
 #include <redis_lock/error.hpp>
 #include <redis_lock/prometheus.hpp>
 
@@ -26,105 +28,9 @@ namespace {
 
 namespace pm = ::prometheus;
 using Seconds = std::chrono::duration<double>;
-
-// Each event enum's label values, by a switch without a default: an enumerator added to
-// observer.hpp fails this build (-Wswitch, -Werror) until it has its label here, and the
-// arrays of series are sized by these, so that no value is dropped by an array too small
-// or counted as another.
-constexpr const char* label(AcquireKind k) noexcept {
-  switch (k) {
-    case AcquireKind::mutex:
-      return "mutex";
-    case AcquireKind::permit:
-      return "permit";
-    case AcquireKind::shared:
-      return "shared";
-    case AcquireKind::exclusive:
-      return "exclusive";
-    case AcquireKind::election:
-      return "election";
-  }
-  return nullptr;
-}
-constexpr const char* label(AcquireOutcome o) noexcept {
-  switch (o) {
-    case AcquireOutcome::acquired:
-      return "acquired";
-    case AcquireOutcome::not_acquired:
-      return "not_acquired";
-    case AcquireOutcome::failed:
-      return "error";
-    case AcquireOutcome::cancelled:
-      return "cancelled";
-  }
-  return nullptr;
-}
-constexpr const char* label(LeaseCommand c) noexcept {
-  switch (c) {
-    case LeaseCommand::release:
-      return "release";
-    case LeaseCommand::extend:
-      return "extend";
-    case LeaseCommand::renewal:
-      return "renewal";
-  }
-  return nullptr;
-}
-constexpr const char* label(AdminCommand c) noexcept {
-  switch (c) {
-    case AdminCommand::inspect:
-      return "inspect";
-    case AdminCommand::force_release:
-      return "force_release";
-    case AdminCommand::leader:
-      return "leader";
-    case AdminCommand::observe:
-      return "observe";
-  }
-  return nullptr;
-}
-constexpr const char* label(RunKind k) noexcept {
-  switch (k) {
-    case RunKind::executed:
-      return "executed";
-    case RunKind::replayed:
-      return "replayed";
-    case RunKind::busy:
-      return "busy";
-    case RunKind::mismatch:
-      return "mismatch";
-    case RunKind::pending:
-      return "pending";
-    case RunKind::not_executed:
-      return "not_executed";
-    case RunKind::escalated:
-      return "escalated";
-    case RunKind::absent:
-      return "absent";
-  }
-  return nullptr;
-}
-/// How many values E has (they count from 0).
-template <class E>
-constexpr std::size_t count_of() noexcept {
-  std::size_t n = 0;
-  while (label(static_cast<E>(n)) != nullptr) ++n;
-  return n;
-}
-/// E's labels in the order of its values, then `extra` ones.
-template <class E, std::size_t Extra = 0>
-constexpr auto labels_of(std::array<const char*, Extra> extra = {}) noexcept {
-  std::array<const char*, count_of<E>() + Extra> out{};
-  for (std::size_t i = 0; i < count_of<E>(); ++i) out[i] = label(static_cast<E>(i));
-  for (std::size_t i = 0; i < Extra; ++i) out[count_of<E>() + i] = extra[i];
-  return out;
-}
-/// The index of `e` in labels_of<E>(); `fallback` for a value it does not know.
-template <class E>
-constexpr std::size_t index_of(E e, std::size_t fallback) noexcept {
-  const auto i = static_cast<std::size_t>(e);
-  return i < count_of<E>() ? i : fallback;
-}
+using prometheus_labels::count_of;
+using prometheus_labels::index_of;
+using prometheus_labels::labels_of;
 
 constexpr auto kinds = count_of<AcquireKind>();
 constexpr auto kind_names = labels_of<AcquireKind>();

@@ -1,0 +1,112 @@
+// SPDX-License-Identifier: MIT
+// The metric label of each value of the observer's event enums (observer.hpp), for
+// PrometheusObserver (observer.cpp): one switch without a default per enum, so that an
+// enumerator added to observer.hpp fails this build (-Wswitch, -Werror) until it has its
+// label here, and the arrays of series that observer.cpp sizes by these never drop a value
+// or count it as another.
+#pragma once
+
+#include <redis_lock/idempotency_kind.hpp>
+#include <redis_lock/observer.hpp>
+
+#include <array>
+#include <cstddef>
+
+namespace redis_lock::prometheus_labels {
+
+constexpr const char* label(AcquireKind k) noexcept {
+  switch (k) {
+    case AcquireKind::mutex:
+      return "mutex";
+    case AcquireKind::permit:
+      return "permit";
+    case AcquireKind::shared:
+      return "shared";
+    case AcquireKind::exclusive:
+      return "exclusive";
+    case AcquireKind::election:
+      return "election";
+  }
+  return nullptr;
+}
+constexpr const char* label(AcquireOutcome o) noexcept {
+  switch (o) {
+    case AcquireOutcome::acquired:
+      return "acquired";
+    case AcquireOutcome::not_acquired:
+      return "not_acquired";
+    case AcquireOutcome::failed:
+      return "error";
+    case AcquireOutcome::cancelled:
+      return "cancelled";
+  }
+  return nullptr;
+}
+constexpr const char* label(LeaseCommand c) noexcept {
+  switch (c) {
+    case LeaseCommand::release:
+      return "release";
+    case LeaseCommand::extend:
+      return "extend";
+    case LeaseCommand::renewal:
+      return "renewal";
+  }
+  return nullptr;
+}
+constexpr const char* label(AdminCommand c) noexcept {
+  switch (c) {
+    case AdminCommand::inspect:
+      return "inspect";
+    case AdminCommand::force_release:
+      return "force_release";
+    case AdminCommand::leader:
+      return "leader";
+    case AdminCommand::observe:
+      return "observe";
+  }
+  return nullptr;
+}
+constexpr const char* label(RunKind k) noexcept {
+  switch (k) {
+    case RunKind::executed:
+      return "executed";
+    case RunKind::replayed:
+      return "replayed";
+    case RunKind::busy:
+      return "busy";
+    case RunKind::mismatch:
+      return "mismatch";
+    case RunKind::pending:
+      return "pending";
+    case RunKind::not_executed:
+      return "not_executed";
+    case RunKind::escalated:
+      return "escalated";
+    case RunKind::absent:
+      return "absent";
+  }
+  return nullptr;
+}
+/// How many values E has (they count from 0).
+template <class E>
+constexpr std::size_t count_of() noexcept {
+  std::size_t n = 0;
+  while (label(static_cast<E>(n)) != nullptr) ++n;
+  return n;
+}
+/// E's labels in the order of its values, then `extra` ones.
+template <class E, std::size_t Extra = 0>
+constexpr auto labels_of(std::array<const char*, Extra> extra = {}) noexcept {
+  std::array<const char*, count_of<E>() + Extra> out{};
+  for (std::size_t i = 0; i < count_of<E>(); ++i) out[i] = label(static_cast<E>(i));
+  for (std::size_t i = 0; i < Extra; ++i) out[count_of<E>() + i] = extra[i];
+  return out;
+}
+/// The index of `e` in labels_of<E>(); `fallback` for a value it does not know.
+template <class E>
+constexpr std::size_t index_of(E e, std::size_t fallback) noexcept {
+  const auto i = static_cast<std::size_t>(e);
+  return i < count_of<E>() ? i : fallback;
+}
+
+}  // namespace redis_lock::prometheus_labels
