@@ -99,7 +99,7 @@ bool Connection::close_if_idle() {
   } else if (state == State::connecting || state == State::handshake) {
     // A connect whose commands timed out meanwhile: nobody needs it any more either. (Its
     // handshake's own commands go with the link.)
-    if (pipeline_.queued() || pipeline_.draining()) return false;
+    if (pipeline_.waiting() || pipeline_.draining()) return false;
     handshake_left_ = 0;
     if (connect_timer_) connect_timer_->cancel();
   } else {
@@ -284,7 +284,7 @@ void Connection::drop_link(error_code ec) {
   handshake_left_ = 0;
   if (connect_timer_) connect_timer_->cancel();
   // Queued commands were never written: they may go out on a fresh connection.
-  if (pipeline_.queued()) start_connect();
+  if (pipeline_.waiting()) start_connect();
   cancel_timer_if_idle();
   notify_link_down();
   Pipeline::fail_all(failed, ec);
@@ -294,9 +294,9 @@ void Connection::start_draining() {
   auto link = std::move(link_);
   link_.reset();
   fsm_.left();
-  auto timed_out = pipeline_.drain_current(Clock::now() + drain_grace(config_.command_timeout));
   draining_.push_back(link);
-  if (pipeline_.queued()) start_connect();
+  auto timed_out = pipeline_.drain_current(Clock::now() + drain_grace(config_.command_timeout));
+  if (pipeline_.waiting()) start_connect();
   arm_timer();
   notify_link_down();
   for (auto& cb : timed_out) std::move(cb)(error::timeout, Reply{});
@@ -346,7 +346,7 @@ void Connection::on_timer() {
   auto expired = pipeline_.take_expired(now);
   // (Also on a ready link, behind a write still under way: it never left the queue.)
   const auto why = error::connect_timeout;
-  if (!pipeline_.queued() && fsm_.state() == State::backoff) {
+  if (!pipeline_.waiting() && fsm_.state() == State::backoff) {
     // Nothing left to connect for: stop trying, stay idle. A connect or a handshake under
     // way goes on (its own deadline bounds it): given up, the server's share of it (a
     // handshake during a storm of them) would be done again by the next command's connect.

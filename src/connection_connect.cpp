@@ -31,7 +31,7 @@ void Connection::start_connect() {
   connect_timer_->expires_at(act.until);
   connect_timer_->async_wait(on_strand([self = shared_from_this()](error_code ec) {
     if (ec || self->shut_down_) return;
-    if (self->fsm_.backoff_over(self->pipeline_.queued()).kind ==
+    if (self->fsm_.backoff_over(self->pipeline_.waiting()).kind ==
         ConnectFsm::Action::Kind::connect) {
       self->connect_now();
     }

@@ -22,8 +22,8 @@ void Pipeline::push(std::span<const std::string_view> command, bool functions, C
 }
 
 void Pipeline::push_front(std::string_view bytes, std::vector<Command> commands) {
-  bytes_.insert(0, bytes);
-  for (std::size_t i = commands.size(); i-- > 0;) queue_.push_front(std::move(commands[i]));
+  load_bytes_.insert(0, bytes);
+  for (std::size_t i = commands.size(); i-- > 0;) loads_.push_front(std::move(commands[i]));
 }
 
 void Pipeline::restate(bool functions) {
@@ -37,50 +37,28 @@ void Pipeline::restate(bool functions) {
 }
 
 Pipeline::Clock::time_point Pipeline::oldest_deadline() const noexcept {
-  // (Loads put ahead of the queue have none: the first command behind them counts.)
-  for (const auto& c : queue_) {
-    if (c.deadline != never) return c.deadline;
-  }
-  return never;
+  return queue_.empty() ? never : queue_.front().deadline;
 }
 
 Pipeline::Commands Pipeline::take_queued() {
-  auto taken = std::move(queue_);
+  auto taken = std::move(loads_);
+  loads_.clear();
+  load_bytes_.clear();
+  for (auto& c : queue_) taken.push_back(std::move(c));
   queue_.clear();
   bytes_.clear();
   return taken;
 }
 
 Pipeline::Commands Pipeline::take_expired(Clock::time_point now) {
+  // (The loads ahead have no deadline: they stay.)
   Commands expired;
-  if (!queue_.empty() && queue_.front().deadline == never) {
-    // Loads put ahead have no deadline and stay: set aside while the commands behind them
-    // expire, then put back. (Moved by construction: a handler's move assignment recurses
-    // in Boost 1.81, so nothing is erased from the middle.)
-    Commands loads;
-    std::size_t offset = 0;
-    while (!queue_.empty() && queue_.front().deadline == never) {
-      offset += queue_.front().bytes;
-      loads.push_back(std::move(queue_.front()));
-      queue_.pop_front();
-    }
-    take_expired_front(now, offset, expired);
-    while (!loads.empty()) {
-      queue_.push_front(std::move(loads.back()));
-      loads.pop_back();
-    }
-    return expired;
-  }
-  take_expired_front(now, 0, expired);
-  return expired;
-}
-
-void Pipeline::take_expired_front(Clock::time_point now, std::size_t offset, Commands& out) {
   while (!queue_.empty() && queue_.front().deadline <= now) {
-    bytes_.erase(offset, queue_.front().bytes);
-    out.push_back(std::move(queue_.front()));
+    bytes_.erase(0, queue_.front().bytes);
+    expired.push_back(std::move(queue_.front()));
     queue_.pop_front();
   }
+  return expired;
 }
 
 void Pipeline::reset(Link& link) noexcept {
@@ -119,8 +97,16 @@ bool Pipeline::busy(LinkId link) const noexcept {
 void Pipeline::expect(Command command) { current_.in_flight.push_back(std::move(command)); }
 
 bool Pipeline::take_batch(std::string& out) {
-  if (queue_.empty() || current_.id == 0) return false;
-  out.swap(bytes_);
+  if (!queued() || current_.id == 0) return false;
+  if (loads_.empty()) {
+    out.swap(bytes_);
+  } else {
+    load_bytes_ += bytes_;
+    out.swap(load_bytes_);
+    load_bytes_.clear();
+    for (auto& c : loads_) current_.in_flight.push_back(std::move(c));
+    loads_.clear();
+  }
   bytes_.clear();
   for (auto& c : queue_) current_.in_flight.push_back(std::move(c));
   queue_.clear();
@@ -200,10 +186,12 @@ Pipeline::Clock::time_point Pipeline::next_deadline() const noexcept {
 }
 
 bool Pipeline::has_work() const noexcept {
-  return !queue_.empty() || !draining_.empty() || !current_.in_flight.empty();
+  return queued() || !draining_.empty() || !current_.in_flight.empty();
 }
 
 void Pipeline::clear() noexcept {
+  loads_.clear();
+  load_bytes_.clear();
   queue_.clear();
   bytes_.clear();
   reset(current_);

@@ -38,7 +38,7 @@ class LateReplies {
 /// | event                          | effect                                                  |
 /// |--------------------------------|---------------------------------------------------------|
 /// | `push` (a command)             | its bytes appended to the queue's, its deadline kept    |
-/// | `push_front` (handshake loads) | ahead of everything queued, in order                    |
+/// | `push_front` (loads)           | ahead of everything queued, in order, no deadline       |
 /// | `restate` (FCALL <-> EVALSHA)  | the queue's script calls re-encoded, sizes kept in step |
 /// | `open` (a new link)            | it becomes the current link, nothing in flight          |
 /// | `expect` (a handshake step)    | awaited on the current link, no deadline of its own     |
@@ -75,19 +75,23 @@ class Pipeline {
   /// Appends `command`, encoded for FCALL (`functions`) or EVALSHA (script_call.hpp).
   void push(std::span<const std::string_view> command, bool functions, Callback callback,
             std::shared_ptr<LateReplies> late, Clock::time_point deadline);
-  /// Puts encoded commands ahead of the queue: `bytes` holds them in order, each command's
-  /// `bytes` its own size.
+  /// Puts encoded loads (SCRIPT LOAD, FUNCTION LOAD: no deadline) ahead of the queue, and
+  /// ahead of loads put there before: `bytes` holds them in order, each command's `bytes`
+  /// its own size. They go with the next batch; none of the queue's deadlines waits for them.
   void push_front(std::string_view bytes, std::vector<Command> commands);
   /// Re-encodes the queue's script calls for FCALL (`functions`) or EVALSHA.
   void restate(bool functions);
-  bool queued() const noexcept { return !queue_.empty(); }
-  /// The oldest queued command's deadline (`never` with none; loads put ahead of the queue
-  /// have none of their own).
+  /// Anything to write: commands or loads.
+  bool queued() const noexcept { return !queue_.empty() || !loads_.empty(); }
+  /// Commands wait to be written (loads alone are worth no connect: they go with the next
+  /// command's).
+  bool waiting() const noexcept { return !queue_.empty(); }
+  /// The oldest queued command's deadline (`never` with none).
   Clock::time_point oldest_deadline() const noexcept;
-  /// Everything queued (a connect failed): to complete with its error.
+  /// Everything queued, loads first (a connect failed): to complete with its error.
   Commands take_queued();
-  /// The queued commands whose deadline is at or before `now`, oldest first (past the loads
-  /// put ahead, which stay).
+  /// The queued commands whose deadline is at or before `now`, oldest first (the loads
+  /// ahead stay).
   Commands take_expired(Clock::time_point now);
 
   // -- Links.
@@ -145,12 +149,11 @@ class Pipeline {
     Clock::time_point idle_since{};
   };
   static void reset(Link& link) noexcept;
-  /// The queue's front commands whose deadline came into `out`; their bytes start at
-  /// `offset` of the queue's.
-  void take_expired_front(Clock::time_point now, std::size_t offset, Commands& out);
   Link* find(LinkId link) noexcept;
   const Link* find(LinkId link) const noexcept;
 
+  std::string load_bytes_;  // the loads' RESP, ahead of the queue's
+  Commands loads_;
   std::string bytes_;  // the queue's RESP
   Commands queue_;
   Link current_;               // id 0: none

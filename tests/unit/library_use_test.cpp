@@ -150,8 +150,22 @@ TEST(LibraryUse, OtherHandshakeStepsSayNothingOfTheLibrary) {
   use.on_handshake_reply(Step::ping, text("PONG"));
   use.on_handshake_reply(Step::function_probe, probe_found);
   use.on_handshake_reply(Step::setname, error_reply("NOPERM no setname"));
+  use.on_handshake_reply(Step::script_load, error_reply("NOPERM no script|load"));
   use.handshake_answered(true);
   EXPECT_TRUE(use.functions());
+  // Nothing was taken for a refusal of FCALL or FUNCTION LOAD: a miss still loads first.
+  ASSERT_TRUE(use.start_handshake());
+  use.on_handshake_reply(Step::function_probe, probe_missed);
+  EXPECT_TRUE(use.handshake_answered(true).load_first);
+}
+
+TEST(LibraryUse, ALibraryLoadedFirstAndFlushedLaterIsLoadedAgain) {
+  auto use = with_library();
+  handshake(use, probe_missed, loaded);  // loaded first, in the handshake
+  ASSERT_TRUE(use.functions());
+  const auto plan = use.on_error("ERR Function not found");
+  ASSERT_TRUE(plan.has_value());
+  EXPECT_TRUE(plan->load_library);  // that handshake's load does not count against it
 }
 
 // -- on_queued_load
@@ -212,6 +226,25 @@ TEST(LibraryUse, FcallRefusedLaterTurnsTheLinkToEvalshaForGood) {
   EXPECT_FALSE(use.functions());
   EXPECT_FALSE(use.on_queued_load(loaded, true));  // a load answered now changes nothing
   EXPECT_FALSE(use.start_handshake());             // and it is not probed again
+}
+
+TEST(LibraryUse, AfterAFlushTheNextHandshakeProbesAndLoadsFirstAgain) {
+  auto use = with_library();
+  handshake(use, probe_found);
+  ASSERT_TRUE(use.on_error("ERR Function not found").has_value());
+  ASSERT_TRUE(use.start_handshake());
+  use.on_handshake_reply(Step::function_probe, probe_missed);
+  EXPECT_TRUE(use.handshake_answered(true).load_first);
+}
+
+TEST(LibraryUse, EachHandshakeStartsFromWhatItsOwnProbeFinds) {
+  auto use = with_library();
+  handshake(use, probe_found);
+  EXPECT_TRUE(use.functions());
+  // The next server (a failover, a restart without the library) answers otherwise.
+  const auto plan = handshake(use, probe_missed, load_refused);
+  EXPECT_FALSE(use.functions());
+  EXPECT_TRUE(plan.load_scripts);
 }
 
 TEST(LibraryUse, AnErrorThatSaysNothingOfTheLibraryChangesNothing) {

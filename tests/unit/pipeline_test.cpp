@@ -153,10 +153,17 @@ TEST(Pipeline, ACommandQueuedBehindLoadsStillExpiresAndTheLoadsStay) {
   EXPECT_EQ(h.log,
             std::vector<std::string>{"user:" + error_code(error::connect_timeout).message()});
   EXPECT_EQ(p.oldest_deadline(), at(200));
+  EXPECT_EQ(p.take_expired(at(200)).size(), 1u);
+  // Loads alone are still to write, but worth no connect of their own.
+  EXPECT_TRUE(p.queued());
+  EXPECT_FALSE(p.waiting());
+  EXPECT_EQ(p.next_deadline(), Pipeline::never);
+  push(p, h, "next", at(300));
+  EXPECT_TRUE(p.waiting());
   p.open();
   std::string out;
   ASSERT_TRUE(p.take_batch(out));
-  EXPECT_EQ(out, load + resp({"GET", "later"}));
+  EXPECT_EQ(out, load + resp({"GET", "next"}));  // they go with the next command
 }
 
 // -- restate
@@ -486,6 +493,59 @@ TEST(Pipeline, ClearForgetsEverythingWithoutCompletingIt) {
   EXPECT_FALSE(p.has_work());
   EXPECT_EQ(p.current(), 0u);
   EXPECT_EQ(h.log.size(), heard);
+}
+
+// -- fail_all
+
+TEST(Pipeline, FailAllTellsATimedOutCommandsLateHandlerAndSkipsOneWithNeither) {
+  Heard h;
+  Pipeline::Commands commands;
+  commands.push_back({h.callback("a"), nullptr, at(1), 0});
+  commands.push_back({Pipeline::Callback{}, h.late("b"), at(1), 0});  // completed already
+  commands.push_back({Pipeline::Callback{}, nullptr, at(1), 0});      // nobody to tell
+  Pipeline::fail_all(commands, error::connection_lost);
+  const auto lost = error_code(error::connection_lost).message();
+  EXPECT_EQ(h.log, (std::vector<std::string>{"a:" + lost, "b late:" + lost}));
+  EXPECT_TRUE(commands.empty());
+}
+
+TEST(Pipeline, FailAllKeepsWhatACallbackAddsToTheListBeingFailed) {
+  // A completion often sends the next command at once: what it adds is not failed with the
+  // rest (fail_all takes the list before it calls anyone).
+  Heard h;
+  Pipeline::Commands commands;
+  commands.push_back({[&](error_code, Reply) {
+                        commands.push_back({h.callback("added"), nullptr, at(9), 0});
+                      },
+                      nullptr, at(1), 0});
+  Pipeline::fail_all(commands, error::connection_lost);
+  ASSERT_EQ(commands.size(), 1u);
+  EXPECT_TRUE(h.log.empty());  // the added one was not called
+  EXPECT_EQ(commands.front().deadline, at(9));
+}
+
+// -- two links at once
+
+TEST(Pipeline, EachLinkAnswersOnlyItsOwnCommandsAndIdlesOnItsOwn) {
+  Pipeline p;
+  Heard h;
+  const auto first = p.open();
+  push(p, h, "a", at(100), true);
+  std::string out;
+  ASSERT_TRUE(p.take_batch(out));
+  for (auto& cb : p.drain_current(at(2100))) std::move(cb)(error::timeout, Reply{});
+  const auto second = p.open();
+  push(p, h, "b", at(300));
+  out.clear();
+  ASSERT_TRUE(p.take_batch(out));
+  // The draining link's reply idles it, not the current link.
+  ASSERT_TRUE(p.pop(first, at(50)).has_value());
+  EXPECT_EQ(p.idle_since(), Clock::time_point{});
+  EXPECT_TRUE(p.busy(second));
+  EXPECT_FALSE(p.busy(first));
+  EXPECT_FALSE(p.pop(first, at(60)).has_value());  // nothing more awaited there
+  ASSERT_TRUE(p.pop(second, at(70)).has_value());
+  EXPECT_EQ(p.idle_since(), at(70));
 }
 
 // -- effects_of
