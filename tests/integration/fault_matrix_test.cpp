@@ -72,8 +72,20 @@ TEST(FaultMatrix, ServerKilledAndRestartedWithFsyncedAof) {
   server.restart();
   run_for(700ms);
   check(load, server, resources);
-  EXPECT_TRUE(load.saw(error::connection_lost) || load.saw(error::connect_failed) ||
-              load.saw(error::timeout));
+  // The outage was felt: an operation failed with an outage's error, or one rode it out
+  // within its wait (an acquire's attempt queued through the reconnect's backoff, then
+  // answered by the restarted server: no error at all, seen once in a full suite run).
+  // Nothing else failed.
+  const bool failed_for_it = load.saw(error::connection_lost) || load.saw(error::connect_failed) ||
+                             load.saw(error::connect_timeout) || load.saw(error::timeout);
+  EXPECT_TRUE(failed_for_it || load.max_latency >= 250ms) << load.summary();
+  for (const auto& [what, n] : load.errors) {
+    EXPECT_TRUE(what == make_error_code(error::connection_lost).message() ||
+                what == make_error_code(error::connect_failed).message() ||
+                what == make_error_code(error::connect_timeout).message() ||
+                what == make_error_code(error::timeout).message())
+        << n << " x " << what;
+  }
 }
 
 TEST(FaultMatrix, ServerPausedPastTheCommandDeadline) {
