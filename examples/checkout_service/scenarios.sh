@@ -185,7 +185,7 @@ start_replicated_ledger() {
   ledger_port=$(free_port) replica_port=$(free_port)
   kill -9 "$ledger_pid"; wait "$ledger_pid" 2>/dev/null || true
   rm -f "$dir/ledger.sock"
-  start_ledger --port "$ledger_port" --bind 127.0.0.1
+  start_ledger --port "$ledger_port" --bind 127.0.0.1 --repl-diskless-sync-delay 0
   mkdir -p "$dir/replica"
   redis-server --port "$replica_port" --bind 127.0.0.1 --unixsocket "$dir/replica.sock" \
     --unixsocketperm 700 --appendonly yes --appendfsync always --maxmemory-policy noeviction \
@@ -193,8 +193,10 @@ start_replicated_ledger() {
     --replicaof 127.0.0.1 "$ledger_port" &
   replica_pid=$!
   pids+=("$replica_pid")
+  # Synced as the master counts it (state=online: what WAIT and the service's check count),
+  # which comes a moment after the replica itself reports its link up.
   wait_for "the replica to sync" sh -c \
-    "redis-cli -s '$dir/replica.sock' info replication | grep -q '^master_link_status:up'"
+    "redis-cli -s '$dir/ledger.sock' info replication | grep -q '^slave0:.*state=online'"
 }
 # lock_value WITH WITHOUT ORDERS: from two storms' outputs (the same sizes, with the order lock
 # and without it), the provider calls the lock saved; fails if it saved none
