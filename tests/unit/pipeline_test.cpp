@@ -193,6 +193,23 @@ TEST(Pipeline, RestateReencodesQueuedScriptCallsAndKeepsEachCommandsSize) {
   EXPECT_EQ(out2, resp({"EVALSHA", s->sha1, "1", "k"}));
 }
 
+TEST(Pipeline, RestateLeavesTheLoadsAheadAsTheyAre) {
+  const auto* s = all_scripts[0];
+  const std::string_view call[] = {"EVALSHA", s->sha1, "1", "k"};
+  Pipeline p;
+  Heard h;
+  p.push(call, true, h.callback("call"), nullptr, at(100));
+  const auto load = resp({"SCRIPT", "LOAD", "body"});
+  std::vector<Pipeline::Command> loads;
+  loads.push_back({h.callback("load"), nullptr, Pipeline::never, load.size()});
+  p.push_front(load, std::move(loads));
+  p.restate(false);  // the library went away: EVALSHA, its body loaded ahead
+  p.open();
+  std::string out;
+  ASSERT_TRUE(p.take_batch(out));
+  EXPECT_EQ(out, load + resp({"EVALSHA", s->sha1, "1", "k"}));
+}
+
 // -- open
 
 TEST(Pipeline, OpenMakesANewCurrentLinkWithNothingInFlight) {
