@@ -347,10 +347,8 @@ bool Engine::forget(const std::shared_ptr<LeaseState>& lease) noexcept {
     on_strand([self = shared_from_this(), lease, lost] {
       if (lost) return self->watchdog_.mark_lost(lease);  // ends the wait with lock_lost
       self->watchdog_.unwatch(*lease);
-      if (lease->lost_waiter) {
-        auto handler = std::move(*lease->lost_waiter);
-        lease->lost_waiter.reset();
-        deliver(self->executor_, Defer::no, std::move(handler),
+      if (auto waiter = lease->take_lost_waiter()) {
+        deliver(self->executor_, Defer::no, std::move(*waiter),
                 error_code(asio::error::operation_aborted));
       }
     });

@@ -83,6 +83,16 @@ struct LeaseState {
   Schedule::iterator schedule_entry;
   boost::asio::cancellation_signal signal;
   std::optional<ErrorHandler> lost_waiter;  // emplaced, never assigned (Boost 1.81)
+  /// The wait_lost under way, taken out to be completed (none: nobody waits); the next
+  /// wait_lost finds the place free.
+  std::optional<ErrorHandler> take_lost_waiter() {
+    std::optional<ErrorHandler> taken;
+    if (lost_waiter) {
+      taken.emplace(std::move(*lost_waiter));
+      lost_waiter.reset();
+    }
+    return taken;
+  }
 
   // The observer heard of it (an acquired AcquireEvent): its hold's end is reported once, by
   // whichever of its release (any thread, exchanged) and its loss (the strand) comes first.

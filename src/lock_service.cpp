@@ -52,10 +52,8 @@ void LockService::wait_lost(std::shared_ptr<LeaseState> lease, ErrorHandler hand
       return deliver(self->executor(), Defer::yes, std::move(handler),
                      error_code(asio::error::operation_aborted));
     }
-    if (lease->lost_waiter) {
-      auto previous = std::move(*lease->lost_waiter);
-      lease->lost_waiter.reset();
-      deliver(self->executor(), Defer::yes, std::move(previous),
+    if (auto previous = lease->take_lost_waiter()) {
+      deliver(self->executor(), Defer::yes, std::move(*previous),
               error_code(asio::error::operation_aborted));
     }
     lease->lost_waiter.emplace(std::move(handler));

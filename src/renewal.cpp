@@ -260,10 +260,8 @@ void Watchdog::mark_lost(const std::shared_ptr<LeaseState>& lease) {
     if (lease->hold_reported.exchange(false)) service_.report_hold_end(*lease, HoldEnd::lost);
   }
   lease->signal.emit(asio::cancellation_type::terminal);
-  if (lease->lost_waiter) {
-    auto handler = std::move(*lease->lost_waiter);
-    lease->lost_waiter.reset();
-    deliver(service_.executor(), Defer::no, std::move(handler), error_code(error::lock_lost));
+  if (auto waiter = lease->take_lost_waiter()) {
+    deliver(service_.executor(), Defer::no, std::move(*waiter), error_code(error::lock_lost));
   }
 }
 
