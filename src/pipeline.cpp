@@ -154,12 +154,19 @@ Pipeline::Commands Pipeline::close_draining(LinkId link) {
   return rest;
 }
 
-bool Pipeline::current_late(Clock::time_point now) const noexcept {
+Pipeline::Clock::time_point Pipeline::current_deadline() const noexcept {
   for (const auto& c : current_.in_flight) {
     if (c.deadline == never) continue;  // a handshake step
-    return c.deadline <= now;
+    // Deadlines grow along a link (a WAIT's longer one holds up those behind it, which
+    // cannot be answered before it anyway).
+    return c.deadline;
   }
-  return false;
+  return never;
+}
+
+bool Pipeline::current_late(Clock::time_point now) const noexcept {
+  const auto deadline = current_deadline();
+  return deadline != never && deadline <= now;
 }
 
 std::vector<Pipeline::LinkId> Pipeline::drained(Clock::time_point now) const {
@@ -171,16 +178,7 @@ std::vector<Pipeline::LinkId> Pipeline::drained(Clock::time_point now) const {
 }
 
 Pipeline::Clock::time_point Pipeline::next_deadline() const noexcept {
-  Clock::time_point earliest = never;
-  for (const auto& c : current_.in_flight) {
-    if (c.deadline != never) {
-      // Deadlines grow along a link (a WAIT's longer one holds up those behind it, which
-      // cannot be answered before it anyway).
-      earliest = c.deadline;
-      break;
-    }
-  }
-  earliest = std::min(earliest, oldest_deadline());
+  auto earliest = std::min(current_deadline(), oldest_deadline());
   for (const auto& l : draining_) earliest = std::min(earliest, l.drain_until);
   return earliest;
 }

@@ -149,6 +149,8 @@ class Pipeline {
     Clock::time_point idle_since{};
   };
   static void reset(Link& link) noexcept;
+  /// The deadline of the oldest written command on the current link that has one.
+  Clock::time_point current_deadline() const noexcept;
   Link* find(LinkId link) noexcept;
   const Link* find(LinkId link) const noexcept;
 

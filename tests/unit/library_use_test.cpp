@@ -32,12 +32,18 @@ LibraryUse with_library() {
   return use;
 }
 
+/// A handshake that probes, its probe answering `probe`: what it plans once answered
+/// (`can_write`: no write under way on the link).
+LibraryUse::Plan probed(LibraryUse& use, const Reply& probe, bool can_write = true) {
+  EXPECT_TRUE(use.start_handshake());
+  use.on_handshake_reply(Step::function_probe, probe);
+  return use.handshake_answered(can_write);
+}
+
 /// A handshake whose probe answers `probe`; then, when it asks to load first, the load
 /// answers `load`. The plan it ends with.
 LibraryUse::Plan handshake(LibraryUse& use, const Reply& probe, const Reply& load = loaded) {
-  EXPECT_TRUE(use.start_handshake());
-  use.on_handshake_reply(Step::function_probe, probe);
-  auto plan = use.handshake_answered(true);
+  auto plan = probed(use, probe);
   if (plan.load_first) {
     use.on_handshake_reply(Step::function_load, load);
     plan = use.handshake_answered(true);
@@ -73,9 +79,7 @@ TEST(LibraryUse, AProbeThatAnswersMeansFcallWithNothingLoaded) {
 
 TEST(LibraryUse, AProbeThatMissesLoadsTheLibraryFirstThenFcall) {
   auto use = with_library();
-  ASSERT_TRUE(use.start_handshake());
-  use.on_handshake_reply(Step::function_probe, probe_missed);
-  const auto first = use.handshake_answered(true);
+  const auto first = probed(use, probe_missed);
   EXPECT_TRUE(first.load_first);
   use.on_handshake_reply(Step::function_load, loaded);
   const auto then = use.handshake_answered(true);
@@ -91,9 +95,7 @@ TEST(LibraryUse, ALibraryAnotherConnectionLoadedMeanwhileCountsAsLoaded) {
 
 TEST(LibraryUse, ALoadUnderAWriteStillOutGoesAheadOfTheQueueInstead) {
   auto use = with_library();
-  ASSERT_TRUE(use.start_handshake());
-  use.on_handshake_reply(Step::function_probe, probe_missed);
-  const auto plan = use.handshake_answered(false);
+  const auto plan = probed(use, probe_missed, false);
   EXPECT_FALSE(plan.load_first);
   EXPECT_TRUE(plan.load_library);
   EXPECT_TRUE(plan.load_scripts);
@@ -122,16 +124,12 @@ TEST(LibraryUse, AFailedLoadThatMayBeTriedAgainIsTriedByTheNextHandshake) {
   EXPECT_FALSE(plan.load_library);  // not twice in one handshake
   EXPECT_TRUE(plan.load_scripts);
   EXPECT_FALSE(use.functions());
-  ASSERT_TRUE(use.start_handshake());
-  use.on_handshake_reply(Step::function_probe, probe_missed);
-  EXPECT_TRUE(use.handshake_answered(true).load_first);
+  EXPECT_TRUE(probed(use, probe_missed).load_first);
 }
 
 TEST(LibraryUse, AUserRefusedFcallIsNotProbedAgainAndGoesWithEvalsha) {
   auto use = with_library();
-  ASSERT_TRUE(use.start_handshake());
-  use.on_handshake_reply(Step::function_probe, probe_refused);
-  const auto plan = use.handshake_answered(true);
+  const auto plan = probed(use, probe_refused);
   EXPECT_FALSE(plan.load_first);  // it may not call what it would load
   EXPECT_FALSE(plan.load_library);
   EXPECT_TRUE(plan.load_scripts);
@@ -154,9 +152,7 @@ TEST(LibraryUse, OtherHandshakeStepsSayNothingOfTheLibrary) {
   use.handshake_answered(true);
   EXPECT_TRUE(use.functions());
   // Nothing was taken for a refusal of FCALL or FUNCTION LOAD: a miss still loads first.
-  ASSERT_TRUE(use.start_handshake());
-  use.on_handshake_reply(Step::function_probe, probe_missed);
-  EXPECT_TRUE(use.handshake_answered(true).load_first);
+  EXPECT_TRUE(probed(use, probe_missed).load_first);
 }
 
 TEST(LibraryUse, ALibraryLoadedFirstAndFlushedLaterIsLoadedAgain) {
@@ -172,32 +168,24 @@ TEST(LibraryUse, ALibraryLoadedFirstAndFlushedLaterIsLoadedAgain) {
 
 TEST(LibraryUse, ALoadAheadOfTheQueueThatWorksTurnsTheLinkToFcall) {
   auto use = with_library();
-  ASSERT_TRUE(use.start_handshake());
-  use.on_handshake_reply(Step::function_probe, probe_missed);
-  ASSERT_TRUE(use.handshake_answered(false).load_library);
+  ASSERT_TRUE(probed(use, probe_missed, false).load_library);
   EXPECT_TRUE(use.on_queued_load(loaded, true));
   EXPECT_TRUE(use.functions());
 }
 
 TEST(LibraryUse, ALoadAnsweredAfterItsLinkWentChangesNothing) {
   auto use = with_library();
-  ASSERT_TRUE(use.start_handshake());
-  use.on_handshake_reply(Step::function_probe, probe_missed);
-  use.handshake_answered(false);
+  probed(use, probe_missed, false);
   EXPECT_FALSE(use.on_queued_load(loaded, false));
   EXPECT_FALSE(use.functions());  // the next handshake asks again
 }
 
 TEST(LibraryUse, ALoadAheadOfTheQueueRefusedIsNotSentAgain) {
   auto use = with_library();
-  ASSERT_TRUE(use.start_handshake());
-  use.on_handshake_reply(Step::function_probe, probe_missed);
-  use.handshake_answered(false);
+  probed(use, probe_missed, false);
   EXPECT_FALSE(use.on_queued_load(load_refused, true));
   EXPECT_FALSE(use.functions());
-  ASSERT_TRUE(use.start_handshake());
-  use.on_handshake_reply(Step::function_probe, probe_missed);
-  const auto next = use.handshake_answered(true);
+  const auto next = probed(use, probe_missed);
   EXPECT_FALSE(next.load_first);
   EXPECT_FALSE(next.load_library);
 }
@@ -232,9 +220,7 @@ TEST(LibraryUse, AfterAFlushTheNextHandshakeProbesAndLoadsFirstAgain) {
   auto use = with_library();
   handshake(use, probe_found);
   ASSERT_TRUE(use.on_error("ERR Function not found").has_value());
-  ASSERT_TRUE(use.start_handshake());
-  use.on_handshake_reply(Step::function_probe, probe_missed);
-  EXPECT_TRUE(use.handshake_answered(true).load_first);
+  EXPECT_TRUE(probed(use, probe_missed).load_first);
 }
 
 TEST(LibraryUse, EachHandshakeStartsFromWhatItsOwnProbeFinds) {

@@ -64,6 +64,12 @@ void push(Pipeline& p, Heard& h, std::string name, Clock::time_point deadline,
   p.push(command, false, h.callback(name), with_late ? h.late(name) : nullptr, deadline);
 }
 
+/// The current link's oldest command timed out: its callbacks hear it, as the connection's
+/// do, and the link drains until `until`.
+void time_out(Pipeline& p, Clock::time_point until) {
+  for (auto& cb : p.drain_current(until)) std::move(cb)(error::timeout, Reply{});
+}
+
 /// Completes what came out with `ec`, as the connection does.
 void fail(Pipeline::Commands commands, error_code ec) { Pipeline::fail_all(commands, ec); }
 
@@ -351,7 +357,7 @@ TEST(Pipeline, AQueueWaitingBehindADrainingLinkGoesToTheNextLink) {
   std::string out;
   ASSERT_TRUE(p.take_batch(out));
   push(p, h, "next", at(300));
-  for (auto& cb : p.drain_current(at(2100))) std::move(cb)(error::timeout, Reply{});
+  time_out(p, at(2100));
   EXPECT_TRUE(p.queued());
   EXPECT_EQ(p.next_deadline(), at(300));
   const auto second = p.open();
@@ -397,7 +403,7 @@ TEST(Pipeline, CloseDrainingTellsTheLateHandlersNoReplyWillCome) {
   push(p, h, "b", at(100));  // no late handler: nothing to tell
   std::string out;
   ASSERT_TRUE(p.take_batch(out));
-  for (auto& cb : p.drain_current(at(2100))) std::move(cb)(error::timeout, Reply{});
+  time_out(p, at(2100));
   EXPECT_EQ(p.drained(at(2099)), std::vector<Pipeline::LinkId>{});
   EXPECT_EQ(p.drained(at(2100)), std::vector<Pipeline::LinkId>{link});
   fail(p.close_draining(link), error::connection_lost);
@@ -480,7 +486,7 @@ TEST(Pipeline, TheNextDeadlineIsTheEarliestOfTheLinkTheQueueAndTheDrains) {
   push(p, h, "a", at(500));
   std::string out;
   ASSERT_TRUE(p.take_batch(out));
-  for (auto& cb : p.drain_current(at(400))) std::move(cb)(error::timeout, Reply{});
+  time_out(p, at(400));
   p.open();
   push(p, h, "b", at(300));
   out.clear();
@@ -502,7 +508,7 @@ TEST(Pipeline, ClearForgetsEverythingWithoutCompletingIt) {
   push(p, h, "a", at(100), true);
   std::string out;
   ASSERT_TRUE(p.take_batch(out));
-  for (auto& cb : p.drain_current(at(400))) std::move(cb)(error::timeout, Reply{});
+  time_out(p, at(400));
   p.open();
   push(p, h, "b", at(100));
   const auto heard = h.log.size();
@@ -550,7 +556,7 @@ TEST(Pipeline, EachLinkAnswersOnlyItsOwnCommandsAndIdlesOnItsOwn) {
   push(p, h, "a", at(100), true);
   std::string out;
   ASSERT_TRUE(p.take_batch(out));
-  for (auto& cb : p.drain_current(at(2100))) std::move(cb)(error::timeout, Reply{});
+  time_out(p, at(2100));
   const auto second = p.open();
   push(p, h, "b", at(300));
   out.clear();
