@@ -347,9 +347,10 @@ class Raw {
     release_as(k, t, manager_id, before_fold_release_, "release.lua of 89ab635");
   }
   void acquire_fcall(const detail::ResourceKeys& k, const std::string& t) {
+    const auto w = words_of(acquire_how);
     send(Expect::granted, "acquire (FCALL)",
          {"FCALL", detail::acquire_script.function, "5", k.lease(), k.fence(), k.queue(),
-          k.queue_expiry(), k.info(), t, "10000", acquire_how});
+          k.queue_expiry(), k.info(), t, "10000", w[0], w[1], w[2]});
   }
   void release_fcall(const detail::ResourceKeys& k, const std::string& t) {
     send(Expect::one, "release (FCALL)",
@@ -384,15 +385,28 @@ class Raw {
   void del(const detail::ResourceKeys& k, const std::string&) {
     send(Expect::one, "DEL", {"DEL", k.lease()});
   }
-  // acquire.lua and release.lua as a waiting manager sends them: `how` is acquire.lua's
-  // ARGV[3], `suffix` release.lua's ARGV[2] (for the per-stage account's hand-off); `sha`
-  // and `what` name another build's script of the same calling convention.
+  // acquire.lua and release.lua as a waiting manager sends them: `how` is
+  // '<mode><place ms> <member suffix>' (words_of), `suffix` release.lua's ARGV[2] (for the
+  // per-stage account's hand-off); `sha` and `what` name another build's script, which takes
+  // `how` as one word (its ARGV[3]).
   void acquire_as(const detail::ResourceKeys& k, const std::string& t, std::string_view how,
                   Expect e, std::string_view sha = detail::acquire_script.sha1,
                   const char* what = "acquire.lua") {
+    if (sha != detail::acquire_script.sha1) {
+      return send(e, what,
+                  {"EVALSHA", sha, "5", k.lease(), k.fence(), k.queue(), k.queue_expiry(), k.info(),
+                   t, "10000", how});
+    }
+    const auto w = words_of(how);
     send(e, what,
          {"EVALSHA", sha, "5", k.lease(), k.fence(), k.queue(), k.queue_expiry(), k.info(), t,
-          "10000", how});
+          "10000", w[0], w[1], w[2]});
+  }
+  /// acquire.lua's mode, place_ms and member_suffix (ARGV[3..5]) from a
+  /// '<mode><place ms> <member suffix>'.
+  static std::array<std::string_view, 3> words_of(std::string_view how) {
+    const auto space = how.find(' ');
+    return {how.substr(0, 1), how.substr(1, space - 1), how.substr(space + 1)};
   }
   void release_as(const detail::ResourceKeys& k, const std::string& t, std::string_view suffix,
                   std::string_view sha = detail::release_script.sha1,
@@ -402,9 +416,10 @@ class Raw {
           suffix, notify_prefix});
   }
   void noop_acquire(const detail::ResourceKeys& k, const std::string& t) {
+    const auto w = words_of(acquire_how);
     send(Expect::one, "no-op acquire",
          {"EVALSHA", noop_, "5", k.lease(), k.fence(), k.queue(), k.queue_expiry(), k.info(), t,
-          "10000", acquire_how});
+          "10000", w[0], w[1], w[2]});
   }
   void noop_release(const detail::ResourceKeys& k, const std::string& t) {
     send(Expect::one, "no-op release",
@@ -414,8 +429,9 @@ class Raw {
   // The same two calls declaring the lease key alone (what "fewer declared keys" could save
   // at most: the scripts would name the others from it, which a Cluster allows in one slot).
   void noop_acquire_one_key(const detail::ResourceKeys& k, const std::string& t) {
+    const auto w = words_of(acquire_how);
     send(Expect::one, "no-op acquire, one key",
-         {"EVALSHA", noop_, "1", k.lease(), t, "10000", acquire_how});
+         {"EVALSHA", noop_, "1", k.lease(), t, "10000", w[0], w[1], w[2]});
   }
   void noop_release_one_key(const detail::ResourceKeys& k, const std::string& t) {
     send(Expect::one, "no-op release, one key",
@@ -432,7 +448,8 @@ class Raw {
 
  private:
   // What a manager with id 0123456789abcdef and no holder label sends for a 10 s ttl
-  // (acquire.lua's ARGV[3]: no queue, waiter place 1200 ms, member suffix; a holder's
+  // (acquire.lua's mode, place and member suffix, words_of: no queue, waiter place 1200 ms;
+  // a holder's
   // release.lua ARGV[2] and ARGV[3]: its member suffix, the waiters' channel prefix).
   static constexpr const char acquire_how[] = "01200 0123456789abcdeff10000";
   static constexpr const char manager_id[] = "0123456789abcdef";

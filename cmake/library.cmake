@@ -19,12 +19,18 @@ set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS "${_rl_first}" "$
 file(READ "${_rl_first}" _rl_first_body)
 file(READ "${_rl_shared}" _rl_shared_body)
 file(READ "${_rl_idem}" _rl_idem_body)
-foreach(name acquire release extend raise_fence acquire_set release_set extend_set acquire_group
-             inspect force_release idem_look idem_begin idem_void idem_next idem_escalate
-             idem_defer idem_decide idem_due idem_settle idem_reopen idem_list idem_shards)
-  set(_file "${PROJECT_SOURCE_DIR}/src/scripts/${name}.lua")
+# Every script of src/scripts/ but the shared parts; its entry in src/script_table.hpp says how
+# it is called (script_table_test.cpp holds the two together).
+file(GLOB _rl_lua CONFIGURE_DEPENDS "${PROJECT_SOURCE_DIR}/src/scripts/*.lua")
+list(SORT _rl_lua)
+foreach(_file ${_rl_lua})
+  get_filename_component(name "${_file}" NAME_WE)
+  if(name STREQUAL "first" OR name STREQUAL "shared" OR name STREQUAL "idem")
+    continue()
+  endif()
   set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS "${_file}")
   file(READ "${_file}" _body)
+  set(_raw "\n${_body}")
   if(name MATCHES "^idem_")
     string(REPLACE "\n-- (idem.lua)\n" "\n${_rl_idem_body}" _body "${_body}")
   elseif(NOT name STREQUAL "extend" AND NOT name STREQUAL "raise_fence")
@@ -35,14 +41,17 @@ foreach(name acquire release extend raise_fence acquire_set release_set extend_s
   # a client not yet authenticated, before its NOAUTH): blanked, so line numbers still match.
   string(REGEX REPLACE "\n[ \t]*--[^\n]*" "\n" _body "\n${_body}")
   string(SUBSTRING "${_body}" 1 -1 _body)
+  # Its flags, from its header's '-- flags:' line (script_table.hpp's Flags; none: it writes).
+  set(_flag "")
+  if(_raw MATCHES "\n-- flags: ([a-z-]+)\n")
+    set(_flag "${CMAKE_MATCH_1}")
+  endif()
   # The idempotent requests' scripts say their flags to EVAL too (Redis 7's shebang): a
   # client that cannot call the library still records an outcome on a full store (their
   # first command is a read, so EVAL's "a script that has written first" does not apply),
   # and still reads a record on one.
-  if(name MATCHES "^idem_(void|escalate|defer|decide|due|settle|reopen|shards)$")
-    string(PREPEND _body "#!lua flags=allow-oom\n")
-  elseif(name MATCHES "^idem_(look|list)$")
-    string(PREPEND _body "#!lua flags=no-writes\n")
+  if(name MATCHES "^idem_" AND _flag)
+    string(PREPEND _body "#!lua flags=${_flag}\n")
   endif()
   string(SHA1 _sha "${_body}")
   # The same script as a function of the library below: its own part only, first.lua's and
@@ -63,10 +72,8 @@ foreach(name acquire release extend raise_fence acquire_set release_set extend_s
   # key, once per store): a client that starts on a full store still replays and records.
   # A begin or a next attempt is refused before anything is sent downstream.
   set(_flags "")
-  if(name MATCHES "^(release|release_set|extend|extend_set|force_release|idem_void|idem_escalate|idem_defer|idem_decide|idem_due|idem_settle|idem_reopen|idem_shards)$")
-    set(_flags ", flags = {'allow-oom'}")
-  elseif(name MATCHES "^(inspect|idem_look|idem_list)$")
-    set(_flags ", flags = {'no-writes'}")
+  if(_flag)
+    set(_flags ", flags = {'${_flag}'}")
   endif()
   string(APPEND _rl_library_functions
     "redis.register_function{function_name = 'rl_@H@_${name}'${_flags}, callback = function(KEYS, ARGV)\n"
@@ -110,6 +117,7 @@ add_library(redis_lock_internal OBJECT
   src/backoff.cpp
   src/admin.cpp
   src/config.cpp
+  src/config_syntax.cpp
   src/connect_fsm.cpp
   src/connection.cpp
   src/connection_connect.cpp
@@ -117,6 +125,7 @@ add_library(redis_lock_internal OBJECT
   src/engine.cpp
   src/error.cpp
   src/idempotency.cpp
+  src/idempotency_op.cpp
   src/idempotency_record.cpp
   src/idempotency_run.cpp
   src/idempotency_store.cpp
@@ -134,6 +143,7 @@ add_library(redis_lock_internal OBJECT
   src/replies.cpp
   src/resp.cpp
   src/script_call.cpp
+  src/script_table.cpp
   src/router.cpp
   src/sentinel_locator.cpp
   src/shutdown_watch.cpp

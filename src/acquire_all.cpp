@@ -41,18 +41,15 @@ std::vector<std::size_t> taking_order(std::span<const std::string> resources,
 // GroupOp
 
 void GroupOp::prepare() {
-  // EVALSHA sha numkeys fence (lease queue info)... token ttl label
-  const auto key_count = 1 + 3 * group_keys.size();
-  numkeys = std::to_string(key_count);
-  long_argv.clear();
-  long_argv.reserve(3 + key_count + 3);
-  long_argv.insert(long_argv.end(),
-                   {"EVALSHA", acquire_group_script.sha1, numkeys, group_keys.front().fence()});
-  for (const auto& k : group_keys)
-    long_argv.insert(long_argv.end(), {k.lease(), k.queue(), k.info()});
-  long_argv.insert(long_argv.end(), {token, arg, service->holder_label()});
+  scripts::encode(scripts::AcquireGroup{.fence = group_keys.front().fence(),
+                                        .resources = group_keys,
+                                        .token = token,
+                                        .ttl_ms = ttl_ms,
+                                        .data = service->holder_label(),
+                                        .key_count = &numkeys},
+                  long_argv);
   argc = long_argv.size();
-  script_body = acquire_group_script.body;
+  script_body = scripts::AcquireGroup::script.body;
   sent_body = false;
   rearm();
 }
@@ -70,7 +67,7 @@ void GroupOp::on_late_reply(error_code ec, const Reply& reply) {
 void GroupOp::give_back() {
   const auto until = sent + std::min(ttl, give_back_horizon);
   for (const auto& resource : resources) {
-    service->give_back(resource, token, LeaseKind::mutex, until, {});
+    service->give_back(resource, token, AcquireKind::mutex, until, {});
   }
 }
 
@@ -148,7 +145,7 @@ void AcquireAllOp::take_group(std::size_t end) {
   } catch (const std::exception&) {
     return finish(error::server_error);
   }
-  op->arg = to_decimal(options.ttl.count());
+  op->ttl_ms = to_decimal(options.ttl.count());
   op->ttl = options.ttl;
   for (auto i = next; i < end; ++i) {
     op->resources.push_back(resources[order[i]]);
@@ -170,29 +167,26 @@ void AcquireAllOp::take_group(std::size_t end) {
       return self->finish(self->service->server_error(reply));
     }
     if (ec) {
-      // The link failed after it was written: it may have run (a timeout has its late reply).
-      if (replies::may_have_run(ec)) op->give_back();
-      // An outage within the wait: one by one from here, each acquire riding it out.
-      if (replies::is_outage(ec) && self->options.wait.count() > 0 &&
-          Clock::now() < self->deadline) {
-        return self->step();
-      }
+      // As an acquire's attempt (AcquireFsm::after_failure): the link failed after it was
+      // written, so it may have run (a timeout has its late reply); an outage within the
+      // wait goes on one by one from here, each acquire riding it out.
+      const bool waiting = self->options.wait.count() > 0 && Clock::now() < self->deadline;
+      const auto after = AcquireFsm::after_failure(ec, Attempt::one_server, waiting, false);
+      if (after.give_back) op->give_back();
+      if (after.wait_out) return self->step();
       return self->finish(ec);
     }
     const auto& e = reply.elements;
-    if (replies::may_have_granted(reply)) {
-      const bool well_formed = e.size() == op->resources.size() + 1 &&
-                               std::all_of(e.begin() + 1, e.end(), [](const Reply& r) {
-                                 return r.type == Reply::Type::integer && r.integer > 0;
-                               });
-      if (!well_formed) {
-        op->give_back();
-        return self->finish(error::unexpected_reply);
-      }
+    const auto read = scripts::AcquireGroup::decode(reply, op->resources.size());
+    if (read == replies::Group::malformed) {
+      op->give_back();
+      return self->finish(error::unexpected_reply);
+    }
+    if (read == replies::Group::granted) {
       for (auto i = self->next; i < end; ++i) {
-        self->guards[self->order[i]] =
-            make_grant(*self->service, self->resources[self->order[i]], op->token, LeaseKind::mutex,
-                       self->collecting(), e[i - self->next + 1].integer, op->sent);
+        self->guards[self->order[i]] = make_grant(*self->service, self->resources[self->order[i]],
+                                                  op->token, AcquireKind::mutex, self->collecting(),
+                                                  e[i - self->next + 1].integer, op->sent);
         if (auto* observer = self->service->observer()) {
           AcquireEvent event{self->resources[self->order[i]],
                              AcquireOutcome::acquired,
@@ -201,7 +195,7 @@ void AcquireAllOp::take_group(std::size_t end) {
                              1,
                              false,
                              static_cast<std::uint64_t>(e[i - self->next + 1].integer)};
-          mark_held(*self->guards[self->order[i]].lease, AcquireKind::mutex, Clock::now());
+          mark_held(*self->guards[self->order[i]].lease, Clock::now());
           observer->on_acquire(event);
         }
       }

@@ -45,10 +45,12 @@ struct GroupOp final : ScriptOp {
   std::vector<ResourceKeys> group_keys;
   std::chrono::steady_clock::time_point sent;
   std::chrono::milliseconds ttl{};
+  std::string token;
+  std::string ttl_ms;
   std::string numkeys;
   Callback done;
 
-  /// Fills in the command (after resources, group_keys, token and arg are set).
+  /// Fills in the command (after resources, group_keys, token and ttl_ms are set).
   void prepare();
   void on_reply(boost::system::error_code ec, Reply reply) override;
   void on_late_reply(boost::system::error_code ec, const Reply& reply) override;

@@ -34,17 +34,19 @@ milliseconds AcquireFsm::sleep_when_held(bool listening, long long pttl,
   return pttl > 0 ? std::min(backoff_draw, milliseconds(pttl)) : backoff_draw;
 }
 
-AcquireFsm::AfterFailure AcquireFsm::after_failure(error_code ec, bool redlock, bool waiting,
+AcquireFsm::AfterFailure AcquireFsm::after_failure(error_code ec, Attempt attempt, bool waiting,
                                                    bool cancelled) noexcept {
   // A server that cannot be reached, or is failing over, may be back within the wait: the
-  // caller asked to wait for the lock, not to hear of the first hiccup. (Redlock decides by
+  // caller asked to wait for the lock, not to hear of the first hiccup. (A vote decides by
   // majority instead; a timed-out attempt has a late reply to settle first.)
-  return {replies::may_have_run(ec) && !redlock,
-          replies::is_outage(ec) && !redlock && waiting && !cancelled};
+  const bool one_server = attempt == Attempt::one_server;
+  return {replies::may_have_run(ec) && one_server,
+          replies::is_outage(ec) && one_server && waiting && !cancelled};
 }
 
-bool AcquireFsm::awaits_late(error_code ec, bool redlock, bool waiting, bool cancelled) noexcept {
-  return ec == error::timeout && !redlock && waiting && !cancelled;
+bool AcquireFsm::awaits_late(error_code ec, Attempt attempt, bool waiting,
+                             bool cancelled) noexcept {
+  return ec == error::timeout && attempt == Attempt::one_server && waiting && !cancelled;
 }
 
 bool AcquireFsm::give_back_late(error_code ec, bool error_reply, bool may_have_granted,
@@ -60,10 +62,10 @@ Clock::time_point AcquireFsm::give_back_until() const noexcept {
 
 Action AcquireFsm::attempt(Clock::time_point now) {
   auto a = act(Kind::send);
-  // A fresh token per Redlock attempt: what gives back an earlier attempt's grants (a master
-  // answering late, a command resent after NOSCRIPT behind this one) can then never release
-  // this attempt's lease.
-  a.new_token = plan_.redlock && attempts_ > 0;
+  // A fresh token per vote: what gives back an earlier attempt's grants (a master answering
+  // late, a command resent after NOSCRIPT behind this one) can then never release this
+  // attempt's lease.
+  a.new_token = plan_.attempt == Attempt::vote && attempts_ > 0;
   ++attempts_;
   phase_ = Phase::attempting;
   attempt_started_ = now;
@@ -173,7 +175,7 @@ Action AcquireFsm::refused(error_code ec) {
 
 Action AcquireFsm::failed(Clock::time_point now, error_code ec) {
   if (!answerable()) return {};
-  if (phase_ == Phase::attempting && awaits_late(ec, plan_.redlock, waiting(now), cancelled_)) {
+  if (phase_ == Phase::attempting && awaits_late(ec, plan_.attempt, waiting(now), cancelled_)) {
     // The command is written and may yet run: no second attempt beside it (a server slow
     // with a storm of connects would only get more to do), no give-back before its reply
     // (it could overtake the attempt). The deadline's timer ends the wait if the reply does
@@ -187,9 +189,9 @@ Action AcquireFsm::failed(Clock::time_point now, error_code ec) {
   // The link failed after the script was written (connection lost, a protocol error, a
   // demoted master): it may have run, so the lease (or a queue place) could be ours without
   // our knowing. Give it back, again through link failures until it would have expired.
-  // (Connect failures: never written. A timeout: the late reply decides. On Redlock the
+  // (Connect failures: never written. A timeout: the late reply decides. A vote's
   // quorum call gave back already.)
-  const auto next = after_failure(ec, plan_.redlock, waiting(now), cancelled_);
+  const auto next = after_failure(ec, plan_.attempt, waiting(now), cancelled_);
   if (next.give_back) in_queue_ = false;
   if (!next.wait_out) {
     auto a = complete(ec);
@@ -241,7 +243,8 @@ Action AcquireFsm::nudge() {
 
 Action AcquireFsm::handed(Clock::time_point now, long long fence, long long place) {
   if (phase_ == Phase::done || cancelled_) return {};
-  if (fence <= 0 || place <= 0 || plan_.min_replicas > 0 || plan_.redlock || !places_rise_) {
+  if (fence <= 0 || place <= 0 || plan_.min_replicas > 0 || plan_.attempt == Attempt::vote ||
+      !places_rise_) {
     return nudge();
   }
   if (phase_ == Phase::attempting || phase_ == Phase::overdue) {

@@ -15,13 +15,26 @@
 
 namespace redis_lock::detail {
 
+/// What one attempt is, as the manager's topology makes it: the machine knows no topology,
+/// only this.
+enum class Attempt : unsigned char {
+  /// One command on the server that serves the lease: a timed-out attempt's reply may come
+  /// late on its link (awaited), one whose link failed after the write may have run (given
+  /// back here), an outage is waited out within the wait.
+  one_server,
+  /// A vote of several masters (Redlock's fan-out): it settles its own late replies, gives
+  /// back what it took and counts an outage as a vote lost; each attempt after the first
+  /// takes a fresh token, and no hand-off message ever grants.
+  vote,
+};
+
 /// What an acquire asked for, fixed when it starts.
 struct AcquirePlan {
   std::chrono::milliseconds ttl{0};
   std::chrono::milliseconds wait{0};               ///< 0: one attempt
   std::chrono::steady_clock::time_point deadline;  ///< the wait runs out (time_point::max(): never)
-  bool queues = false;   ///< attempts join the wait queue when the lease is held
-  bool redlock = false;  ///< a fan-out to every master: a fresh token per attempt, no outage waits
+  bool queues = false;  ///< attempts join the wait queue when the lease is held
+  Attempt attempt = Attempt::one_server;
   int min_replicas = 0;  ///< > 0: a grant is confirmed by WAIT before it is delivered
 };
 
@@ -101,7 +114,7 @@ class AcquireFsm {
   Action malformed();
   /// The attempt's reply was an error (`ec` what it stands for): the script did not run.
   Action refused(boost::system::error_code ec);
-  /// The attempt got no reply: `ec` (a link failure, a timeout, a failed connect; on Redlock
+  /// The attempt got no reply: `ec` (a link failure, a timeout, a failed connect; of a vote,
   /// the fan-out's outcome, which gave back already). A timeout within the wait is ridden
   /// out: the attempt is overdue, and its late reply (fed as granted / held / refused /
   /// failed, `late` true) decides, or the deadline's timer ends it.
@@ -121,7 +134,7 @@ class AcquireFsm {
   /// from that send time, with no claim (the one-hop hand-off). Where that cannot be known
   /// (another place: an older message; a reply still in flight that may name it), or the
   /// lease would start with less than two thirds of its ttl, or WAIT must confirm it
-  /// (min_replicas), or on Redlock, it is a nudge: an attempt claims it.
+  /// (min_replicas), or the attempt is a vote, it is a nudge: an attempt claims it.
   Action handed(Clock::time_point now, long long fence, long long place);
   /// The caller cancelled: give back what we hold or have queued, complete with
   /// operation_aborted (at once, or when the reply in flight comes).
@@ -132,20 +145,20 @@ class AcquireFsm {
   Action mint_failed();
 
   /// What an attempt that failed with `ec` (no reply) does: give back what it may hold (its
-  /// link failed after it was written; on Redlock the fan-out gave back already), and wait
+  /// link failed after it was written; a vote's fan-out gave back already), and wait
   /// the outage out (`waiting`: the acquire has a wait that has not run out) or complete.
   struct AfterFailure {
     bool give_back = false;
     bool wait_out = false;
   };
-  static AfterFailure after_failure(boost::system::error_code ec, bool redlock, bool waiting,
+  static AfterFailure after_failure(boost::system::error_code ec, Attempt attempt, bool waiting,
                                     bool cancelled) noexcept;
   /// Whether a timed-out attempt is awaited (the overdue phase) rather than the end: the
-  /// acquire waits, the wait has not run out, not cancelled, not Redlock (whose fan-out
+  /// acquire waits, the wait has not run out, not cancelled, not a vote (whose fan-out
   /// settles its own late replies). A timeout during a storm (a server busy with thousands of
   /// handshakes) then costs the waiter nothing but time: no second attempt adds to the load,
   /// and a late grant is still taken when two thirds of its ttl are left.
-  static bool awaits_late(boost::system::error_code ec, bool redlock, bool waiting,
+  static bool awaits_late(boost::system::error_code ec, Attempt attempt, bool waiting,
                           bool cancelled) noexcept;
   /// How long a waiter told "held, `pttl` ms left" sleeps before its next attempt. Listening
   /// for hand-offs: until the lease could expire (its holder may have died) or the queue

@@ -32,11 +32,12 @@ void start(Engine& engine, std::shared_ptr<AcquireOp> op) {
   op->slot = engine.slot_of(op->keys.lease());
   op->durable = options.min_replicas > 0;
   op->queues = options.wait.count() > 0 && !engine.redlock();
-  op->arg = to_decimal(options.ttl.count());
+  op->ttl_ms = to_decimal(options.ttl.count());
   op->deadline = wait_deadline(Clock::now(), options.wait);
   // The state machine exists before anything can reach the op (a cancellation included).
   op->fsm = AcquireFsm(AcquirePlan{options.ttl, options.wait, op->deadline, op->queues,
-                                   engine.redlock(), options.min_replicas});
+                                   engine.redlock() ? Attempt::vote : Attempt::one_server,
+                                   options.min_replicas});
   try {
     op->token = random_token();
   } catch (const std::exception&) {
@@ -60,44 +61,19 @@ void start(Engine& engine, std::shared_ptr<AcquireOp> op) {
 void start_acquire(Engine& engine, std::string resource, LockOptions options, LockKind kind,
                    AcquireHandler handler) {
   if (!engine.alive()) return;  // the context is gone: drop the handler, as Asio does
-  const auto shown = [&] {      // as the observer hears of it
-    switch (kind.type) {
-      case LockKind::Type::permit:
-        return AcquireKind::permit;
-      case LockKind::Type::shared:
-        return AcquireKind::shared;
-      case LockKind::Type::exclusive:
-        return AcquireKind::exclusive;
-      case LockKind::Type::mutex:
-        break;
-    }
-    return AcquireKind::mutex;
-  }();
   auto broken = engine.config_violation();
   if (!broken) broken = check(resource, options, engine.topology());
   if (!broken) broken = check(kind, engine.topology());
   if (broken) {
-    return engine.refuse(std::move(resource), broken.error, broken.rule, std::move(handler), shown);
+    return engine.refuse(std::move(resource), broken.error, broken.rule, std::move(handler),
+                         kind.type);
   }
   auto op = std::make_shared<AcquireOp>(std::move(handler), std::move(resource), options);
-  op->shown = shown;
-  switch (kind.type) {
-    case LockKind::Type::mutex:
-      op->data = engine.holder_label();
-      break;
-    case LockKind::Type::permit:
-      op->kind = LeaseKind::shared;
-      op->marker = "#S" + to_decimal(kind.limit);
-      break;
-    case LockKind::Type::shared:
-      op->kind = LeaseKind::shared;
-      op->marker = "#RW";
-      break;
-    case LockKind::Type::exclusive:
-      op->kind = LeaseKind::exclusive;
-      op->marker = "#RW";
-      break;
-  }
+  op->kind = kind.type;
+  // A lease set's marker: its kind and limit (acquire_set.lua).
+  if (kind.type == AcquireKind::permit) op->marker = "#S" + to_decimal(kind.limit);
+  if (kind.type == AcquireKind::shared || kind.type == AcquireKind::exclusive) op->marker = "#RW";
+  if (kind.type == AcquireKind::mutex) op->data = engine.holder_label();
   start(engine, std::move(op));
 }
 
@@ -114,8 +90,7 @@ void start_campaign(Engine& engine, std::string resource, std::string value, Loc
                          AcquireKind::election);
   }
   auto op = std::make_shared<AcquireOp>(std::move(handler), std::move(resource), options);
-  op->kind = LeaseKind::leader;
-  op->shown = AcquireKind::election;
+  op->kind = AcquireKind::election;
   const auto& label = engine.holder_label();
   op->data.reserve(label.size() + 1 + value.size());
   op->data.append(label).append("\n").append(value);
@@ -148,7 +123,7 @@ void AcquireOp::run(Action a) {
     // Joined the queue (the event that set it came just now): said before anything else,
     // so the completion's AcquireEvent (waited) always follows it.
     wait_reported = true;
-    if (auto* observer = service->observer()) observer->on_wait({resource, shown});
+    if (auto* observer = service->observer()) observer->on_wait({resource, kind});
   }
   if (a.give_back) give_back();
   if (a.new_token) {
@@ -210,14 +185,12 @@ std::optional<QuorumAcquire> AcquireOp::quorum_acquire() {
 void AcquireOp::send_attempt() {
   sent_body = false;
   patience = deadline;
-  if (how.empty()) {
-    // '<mode><place ms> <member suffix>' (acquire.lua). Redlock waits by backing off: a fair
-    // queue on each master would not be one queue.
-    // One allocation: the member suffix is the tail of `how`, which is never changed after.
+  if (member_suffix.empty()) {
+    // Redlock waits by backing off: a fair queue on each master would not be one queue.
     // A plain mutex's waiter that can own a lease on a signed message (no WAIT to confirm
     // it with, not an election's candidate, whose record stays beside the lease) queues
     // with a secret of its own for the release to sign with: the one-hop hand-off.
-    if (queues && kind == LeaseKind::mutex && options.min_replicas == 0 &&
+    if (queues && kind == AcquireKind::mutex && options.min_replicas == 0 &&
         sign_hand_offs.load(std::memory_order_relaxed)) {
       try {
         secret = random_token();
@@ -225,38 +198,48 @@ void AcquireOp::send_attempt() {
         // No entropy now: no secret, and hand-offs are claimed.
       }
     }
-    how.reserve(1 + waiter_ttl_ms.size() + 1 + 16 + 1 + secret.size() + 20 +
-                (data.empty() ? 0 : 1 + data.size()));
-    how = service->redlock() ? "R" : queues ? "1" : "0";
-    how.append(waiter_ttl_ms).append(" ");
-    const std::size_t suffix_at = how.size();
+    member_suffix.reserve(16 + 1 + secret.size() + 20 + (data.empty() ? 0 : 1 + data.size()));
     const char letter = is_lease_set(kind) ? mode_letter(kind)
                         : secret.empty()   ? folded_member_letter
                                            : signed_member_letter;
-    service->waiters().append_member_suffix(how, options.ttl, letter, data, secret);
-    member_suffix = std::string_view(how).substr(suffix_at);
-    if (kind == LeaseKind::leader) announce = service->announce_of(resource);
+    service->waiters().append_member_suffix(member_suffix, options.ttl, letter, data, secret);
+    if (kind == AcquireKind::election) announce = service->announce_of(resource);
   }
-  // After a hand-off message, the lease is likely ours to claim: acquire.lua reads it first
-  // ('2', otherwise as '1'). The mode is the first byte, before the member suffix.
-  if (how[0] == '1' || how[0] == '2') how[0] = claim_expected ? '2' : '1';
+  // After a hand-off message, the lease is likely ours to claim: acquire.lua reads it first.
+  using Mode = scripts::Acquire::Mode;
+  const Mode mode = service->redlock() ? Mode::redlock
+                    : !queues          ? Mode::alone
+                    : claim_expected   ? Mode::claim
+                                       : Mode::queue;
   claim_expected = false;
   if (is_lease_set(kind)) {
-    set_args(acquire_set_script,
-             {keys.lease(), keys.fence(), keys.queue(), keys.queue_expiry(), mutex_queue},
-             {token, arg, how, marker});
-  } else if (service->redlock()) {
-    // No info: each master's fencing token is its own (the quorum's is their maximum).
-    set_args(acquire_script, {keys.lease(), keys.fence(), keys.queue(), keys.queue_expiry()},
-             {token, arg, how});
-  } else if (kind == LeaseKind::leader) {
-    set_args(acquire_script,
-             {keys.lease(), keys.fence(), keys.queue(), keys.queue_expiry(), keys.info()},
-             {token, arg, how, announce});
+    set(scripts::AcquireSet{.lease = keys.lease(),
+                            .fence = keys.fence(),
+                            .queue = keys.queue(),
+                            .queue_expiry = keys.queue_expiry(),
+                            .mutex_queue = mutex_queue,
+                            .token = token,
+                            .ttl_ms = ttl_ms,
+                            .joins = queues,
+                            .place_ms = waiter_ttl_ms,
+                            .member_suffix = member_suffix,
+                            .marker = marker});
   } else {
-    set_args(acquire_script,
-             {keys.lease(), keys.fence(), keys.queue(), keys.queue_expiry(), keys.info()},
-             {token, arg, how});
+    set(scripts::Acquire{
+        .lease = keys.lease(),
+        .fence = keys.fence(),
+        .queue = keys.queue(),
+        .queue_expiry = keys.queue_expiry(),
+        // No info on Redlock: each master's fencing token is its own (the quorum's is their
+        // maximum).
+        .info = service->redlock() ? scripts::Optional() : scripts::Optional(keys.info()),
+        .token = token,
+        .ttl_ms = ttl_ms,
+        .mode = mode,
+        .place_ms = waiter_ttl_ms,
+        .member_suffix = member_suffix,
+        .announce =
+            kind == AcquireKind::election ? scripts::Optional(announce) : scripts::Optional()});
   }
   service->send(std::static_pointer_cast<ScriptOp>(shared_from_this()));
 }
@@ -336,7 +319,7 @@ void AcquireOp::on_reply(error_code ec, Reply reply) {
 }
 
 Grant make_grant(Engine& service, const std::string& resource, const std::string& token,
-                 LeaseKind kind, const LockOptions& options, long long fence,
+                 AcquireKind kind, const LockOptions& options, long long fence,
                  Clock::time_point sent) {
   auto lease = std::make_shared<LeaseState>();
   lease->kind = kind;
@@ -400,7 +383,7 @@ void AcquireOp::report(Observer& observer, error_code ec, const Grant& grant) co
                  grant.fence,
                  node_results,
                  error_detail,
-                 shown};
+                 kind};
   if (ec == asio::error::operation_aborted) {
     e.outcome = AcquireOutcome::cancelled;
   } else if (ec) {
@@ -408,7 +391,7 @@ void AcquireOp::report(Observer& observer, error_code ec, const Grant& grant) co
   } else if (!grant) {
     e.outcome = AcquireOutcome::not_acquired;
   } else {
-    mark_held(*grant.lease, shown, now);
+    mark_held(*grant.lease, now);
   }
   observer.on_acquire(e);
 }

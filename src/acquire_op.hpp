@@ -45,7 +45,7 @@ void start_campaign(Engine& engine, std::string resource, std::string value, Loc
 /// The grant of a lease taken by an attempt sent at `sent` (its validity is dated from then),
 /// watched by the renewal watchdog if `options` ask for it. The public layer makes it a guard.
 Grant make_grant(Engine& service, const std::string& resource, const std::string& token,
-                 LeaseKind kind, const LockOptions& options, long long fence,
+                 AcquireKind kind, const LockOptions& options, long long fence,
                  std::chrono::steady_clock::time_point sent);
 
 // Handlers are only ever move-constructed: in Boost 1.81, move-assigning an
@@ -71,16 +71,17 @@ struct AcquireOp final : ScriptOp, Waiter, PendingOp {
 
   AcquireHandler handler;
   std::string resource;
+  std::string token;   // this attempt's (a new one after an attempt that failed)
+  std::string ttl_ms;  // options.ttl
   LockOptions options;
   Clock::time_point called = Clock::now();
   Clock::time_point deadline;
   bool queues = false;  // attempts join the wait queue when the lease is held (not Redlock)
-  LeaseKind kind = LeaseKind::mutex;  // a mutex, or a hold of a lease set (acquire_set.lua)
-  std::string marker;                 // a lease set's kind and limit ('#S<limit>' or '#RW')
-  std::string mutex_queue;            // a lease set's: the same resource's mutex queue key
+  AcquireKind kind = AcquireKind::mutex;  // a mutex, or a hold of a lease set (acquire_set.lua)
+  std::string marker;                     // a lease set's kind and limit ('#S<limit>' or '#RW')
+  std::string mutex_queue;                // a lease set's: the same resource's mutex queue key
   std::string data;  // a mutex's: recorded with the lease (label, and a leader's value)
-  AcquireKind shown = AcquireKind::mutex;  // which call it was, as the observer hears it
-  AcquireFsm fsm{AcquirePlan{}};           // set by start_acquire, before the op can be reached
+  AcquireFsm fsm{AcquirePlan{}};  // set by start_acquire, before the op can be reached
 
  private:
   /// Performs what the state machine decided.
@@ -92,13 +93,13 @@ struct AcquireOp final : ScriptOp, Waiter, PendingOp {
   void finish(boost::system::error_code ec, Grant grant);
   void report(Observer& observer, boost::system::error_code ec, const Grant& grant) const noexcept;
 
-  std::string how;                 // acquire.lua's ARGV[3], set once (but its mode byte)
-  bool claim_expected = false;     // a hand-off message came: the next attempt claims
-  std::string_view member_suffix;  // queue member = token + this: the tail of `how`
-  std::string secret;          // signs the hand-off messages for us (one-hop); empty: none asked
-  std::string error_detail;    // the server's error reply, reported with a failure
-  bool wait_reported = false;  // on_wait said it joined the queue
-  Grant replicating;           // granted, until WAIT confirms it
+  bool claim_expected = false;  // a hand-off message came: the next attempt claims
+  std::string member_suffix;    // queue member = token + this; set by the first attempt
+  std::string announce;         // an election's candidate: '<P|S><channel>' of its observers
+  std::string secret;           // signs the hand-off messages for us (one-hop); empty: none asked
+  std::string error_detail;     // the server's error reply, reported with a failure
+  bool wait_reported = false;   // on_wait said it joined the queue
+  Grant replicating;            // granted, until WAIT confirms it
   std::unique_ptr<boost::asio::steady_timer> timer;
   unsigned timer_armed = 0;  // which sleep_until the timer's pending wait is
 };

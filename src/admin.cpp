@@ -84,10 +84,11 @@ void read_state(Engine& engine, const std::string& resource,
   op->service = engine.shared_from_this();
   op->keys = engine.keys_of(resource);
   op->slot = engine.slot_of(op->keys.lease());
-  // The lease sets' queue expiry, in `arg` (the op's strings hold what its words point to).
-  op->arg = engine.keys_of(resource, LeaseKind::shared).queue_expiry();
-  op->set_args(inspect_script,
-               {op->keys.lease(), op->keys.info(), op->keys.queue_expiry(), op->arg}, {});
+  op->sets = engine.keys_of(resource, AcquireKind::shared);
+  op->set(scripts::Inspect{.lease = op->keys.lease(),
+                           .info = op->keys.info(),
+                           .queue_expiry = op->keys.queue_expiry(),
+                           .sets_queue_expiry = op->sets.queue_expiry()});
   op->done = [self = op->service, done = std::move(done)](error_code ec, Reply reply) {
     Inspection failed;
     if (!ec && reply.is_error()) {
@@ -146,16 +147,18 @@ void start_force_release(Engine& engine, std::string resource, BoolHandler handl
   op->service = engine.shared_from_this();
   op->keys = engine.keys_of(resource);
   op->slot = engine.slot_of(op->keys.lease());
-  const auto sets = engine.keys_of(resource, LeaseKind::shared);
-  op->token = sets.queue();  // (the op's own strings: its words point into them)
-  op->arg = sets.queue_expiry();
-  op->announce =
-      std::string(engine.cluster() ? "S" : "P").append(engine.waiters().channel_prefix(op->slot));
-  op->resource_announce = engine.announce_of(resource);
-  op->set_args(force_release_script,
-               {op->keys.lease(), op->keys.queue(), op->keys.queue_expiry(), op->keys.fence(),
-                op->keys.info(), op->token, op->arg},
-               {op->announce, op->resource_announce});
+  op->sets = engine.keys_of(resource, AcquireKind::shared);
+  op->notify = engine.notify_of(op->slot);
+  op->announce = engine.announce_of(resource);
+  op->set(scripts::ForceRelease{.lease = op->keys.lease(),
+                                .queue = op->keys.queue(),
+                                .queue_expiry = op->keys.queue_expiry(),
+                                .fence = op->keys.fence(),
+                                .info = op->keys.info(),
+                                .sets_queue = op->sets.queue(),
+                                .sets_queue_expiry = op->sets.queue_expiry(),
+                                .notify = op->notify,
+                                .announce = op->announce});
   auto call = std::make_shared<CancellableCall<BoolHandler, bool>>(
       engine.shared_from_this(), std::move(handler), AdminCommand::force_release, resource);
   install_cancellation(call->handler, call);  // in the initiating call, as for acquire

@@ -24,7 +24,9 @@ namespace redis_lock::detail {
 /// One script call whose reply goes to `done`, on the strand.
 struct AdminOp final : ScriptOp {
   std::function<void(boost::system::error_code, Reply)> done;
-  std::string resource_announce;  // force_release.lua's ARGV[2]
+  ResourceKeys sets;     // the same resource's lease sets' keys (their queue and its expiry)
+  std::string notify;    // force_release: Engine::notify_of the slot
+  std::string announce;  // force_release: Engine::announce_of the resource
   void on_reply(boost::system::error_code ec, Reply reply) override {
     if (done) std::exchange(done, nullptr)(ec, std::move(reply));
   }

@@ -8,6 +8,7 @@
 #include "quorum_call.hpp"
 #include "redis_lock_scripts.hpp"
 #include "replies.hpp"
+#include "script_table.hpp"
 #include "shutdown_watch.hpp"
 #include "tls.hpp"
 #include "token.hpp"
@@ -51,16 +52,10 @@ Engine::Engine(asio::any_io_executor ex, ConnectionConfig config, ManagerOptions
                                        cluster(), options_.keep_subscriber_connection);
   // Every command connection has our scripts before its first command: a NOSCRIPT resend
   // would run after commands sent later (a Redlock give-back after the next attempt's grant).
-  std::vector<std::string_view> scripts = {acquire_script.body, release_script.body,
-                                           extend_script.body};
-  if (redlock()) {
-    scripts.push_back(raise_fence_script.body);
-  } else {
-    // The lease sets' and the group acquire's, which Redlock does not offer.
-    for (const auto* s :
-         {&acquire_set_script, &release_set_script, &extend_set_script, &acquire_group_script}) {
-      scripts.push_back(s->body);
-    }
+  // The scripts its locks use on every acquire and release (script_table.hpp says which).
+  std::vector<std::string_view> scripts;
+  for (const auto& e : scripts::table()) {
+    if (scripts::preloaded(e.layout.preload, redlock())) scripts.push_back(e.script.body);
   }
   router_->set_preload(std::move(scripts));
   if (options_.use_functions) router_->set_functions(function_library, function_probe);
@@ -124,7 +119,7 @@ void Engine::cancel_all() {
 }
 
 bool Engine::give_back_now(std::size_t node, std::optional<Router::Pool> behind,
-                           std::string_view resource, std::string_view token, LeaseKind kind,
+                           std::string_view resource, std::string_view token, AcquireKind kind,
                            std::string_view member_suffix) noexcept {
   if (!router_ || redlock()) return false;
   try {
@@ -146,7 +141,7 @@ error_code Engine::server_error(const Reply& reply) {
   return error_from_reply(reply.str);
 }
 
-ResourceKeys Engine::keys_of(std::string_view resource, LeaseKind kind) const {
+ResourceKeys Engine::keys_of(std::string_view resource, AcquireKind kind) const {
   return make_keys(options_.key_prefix, resource, is_lease_set(kind));
 }
 
@@ -154,6 +149,10 @@ std::string Engine::announce_of(std::string_view resource) const {
   // PUBLISH, also on a Cluster (which forwards it to every node): an observer's subscription
   // then never moves with a slot, and SUBSCRIBE / UNSUBSCRIBE are answered as commands.
   return std::string("P").append(options_.key_prefix).append("leader:").append(resource);
+}
+
+std::string Engine::notify_of(std::uint16_t slot) const {
+  return std::string(cluster() ? "S" : "P").append(waiters_->channel_prefix(slot));
 }
 
 std::uint16_t Engine::slot_of(std::string_view lease_key) const noexcept {
@@ -275,7 +274,7 @@ void Engine::release(ReleaseRequest request, BoolHandler handler) {
 void Engine::release_held(std::string resource, std::string token,
                           std::shared_ptr<LeaseState> lease, BoolHandler handler) {
   Clock::time_point patience{};
-  auto kind = LeaseKind::mutex;
+  auto kind = AcquireKind::mutex;
   std::shared_ptr<LeaseState> ended;
   if (lease) {
     kind = lease->kind;
@@ -306,11 +305,11 @@ void Engine::release_held(std::string resource, std::string token,
 
 void Engine::report_hold_end(const LeaseState& lease, HoldEnd end) noexcept {
   if (auto* o = observer()) {
-    o->on_hold_end({lease.resource, lease.shown, end, Clock::now() - lease.held_since});
+    o->on_hold_end({lease.resource, lease.kind, end, Clock::now() - lease.held_since});
   }
 }
 
-void Engine::give_back(std::string resource, std::string token, LeaseKind kind,
+void Engine::give_back(std::string resource, std::string token, AcquireKind kind,
                        Clock::time_point until, std::string_view member_suffix) noexcept {
   if (!alive_.load()) return;
   try {

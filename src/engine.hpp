@@ -68,7 +68,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
   struct ReleaseRequest {
     std::string resource;
     std::string token;
-    LeaseKind kind = LeaseKind::mutex;
+    AcquireKind kind = AcquireKind::mutex;
     /// A guard's own release (reported to the observer), not a clean-up.
     bool by_guard = false;
     /// A Cluster refusal for a slot in motion (TRYAGAIN, CLUSTERDOWN) is retried until then
@@ -94,14 +94,14 @@ class Engine : public std::enable_shared_from_this<Engine> {
   /// Gives back what an acquire with `token` may hold, or the queue place it may have:
   /// a release that is sent again through link failures until `until`, past which the
   /// lease (and the queue entry) has expired anyway. On Redlock, on every master.
-  void give_back(std::string resource, std::string token, LeaseKind kind, Clock::time_point until,
+  void give_back(std::string resource, std::string token, AcquireKind kind, Clock::time_point until,
                  std::string_view member_suffix) noexcept;
   /// The same give-back written at once on a command connection of `node`, without Asio:
   /// for an op's last words while the context shuts down. False when no link could take it.
   /// `behind`: the connection an attempt is still in flight on, which the give-back must
   /// follow; none in flight: either.
   bool give_back_now(std::size_t node, std::optional<Router::Pool> behind,
-                     std::string_view resource, std::string_view token, LeaseKind kind,
+                     std::string_view resource, std::string_view token, AcquireKind kind,
                      std::string_view member_suffix) noexcept;
   /// The guard let go of the lease (release, destruction): stop renewing, end waits. A
   /// lease already lost when let go (LeaseState::known_lost: its validity passed unrenewed)
@@ -146,9 +146,13 @@ class Engine : public std::enable_shared_from_this<Engine> {
   /// The error an error reply stands for (and the manager's last_server_error()).
   boost::system::error_code server_error(const Reply& reply);
 
-  ResourceKeys keys_of(std::string_view resource, LeaseKind kind = LeaseKind::mutex) const;
+  ResourceKeys keys_of(std::string_view resource, AcquireKind kind = AcquireKind::mutex) const;
   /// '<P|S><channel>' on which `resource`'s changes of leader are announced (an election's).
   std::string announce_of(std::string_view resource) const;
+  /// '<P|S><channel prefix>' of the managers whose waiters queue in `slot`: a release hands
+  /// on to the next one on the prefix + its manager id (PUBLISH; SPUBLISH on a Cluster, the
+  /// channel carrying the slot's hash tag).
+  std::string notify_of(std::uint16_t slot) const;
   /// ManagerOptions::key_prefix.
   const std::string& key_prefix() const noexcept { return options_.key_prefix; }
   /// ManagerOptions::holder_label.

@@ -3,6 +3,8 @@
 
 #include "decimal.hpp"
 
+#include <charconv>
+
 namespace redis_lock::detail::idempotency {
 
 std::string downstream_key_of(const std::string& key, std::uint32_t attempt) {
@@ -24,6 +26,25 @@ void start_attempt(Record& r, const std::string& key, std::uint32_t attempt, std
   r.downstream_key = downstream_key_of(key, attempt);
   r.fence = fence;
   r.began_ms = now_ms;
+}
+
+template <class T>
+bool number(std::string_view text, T& out) {
+  if (text.empty()) {
+    out = 0;
+    return true;
+  }
+  const auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
+  return ec == std::errc{} && p == text.data() + text.size();
+}
+
+std::optional<State> state_of(std::string_view word) {
+  if (word.empty()) return State::none;
+  if (word == "running") return State::running;
+  if (word == "void") return State::void_;
+  if (word == "decided") return State::decided;
+  if (word == "escalated") return State::escalated;
+  return std::nullopt;
 }
 
 }  // namespace
@@ -132,6 +153,47 @@ OperatorReply apply(Record& r, const Reopen& e) {
   r.attempt += 1;
   r.downstream_key = downstream_key_of(e.key, r.attempt);
   return OperatorReply::done;
+}
+
+std::optional<StoreReply> read_store_reply(const Reply& reply) {
+  if (reply.type != Reply::Type::array || reply.elements.size() != 14) return std::nullopt;
+  for (const auto& e : reply.elements) {
+    if (e.type != Reply::Type::string) return std::nullopt;
+  }
+  const auto& e = reply.elements;
+  StoreReply out;
+  out.word = e[0].str;
+  auto& r = out.record;
+  const auto state = state_of(e[1].str);
+  int status = 0;
+  if (out.word.empty() || !state || !number(e[3].str, r.attempt) || !number(e[5].str, r.fence) ||
+      !number(e[6].str, r.began_ms) || !number(e[7].str, status) ||
+      !number(e[10].str, out.now_ms) || !number(e[12].str, r.looks) ||
+      (!e[13].str.empty() && e[13].str.front() != '+')) {
+    return std::nullopt;
+  }
+  r.state = *state;
+  r.fingerprint = e[2].str;
+  r.downstream_key = e[4].str;
+  r.status = status;
+  r.body = e[8].str;
+  r.external_id = e[9].str;
+  out.extra = e[11].str;
+  if (!e[13].str.empty()) r.payload = e[13].str.substr(1);
+  return out;
+}
+
+std::optional<DueKeys> read_due(const Reply& reply) {
+  if (reply.type != Reply::Type::array || reply.elements.empty()) return std::nullopt;
+  DueKeys out;
+  for (const auto& e : reply.elements) {
+    if (e.type != Reply::Type::string) return std::nullopt;
+  }
+  if (!number(reply.elements[0].str, out.now_ms)) return std::nullopt;
+  for (std::size_t i = 1; i < reply.elements.size(); ++i) {
+    out.keys.push_back(reply.elements[i].str);
+  }
+  return out;
 }
 
 }  // namespace redis_lock::detail::idempotency

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// Layer 4 (engine), sans-io: the record of one idempotent request (issue 50,
+// Layer 1 (protocol), sans-io: the record of one idempotent request (issue 50,
 // docs/design/idempotency.md) and its transitions, as the specification its store scripts
 // must follow. Each transition is one atomic script on the store; this is the same table in
 // C++, with no server and no clock (the store's `now` comes in with the event), so that every
@@ -7,9 +7,12 @@
 // tested against the same rows on a live server.
 #pragma once
 
+#include "resp.hpp"
+
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace redis_lock::detail::idempotency {
 
@@ -144,5 +147,22 @@ GuardedReply apply(Record& r, const Escalate& e);
 DecideReply apply(Record& r, const Decide& e);
 OperatorReply apply(Record& r, const Settle& e);
 OperatorReply apply(Record& r, const Reopen& e);
+
+/// A script's reply: its word and the record after it, the store's clock, and a word more
+/// (idem_defer: when the next look is due).
+struct StoreReply {
+  std::string word;
+  Record record;
+  std::int64_t now_ms = 0;
+  std::string extra;
+};
+/// nullopt: not the shape the scripts answer.
+std::optional<StoreReply> read_store_reply(const Reply& reply);
+/// idem_due.lua's reply: the store's clock and the due keys; nullopt when malformed.
+struct DueKeys {
+  std::int64_t now_ms = 0;
+  std::vector<std::string> keys;
+};
+std::optional<DueKeys> read_due(const Reply& reply);
 
 }  // namespace redis_lock::detail::idempotency

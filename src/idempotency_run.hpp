@@ -2,7 +2,7 @@
 // Layer 4 (engine), sans-io: one idempotent request's run (IdempotentRequests::async_run)
 // and one reconciler's look (async_reconcile), as decisions on what the store, the lock,
 // the caller's work and resolve answered (docs/design/idempotency.md). Its driver
-// (src/idempotency.cpp) does what each Action says and feeds the answer back; every path is
+// (src/idempotency_op.cpp) does what each Action says and feeds the answer back; every path is
 // a row of tests/unit/idempotency_run_test.cpp.
 #pragma once
 

@@ -7,8 +7,6 @@
 #include "replies.hpp"
 #include "script_op.hpp"
 
-#include "redis_lock_scripts.hpp"
-
 #include <redis_lock/error.hpp>
 
 #include <algorithm>
@@ -42,33 +40,18 @@ StoreKeys store_keys(std::string_view prefix, std::string_view key, unsigned sha
 
 namespace {
 
-template <class T>
-bool number(std::string_view text, T& out) {
-  if (text.empty()) {
-    out = 0;
-    return true;
-  }
-  const auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
-  return ec == std::errc{} && p == text.data() + text.size();
-}
-
-std::optional<State> state_of(std::string_view word) {
-  if (word.empty()) return State::none;
-  if (word == "running") return State::running;
-  if (word == "void") return State::void_;
-  if (word == "decided") return State::decided;
-  if (word == "escalated") return State::escalated;
-  return std::nullopt;
-}
-
-/// One script call whose reply goes to `done`, on the strand. Its words point into `words`,
-/// which never moves once the op is made.
-struct StoreOp final : ScriptOp {
-  std::vector<std::string> words;
+/// One command whose reply goes to `done`, on the strand.
+struct StoreOp : ScriptOp {
   std::function<void(error_code, Reply)> done;
   void on_reply(error_code ec, Reply reply) override {
     if (done) std::exchange(done, nullptr)(ec, std::move(reply));
   }
+};
+
+/// One of the store's scripts: its words view the call's strings (the op never moves).
+template <class Call>
+struct ScriptStoreOp final : StoreOp {
+  Call call;
 };
 
 void send_op(Engine& store, std::shared_ptr<StoreOp> op) {
@@ -81,29 +64,22 @@ void send_op(Engine& store, std::shared_ptr<StoreOp> op) {
   });
 }
 
-/// An EVALSHA of `script` (KEYS: the first `keys` words; ARGV: the others), sent to the slot
-/// of its first key (a record's or a shard's index: one slot per shard); `done` gets the
-/// reply, a server's error reply already an error_code. `confirm` (a write, with
+/// Sends one of the store's scripts (script_table.hpp's Idem*), routed by the slot of its
+/// first key (a record's or a shard's index: one slot per shard); `done` gets the reply, a
+/// server's error reply already an error_code. `confirm` (a write, with
 /// IdempotencyOptions::store_replicas): the script goes on the connection that may block on
 /// WAIT, and its reply counts once WAIT says that many replicas have it (fewer:
 /// not_replicated, though the master has it).
-void send_script(const std::shared_ptr<Engine>& store, const Script& script,
-                 std::vector<std::string> words, std::size_t keys, const Replicas& confirm,
+template <class Call>
+void send_script(const std::shared_ptr<Engine>& store, Call call, const Replicas& confirm,
                  std::function<void(error_code, Reply)> done) {
-  auto op = std::make_shared<StoreOp>();
+  auto op = std::make_shared<ScriptStoreOp<Call>>();
   op->service = store;
   const int replicas = confirm.count;
   op->durable = replicas > 0;
-  op->words = std::move(words);
-  // Every word in place before argv views them (the vector does not move again).
-  op->words.push_back(to_decimal(static_cast<long long>(keys)));
-  op->slot = store->slot_of(op->words.front());
-  op->script_body = script.body;
-  op->argc = 0;
-  op->argv[op->argc++] = "EVALSHA";
-  op->argv[op->argc++] = script.sha1;
-  op->argv[op->argc++] = op->words.back();
-  for (std::size_t i = 0; i + 1 < op->words.size(); ++i) op->argv[op->argc++] = op->words[i];
+  op->call = std::move(call);  // in place before the words view it (the op does not move)
+  op->slot = store->slot_of(op->call.keys().front().text);
+  op->set(op->call);
   // (On the store's strand, from the op's on_reply: `sent` is alive.)
   op->done = [store, replicas, timeout = confirm.timeout, sent = op.get(), done = std::move(done)](
                  error_code ec, Reply reply) mutable {
@@ -122,55 +98,14 @@ void send_script(const std::shared_ptr<Engine>& store, const Script& script,
 
 }  // namespace
 
-std::optional<StoreReply> read_store_reply(const Reply& reply) {
-  if (reply.type != Reply::Type::array || reply.elements.size() != 14) return std::nullopt;
-  for (const auto& e : reply.elements) {
-    if (e.type != Reply::Type::string) return std::nullopt;
-  }
-  const auto& e = reply.elements;
-  StoreReply out;
-  out.word = e[0].str;
-  auto& r = out.record;
-  const auto state = state_of(e[1].str);
-  int status = 0;
-  if (out.word.empty() || !state || !number(e[3].str, r.attempt) || !number(e[5].str, r.fence) ||
-      !number(e[6].str, r.began_ms) || !number(e[7].str, status) ||
-      !number(e[10].str, out.now_ms) || !number(e[12].str, r.looks) ||
-      (!e[13].str.empty() && e[13].str.front() != '+')) {
-    return std::nullopt;
-  }
-  r.state = *state;
-  r.fingerprint = e[2].str;
-  r.downstream_key = e[4].str;
-  r.status = status;
-  r.body = e[8].str;
-  r.external_id = e[9].str;
-  out.extra = e[11].str;
-  if (!e[13].str.empty()) r.payload = e[13].str.substr(1);
-  return out;
-}
-
-std::optional<DueKeys> read_due(const Reply& reply) {
-  if (reply.type != Reply::Type::array || reply.elements.empty()) return std::nullopt;
-  DueKeys out;
-  for (const auto& e : reply.elements) {
-    if (e.type != Reply::Type::string) return std::nullopt;
-  }
-  if (!number(reply.elements[0].str, out.now_ms)) return std::nullopt;
-  for (std::size_t i = 1; i < reply.elements.size(); ++i) {
-    out.keys.push_back(reply.elements[i].str);
-  }
-  return out;
-}
-
-void StoreCalls::call(const Script& script, std::vector<std::string> words, std::size_t keys,
-                      StoreHandler done) {
-  send_script(store_, script, std::move(words), keys,
-              &script == &idem_look_script ? Replicas{} : replicas_,
+template <class Call>
+void StoreCalls::call(Call script, StoreHandler done) {
+  const Replicas confirm = std::is_same_v<Call, scripts::IdemLook> ? Replicas{} : replicas_;
+  send_script(store_, std::move(script), confirm,
               [done = std::move(done)](error_code ec, Reply reply) {
                 // not_replicated: the master ran the script; its reply says what it did.
                 if (ec && ec != error::not_replicated) return done(ec, StoreReply{});
-                auto read = read_store_reply(reply);
+                auto read = Call::decode(reply);
                 if (!read) return done(ec ? ec : error::unexpected_reply, StoreReply{});
                 done(ec, std::move(*read));
               });
@@ -178,60 +113,74 @@ void StoreCalls::call(const Script& script, std::vector<std::string> words, std:
 
 void StoreCalls::look(const std::string& key, StoreHandler done) {
   auto k = store_keys(store_->key_prefix(), key, shards_);
-  call(idem_look_script, {std::move(k.record)}, 1, std::move(done));
+  call(scripts::IdemLook{.record = std::move(k.record)}, std::move(done));
 }
 
 void StoreCalls::begin(const std::string& key, const std::string& fingerprint, std::uint64_t fence,
                        std::int64_t first_look_ms, bool resume, bool resend,
                        const std::optional<std::string>& payload, StoreHandler done) {
   auto k = store_keys(store_->key_prefix(), key, shards_);
-  std::vector<std::string> words{std::move(k.record),
-                                 std::move(k.due),
-                                 fingerprint,
-                                 key,
-                                 to_decimal_u(fence),
-                                 to_decimal(first_look_ms),
-                                 !resume  ? "run"
-                                 : resend ? "resend"
-                                          : "resume"};
-  if (payload && !resume) words.push_back(*payload);
-  call(idem_begin_script, std::move(words), 2, std::move(done));
+  call(scripts::IdemBegin{.record = std::move(k.record),
+                          .due = std::move(k.due),
+                          .fingerprint = fingerprint,
+                          .key = key,
+                          .fence = to_decimal_u(fence),
+                          .first_look_ms = to_decimal(first_look_ms),
+                          .mode = !resume  ? "run"
+                                  : resend ? "resend"
+                                           : "resume",
+                          .payload = resume ? std::optional<std::string>() : payload},
+       std::move(done));
 }
 
 void StoreCalls::void_attempt(const std::string& key, const std::string& downstream_key,
                               std::uint64_t fence, StoreHandler done) {
   auto k = store_keys(store_->key_prefix(), key, shards_);
-  call(idem_void_script,
-       {std::move(k.record), std::move(k.due), key, downstream_key, to_decimal_u(fence)}, 2,
+  call(scripts::IdemVoid{.record = std::move(k.record),
+                         .due = std::move(k.due),
+                         .key = key,
+                         .downstream_key = downstream_key,
+                         .fence = to_decimal_u(fence)},
        std::move(done));
 }
 
 void StoreCalls::next(const std::string& key, const std::string& downstream_key,
                       std::uint64_t fence, std::int64_t first_look_ms, StoreHandler done) {
   auto k = store_keys(store_->key_prefix(), key, shards_);
-  call(idem_next_script,
-       {std::move(k.record), std::move(k.due), key, downstream_key, to_decimal_u(fence),
-        to_decimal(first_look_ms)},
-       2, std::move(done));
+  call(scripts::IdemNext{.record = std::move(k.record),
+                         .due = std::move(k.due),
+                         .key = key,
+                         .downstream_key = downstream_key,
+                         .fence = to_decimal_u(fence),
+                         .first_look_ms = to_decimal(first_look_ms)},
+       std::move(done));
 }
 
 void StoreCalls::escalate(const std::string& key, const std::string& downstream_key,
                           std::uint64_t fence, std::int64_t min_age_ms, StoreHandler done) {
   auto k = store_keys(store_->key_prefix(), key, shards_);
-  call(idem_escalate_script,
-       {std::move(k.record), std::move(k.due), std::move(k.escalated), key, downstream_key,
-        to_decimal_u(fence), to_decimal(min_age_ms)},
-       3, std::move(done));
+  call(scripts::IdemEscalate{.record = std::move(k.record),
+                             .due = std::move(k.due),
+                             .escalated = std::move(k.escalated),
+                             .key = key,
+                             .downstream_key = downstream_key,
+                             .fence = to_decimal_u(fence),
+                             .min_age_ms = to_decimal(min_age_ms)},
+       std::move(done));
 }
 
 void StoreCalls::defer(const std::string& key, const std::string& downstream_key,
                        std::uint64_t fence, std::int64_t base_ms, std::int64_t cap_ms,
                        StoreHandler done) {
   auto k = store_keys(store_->key_prefix(), key, shards_);
-  call(idem_defer_script,
-       {std::move(k.record), std::move(k.due), key, downstream_key, to_decimal_u(fence),
-        to_decimal(base_ms), to_decimal(cap_ms)},
-       2, std::move(done));
+  call(scripts::IdemDefer{.record = std::move(k.record),
+                          .due = std::move(k.due),
+                          .key = key,
+                          .downstream_key = downstream_key,
+                          .fence = to_decimal_u(fence),
+                          .base_ms = to_decimal(base_ms),
+                          .cap_ms = to_decimal(cap_ms)},
+       std::move(done));
 }
 
 void StoreCalls::decide(const std::string& key, const std::string& fingerprint,
@@ -239,34 +188,48 @@ void StoreCalls::decide(const std::string& key, const std::string& fingerprint,
                         const std::string& body, const std::string& external_id,
                         std::int64_t retention_ms, StoreHandler done) {
   auto k = store_keys(store_->key_prefix(), key, shards_);
-  call(idem_decide_script,
-       {std::move(k.record), std::move(k.due), std::move(k.escalated), key, fingerprint,
-        to_decimal(attempt), downstream_key, to_decimal(status), body, external_id,
-        to_decimal(retention_ms)},
-       3, std::move(done));
+  call(scripts::IdemDecide{.record = std::move(k.record),
+                           .due = std::move(k.due),
+                           .escalated = std::move(k.escalated),
+                           .key = key,
+                           .fingerprint = fingerprint,
+                           .attempt = to_decimal(attempt),
+                           .downstream_key = downstream_key,
+                           .status = to_decimal(status),
+                           .body = body,
+                           .external_id = external_id,
+                           .retention_ms = to_decimal(retention_ms)},
+       std::move(done));
 }
 
 void StoreCalls::settle(const std::string& key, int status, const std::string& body,
                         const std::string& external_id, std::int64_t retention_ms,
                         StoreHandler done) {
   auto k = store_keys(store_->key_prefix(), key, shards_);
-  call(idem_settle_script,
-       {std::move(k.record), std::move(k.escalated), key, to_decimal(status), body, external_id,
-        to_decimal(retention_ms)},
-       2, std::move(done));
+  call(scripts::IdemSettle{.record = std::move(k.record),
+                           .escalated = std::move(k.escalated),
+                           .key = key,
+                           .status = to_decimal(status),
+                           .body = body,
+                           .external_id = external_id,
+                           .retention_ms = to_decimal(retention_ms)},
+       std::move(done));
 }
 
 void StoreCalls::reopen(const std::string& key, StoreHandler done) {
   auto k = store_keys(store_->key_prefix(), key, shards_);
-  call(idem_reopen_script, {std::move(k.record), std::move(k.escalated), key}, 2, std::move(done));
+  call(
+      scripts::IdemReopen{
+          .record = std::move(k.record), .escalated = std::move(k.escalated), .key = key},
+      std::move(done));
 }
 
-void StoreCalls::list(const Script& script, std::vector<std::string> words,
-                      std::function<void(error_code, DueKeys)> done) {
-  send_script(store_, script, std::move(words), 1, Replicas{},
+template <class Call>
+void StoreCalls::list(Call script, std::function<void(error_code, DueKeys)> done) {
+  send_script(store_, std::move(script), Replicas{},
               [done = std::move(done)](error_code ec, Reply reply) {
                 if (ec) return done(ec, DueKeys{});
-                auto read = read_due(reply);
+                auto read = Call::decode(reply);
                 if (!read) return done(error::unexpected_reply, DueKeys{});
                 done({}, std::move(*read));
               });
@@ -274,24 +237,25 @@ void StoreCalls::list(const Script& script, std::vector<std::string> words,
 
 void StoreCalls::escalated(unsigned shard, std::size_t limit,
                            std::function<void(error_code, DueKeys)> done) {
-  list(idem_list_script,
-       {shard_keys(store_->key_prefix(), shard).escalated,
-        to_decimal(static_cast<long long>(limit))},
+  list(scripts::IdemList{.index = shard_keys(store_->key_prefix(), shard).escalated,
+                         .limit = to_decimal(static_cast<long long>(limit))},
        std::move(done));
 }
 
 void StoreCalls::due(unsigned shard, std::size_t limit, std::int64_t claim_ms,
                      std::function<void(error_code, DueKeys)> done) {
-  list(idem_due_script,
-       {shard_keys(store_->key_prefix(), shard).due, to_decimal(static_cast<long long>(limit)),
-        to_decimal(claim_ms)},
+  list(scripts::IdemDue{.due = shard_keys(store_->key_prefix(), shard).due,
+                        .limit = to_decimal(static_cast<long long>(limit)),
+                        .claim_ms = to_decimal(claim_ms)},
        std::move(done));
 }
 
 void StoreCalls::check_shards(std::function<void(error_code, std::string)> done) {
   auto mine = to_decimal(shards_);
-  send_script(store_, idem_shards_script, {std::string(store_->key_prefix()) + "idem:shards", mine},
-              1, Replicas{}, [mine, done = std::move(done)](error_code ec, Reply reply) {
+  send_script(store_,
+              scripts::IdemShards{.shards = std::string(store_->key_prefix()) + "idem:shards",
+                                  .count = mine},
+              Replicas{}, [mine, done = std::move(done)](error_code ec, Reply reply) {
                 if (!ec && reply.type != Reply::Type::string) ec = error::unexpected_reply;
                 if (ec) return done(ec, {});
                 if (reply.str == mine) return done({}, {});
@@ -337,8 +301,7 @@ void StoreCalls::check_durability(bool settings, int replicas,
                     std::function<void(error_code, Reply)> then) {
     auto op = std::make_shared<StoreOp>();
     op->service = store_;
-    op->words = {shard_keys(store_->key_prefix(), shard).due};
-    op->slot = store_->slot_of(op->words[0]);
+    op->slot = store_->slot_of(shard_keys(store_->key_prefix(), shard).due);
     op->argc = 0;
     for (const auto w : command) op->argv[op->argc++] = w;
     op->done = [store = store_, then = std::move(then)](error_code ec, Reply reply) {

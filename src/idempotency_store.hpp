@@ -21,7 +21,6 @@
 
 namespace redis_lock::detail {
 class Engine;
-struct Script;
 }  // namespace redis_lock::detail
 
 namespace redis_lock::detail::idempotency {
@@ -38,23 +37,6 @@ struct StoreKeys {
 StoreKeys store_keys(std::string_view prefix, std::string_view key, unsigned shards);
 /// The keys of shard `shard` (its record key for `key`).
 StoreKeys shard_keys(std::string_view prefix, unsigned shard, std::string_view key = {});
-
-/// A script's reply: its word and the record after it, the store's clock, and a word more
-/// (idem_defer: when the next look is due).
-struct StoreReply {
-  std::string word;
-  Record record;
-  std::int64_t now_ms = 0;
-  std::string extra;
-};
-/// nullopt: not the shape the scripts answer.
-std::optional<StoreReply> read_store_reply(const Reply& reply);
-/// idem_due.lua's reply: the store's clock and the due keys; nullopt when malformed.
-struct DueKeys {
-  std::int64_t now_ms = 0;
-  std::vector<std::string> keys;
-};
-std::optional<DueKeys> read_due(const Reply& reply);
 
 using StoreHandler = std::function<void(boost::system::error_code, StoreReply)>;
 
@@ -116,10 +98,12 @@ class StoreCalls {
       std::function<void(boost::system::error_code, std::vector<std::string>)> done);
 
  private:
-  void call(const Script& script, std::vector<std::string> words, std::size_t keys,
-            StoreHandler done);
-  void list(const Script& script, std::vector<std::string> words,
-            std::function<void(boost::system::error_code, DueKeys)> done);
+  /// A record's script (script_table.hpp's Idem*), confirmed by WAIT but a look.
+  template <class Call>
+  void call(Call script, StoreHandler done);
+  /// An index's listing (IdemList, IdemDue), never confirmed.
+  template <class Call>
+  void list(Call script, std::function<void(boost::system::error_code, DueKeys)> done);
   std::shared_ptr<Engine> store_;
   unsigned shards_;
   Replicas replicas_;

@@ -22,20 +22,21 @@ namespace redis_lock::detail {
 
 struct ScriptOp;
 
-/// What a lease is one of: a mutex's (the lease key holds its token), or one hold of a lease
-/// set (acquire_set.lua): a semaphore's permit or a read-write lock's shared hold, or a
-/// read-write lock's exclusive hold; or an election's leadership, a mutex whose changes are
-/// announced to the election's observers.
-enum class LeaseKind : std::uint8_t { mutex, shared, exclusive, leader };
+/// A lease's kind is AcquireKind (observer.hpp), the one vocabulary of kinds: a mutex's (the
+/// lease key holds its token) and an election's leadership (a mutex whose changes are
+/// announced to the election's observers), or one hold of a lease set (acquire_set.lua): a
+/// semaphore's permit, a read-write lock's shared or exclusive hold.
 
 /// A hold of a lease set (a zset at the lease key), not a mutex's string lease.
-inline bool is_lease_set(LeaseKind kind) noexcept {
-  return kind == LeaseKind::shared || kind == LeaseKind::exclusive;
+inline bool is_lease_set(AcquireKind kind) noexcept {
+  return kind == AcquireKind::permit || kind == AcquireKind::shared ||
+         kind == AcquireKind::exclusive;
 }
 
-/// The mode letter of a lease set's hold ('s' or 'x'); not for a mutex.
-inline char mode_letter(LeaseKind kind) noexcept {
-  return kind == LeaseKind::exclusive ? 'x' : 's';
+/// The mode letter of a lease set's hold: 'x' the exclusive hold, 's' a permit or a shared
+/// hold; not for a mutex.
+inline char mode_letter(AcquireKind kind) noexcept {
+  return kind == AcquireKind::exclusive ? 'x' : 's';
 }
 
 /// The letter after a mutex waiter's manager id in its queue member (where a lease set's
@@ -60,7 +61,7 @@ struct LeaseState {
 
   std::string resource;
   std::string token;
-  LeaseKind kind = LeaseKind::mutex;
+  AcquireKind kind = AcquireKind::mutex;
   std::chrono::milliseconds ttl{};
   std::chrono::milliseconds renew_every{};
   Clock::time_point hold_until = Clock::time_point::max();
@@ -96,9 +97,8 @@ struct LeaseState {
 
   // The observer heard of it (an acquired AcquireEvent): its hold's end is reported once, by
   // whichever of its release (any thread, exchanged) and its loss (the strand) comes first.
-  // `shown` and `held_since` are written on the strand before the guard is handed out.
+  // `held_since` is written on the strand before the guard is handed out.
   std::atomic<bool> hold_reported{false};
-  AcquireKind shown = AcquireKind::mutex;
   Clock::time_point held_since{};
 
   Clock::time_point valid_until() const noexcept {
@@ -127,10 +127,8 @@ struct LeaseState {
   }
 };
 
-/// The observer hears that `lease` is handed out, as `kind`: its hold's end will be reported.
-inline void mark_held(LeaseState& lease, AcquireKind kind,
-                      LeaseState::Clock::time_point now) noexcept {
-  lease.shown = kind;
+/// The observer hears that `lease` is handed out: its hold's end will be reported.
+inline void mark_held(LeaseState& lease, LeaseState::Clock::time_point now) noexcept {
   lease.held_since = now;
   lease.hold_reported.store(true);
 }

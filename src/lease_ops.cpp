@@ -106,69 +106,73 @@ void CompareOp::finish(error_code ec, Reply reply, std::string_view detail) {
 }
 
 void prepare_release(Engine& service, CompareOp& op, std::string_view resource, std::string token,
-                     LeaseKind kind, std::string_view member_suffix) {
+                     AcquireKind kind, std::string_view member_suffix) {
   op.service = service.shared_from_this();
   op.keys = service.keys_of(resource, kind);
   op.slot = service.slot_of(op.keys.lease());
   op.token = std::move(token);
-  // Our member suffix, and '<P|S><channel prefix>' (release.lua, release_set.lua): the
-  // channel of the next waiter's manager is the prefix + its manager id. A holder's suffix is
-  // its manager id (and in a lease set, its mode, which names its hold); a waiter's carries
-  // its data after a space, so the two travel as two words. (A mutex holder's is the
-  // manager id itself, which outlives the op: no copy.)
+  // A holder's member suffix is its manager id (and in a lease set, its mode, which names
+  // its hold); a waiter's carries its data after a space. (A mutex holder's is the manager
+  // id itself, which outlives the op: no copy.)
   std::string_view suffix = service.waiters().manager_id();
   if (!member_suffix.empty()) {
-    suffix = op.arg.assign(member_suffix);
+    suffix = op.member_suffix.assign(member_suffix);
   } else if (is_lease_set(kind)) {
-    suffix = op.arg.assign(suffix) += mode_letter(kind);
+    suffix = op.member_suffix.assign(suffix) += mode_letter(kind);
   }
-  op.notify.assign(service.cluster() ? "S" : "P").append(service.waiters().channel_prefix(op.slot));
+  op.notify = service.notify_of(op.slot);
   if (is_lease_set(kind)) {
-    return op.set_args(release_set_script,
-                       {op.keys.lease(), op.keys.queue(), op.keys.queue_expiry()},
-                       {op.token, suffix, op.notify});
+    return op.set(scripts::ReleaseSet{.lease = op.keys.lease(),
+                                      .queue = op.keys.queue(),
+                                      .queue_expiry = op.keys.queue_expiry(),
+                                      .token = op.token,
+                                      .member_suffix = suffix,
+                                      .notify = op.notify});
   }
-  if (kind == LeaseKind::leader) {
-    op.announce = service.announce_of(resource);
-    return op.set_args(
-        release_script,
-        {op.keys.lease(), op.keys.queue(), op.keys.queue_expiry(), op.keys.fence(), op.keys.info()},
-        {op.token, suffix, op.notify, op.announce});
-  }
-  if (service.redlock()) {
-    // No info on Redlock (prepare_acquire): its bare lease takes release.lua's common path.
-    return op.set_args(release_script,
-                       {op.keys.lease(), op.keys.queue(), op.keys.queue_expiry(), op.keys.fence()},
-                       {op.token, suffix, op.notify});
-  }
-  op.set_args(
-      release_script,
-      {op.keys.lease(), op.keys.queue(), op.keys.queue_expiry(), op.keys.fence(), op.keys.info()},
-      {op.token, suffix, op.notify});
+  if (kind == AcquireKind::election) op.announce = service.announce_of(resource);
+  op.set(scripts::Release{
+      .lease = op.keys.lease(),
+      .queue = op.keys.queue(),
+      .queue_expiry = op.keys.queue_expiry(),
+      .fence = op.keys.fence(),
+      // No info on Redlock (prepare_acquire): its bare lease takes release.lua's common path.
+      .info = service.redlock() ? scripts::Optional() : scripts::Optional(op.keys.info()),
+      .token = op.token,
+      .member_suffix = suffix,
+      .notify = op.notify,
+      .announce =
+          kind == AcquireKind::election ? scripts::Optional(op.announce) : scripts::Optional()});
 }
 
-void prepare_extend(Engine& service, ScriptOp& op, const std::string& resource, std::string token,
-                    LeaseKind kind, std::string ttl_ms) {
+void prepare_extend(Engine& service, LeaseCallOp& op, const std::string& resource,
+                    std::string token, AcquireKind kind, std::string ttl_ms) {
   op.service = service.shared_from_this();
   op.keys = service.keys_of(resource, kind);
   op.slot = service.slot_of(op.keys.lease());
   op.token = std::move(token);
-  op.arg = std::move(ttl_ms);
+  op.ttl_ms = std::move(ttl_ms);
   if (is_lease_set(kind)) op.token += mode_letter(kind);  // the holder, in the set
-  if (kind == LeaseKind::leader) op.announce = service.announce_of(resource);
+  if (kind == AcquireKind::election) op.announce = service.announce_of(resource);
   set_extend_args(op, kind);
 }
 
-void set_extend_args(ScriptOp& op, LeaseKind kind) {
-  if (is_lease_set(kind))
-    return op.set_args(extend_set_script, {op.keys.lease()}, {op.token, op.arg, waiter_ttl_ms});
-  if (kind == LeaseKind::leader) {
-    return op.set_args(extend_script, {op.keys.lease(), op.keys.info()},
-                       {op.token, op.arg, op.announce});
+void set_extend_args(LeaseCallOp& op, AcquireKind kind) {
+  if (is_lease_set(kind)) {
+    return op.set(scripts::ExtendSet{.lease = op.keys.lease(),
+                                     .holder = op.token,
+                                     .ttl_ms = op.ttl_ms,
+                                     .place_ms = waiter_ttl_ms});
+  }
+  if (kind == AcquireKind::election) {
+    return op.set(scripts::Extend{.lease = op.keys.lease(),
+                                  .info = op.keys.info(),
+                                  .token = op.token,
+                                  .ttl_ms = op.ttl_ms,
+                                  .announce = op.announce});
   }
   // A mutex's record is folded into its lease (first.lua's lease_value): the lease alone, which
   // also lets a renewal follow its key alone through a Cluster slot's migration.
-  op.set_args(extend_script, {op.keys.lease()}, {op.token, op.arg});
+  op.set(scripts::Extend{.lease = op.keys.lease(), .token = op.token, .ttl_ms = op.ttl_ms});
 }
 
 namespace {
@@ -198,7 +202,7 @@ void give_back_on(Engine& service, std::size_t node, std::string_view resource,
   if (!service.running()) return;
   // The same release command as any other, with its own copy of the bytes.
   CompareOp release{BoolHandler{}};
-  prepare_release(service, release, resource, std::string(token), LeaseKind::mutex);
+  prepare_release(service, release, resource, std::string(token), AcquireKind::mutex);
   give_back_on(service.shared_from_this(), node,
                std::make_shared<const OwnedCommand>(release.Routed::command()), until,
                give_back_backoff);
@@ -211,7 +215,7 @@ void start_extend(Engine& engine, std::string resource, std::string token,
     return deliver(engine.executor(), Defer::yes, std::move(handler), broken.error, false);
   }
   auto op = std::make_shared<CompareOp>(std::move(handler));
-  const auto kind = lease ? lease->kind : LeaseKind::mutex;
+  const auto kind = lease ? lease->kind : AcquireKind::mutex;
   prepare_extend(engine, *op, resource, std::move(token), kind, to_decimal(ttl.count()));
   op->lease = std::move(lease);
   op->new_ttl = ttl;

@@ -35,7 +35,17 @@ inline constexpr Backoff give_back_backoff{give_back_first_retry, give_back_max_
 /// A compare-and-act script on one lease: release (arg = channel) or extend (arg = ttl).
 // Handlers are only ever move-constructed: in Boost 1.81, move-assigning an
 // any_completion_handler recurses until the stack overflows.
-struct CompareOp final : ScriptOp {
+/// A release's or an extension's script call (release.lua, release_set.lua, extend.lua,
+/// extend_set.lua): its words view these strings, each its own.
+struct LeaseCallOp : ScriptOp {
+  std::string token;          ///< the holder's (a lease set's extension: token .. mode, its holder)
+  std::string ttl_ms;         ///< an extension's new ttl
+  std::string member_suffix;  ///< a release's, when not the manager id itself
+  std::string notify;         ///< a release's: Engine::notify_of its slot
+  std::string announce;       ///< an election's leader: Engine::announce_of its resource
+};
+
+struct CompareOp final : LeaseCallOp {
   explicit CompareOp(BoolHandler h) : handler(std::move(h)) {}
   std::shared_ptr<LeaseState> lease;  // an extension moves its validity (or finds it lost)
   std::string resource;               // set when the observer hears of this op
@@ -46,7 +56,6 @@ struct CompareOp final : ScriptOp {
   std::chrono::steady_clock::time_point give_back_until{};
   Backoff backoff = give_back_backoff;
   BoolHandler handler;
-  std::string notify;    // a release: '<P|S><channel prefix>' of the next waiter's manager
   bool overdue = false;  // timed out; the late reply (or `patience`) answers the caller
   std::unique_ptr<boost::asio::steady_timer> overdue_timer;
 
@@ -72,14 +81,14 @@ struct CompareOp final : ScriptOp {
 /// next waiter (published on its manager's channel), leave the queue (as member token +
 /// `member_suffix`; empty: a holder's, who is not queued).
 void prepare_release(Engine& service, CompareOp& op, std::string_view resource, std::string token,
-                     LeaseKind kind, std::string_view member_suffix = {});
+                     AcquireKind kind, std::string_view member_suffix = {});
 
 /// Fills in an extension of `token`'s lease of `kind` to `ttl_ms` (compare-and-PEXPIRE; a
 /// leader's also tells the election's observers).
-void prepare_extend(Engine& service, ScriptOp& op, const std::string& resource, std::string token,
-                    LeaseKind kind, std::string ttl_ms);
+void prepare_extend(Engine& service, LeaseCallOp& op, const std::string& resource,
+                    std::string token, AcquireKind kind, std::string ttl_ms);
 /// The arguments of an extension prepare_extend filled in, set again (before a resend).
-void set_extend_args(ScriptOp& op, LeaseKind kind);
+void set_extend_args(LeaseCallOp& op, AcquireKind kind);
 
 /// LockGuard::async_extend: checks the ttl (a refusal completes at once), then
 /// compare-and-PEXPIRE on the strand. From any thread.

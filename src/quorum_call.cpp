@@ -3,8 +3,8 @@
 
 #include "decimal.hpp"
 #include "quorum.hpp"
-#include "redis_lock_scripts.hpp"
 #include "replies.hpp"
+#include "script_table.hpp"
 
 #include <redis_lock/error.hpp>
 
@@ -167,7 +167,7 @@ void QuorumCall::decide() {
 // majority that granted; then at least a majority must hold a counter >= token before it is
 // handed out, so that any later majority (which overlaps this one) mints a larger token.
 // Usually every master is at the same value and this costs nothing (the acquire script
-// raises a counter to the clock only when it is fresh, with ARGV[6]); a master that missed
+// raises a counter to the clock only when it is fresh: its Redlock mode); a master that missed
 // acquisitions (it was down) or lost its counter is raised in a second round trip.
 void QuorumCall::mint() {
   decided = true;  // later grants only add masters to the lease
@@ -178,9 +178,11 @@ void QuorumCall::mint() {
   if (!topology) return;  // the context shut down: dropped, as Asio drops handlers
   for (const std::size_t i : minted.to_raise) {
     ++raising;
-    const std::string_view argv[] = {"EVALSHA", raise_fence_script.sha1, "1", acquire->fence_key,
-                                     token_text};
-    topology->send_to(i, std::make_shared<const OwnedCommand>(argv), raise_fence_script.body,
+    const scripts::RaiseFence raise{.fence = acquire->fence_key, .token = token_text};
+    std::array<std::string_view, scripts::max_words<scripts::RaiseFence>> argv;
+    const auto words = scripts::encode(raise, argv);
+    topology->send_to(i, std::make_shared<const OwnedCommand>(std::span(argv.data(), words)),
+                      scripts::RaiseFence::script.body,
                       Connection::Callback([self = shared_from_this()](error_code ec, Reply reply) {
                         --self->raising;
                         self->raised(ec, reply);

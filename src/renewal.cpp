@@ -88,7 +88,7 @@ std::optional<Clock::time_point> RenewalSchedule::next() const {
 // Watchdog
 
 /// One lease's renewal command, built once and sent again each time.
-struct RenewOp final : ScriptOp {
+struct RenewOp final : LeaseCallOp {
   std::weak_ptr<LeaseState> lease;  // weakly: the lease holds this op
   Clock::time_point sent;
   void on_reply(error_code ec, Reply reply) override {

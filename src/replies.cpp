@@ -23,6 +23,16 @@ bool may_have_granted(const Reply& reply) noexcept {
          reply.elements[0].type == Reply::Type::integer && reply.elements[0].integer == 1;
 }
 
+Group read_group(const Reply& reply, std::size_t count) noexcept {
+  if (!may_have_granted(reply)) return Group::held;
+  const auto& e = reply.elements;
+  if (e.size() != count + 1) return Group::malformed;
+  for (std::size_t i = 1; i < e.size(); ++i) {
+    if (e[i].type != Reply::Type::integer || e[i].integer <= 0) return Group::malformed;
+  }
+  return Group::granted;
+}
+
 Compare read_compare(const Reply& reply) noexcept {
   if (reply.type != Reply::Type::integer) return Compare::malformed;
   return reply.integer == 1 ? Compare::done : Compare::not_ours;

@@ -7,6 +7,8 @@
 
 #include <boost/system/error_code.hpp>
 
+#include <cstddef>
+
 namespace redis_lock::detail::replies {
 
 /// An acquire script's (non-error) reply: {1, fencing token} or {0, pttl} (any first
@@ -27,6 +29,12 @@ Acquire read_acquire(const Reply& reply) noexcept;
 /// mean it took the lease: an array whose first element is the integer 1, whatever follows.
 /// Looser than read_acquire on purpose: what cannot be read fully is given back.
 bool may_have_granted(const Reply& reply) noexcept;
+
+/// acquire_group.lua's (non-error) reply for `count` resources: {1, fencing token of each}
+/// granted (all well formed, each > 0: the tokens are elements 1..count), {0, i} held;
+/// anything else that may have granted (may_have_granted) is malformed, and given back.
+enum class Group { granted, held, malformed };
+Group read_group(const Reply& reply, std::size_t count) noexcept;
 
 /// A release or extend script's (non-error) reply: 1 it was ours (and is released /
 /// extended), 0 it was not; anything else is malformed.

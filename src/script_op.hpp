@@ -6,12 +6,10 @@
 #include "quorum_call.hpp"
 #include "router.hpp"
 
-#include "redis_lock_scripts.hpp"
+#include "script_table.hpp"
 
-#include <initializer_list>
 #include <memory>
 #include <optional>
-#include <string>
 
 namespace redis_lock::detail {
 
@@ -29,25 +27,17 @@ struct ScriptOp : Routed, LateReplies, std::enable_shared_from_this<ScriptOp> {
   /// Redlock: what the fan-out needs to decide an acquire (nothing for other scripts).
   virtual std::optional<QuorumAcquire> quorum_acquire() { return std::nullopt; }
 
-  /// Up to 7 keys, and 16 words in all.
-  void set_args(const Script& s, std::initializer_list<std::string_view> script_keys,
-                std::initializer_list<std::string_view> script_args) {
-    script_body = s.body;
+  /// The call's words (script_table.hpp), which view strings the op owns.
+  template <class Call>
+  void set(const Call& call) noexcept {
+    static_assert(scripts::max_words<Call> <= std::tuple_size_v<decltype(argv)>);
+    script_body = Call::script.body;
     rearm();
-    argv[0] = "EVALSHA";
-    argv[1] = s.sha1;
-    static constexpr std::string_view counts[] = {"0", "1", "2", "3", "4", "5", "6", "7"};
-    argv[2] = counts[script_keys.size()];
-    argc = 3;
-    for (auto k : script_keys) argv[argc++] = k;
-    for (auto a : script_args) argv[argc++] = a;
+    argc = scripts::encode(call, argv);
   }
 
   std::shared_ptr<Engine> service;
   ResourceKeys keys;
-  std::string token;
-  std::string arg;       // ttl in ms (acquire, extend) or the release's member suffix
-  std::string announce;  // an election's leadership: '<P|S><channel>' of its observers
   bool wants_late = false;
 };
 

@@ -138,8 +138,11 @@ Violation check(std::string_view resource, const LockOptions& options, Topology 
 }
 
 Violation check(LockKind kind, Topology topology) {
-  if (kind.type == LockKind::Type::mutex) return {};
-  if (kind.type == LockKind::Type::permit && kind.limit == 0) {
+  if (kind.type == AcquireKind::mutex) return {};
+  // An election's leadership is taken by Election::async_campaign alone (its value, its
+  // announcements, its renewal).
+  if (kind.type == AcquireKind::election) return broken("an election is taken with async_campaign");
+  if (kind.type == AcquireKind::permit && kind.limit == 0) {
     return broken("a semaphore's limit must be > 0");
   }
   // A lease set per master would need its own quorum rules (docs/safety.md).

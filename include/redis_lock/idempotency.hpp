@@ -20,7 +20,7 @@
 namespace redis_lock {
 
 namespace detail {
-struct IdempotencyShared;  // what a component and its runs share (src/idempotency.cpp)
+struct IdempotencyShared;  // what a component and its runs share (src/idempotency_op.hpp)
 }
 
 /// One attempt of a request: what its work sends downstream, and by when it must answer.

@@ -300,7 +300,7 @@ class REDIS_LOCK_EXPORT LockManager {
                             LockOptions options = {}, CompletionToken&& token = {}) {
     return boost::asio::async_initiate<CompletionToken, void(boost::system::error_code, LockGuard)>(
         detail::initiate_acquire(executor_, context_alive_), token, service_, std::string(resource),
-        options, detail::LockKind{detail::LockKind::Type::permit, limit});
+        options, detail::LockKind{AcquireKind::permit, limit});
   }
 
   /// `async_acquire_permit(resource, limit, {}, token)`: the default LockOptions.
@@ -324,7 +324,7 @@ class REDIS_LOCK_EXPORT LockManager {
                             CompletionToken&& token = {}) {
     return boost::asio::async_initiate<CompletionToken, void(boost::system::error_code, LockGuard)>(
         detail::initiate_acquire(executor_, context_alive_), token, service_, std::string(resource),
-        options, detail::LockKind{detail::LockKind::Type::shared, 0});
+        options, detail::LockKind{AcquireKind::shared, 0});
   }
 
   /// `async_acquire_shared(resource, {}, token)`: the default LockOptions.
@@ -341,7 +341,7 @@ class REDIS_LOCK_EXPORT LockManager {
                                CompletionToken&& token = {}) {
     return boost::asio::async_initiate<CompletionToken, void(boost::system::error_code, LockGuard)>(
         detail::initiate_acquire(executor_, context_alive_), token, service_, std::string(resource),
-        options, detail::LockKind{detail::LockKind::Type::exclusive, 0});
+        options, detail::LockKind{AcquireKind::exclusive, 0});
   }
 
   /// `async_acquire_exclusive(resource, {}, token)`: the default LockOptions.

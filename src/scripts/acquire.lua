@@ -1,17 +1,18 @@
 -- Take the lease and mint a fencing token in one atomic step, fairly: waiters queued before
 -- us come first, and a lease handed over to us by a release is ours to claim.
--- KEYS[1] lease, KEYS[2] fencing counter (same slot), KEYS[3] queue (zset: member -> arrival),
--- KEYS[4] queue expiry (zset: member -> ms), KEYS[5] the lease's info (the record of a lease
--- handed over, and a leader's: first.lua's lease_value; none on Redlock); ARGV[1] token (32 hex
--- digits), ARGV[2] ttl ms, ARGV[3] '<mode><place ms> <member suffix>': mode '1' joins the
--- queue when held, '2' too, sent after a hand-off message (the lease is likely ours to claim:
--- read first), '0' does not join, 'R' does not and floors only a fresh counter (Redlock, see
--- mint); place ms: how long a queued waiter keeps its place without retrying; the member
--- suffix: the waiter's manager id (16 hex digits: its notify channel) and its ttl in ms (for
--- a lease handed to it), then optionally a space and the data recorded with the lease when
--- it is its (the holder's label, and an election's value); ARGV[4] (an election's
--- candidate only) '<P|S><channel>' on which a new leader is announced. A queue member is
--- token .. member suffix.
+-- KEYS: lease fence queue queue_expiry [info]
+-- ARGV: token ttl_ms mode place_ms member_suffix [announce]
+-- (script_table.hpp's Acquire) The fencing counter is of the lease's slot; the queue is a zset
+-- member -> arrival, its expiry a zset member -> ms; info is the lease's record (the record of
+-- a lease handed over, and a leader's: first.lua's lease_value; none on Redlock). token: 32
+-- hex digits; mode: '1' joins the queue when held, '2' too, sent after a hand-off message
+-- (the lease is likely ours to claim: read first), '0' does not join, 'R' does not and
+-- floors only a fresh counter (Redlock, see mint); place_ms: how long a queued waiter keeps
+-- its place without retrying; member_suffix: the waiter's manager id (16 hex digits: its
+-- notify channel) and its ttl in ms (for a lease handed to it), then optionally a space and
+-- the data recorded with the lease when it is its (the holder's label, and an election's
+-- value); announce (an election's candidate only): '<P|S><channel>' on which a new leader
+-- is announced. A queue member is token .. member suffix.
 -- The lease's value is its holder's token and record (first.lua's lease_value), followed by '+'
 -- once a waiter may be queued behind it: the release's GET then says whether it must look
 -- at the queue at all.
@@ -19,33 +20,33 @@
 -- and {0, pttl, place} when queued, place being the entry's expiry (a release that hands
 -- the lease to this waiter tells it which of its refreshes it saw by that number).
 local lease, fence, queue, expiry, info = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local token, ttl, how = ARGV[1], ARGV[2], ARGV[3]
-local space = string.find(how, ' ', 2, true) or #how + 1
+local token, ttl, mode, place_ms, suffix = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local announce = ARGV[6]
 
 -- What the holder records: the data after the member suffix's space.
 local function data()
-  local gap = string.find(how, ' ', space + 1, true)
-  return gap and string.sub(how, gap + 1) or ''
+  local gap = string.find(suffix, ' ', 1, true)
+  return gap and string.sub(suffix, gap + 1) or ''
 end
 
 -- Mints our fencing token and writes our lease with it ('+' after it when `mark`): returns
 -- the token, or nil and the error. An election's candidate keeps its record beside the lease
 -- (first.lua): the observers of older builds read the leader there (grant writes it).
 local function take(mark)
-  local f, err = mint(fence, string.byte(how, 1) == 82)  -- 'R'
+  local f, err = mint(fence, mode == 'R')
   if not f then
     redis.call('DEL', lease)  -- never keep a lease whose fencing token could not be minted
     return nil, err
   end
   local term = string.format('%.0f', f)
-  redis.call('SET', lease, lease_value(not ARGV[4] and info, token, term, data()) .. mark, 'PX',
+  redis.call('SET', lease, lease_value(not announce and info, token, term, data()) .. mark, 'PX',
              ttl)
   return f
 end
 
 -- A claim, after a hand-off message: the lease a release folded our token and record into
 -- (hand_on) is renewed for our ttl, after one read. (Anything else goes the usual way.)
-if string.byte(how, 1) == 50 then  -- '2'
+if mode == '2' then
   local current = redis.call('GET', lease)  -- WRONGTYPE: another kind's key
   if current and string.sub(current, 1, 32) == token and string.byte(current, 33) == 32 then
     local term = string.match(current, '@(%d+)%+?$', 34)
@@ -61,7 +62,7 @@ end
 local present = redis.call('EXISTS', lease, queue)
 local current = present > 0 and redis.call('GET', lease)  -- WRONGTYPE: another kind's key
 local queued = present > (current and 1 or 0)
-if present == 0 and not ARGV[4] then
+if present == 0 and not announce then
   local f, err = take('')  -- the common, uncontended path
   if not f then return err end
   return {1, f}
@@ -72,12 +73,12 @@ end
 local function grant(mark)
   local f, err = take(mark)
   if not f then return err end
-  if ARGV[4] then record(info, f, token, data(), ttl, ARGV[4]) end
+  if announce then record(info, f, token, data(), ttl, announce) end
   return {1, f}
 end
 
 if not queued and not current then return grant('') end  -- a candidate's
-local member = token .. string.sub(how, space + 1)
+local member = token .. suffix
 local ours = holds(current, token)  -- handed over to us by a release (or our own, resent)
 -- Only a free lease asks who is first, so only then are the queue's dead purged first (a
 -- release that hands the lease on purges them too): a claim, and a waiter that joins or
@@ -113,7 +114,7 @@ if ours then
   if not info then return grant(mark) end  -- Redlock: no record, a claim mints
   local text = redis.call('GET', info)
   term = text and string.match(text, '^(%d+)@' .. token .. ' ')
-  if ARGV[4] then  -- an election's candidate: the record stays beside the lease (take)
+  if announce then  -- an election's candidate: the record stays beside the lease (take)
     if not term then return grant(mark) end
     redis.call('PEXPIRE', lease, ttl)
     redis.call('PEXPIRE', info, ttl)
@@ -124,7 +125,7 @@ if ours then
   redis.call('SET', lease, lease_value(info, token, term, data()) .. mark, 'PX', ttl)
   return {1, tonumber(term)}
 end
-if string.byte(how, 1) ~= 49 and string.byte(how, 1) ~= 50 then  -- '1', '2'
+if mode ~= '1' and mode ~= '2' then
   return {0, redis.call('PTTL', lease)}
 end
 if not queued then
@@ -134,7 +135,6 @@ elseif not redis.call('ZSCORE', queue, member) then
   local seq = last[2] and (tonumber(last[2]) + 1) or 1
   redis.call('ZADD', queue, seq, member)
 end
-local place_ms = string.sub(how, 2, space - 1)
 local place = (now or now_ms()) + tonumber(place_ms)
 redis.call('ZADD', expiry, place, member)
 -- The queue outlives its last live waiter by one entry lifetime at most: waiters that all

@@ -1,3 +1,5 @@
+-- KEYS: fence (lease queue info)...
+-- ARGV: token ttl_ms data
 -- Take several mutexes of one slot all at once, or none: the uncontended path of
 -- async_acquire_all. Taken only when every lease is free and nobody queues for it, so it
 -- never overtakes a waiter; otherwise nothing is written, and the caller takes them one by

@@ -7,9 +7,11 @@
 -- (a read-write lock). The key itself expires with its last live lease (shared.lua's
 -- fit_lease_set), and lives as long as its queue. A mutex's lease is a
 -- string at the same key, so each command on it fails with WRONGTYPE here, and ours there.
--- KEYS[1] lease set, KEYS[2] fencing counter, KEYS[3] queue, KEYS[4] queue expiry (the lease
--- sets' own, keys.cpp), KEYS[5] a mutex's queue of the same resource; ARGV[1] token, ARGV[2] ttl ms, ARGV[3] '<0|1><place ms> <member
--- suffix>' as for acquire.lua, the suffix being manager id (16), mode, ttl; ARGV[4] marker.
+-- KEYS: lease fence queue queue_expiry mutex_queue
+-- ARGV: token ttl_ms mode place_ms member_suffix marker
+-- (script_table.hpp's AcquireSet) The queue and its expiry are the lease sets' own
+-- (keys.cpp), mutex_queue a mutex's queue of the same resource; mode ('0' or '1'), place_ms
+-- and member_suffix as for acquire.lua, the suffix being manager id (16), mode, ttl.
 -- The kind and limit are the resource's while anyone holds or waits (the marker stays while
 -- the queue does): an acquire that asks for another kind fails with WRONGTYPE, for another
 -- limit with LIMITMISMATCH; an idle resource takes whatever the next acquire asks for. A
@@ -20,7 +22,8 @@
 -- nobody ahead. Replies as acquire.lua's: {1, fencing token}; {0, ms} not taken, ms until
 -- the first lease ends (-2: only waiters ahead stand in the way); {0, ms, place} queued.
 local lease, fence, queue, expiry = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local token, ttl, how, marker = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
+local token, ttl, joins, place_ms = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
+local suffix, marker = ARGV[5], ARGV[6]
 local now = now_ms()
 -- First, before any write: WRONGTYPE on a mutex's lease.
 redis.call('ZREMRANGEBYSCORE', lease, '-inf', '(' .. now)
@@ -47,8 +50,6 @@ if kind and kind ~= marker then
   redis.call('DEL', lease)  -- idle: it becomes what this acquire asks for
   kind = nil
 end
-local space = string.find(how, ' ', 2, true)
-local suffix = string.sub(how, space + 1)
 local mode = string.sub(suffix, 17, 17)
 local member = token .. suffix
 local holder = token .. mode
@@ -100,7 +101,7 @@ end
 
 local left = -2
 if count > 0 then left = tonumber(redis.call('ZRANGE', lease, 0, 0, 'WITHSCORES')[2]) - now end
-if string.byte(how, 1) ~= 49 then  -- '1'
+if joins ~= '1' then
   return {0, left}
 end
 if not redis.call('ZSCORE', queue, member) then
@@ -108,7 +109,6 @@ if not redis.call('ZSCORE', queue, member) then
   local seq = last[2] and (tonumber(last[2]) + 1) or 1
   redis.call('ZADD', queue, seq, member)
 end
-local place_ms = string.sub(how, 2, space - 1)
 local place = now + tonumber(place_ms)
 redis.call('ZADD', expiry, place, member)
 redis.call('PEXPIRE', queue, place_ms)

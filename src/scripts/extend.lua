@@ -1,3 +1,6 @@
+-- KEYS: lease [info]
+-- ARGV: token ttl_ms [announce]
+-- flags: allow-oom
 -- Extend the lease only if it still holds our token (with or without the waiters' '+').
 -- KEYS[1] lease key, KEYS[2] its info (an election's leader only); ARGV[1] token, ARGV[2] new
 -- ttl ms, ARGV[3] (an election's leader only) '<P|S><channel>': the observers hear

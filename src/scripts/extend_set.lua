@@ -1,3 +1,6 @@
+-- KEYS: lease
+-- ARGV: holder ttl_ms place_ms
+-- flags: allow-oom
 -- Extend one hold of a lease set (acquire_set.lua) only if it is still ours and live: an
 -- expired hold not yet purged is not revived.
 -- The key then lasts as long as its longest live hold and a queue place's life at most

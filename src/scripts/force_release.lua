@@ -1,3 +1,6 @@
+-- KEYS: lease queue queue_expiry fence info sets_queue sets_queue_expiry
+-- ARGV: notify announce
+-- flags: allow-oom
 -- Take a resource away from whoever holds it (LockManager::async_force_release): a mutex's
 -- lease goes to its first live waiter (hand_on) or is deleted; a lease set loses every hold,
 -- and its first waiters are told to try again at once. The next holder's fencing token is

@@ -1,3 +1,5 @@
+-- KEYS: record due
+-- ARGV: fingerprint key fence first_look_ms mode [payload]
 -- A request under its key's lock: begins its first attempt, begins a void attempt again, or
 -- resumes a running one (whose outcome is unknown: the caller resolves it before sending).
 -- KEYS[1] the record, KEYS[2] its shard's due index (zset: request key -> when the

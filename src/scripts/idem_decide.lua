@@ -1,3 +1,6 @@
+-- KEYS: record due escalated
+-- ARGV: key fingerprint attempt downstream_key status body external_id retention_ms
+-- flags: allow-oom
 -- The downstream's answer for an attempt. Keyed, not fenced: recorded for its own attempt's
 -- downstream key (whoever heard it), never for another attempt's, never over a decision.
 -- KEYS[1] the record, KEYS[2] its shard's due index, KEYS[3] its escalated index; ARGV[1]

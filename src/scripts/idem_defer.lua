@@ -1,3 +1,6 @@
+-- KEYS: record due
+-- ARGV: key downstream_key fence base_ms cap_ms
+-- flags: allow-oom
 -- The running attempt's outcome is still unknown: its next look, later each time (base,
 -- 2 base, 4 base ... up to cap). Only its holder.
 -- KEYS[1] the record, KEYS[2] its shard's due index; ARGV[1] the request key, ARGV[2] the

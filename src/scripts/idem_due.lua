@@ -1,3 +1,6 @@
+-- KEYS: due
+-- ARGV: limit claim_ms
+-- flags: allow-oom
 -- The reconciler's round on one shard: claims the request keys whose look is due by the
 -- store's clock, oldest first, by moving each one's look ARGV[2] ms later (so that a key the
 -- round cannot settle, held by a request or failing, lets the keys behind it through next

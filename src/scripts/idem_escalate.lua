@@ -1,3 +1,6 @@
+-- KEYS: record due escalated
+-- ARGV: key downstream_key fence min_age_ms
+-- flags: allow-oom
 -- The running attempt's outcome stayed unknown past the bound (its age by the store's
 -- clock): an operator decides. Only its holder.
 -- KEYS[1] the record, KEYS[2] its shard's due index, KEYS[3] its shard's escalated index

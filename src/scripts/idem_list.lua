@@ -1,3 +1,6 @@
+-- KEYS: index
+-- ARGV: limit
+-- flags: no-writes
 -- An index's keys, oldest first: KEYS[1] a shard's escalated (or due) index; ARGV[1] at most
 -- this many. Returns {now, key, key, ...}. Writes nothing.
 local t = redis.call('TIME')

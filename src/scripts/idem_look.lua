@@ -1,3 +1,6 @@
+-- KEYS: record
+-- ARGV:
+-- flags: no-writes
 -- A request's record, read without the key's lock (a decided one is replayed from it).
 -- KEYS[1] the record. Writes nothing (runs wherever a read does). Its payload is not sent,
 -- only whether one is kept ('+' alone); extra: the record's PTTL (-1: kept for good).

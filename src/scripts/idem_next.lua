@@ -1,3 +1,5 @@
+-- KEYS: record due
+-- ARGV: key downstream_key fence first_look_ms
 -- The running attempt's downstream key is spent and nothing happened under any attempt: the
 -- next attempt, under a new downstream key. Only the running attempt's holder.
 -- KEYS[1] the record, KEYS[2] its shard's due index; ARGV[1] the request key, ARGV[2] the

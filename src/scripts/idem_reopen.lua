@@ -1,3 +1,6 @@
+-- KEYS: record escalated
+-- ARGV: key
+-- flags: allow-oom
 -- An operator's word on an escalated request: nothing happened under any attempt. It is
 -- reopened as the next attempt, void, under a downstream key never sent: the next request
 -- sends it. KEYS[1] the record, KEYS[2] its shard's escalated index; ARGV[1] the request key.

@@ -1,3 +1,6 @@
+-- KEYS: record escalated
+-- ARGV: key status body external_id retention_ms
+-- flags: allow-oom
 -- An operator's word on an escalated request: it was decided (the effect was found
 -- downstream). Nothing else moves an escalated record.
 -- KEYS[1] the record, KEYS[2] its shard's escalated index; ARGV[1] the request key, ARGV[2]

@@ -1,3 +1,6 @@
+-- KEYS: shards
+-- ARGV: count
+-- flags: allow-oom
 -- How many shards the store's records are spread over: set by the first client, read by
 -- every other (a client with another number would look for each record in the wrong place).
 -- KEYS[1] <prefix>idem:shards; ARGV[1] this client's number. Returns the store's.

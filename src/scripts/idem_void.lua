@@ -1,3 +1,6 @@
+-- KEYS: record due
+-- ARGV: key downstream_key fence
+-- flags: allow-oom
 -- The running attempt did not happen (its work said so, or a lookup found nothing under its
 -- key): the next request begins it again. Only its holder (fencing token and key).
 -- KEYS[1] the record, KEYS[2] its shard's due index; ARGV[1] the request key, ARGV[2] the

@@ -1,3 +1,6 @@
+-- KEYS: lease info queue_expiry sets_queue_expiry
+-- ARGV:
+-- flags: no-writes
 -- Read who holds a resource, for how long, and how many wait, in one atomic step that
 -- changes nothing (LockManager::async_inspect, Election::async_leader).
 -- KEYS[1] lease, KEYS[2] its info (a mutex's holder when not in the lease: first.lua's

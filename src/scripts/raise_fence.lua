@@ -1,3 +1,5 @@
+-- KEYS: fence
+-- ARGV: token
 -- Redlock fencing: raise this node's fencing counter to a token minted from a majority's
 -- counters (a max-register write), never lowering it.
 -- KEYS[1] fencing counter; ARGV[1] the token. Returns the counter's value afterwards.

@@ -1,3 +1,6 @@
+-- KEYS: lease queue queue_expiry fence [info]
+-- ARGV: token member_suffix notify [announce]
+-- flags: allow-oom
 -- Give the lease up if it still holds our token: hand it to the first live waiter, or
 -- delete it. Otherwise takes our own member out of the queue: this is how a waiter that
 -- gives up leaves.

@@ -1,3 +1,6 @@
+-- KEYS: lease queue queue_expiry
+-- ARGV: token member_suffix notify
+-- flags: allow-oom
 -- Give back one hold of a lease set (acquire_set.lua) if it is still ours, and hand what is
 -- free to the queue's head: permits one per free permit, a read-write lock's readers queued
 -- together all at once, its exclusive hold to a writer once nobody holds. Each waiter handed

@@ -274,13 +274,23 @@ std::string old_script(const std::string& name) {
 }
 
 /// acquire.lua (or `body`, an older build's) sent by hand with its five keys: token `token`,
-/// ttl `ttl_ms`, ARGV[3] `how`.
+/// ttl `ttl_ms`, and `how`: '<mode><place ms> <member suffix>', one word for an older build's
+/// (its ARGV[3]), three for today's (mode, place, suffix).
 std::string eval_acquire(std::uint16_t port, const detail::ResourceKeys& keys,
                          const std::string& token, const std::string& ttl_ms,
                          const std::string& how,
                          const std::string& body = std::string(detail::acquire_script.body)) {
-  return redis_command(port, {"EVAL", body, "5", keys.lease(), keys.fence(), keys.queue(),
-                              keys.queue_expiry(), keys.info(), token, ttl_ms, how});
+  std::vector<std::string> command{
+      "EVAL",      body,  "5",   keys.lease(), keys.fence(), keys.queue(), keys.queue_expiry(),
+      keys.info(), token, ttl_ms};
+  if (body == detail::acquire_script.body) {
+    const auto space = how.find(' ');
+    command.insert(command.end(),
+                   {how.substr(0, 1), how.substr(1, space - 1), how.substr(space + 1)});
+  } else {
+    command.push_back(how);
+  }
+  return redis_command(port, command);
 }
 
 /// acquire.lua (or `body`) sent by hand for a waiter of token `token` ('1': queue if held, a

@@ -243,10 +243,13 @@ TEST(Functions, AClaimAfterAHandOffMessageReadsTheLeaseOnceAndRenewsIt) {
   RedisServer server;
   ASSERT_EQ(server.command({"FUNCTION", "LOAD", std::string(detail::function_library)}),
             std::string(detail::function_library_name));
+  // `how`: '<mode><place ms> <member suffix>', sent as acquire.lua's three words.
   const auto call = [&](const detail::ResourceKeys& k, const std::string& token,
                         const std::string& how) {
+    const auto space = how.find(' ');
     return server.command({"FCALL", std::string(detail::acquire_script.function), "5", k.lease(),
-                           k.fence(), k.queue(), k.queue_expiry(), k.info(), token, "5000", how});
+                           k.fence(), k.queue(), k.queue_expiry(), k.info(), token, "5000",
+                           how.substr(0, 1), how.substr(1, space - 1), how.substr(space + 1)});
   };
   const std::string ours(32, 'a');
   const std::string theirs(32, 'b');

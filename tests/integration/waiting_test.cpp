@@ -539,9 +539,9 @@ bool script_call_of(const SlowEntry& e, const std::string& client) {
   return (e.command == "EVALSHA" || e.command == "FCALL") && e.client_name == client;
 }
 
-/// The acquire.lua modes of `client`'s script calls in `entries`, oldest first: the first
-/// byte of ARGV[3] ('1': an attempt that queues when held, '2': a claim after a hand-off
-/// message). A release's ARGV[3] starts with 'P' or 'S' and is left out.
+/// The acquire.lua modes of `client`'s script calls in `entries`, oldest first: its ARGV[3]
+/// ('1': an attempt that queues when held, '2': a claim after a hand-off message). A
+/// release's ARGV[3] starts with 'P' or 'S' and is left out.
 std::vector<char> acquire_modes(const std::vector<SlowEntry>& entries, const std::string& client) {
   std::vector<char> modes;
   for (auto it = entries.rbegin(); it != entries.rend(); ++it) {  // SLOWLOG: newest first
@@ -695,12 +695,12 @@ TEST(Waiting, AHandedLeaseIsOwnedOnItsSignedMessageForItsTtl) {
   ASSERT_FALSE(entries.empty());
   const auto queued = std::find_if(entries.begin(), entries.end(), by_waiter);
   ASSERT_NE(queued, entries.end());
-  // ARGV[3] '<mode><place ms> <manager id>g<secret><ttl>': the member suffix.
-  const auto& how = queued->args[10];
-  const auto suffix = how.substr(how.find(' ') + 1);
+  // acquire.lua's member_suffix (ARGV[5]): '<manager id>g<secret><ttl>'.
+  ASSERT_GT(queued->args.size(), 12u);
+  const auto& suffix = queued->args[12];
   ASSERT_GE(suffix.size(), 16u + 1 + 32);
-  EXPECT_EQ(suffix[16], 'g') << how;
-  EXPECT_EQ(suffix.substr(16 + 1 + 32, 5), "20000") << how;
+  EXPECT_EQ(suffix[16], 'g') << suffix;
+  EXPECT_EQ(suffix.substr(16 + 1 + 32, 5), "20000") << suffix;
   EXPECT_TRUE(g.async_release(asio::use_future).get());
   EXPECT_EQ(redis_command(server.port(), {"EXISTS", lease}), "0");
 }

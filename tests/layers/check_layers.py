@@ -9,15 +9,15 @@ from pathlib import Path
 
 LAYERS = {
     1: ["resp", "backoff", "keys", "token", "error", "completion", "redis_lock_scripts", "decimal",
-        "script_call",
-        "validity", "info_text"],
+        "replies", "script_call", "script_table", "script_words", "validity", "info_text",
+        "idempotency_record"],
     2: ["connection", "connection_connect", "connection_link", "connect_fsm", "library_use",
         "pipeline", "tls"],
-    3: ["router", "redirect", "sentinel_locator", "quorum", "quorum_call", "replies"],
+    3: ["router", "redirect", "sentinel_locator", "quorum", "quorum_call"],
     4: ["lock_service", "engine", "acquire_all", "acquire_fsm", "acquire_op", "observe_op", "pending",
         "lease_ops", "renewal", "waiters", "script_op", "lease", "validate", "shutdown_watch", "admin",
-        "idempotency_record", "idempotency_store", "idempotency_run"],
-    5: ["lock", "config", "election", "idempotency"],
+        "idempotency_store", "idempotency_run"],
+    5: ["lock", "config", "config_syntax", "election", "idempotency", "idempotency_op"],
 }
 NAMES = {1: "protocol", 2: "connection", 3: "topology", 4: "engine", 5: "public API"}
 LAYER_OF = {stem: layer for layer, stems in LAYERS.items() for stem in stems}

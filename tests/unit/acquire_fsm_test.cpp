@@ -44,7 +44,7 @@ AcquirePlan plan(milliseconds ttl, milliseconds wait, Clock::time_point deadline
   p.wait = wait;
   p.deadline = deadline;
   p.queues = queues;
-  p.redlock = redlock;
+  p.attempt = redlock ? Attempt::vote : Attempt::one_server;
   return p;
 }
 AcquirePlan one_try() { return plan(5000ms, 0ms, at(0), false); }
@@ -913,7 +913,8 @@ TEST(AcquireFsm, AfterAFailedAttempt) {
       {error::no_quorum, true, true, false, false, false},
   };
   for (const auto& c : cases) {
-    const auto got = AcquireFsm::after_failure(c.ec, c.redlock, c.waiting, c.cancelled);
+    const auto got = AcquireFsm::after_failure(
+        c.ec, c.redlock ? Attempt::vote : Attempt::one_server, c.waiting, c.cancelled);
     EXPECT_EQ(got.give_back, c.give_back) << c.ec.message() << " redlock=" << c.redlock;
     EXPECT_EQ(got.wait_out, c.wait_out) << c.ec.message() << " redlock=" << c.redlock
                                         << " waiting=" << c.waiting << " cancelled=" << c.cancelled;
@@ -934,7 +935,9 @@ TEST(AcquireFsm, WhichTimeoutIsAwaited) {
       {error::connection_lost, false, true, false, false},
   };
   for (const auto& c : cases) {
-    EXPECT_EQ(AcquireFsm::awaits_late(c.ec, c.redlock, c.waiting, c.cancelled), c.awaits)
+    EXPECT_EQ(AcquireFsm::awaits_late(c.ec, c.redlock ? Attempt::vote : Attempt::one_server,
+                                      c.waiting, c.cancelled),
+              c.awaits)
         << c.ec.message() << " redlock=" << c.redlock << " waiting=" << c.waiting
         << " cancelled=" << c.cancelled;
   }

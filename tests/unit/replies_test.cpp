@@ -89,6 +89,22 @@ TEST(Replies, ALateReplyMayHaveGrantedUnlessItSaysOtherwise) {
   for (const auto& [reply, want] : cases) EXPECT_EQ(may_have_granted(reply), want);
 }
 
+TEST(Replies, ReadsAGroupAcquireReply) {
+  Reply two = pair(1, 7);
+  two.elements.push_back(integer(9));
+  Reply zero_token = two;
+  zero_token.elements[2] = integer(0);
+  Reply text_token = two;
+  text_token.elements[1] = text("7");
+  const std::pair<Reply, Group> cases[] = {
+      {two, Group::granted},          {pair(0, 1), Group::held},
+      {pair(0, 2), Group::held},      {pair(1, 7), Group::malformed},  // one token for two
+      {zero_token, Group::malformed}, {text_token, Group::malformed},
+      {integer(1), Group::held},      {Reply{}, Group::held},
+  };
+  for (const auto& [reply, want] : cases) EXPECT_EQ(read_group(reply, 2), want);
+}
+
 TEST(Replies, ReadsAReleaseOrExtendReply) {
   const std::pair<Reply, Compare> cases[] = {
       {integer(1), Compare::done},     {integer(0), Compare::not_ours},

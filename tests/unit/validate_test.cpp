@@ -138,3 +138,22 @@ TEST(Validate, EachBrokenOptionRuleIsNamed) {
   EXPECT_EQ(check_extension(max_ttl + 1ms).rule, "the extension's ttl must be at most 10 years");
   EXPECT_FALSE(check_extension(1ms));
 }
+
+TEST(Validate, EachLockKindRuleIsNamed) {
+  EXPECT_FALSE(static_cast<bool>(check(LockKind{}, Topology::standalone)));
+  EXPECT_FALSE(static_cast<bool>(check(LockKind{AcquireKind::permit, 3}, Topology::cluster)));
+  EXPECT_FALSE(static_cast<bool>(check(LockKind{AcquireKind::exclusive, 0}, Topology::sentinel)));
+  const std::pair<LockKind, std::string_view> refused[] = {
+      {{AcquireKind::permit, 0}, "a semaphore's limit must be > 0"},
+      {{AcquireKind::shared, 0}, "semaphores and read-write locks are not offered on Redlock"},
+      {{AcquireKind::election, 0}, "an election is taken with async_campaign"},
+  };
+  for (const auto& [kind, rule] : refused) {
+    const auto topology =
+        kind.type == AcquireKind::shared ? Topology::redlock : Topology::standalone;
+    const auto broken = check(kind, topology);
+    EXPECT_TRUE(static_cast<bool>(broken));
+    EXPECT_EQ(broken.rule, rule);
+    EXPECT_EQ(broken.error, error::invalid_argument);
+  }
+}
