@@ -74,8 +74,9 @@ void GroupOp::give_back() {
 // ---------------------------------------------------------------------------------------
 // AcquireAllOp
 
-void start_acquire_all(Engine& engine, std::vector<std::string> resources, LockOptions options,
-                       AcquireAllHandler handler) {
+void start_op(Engine& engine, AcquireAllParams params, AcquireAllHandler handler) {
+  auto& resources = params.resources;
+  const auto& options = params.options;
   if (!engine.alive()) return;  // the context is gone: drop the handler, as Asio does
   auto broken = engine.config_violation();
   if (!broken) broken = check_all(resources);
@@ -242,7 +243,8 @@ void AcquireAllOp::take_one() {
             ++self->next;
             self->step();
           }));
-  start_acquire(*service, resources[index], sub, LockKind{}, AcquireHandler(std::move(completion)));
+  start_op(*service, AcquireParams{resources[index], sub, {}},
+           AcquireHandler(std::move(completion)));
 }
 
 void AcquireAllOp::confirm() {
@@ -256,8 +258,8 @@ void AcquireAllOp::confirm() {
   for (auto& guard : guards) {
     if (guard.lease->valid_until() - now >= enough) continue;
     ++extending;
-    start_extend(
-        *service, guard.resource, guard.token, guard.lease, options.ttl,
+    start_op(
+        *service, ExtendParams{guard.resource, guard.token, guard.lease, options.ttl},
         asio::bind_executor(service->strand(), [self = shared_from_this()](error_code ec, bool ok) {
           if (ec && !self->extend_error) self->extend_error = ec;
           if (!ec && !ok) self->lapsed = true;

@@ -13,6 +13,7 @@
 #include <redis_lock/config.hpp>
 #include <redis_lock/detail/grant.hpp>
 #include <redis_lock/detail/handlers.hpp>
+#include <redis_lock/detail/initiations.hpp>
 
 #include <boost/asio/cancellation_signal.hpp>
 
@@ -32,11 +33,6 @@ std::vector<std::size_t> taking_order(std::span<const std::string> resources,
                                       std::span<const std::uint16_t> slots);
 
 class Engine;
-
-/// async_acquire_all: checks the arguments (a refusal completes at once, nothing sent), then
-/// takes the resources on the strand. From any thread.
-void start_acquire_all(Engine& engine, std::vector<std::string> resources, LockOptions options,
-                       AcquireAllHandler handler);
 
 /// acquire_group.lua on the resources of one slot.
 struct GroupOp final : ScriptOp {

@@ -58,8 +58,10 @@ void start(Engine& engine, std::shared_ptr<AcquireOp> op) {
 
 }  // namespace
 
-void start_acquire(Engine& engine, std::string resource, LockOptions options, LockKind kind,
-                   AcquireHandler handler) {
+void start_op(Engine& engine, AcquireParams params, AcquireHandler handler) {
+  auto& resource = params.resource;
+  const auto& options = params.options;
+  const auto kind = params.kind;
   if (!engine.alive()) return;  // the context is gone: drop the handler, as Asio does
   auto broken = engine.config_violation();
   if (!broken) broken = check(resource, options, engine.topology());
@@ -77,8 +79,10 @@ void start_acquire(Engine& engine, std::string resource, LockOptions options, Lo
   start(engine, std::move(op));
 }
 
-void start_campaign(Engine& engine, std::string resource, std::string value, LockOptions options,
-                    AcquireHandler handler) {
+void start_op(Engine& engine, CampaignParams params, AcquireHandler handler) {
+  auto& resource = params.resource;
+  const auto& value = params.value;
+  auto& options = params.options;
   if (!engine.alive()) return;  // the context is gone: drop the handler, as Asio does
   options.auto_renew = true;    // the leadership lasts while the guard is held
   auto broken = engine.config_violation();

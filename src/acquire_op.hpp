@@ -14,6 +14,7 @@
 #include <redis_lock/config.hpp>
 #include <redis_lock/detail/grant.hpp>
 #include <redis_lock/detail/handlers.hpp>
+#include <redis_lock/detail/initiations.hpp>
 #include <redis_lock/detail/lock_kind.hpp>
 
 #include <boost/asio/steady_timer.hpp>
@@ -33,14 +34,12 @@ class Engine;
 /// before-and-after, which turns it off for rounds of the claimed hand-off in between.
 inline std::atomic<bool> sign_hand_offs{true};
 
-/// async_acquire of any kind (LockManager::async_acquire*): checks the arguments (a refusal
-/// completes at once, nothing sent), then the first attempt on the strand. From any thread.
-void start_acquire(Engine& engine, std::string resource, LockOptions options, LockKind kind,
-                   AcquireHandler handler);
-/// An election's candidate (Election::async_campaign): an acquire of `resource` that records
-/// `value` and announces each change of leader.
-void start_campaign(Engine& engine, std::string resource, std::string value, LockOptions options,
-                    AcquireHandler handler);
+// start_op(Engine&, AcquireParams, AcquireHandler) (<redis_lock/detail/initiations.hpp>):
+// async_acquire of any kind (LockManager::async_acquire*): checks the arguments (a refusal
+// completes at once, nothing sent), then the first attempt on the strand. From any thread.
+// start_op(Engine&, CampaignParams, AcquireHandler): an election's candidate
+// (Election::async_campaign), an acquire that records its value and announces each change
+// of leader.
 
 /// The grant of a lease taken by an attempt sent at `sent` (its validity is dated from then),
 /// watched by the renewal watchdog if `options` ask for it. The public layer makes it a guard.
@@ -58,7 +57,7 @@ struct AcquireOp final : ScriptOp, Waiter, PendingOp {
   AcquireOp(AcquireHandler h, std::string resource_name, LockOptions opts);
   ~AcquireOp();
 
-  /// The first attempt (start_acquire set the keys, the token and `deadline`).
+  /// The first attempt (start_op set the keys, the token and `deadline`).
   void start();
   void cancel() override;
   /// Queued (or maybe, with an attempt in flight): the give-back written at once.
@@ -81,7 +80,7 @@ struct AcquireOp final : ScriptOp, Waiter, PendingOp {
   std::string marker;                     // a lease set's kind and limit ('#S<limit>' or '#RW')
   std::string mutex_queue;                // a lease set's: the same resource's mutex queue key
   std::string data;  // a mutex's: recorded with the lease (label, and a leader's value)
-  AcquireFsm fsm{AcquirePlan{}};  // set by start_acquire, before the op can be reached
+  AcquireFsm fsm{AcquirePlan{}};  // set by start_op, before the op can be reached
 
  private:
   /// Performs what the state machine decided.

@@ -123,7 +123,8 @@ template struct CancellableCall<InspectHandler, LockInfo>;
 template struct CancellableCall<BoolHandler, bool>;
 template struct CancellableCall<LeaderHandler, std::optional<Leader>>;
 
-void start_inspect(Engine& engine, std::string resource, InspectHandler handler) {
+void start_op(Engine& engine, InspectParams params, InspectHandler handler) {
+  auto& resource = params.resource;
   if (!engine.alive()) return;
   if (auto broken = engine.check_admin_call(resource)) {
     report_admin_refusal(engine, AdminCommand::inspect, std::move(resource), broken);
@@ -137,7 +138,8 @@ void start_inspect(Engine& engine, std::string resource, InspectHandler handler)
   });
 }
 
-void start_force_release(Engine& engine, std::string resource, BoolHandler handler) {
+void start_op(Engine& engine, ForceReleaseParams params, BoolHandler handler) {
+  auto& resource = params.resource;
   if (!engine.alive()) return;
   if (auto broken = engine.check_admin_call(resource)) {
     report_admin_refusal(engine, AdminCommand::force_release, std::move(resource), broken);

@@ -9,6 +9,7 @@
 #include "validate.hpp"
 
 #include <redis_lock/detail/handlers.hpp>
+#include <redis_lock/detail/initiations.hpp>
 #include <redis_lock/observer.hpp>
 #include <redis_lock/state.hpp>
 
@@ -74,10 +75,9 @@ void read_state(Engine& engine, const std::string& resource,
 /// A refused admin call (`broken`): reported to the observer; the caller completes it.
 void report_admin_refusal(Engine& engine, AdminCommand command, std::string resource,
                           const Violation& broken);
+/// start_op(Engine&, InspectParams, InspectHandler) (<redis_lock/detail/initiations.hpp>):
 /// LockManager::async_inspect: checks the resource (a refusal completes at once), then one
-/// read_state.
-void start_inspect(Engine& engine, std::string resource, InspectHandler handler);
-/// LockManager::async_force_release: force_release.lua.
-void start_force_release(Engine& engine, std::string resource, BoolHandler handler);
+/// read_state. start_op(Engine&, ForceReleaseParams, BoolHandler):
+/// LockManager::async_force_release: force_release.lua. From any thread.
 
 }  // namespace redis_lock::detail

@@ -17,18 +17,4 @@ Election::Election(LockManager& locks, std::string name)
       resource_(name_.empty() ? std::string() : "election:" + name_),
       ended_(std::make_shared<std::atomic<std::uint64_t>>(0)) {}
 
-void Election::campaign_impl(std::shared_ptr<detail::LockService> service, std::string resource,
-                             std::string value, LockOptions options,
-                             detail::AcquireHandler handler) {
-  detail::start_campaign(*service, std::move(resource), std::move(value), options,
-                         std::move(handler));
-}
-
-void Election::observe_impl(std::shared_ptr<detail::LockService> service, std::string resource,
-                            bool wait, std::uint64_t after_term, detail::EndedTerm ended,
-                            detail::LeaderHandler handler) {
-  detail::start_observe(*service, std::move(resource), wait, after_term, std::move(ended),
-                        std::move(handler));
-}
-
 }  // namespace redis_lock

@@ -44,7 +44,7 @@ void RunOp::act(Action a) {
       lock.wait = s.reconcile ? std::chrono::milliseconds(0) : o.wait;
       lock.auto_renew = o.max_hold.count() > 0;
       lock.max_hold = o.max_hold;
-      detail::initiate_acquire(shared->io, shared->alive)(
+      detail::initiate<detail::AcquireParams>(shared->io, shared->alive)(
           asio::bind_executor(strand,
                               [self = shared_from_this()](error_code ec, LockGuard g) {
                                 const bool held = g.owns_lock();
@@ -53,7 +53,7 @@ void RunOp::act(Action a) {
                                 if (held) self->watch_lease();
                                 self->act(self->fsm.locked(ec, held, fence));
                               }),
-          shared->locks, o.lock_prefix + key, lock);
+          shared->locks, detail::AcquireParams{o.lock_prefix + key, lock, {}});
       return;
     }
     case Step::begin:

@@ -208,8 +208,11 @@ void give_back_on(Engine& service, std::size_t node, std::string_view resource,
                give_back_backoff);
 }
 
-void start_extend(Engine& engine, std::string resource, std::string token,
-                  std::shared_ptr<LeaseState> lease, milliseconds ttl, BoolHandler handler) {
+void start_op(Engine& engine, ExtendParams params, BoolHandler handler) {
+  const auto& resource = params.resource;
+  auto& token = params.token;
+  auto& lease = params.lease;
+  const auto ttl = params.ttl;
   if (!engine.alive()) return;
   if (auto broken = check_extension(ttl)) {
     return deliver(engine.executor(), Defer::yes, std::move(handler), broken.error, false);
@@ -227,6 +230,27 @@ void start_extend(Engine& engine, std::string resource, std::string token,
   engine.on_strand([op = std::move(op)]() mutable {
     auto& service = *op->service;
     service.send(std::move(op));
+  });
+}
+
+void start_op(Engine& engine, WaitLostParams params, ErrorHandler handler) {
+  if (!engine.alive()) return;
+  engine.on_strand([self = engine.shared_from_this(), lease = std::move(params.lease),
+                    handler = std::move(handler)]() mutable {
+    if (lease->lost.load()) {
+      return deliver(self->executor(), Defer::yes, std::move(handler),
+                     error_code(error::lock_lost));
+    }
+    lease->has_waiter.store(true);
+    if (lease->released.load()) {
+      return deliver(self->executor(), Defer::yes, std::move(handler),
+                     error_code(boost::asio::error::operation_aborted));
+    }
+    if (auto previous = lease->take_lost_waiter()) {
+      deliver(self->executor(), Defer::yes, std::move(*previous),
+              error_code(boost::asio::error::operation_aborted));
+    }
+    lease->lost_waiter.emplace(std::move(handler));
   });
 }
 

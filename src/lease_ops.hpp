@@ -8,6 +8,7 @@
 #include "lease.hpp"
 #include "script_op.hpp"
 
+#include <redis_lock/detail/initiations.hpp>
 #include <redis_lock/observer.hpp>
 
 #include <boost/asio/any_completion_handler.hpp>
@@ -89,12 +90,6 @@ void prepare_extend(Engine& service, LeaseCallOp& op, const std::string& resourc
                     std::string token, AcquireKind kind, std::string ttl_ms);
 /// The arguments of an extension prepare_extend filled in, set again (before a resend).
 void set_extend_args(LeaseCallOp& op, AcquireKind kind);
-
-/// LockGuard::async_extend: checks the ttl (a refusal completes at once), then
-/// compare-and-PEXPIRE on the strand. From any thread.
-void start_extend(Engine& engine, std::string resource, std::string token,
-                  std::shared_ptr<LeaseState> lease, std::chrono::milliseconds ttl,
-                  BoolHandler handler);
 
 /// Redlock: gives back on master `node` what `token` may hold there, resent through link
 /// failures until `until`.

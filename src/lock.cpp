@@ -125,19 +125,6 @@ void LockGuard::release_impl(LockGuard guard, detail::BoolHandler handler) {
                         std::exchange(guard.lease_, nullptr), std::move(handler));
 }
 
-void LockGuard::extend_impl(std::shared_ptr<detail::LockService> service, std::string resource,
-                            std::string token, std::shared_ptr<detail::LeaseState> lease,
-                            std::chrono::milliseconds ttl, detail::BoolHandler handler) {
-  // Empty guards are completed by the header (complete_without_lock): `service` is set.
-  service->extend(std::move(resource), std::move(token), std::move(lease), ttl, std::move(handler));
-}
-
-void LockGuard::wait_lost_impl(std::shared_ptr<detail::LockService> service,
-                               std::shared_ptr<detail::LeaseState> lease,
-                               detail::ErrorHandler handler) {
-  service->wait_lost(std::move(lease), std::move(handler));
-}
-
 // ---------------------------------------------------------------------------------------
 // LockManager
 
@@ -160,28 +147,6 @@ std::string LockManager::last_server_error() const {
 
 void LockManager::cancel() {
   if (service_) service_->cancel_all();
-}
-
-void LockManager::acquire_impl(std::shared_ptr<detail::LockService> service, std::string resource,
-                               LockOptions options, detail::LockKind kind,
-                               detail::AcquireHandler handler) {
-  service->acquire(std::move(resource), options, kind, std::move(handler));
-}
-
-void LockManager::acquire_all_impl(std::shared_ptr<detail::LockService> service,
-                                   std::vector<std::string> resources, LockOptions options,
-                                   detail::AcquireAllHandler handler) {
-  service->acquire_all(std::move(resources), options, std::move(handler));
-}
-
-void LockManager::inspect_impl(std::shared_ptr<detail::LockService> service, std::string resource,
-                               detail::InspectHandler handler) {
-  service->inspect(std::move(resource), std::move(handler));
-}
-
-void LockManager::force_release_impl(std::shared_ptr<detail::LockService> service,
-                                     std::string resource, detail::BoolHandler handler) {
-  service->force_release(std::move(resource), std::move(handler));
 }
 
 }  // namespace redis_lock

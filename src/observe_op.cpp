@@ -223,8 +223,11 @@ struct ObserveOp final : Watcher, PendingOp, std::enable_shared_from_this<Observ
 
 }  // namespace
 
-void start_observe(Engine& engine, std::string resource, bool wait, std::uint64_t after_term,
-                   EndedTerm ended, LeaderHandler handler) {
+void start_op(Engine& engine, ObserveParams params, LeaderHandler handler) {
+  auto& resource = params.resource;
+  const bool wait = params.wait;
+  const auto after_term = params.after_term;
+  auto& ended = params.ended;
   if (!engine.alive()) return;
   if (auto broken = engine.check_admin_call(resource)) {
     report_admin_refusal(engine, wait ? AdminCommand::observe : AdminCommand::leader,

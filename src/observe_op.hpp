@@ -94,8 +94,4 @@ class ObserveFsm {
   bool resubscribe_ = false;  // what the timer is for: subscribing again, else a read
 };
 
-/// Election::async_leader (`wait` false: one read) and async_observe. From any thread.
-void start_observe(Engine& engine, std::string resource, bool wait, std::uint64_t after_term,
-                   EndedTerm ended, LeaderHandler handler);
-
 }  // namespace redis_lock::detail

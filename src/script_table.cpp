@@ -13,20 +13,4 @@ void encode(const AcquireGroup& call, std::vector<std::string_view>& out) {
   out.insert(out.end(), {call.token, call.ttl_ms, call.data});
 }
 
-namespace {
-
-template <class... Calls>
-constexpr std::array<Entry, sizeof...(Calls)> entries() {
-  return {Entry{Calls::script, Calls::layout}...};
-}
-
-constexpr auto all =
-    entries<Acquire, AcquireSet, Release, ReleaseSet, Extend, ExtendSet, AcquireGroup, RaiseFence,
-            Inspect, ForceRelease, IdemLook, IdemBegin, IdemVoid, IdemNext, IdemEscalate, IdemDefer,
-            IdemDecide, IdemSettle, IdemReopen, IdemList, IdemDue, IdemShards>();
-
-}  // namespace
-
-std::span<const Entry> table() noexcept { return all; }
-
 }  // namespace redis_lock::detail::scripts

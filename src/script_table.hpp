@@ -383,11 +383,19 @@ struct IdemShards {
 /// acquire_group.lua's words (any number of resources), into `out`.
 void encode(const AcquireGroup& call, std::vector<std::string_view>& out);
 
-/// The table itself, as the tests read it: each script's entry.
+/// The table itself, as the tests and the preload read it: each script's entry.
 struct Entry {
   const Script& script;
   Layout layout;
 };
-std::span<const Entry> table() noexcept;
+template <class... Calls>
+constexpr std::array<Entry, sizeof...(Calls)> entries() noexcept {
+  return {Entry{Calls::script, Calls::layout}...};
+}
+inline constexpr auto all_entries =
+    entries<Acquire, AcquireSet, Release, ReleaseSet, Extend, ExtendSet, AcquireGroup, RaiseFence,
+            Inspect, ForceRelease, IdemLook, IdemBegin, IdemVoid, IdemNext, IdemEscalate, IdemDefer,
+            IdemDecide, IdemSettle, IdemReopen, IdemList, IdemDue, IdemShards>();
+inline std::span<const Entry> table() noexcept { return all_entries; }
 
 }  // namespace redis_lock::detail::scripts

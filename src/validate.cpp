@@ -91,11 +91,12 @@ Violation check(const ManagerOptions& options) {
   if (!is_printable_word(options.client_name)) {
     return broken("client_name must be printable characters without spaces");
   }
-  if (options.holder_label.size() > max_label_size) {
-    return broken("holder_label must be at most 128 characters");
-  }
-  if (!std::all_of(options.holder_label.begin(), options.holder_label.end(),
-                   [](char c) { return c >= 0x20 && c <= 0x7e; })) {
+  return check_label(options.holder_label);
+}
+
+Violation check_label(std::string_view label) {
+  if (label.size() > max_label_size) return broken("holder_label must be at most 128 characters");
+  if (!std::all_of(label.begin(), label.end(), [](char c) { return c >= 0x20 && c <= 0x7e; })) {
     return broken("holder_label must be printable ASCII characters");
   }
   return {};

@@ -49,6 +49,8 @@ inline constexpr std::size_t max_label_size = 128;
 inline constexpr std::size_t max_value_size = 1024;
 /// An election's value.
 Violation check_value(std::string_view value);
+/// A holder label (ManagerOptions::holder_label, LockGuard::async_touch).
+Violation check_label(std::string_view label);
 /// async_inspect's, async_force_release's and an election's resource, on `topology`.
 Violation check_admin(std::string_view resource, Topology topology);
 

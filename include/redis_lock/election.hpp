@@ -55,8 +55,8 @@ class REDIS_LOCK_EXPORT Election {
   template <class CompletionToken = boost::asio::deferred_t>
   auto async_campaign(std::string value, LockOptions options = {}, CompletionToken&& token = {}) {
     return boost::asio::async_initiate<CompletionToken, void(boost::system::error_code, LockGuard)>(
-        detail::initiate_campaign(executor_, context_alive_), token, service_, resource_,
-        std::move(value), options);
+        detail::initiate<detail::CampaignParams>(executor_, context_alive_), token, service_,
+        detail::CampaignParams{resource_, std::move(value), options});
   }
 
   /// `async_campaign(value, {}, token)`: the default LockOptions.
@@ -75,8 +75,8 @@ class REDIS_LOCK_EXPORT Election {
   auto async_leader(CompletionToken&& token = {}) {
     return boost::asio::async_initiate<CompletionToken,
                                        void(boost::system::error_code, std::optional<Leader>)>(
-        detail::initiate_observe(executor_, context_alive_), token, service_, resource_,
-        /*wait=*/false, std::uint64_t{0}, detail::EndedTerm{});
+        detail::initiate<detail::ObserveParams>(executor_, context_alive_), token, service_,
+        detail::ObserveParams{resource_, /*wait=*/false, 0, {}});
   }
 
   /// Completes when the leadership differs from `after_term`: a leader with a larger term,
@@ -101,19 +101,11 @@ class REDIS_LOCK_EXPORT Election {
   auto async_observe(std::uint64_t after_term, CompletionToken&& token = {}) {
     return boost::asio::async_initiate<CompletionToken,
                                        void(boost::system::error_code, std::optional<Leader>)>(
-        detail::initiate_observe(executor_, context_alive_), token, service_, resource_,
-        /*wait=*/after_term != 0, after_term, ended_);
+        detail::initiate<detail::ObserveParams>(executor_, context_alive_), token, service_,
+        detail::ObserveParams{resource_, /*wait=*/after_term != 0, after_term, ended_});
   }
 
  private:
-  friend struct detail::initiate_campaign;
-  friend struct detail::initiate_observe;
-  static void campaign_impl(std::shared_ptr<detail::LockService> service, std::string resource,
-                            std::string value, LockOptions options, detail::AcquireHandler handler);
-  static void observe_impl(std::shared_ptr<detail::LockService> service, std::string resource,
-                           bool wait, std::uint64_t after_term, detail::EndedTerm ended,
-                           detail::LeaderHandler handler);
-
   std::shared_ptr<detail::LockService> service_;
   boost::asio::any_io_executor executor_;
   detail::ContextAlive context_alive_;
@@ -123,6 +115,3 @@ class REDIS_LOCK_EXPORT Election {
 };
 
 }  // namespace redis_lock
-
-// The initiations' call operators, which need the complete Election.
-#include <redis_lock/detail/election_impl.hpp>

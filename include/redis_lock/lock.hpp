@@ -113,7 +113,8 @@ class REDIS_LOCK_EXPORT LockGuard {
   template <class CompletionToken = boost::asio::deferred_t>
   auto async_wait_lost(CompletionToken&& token = {}) {
     return boost::asio::async_initiate<CompletionToken, void(boost::system::error_code)>(
-        detail::initiate_wait_lost(executor_, context_alive_), token, service_, lease_);
+        detail::initiate<detail::WaitLostParams>(executor_, context_alive_), token, service_,
+        detail::WaitLostParams{lease_});
   }
 
   /// Releases the lock now: a compare-and-delete that removes the lease only if it still
@@ -161,25 +162,17 @@ class REDIS_LOCK_EXPORT LockGuard {
   template <class CompletionToken = boost::asio::deferred_t>
   auto async_extend(std::chrono::milliseconds ttl, CompletionToken&& token = {}) {
     return boost::asio::async_initiate<CompletionToken, void(boost::system::error_code, bool)>(
-        detail::initiate_extend(executor_, context_alive_), token, service_, resource_, token_,
-        lease_, ttl);
+        detail::initiate<detail::ExtendParams>(executor_, context_alive_), token, service_,
+        detail::ExtendParams{resource_, token_, lease_, ttl});
   }
 
  private:
   friend LockGuard detail::to_public(detail::Grant&& grant) noexcept;
   friend struct detail::initiate_release;
-  friend struct detail::initiate_extend;
-  friend struct detail::initiate_wait_lost;
   /// Takes over the lease the engine granted (nothing, for an empty grant).
   explicit LockGuard(detail::Grant&& grant) noexcept;
   void release_detached() noexcept;
   static void release_impl(LockGuard guard, detail::BoolHandler handler);
-  static void extend_impl(std::shared_ptr<detail::LockService> service, std::string resource,
-                          std::string token, std::shared_ptr<detail::LeaseState> lease,
-                          std::chrono::milliseconds ttl, detail::BoolHandler handler);
-  static void wait_lost_impl(std::shared_ptr<detail::LockService> service,
-                             std::shared_ptr<detail::LeaseState> lease,
-                             detail::ErrorHandler handler);
 
   std::shared_ptr<detail::LockService> service_;
   std::string resource_;
@@ -261,8 +254,8 @@ class REDIS_LOCK_EXPORT LockManager {
   auto async_acquire(std::string_view resource, LockOptions options = {},
                      CompletionToken&& token = {}) {
     return boost::asio::async_initiate<CompletionToken, void(boost::system::error_code, LockGuard)>(
-        detail::initiate_acquire(executor_, context_alive_), token, service_, std::string(resource),
-        options);
+        detail::initiate<detail::AcquireParams>(executor_, context_alive_), token, service_,
+        detail::AcquireParams{std::string(resource), options, {}});
   }
 
   /// `async_acquire(resource, {}, token)`: takes the lock with the default LockOptions
@@ -299,8 +292,8 @@ class REDIS_LOCK_EXPORT LockManager {
   auto async_acquire_permit(std::string_view resource, std::uint32_t limit,
                             LockOptions options = {}, CompletionToken&& token = {}) {
     return boost::asio::async_initiate<CompletionToken, void(boost::system::error_code, LockGuard)>(
-        detail::initiate_acquire(executor_, context_alive_), token, service_, std::string(resource),
-        options, detail::LockKind{AcquireKind::permit, limit});
+        detail::initiate<detail::AcquireParams>(executor_, context_alive_), token, service_,
+        detail::AcquireParams{std::string(resource), options, {AcquireKind::permit, limit}});
   }
 
   /// `async_acquire_permit(resource, limit, {}, token)`: the default LockOptions.
@@ -323,8 +316,8 @@ class REDIS_LOCK_EXPORT LockManager {
   auto async_acquire_shared(std::string_view resource, LockOptions options = {},
                             CompletionToken&& token = {}) {
     return boost::asio::async_initiate<CompletionToken, void(boost::system::error_code, LockGuard)>(
-        detail::initiate_acquire(executor_, context_alive_), token, service_, std::string(resource),
-        options, detail::LockKind{AcquireKind::shared, 0});
+        detail::initiate<detail::AcquireParams>(executor_, context_alive_), token, service_,
+        detail::AcquireParams{std::string(resource), options, {AcquireKind::shared, 0}});
   }
 
   /// `async_acquire_shared(resource, {}, token)`: the default LockOptions.
@@ -340,8 +333,8 @@ class REDIS_LOCK_EXPORT LockManager {
   auto async_acquire_exclusive(std::string_view resource, LockOptions options = {},
                                CompletionToken&& token = {}) {
     return boost::asio::async_initiate<CompletionToken, void(boost::system::error_code, LockGuard)>(
-        detail::initiate_acquire(executor_, context_alive_), token, service_, std::string(resource),
-        options, detail::LockKind{AcquireKind::exclusive, 0});
+        detail::initiate<detail::AcquireParams>(executor_, context_alive_), token, service_,
+        detail::AcquireParams{std::string(resource), options, {AcquireKind::exclusive, 0}});
   }
 
   /// `async_acquire_exclusive(resource, {}, token)`: the default LockOptions.
@@ -369,8 +362,8 @@ class REDIS_LOCK_EXPORT LockManager {
                          CompletionToken&& token = {}) {
     return boost::asio::async_initiate<CompletionToken,
                                        void(boost::system::error_code, std::vector<LockGuard>)>(
-        detail::initiate_acquire_all(executor_, context_alive_), token, service_,
-        std::move(resources), options);
+        detail::initiate<detail::AcquireAllParams>(executor_, context_alive_), token, service_,
+        detail::AcquireAllParams{std::move(resources), options});
   }
 
   /// `async_acquire_all(resources, {}, token)`: the default LockOptions.
@@ -398,8 +391,8 @@ class REDIS_LOCK_EXPORT LockManager {
   template <class CompletionToken = boost::asio::deferred_t>
   auto async_inspect(std::string_view resource, CompletionToken&& token = {}) {
     return boost::asio::async_initiate<CompletionToken, void(boost::system::error_code, LockInfo)>(
-        detail::initiate_inspect(executor_, context_alive_), token, service_,
-        std::string(resource));
+        detail::initiate<detail::InspectParams>(executor_, context_alive_), token, service_,
+        detail::InspectParams{std::string(resource)});
   }
 
   /// Takes `resource` away from whoever holds it, for an operator facing a stuck holder: the
@@ -417,8 +410,8 @@ class REDIS_LOCK_EXPORT LockManager {
   template <class CompletionToken = boost::asio::deferred_t>
   auto async_force_release(std::string_view resource, CompletionToken&& token = {}) {
     return boost::asio::async_initiate<CompletionToken, void(boost::system::error_code, bool)>(
-        detail::initiate_force_release(executor_, context_alive_), token, service_,
-        std::string(resource));
+        detail::initiate<detail::ForceReleaseParams>(executor_, context_alive_), token, service_,
+        detail::ForceReleaseParams{std::string(resource)});
   }
 
   /// The full text of the most recent error reply from the server (thread-safe copy).
@@ -446,20 +439,6 @@ class REDIS_LOCK_EXPORT LockManager {
  private:
   friend class Election;
   friend class IdempotentRequests;
-  friend struct detail::initiate_acquire;
-  friend struct detail::initiate_acquire_all;
-  friend struct detail::initiate_inspect;
-  friend struct detail::initiate_force_release;
-  static void inspect_impl(std::shared_ptr<detail::LockService> service, std::string resource,
-                           detail::InspectHandler handler);
-  static void force_release_impl(std::shared_ptr<detail::LockService> service, std::string resource,
-                                 detail::BoolHandler handler);
-  static void acquire_impl(std::shared_ptr<detail::LockService> service, std::string resource,
-                           LockOptions options, detail::LockKind kind,
-                           detail::AcquireHandler handler);
-  static void acquire_all_impl(std::shared_ptr<detail::LockService> service,
-                               std::vector<std::string> resources, LockOptions options,
-                               detail::AcquireAllHandler handler);
 
   executor_type executor_;
   detail::ContextAlive context_alive_;  // kept by a moved-from manager, like the executor

@@ -178,10 +178,10 @@ TEST(Signatures, AcquireWithoutOptionsGoesThroughTheSameChecks) {
 // The initiations: named types (not lambdas), each with `executor_type` and a noexcept
 // `get_executor()` (record_initiation checks both at compile time).
 namespace init {
-using redis_lock::detail::initiate_acquire;
-using redis_lock::detail::initiate_extend;
+using initiate_acquire = redis_lock::detail::initiate<redis_lock::detail::AcquireParams>;
+using initiate_extend = redis_lock::detail::initiate<redis_lock::detail::ExtendParams>;
 using redis_lock::detail::initiate_release;
-using redis_lock::detail::initiate_wait_lost;
+using initiate_wait_lost = redis_lock::detail::initiate<redis_lock::detail::WaitLostParams>;
 static_assert(std::is_same_v<initiate_acquire::executor_type, asio::any_io_executor>);
 static_assert(std::is_same_v<initiate_release::executor_type, asio::any_io_executor>);
 static_assert(std::is_same_v<initiate_extend::executor_type, asio::any_io_executor>);

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 // Implementation detail of <redis_lock/lock.hpp>, not API: the initiation objects of its
-// asynchronous operations. Each is a named type that reports the executor its completion
-// defaults to (`executor_type`, `get_executor()`), as Asio's own initiations do, so that
+// asynchronous operations: one, initiate<Params>, for every operation but the release, over
+// a struct of each operation's arguments. Each is a named type that reports the executor its
+// completion defaults to (`executor_type`, `get_executor()`), as Asio's own initiations do, so that
 // completion tokens which need an executor of their own (`asio::cancel_after` and friends,
 // where the Boost version has them) work. Their call operators need the complete LockGuard
 // and LockManager: they are defined in <redis_lock/detail/initiations_impl.hpp>, which
@@ -20,6 +21,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -32,6 +34,7 @@ class LockManager;
 
 namespace detail {
 
+class Engine;
 class LockService;
 struct LeaseState;
 
@@ -64,22 +67,117 @@ class initiation_base {
   ContextAlive alive_;
 };
 
-/// LockManager::async_acquire and its kinds. A moved-from manager (no `service`) completes
-/// with `error::invalid_argument` and an empty guard without touching Redis.
-struct initiate_acquire : initiation_base {
-  using initiation_base::initiation_base;
-  template <class Handler>
-  void operator()(Handler handler, std::shared_ptr<LockService> service, std::string resource,
-                  LockOptions options, LockKind kind = {}) const;
+/// How an operation completes without starting: a moved-from manager or an empty guard.
+enum class Unstarted : unsigned char {
+  invalid_argument,  ///< `error::invalid_argument` and an empty result
+  nothing,           ///< no error and an empty result (`false`)
+  aborted,           ///< `operation_aborted`
 };
 
-/// LockManager::async_acquire_all. A moved-from manager completes with
-/// `error::invalid_argument` and no guards without touching Redis.
-struct initiate_acquire_all : initiation_base {
+/// The Engine a manager's facade is (compiled in the library: the facade's type is not
+/// complete here).
+REDIS_LOCK_EXPORT Engine& engine_of(LockService& service) noexcept;
+
+// Each operation's arguments, what it completes with, and how it ends without starting. Its
+// start_op (compiled in the library, in the op's own file) checks the arguments and starts
+// it; initiate<Params> is the one initiation of them all.
+
+/// LockManager::async_acquire and its kinds.
+struct AcquireParams {
+  using Handler = AcquireHandler;
+  using Result = LockGuard;
+  static constexpr Unstarted unstarted = Unstarted::invalid_argument;
+  std::string resource;
+  LockOptions options;
+  LockKind kind;
+};
+REDIS_LOCK_EXPORT void start_op(Engine& engine, AcquireParams params, AcquireHandler handler);
+
+/// LockManager::async_acquire_all.
+struct AcquireAllParams {
+  using Handler = AcquireAllHandler;
+  using Result = std::vector<LockGuard>;
+  static constexpr Unstarted unstarted = Unstarted::invalid_argument;
+  std::vector<std::string> resources;
+  LockOptions options;
+};
+REDIS_LOCK_EXPORT void start_op(Engine& engine, AcquireAllParams params, AcquireAllHandler handler);
+
+/// LockGuard::async_extend, on a copy of what the guard holds.
+struct ExtendParams {
+  using Handler = BoolHandler;
+  using Result = bool;
+  static constexpr Unstarted unstarted = Unstarted::nothing;
+  std::string resource;
+  std::string token;
+  std::shared_ptr<LeaseState> lease;
+  std::chrono::milliseconds ttl;
+};
+REDIS_LOCK_EXPORT void start_op(Engine& engine, ExtendParams params, BoolHandler handler);
+
+/// LockGuard::async_wait_lost, sharing the guard's lease state.
+struct WaitLostParams {
+  using Handler = ErrorHandler;
+  using Result = void;
+  static constexpr Unstarted unstarted = Unstarted::aborted;
+  std::shared_ptr<LeaseState> lease;
+  bool startable() const noexcept { return lease != nullptr; }
+};
+REDIS_LOCK_EXPORT void start_op(Engine& engine, WaitLostParams params, ErrorHandler handler);
+
+/// LockManager::async_inspect.
+struct InspectParams {
+  using Handler = InspectHandler;
+  using Result = LockInfo;
+  static constexpr Unstarted unstarted = Unstarted::invalid_argument;
+  std::string resource;
+};
+REDIS_LOCK_EXPORT void start_op(Engine& engine, InspectParams params, InspectHandler handler);
+
+/// LockManager::async_force_release.
+struct ForceReleaseParams {
+  using Handler = BoolHandler;
+  using Result = bool;
+  static constexpr Unstarted unstarted = Unstarted::invalid_argument;
+  std::string resource;
+};
+REDIS_LOCK_EXPORT void start_op(Engine& engine, ForceReleaseParams params, BoolHandler handler);
+
+/// Election::async_campaign: an acquire of the election's lease that announces its leader.
+struct CampaignParams {
+  using Handler = AcquireHandler;
+  using Result = LockGuard;
+  static constexpr Unstarted unstarted = Unstarted::invalid_argument;
+  std::string resource;
+  std::string value;
+  LockOptions options;
+};
+REDIS_LOCK_EXPORT void start_op(Engine& engine, CampaignParams params, AcquireHandler handler);
+
+/// The largest term an Election's observe reported ended (shared with its operations).
+using EndedTerm = std::shared_ptr<std::atomic<std::uint64_t>>;
+
+/// Election::async_leader (`wait` false, `after_term` unused) and Election::async_observe.
+struct ObserveParams {
+  using Handler = LeaderHandler;
+  using Result = std::optional<Leader>;
+  static constexpr Unstarted unstarted = Unstarted::invalid_argument;
+  std::string resource;
+  bool wait = false;
+  std::uint64_t after_term = 0;
+  EndedTerm ended;
+};
+REDIS_LOCK_EXPORT void start_op(Engine& engine, ObserveParams params, LeaderHandler handler);
+
+/// Every asynchronous operation of LockManager, LockGuard and Election but the release: an
+/// operation that cannot start (no manager; Params::startable() false) completes here,
+/// where the handler's type is known; any other goes to its start_op in the compiled
+/// library, the handler type-erased.
+template <class Params>
+struct initiate : initiation_base {
   using initiation_base::initiation_base;
   template <class Handler>
-  void operator()(Handler handler, std::shared_ptr<LockService> service,
-                  std::vector<std::string> resources, LockOptions options) const;
+  void operator()(Handler handler, std::shared_ptr<LockService> service, Params params) const;
 };
 
 /// LockGuard::async_release: takes the guard over. An empty guard completes with
@@ -88,62 +186,6 @@ struct initiate_release : initiation_base {
   using initiation_base::initiation_base;
   template <class Handler>
   void operator()(Handler handler, LockGuard guard) const;
-};
-
-/// LockGuard::async_extend, on a copy of what the guard holds. An empty guard (no
-/// `service`) completes with `(no error, false)` without touching Redis.
-struct initiate_extend : initiation_base {
-  using initiation_base::initiation_base;
-  template <class Handler>
-  void operator()(Handler handler, std::shared_ptr<LockService> service, std::string resource,
-                  std::string token, std::shared_ptr<LeaseState> lease,
-                  std::chrono::milliseconds ttl) const;
-};
-
-/// LockGuard::async_wait_lost, sharing the guard's lease state. An empty guard completes
-/// with `operation_aborted`.
-struct initiate_wait_lost : initiation_base {
-  using initiation_base::initiation_base;
-  template <class Handler>
-  void operator()(Handler handler, std::shared_ptr<LockService> service,
-                  std::shared_ptr<LeaseState> lease) const;
-};
-
-/// LockManager::async_inspect. A moved-from manager completes with
-/// `error::invalid_argument` without touching Redis.
-struct initiate_inspect : initiation_base {
-  using initiation_base::initiation_base;
-  template <class Handler>
-  void operator()(Handler handler, std::shared_ptr<LockService> service,
-                  std::string resource) const;
-};
-
-/// LockManager::async_force_release. A moved-from manager completes with
-/// `error::invalid_argument` without touching Redis.
-struct initiate_force_release : initiation_base {
-  using initiation_base::initiation_base;
-  template <class Handler>
-  void operator()(Handler handler, std::shared_ptr<LockService> service,
-                  std::string resource) const;
-};
-
-/// Election::async_campaign: an acquire of the election's lease that announces its leader.
-struct initiate_campaign : initiation_base {
-  using initiation_base::initiation_base;
-  template <class Handler>
-  void operator()(Handler handler, std::shared_ptr<LockService> service, std::string resource,
-                  std::string value, LockOptions options) const;
-};
-
-/// The largest term an Election's observe reported ended (shared with its operations).
-using EndedTerm = std::shared_ptr<std::atomic<std::uint64_t>>;
-
-/// Election::async_leader (`after_term` unused) and Election::async_observe.
-struct initiate_observe : initiation_base {
-  using initiation_base::initiation_base;
-  template <class Handler>
-  void operator()(Handler handler, std::shared_ptr<LockService> service, std::string resource,
-                  bool wait, std::uint64_t after_term, EndedTerm ended) const;
 };
 
 }  // namespace detail

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
-// Implementation detail of <redis_lock/lock.hpp>, not API: the call operators of the
-// initiations declared in <redis_lock/detail/initiations.hpp>, which need the complete
-// LockGuard and LockManager. Each completes an operation that has nothing to work on here,
+// Implementation detail of <redis_lock/lock.hpp> and <redis_lock/election.hpp>, not API: the
+// call operators of the initiations declared in <redis_lock/detail/initiations.hpp>, which
+// need the complete LockGuard. Each completes an operation that has nothing to work on here,
 // where the handler's type is known, and hands any other to the compiled library as a
 // type-erased handler.
 #pragma once
@@ -17,33 +17,32 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 namespace redis_lock::detail {
 
+template <class Params>
 template <class Handler>
-void initiate_acquire::operator()(Handler handler, std::shared_ptr<LockService> service,
-                                  std::string resource, LockOptions options, LockKind kind) const {
-  if (!service) {  // a moved-from manager
-    return complete_without_lock(io_, alive_, std::move(handler),
-                                 boost::system::error_code(error::invalid_argument), LockGuard{});
+void initiate<Params>::operator()(Handler handler, std::shared_ptr<LockService> service,
+                                  Params params) const {
+  bool startable = service != nullptr;
+  if constexpr (requires { params.startable(); }) startable = startable && params.startable();
+  if (!startable) {
+    boost::system::error_code ec;
+    if constexpr (Params::unstarted == Unstarted::invalid_argument) ec = error::invalid_argument;
+    if constexpr (Params::unstarted == Unstarted::aborted) {
+      ec = boost::asio::error::operation_aborted;
+    }
+    if constexpr (std::is_void_v<typename Params::Result>) {
+      return complete_without_lock(io_, alive_, std::move(handler), ec);
+    } else {
+      return complete_without_lock(io_, alive_, std::move(handler), ec, typename Params::Result{});
+    }
   }
-  LockManager::acquire_impl(std::move(service), std::move(resource), options, kind,
-                            AcquireHandler(slot_clearing(std::move(handler))));
-}
-
-template <class Handler>
-void initiate_acquire_all::operator()(Handler handler, std::shared_ptr<LockService> service,
-                                      std::vector<std::string> resources,
-                                      LockOptions options) const {
-  if (!service) {  // a moved-from manager
-    return complete_without_lock(io_, alive_, std::move(handler),
-                                 boost::system::error_code(error::invalid_argument),
-                                 std::vector<LockGuard>{});
-  }
-  LockManager::acquire_all_impl(std::move(service), std::move(resources), options,
-                                AcquireAllHandler(slot_clearing(std::move(handler))));
+  start_op(engine_of(*service), std::move(params),
+           typename Params::Handler(slot_clearing(std::move(handler))));
 }
 
 template <class Handler>
@@ -53,52 +52,6 @@ void initiate_release::operator()(Handler handler, LockGuard guard) const {
                                  false);
   }
   LockGuard::release_impl(std::move(guard), BoolHandler(slot_clearing(std::move(handler))));
-}
-
-template <class Handler>
-void initiate_extend::operator()(Handler handler, std::shared_ptr<LockService> service,
-                                 std::string resource, std::string token,
-                                 std::shared_ptr<LeaseState> lease,
-                                 std::chrono::milliseconds ttl) const {
-  if (!service) {
-    return complete_without_lock(io_, alive_, std::move(handler), boost::system::error_code{},
-                                 false);
-  }
-  LockGuard::extend_impl(std::move(service), std::move(resource), std::move(token),
-                         std::move(lease), ttl, BoolHandler(slot_clearing(std::move(handler))));
-}
-
-template <class Handler>
-void initiate_wait_lost::operator()(Handler handler, std::shared_ptr<LockService> service,
-                                    std::shared_ptr<LeaseState> lease) const {
-  if (!service || !lease) {
-    return complete_without_lock(io_, alive_, std::move(handler),
-                                 boost::system::error_code(boost::asio::error::operation_aborted));
-  }
-  LockGuard::wait_lost_impl(std::move(service), std::move(lease),
-                            ErrorHandler(slot_clearing(std::move(handler))));
-}
-
-template <class Handler>
-void initiate_inspect::operator()(Handler handler, std::shared_ptr<LockService> service,
-                                  std::string resource) const {
-  if (!service) {
-    return complete_without_lock(io_, alive_, std::move(handler),
-                                 boost::system::error_code(error::invalid_argument), LockInfo{});
-  }
-  LockManager::inspect_impl(std::move(service), std::move(resource),
-                            InspectHandler(slot_clearing(std::move(handler))));
-}
-
-template <class Handler>
-void initiate_force_release::operator()(Handler handler, std::shared_ptr<LockService> service,
-                                        std::string resource) const {
-  if (!service) {
-    return complete_without_lock(io_, alive_, std::move(handler),
-                                 boost::system::error_code(error::invalid_argument), false);
-  }
-  LockManager::force_release_impl(std::move(service), std::move(resource),
-                                  BoolHandler(slot_clearing(std::move(handler))));
 }
 
 }  // namespace redis_lock::detail
