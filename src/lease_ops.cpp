@@ -88,7 +88,7 @@ void CompareOp::finish(error_code ec, Reply reply, std::string_view detail) {
         break;
       case replies::Compare::done:
         done = true;
-        if (!lease || lease->released.load()) break;
+        if (!lease || lease->released.load() || command == LeaseCommand::touch) break;
         // An auto-renewed lease whose validity passed before this reply is lost (lost() may
         // have said so): not extended, from the guard's point of view.
         done = service->watchdog().confirm_or_lose(lease, sent, new_ttl);
@@ -251,6 +251,36 @@ void start_op(Engine& engine, WaitLostParams params, ErrorHandler handler) {
               error_code(boost::asio::error::operation_aborted));
     }
     lease->lost_waiter.emplace(std::move(handler));
+  });
+}
+
+void start_op(Engine& engine, TouchParams params, BoolHandler handler) {
+  if (!engine.alive()) return;
+  const auto kind = params.lease ? params.lease->kind : AcquireKind::mutex;
+  auto broken = check_label(params.label);
+  if (!broken && is_lease_set(kind)) {
+    broken = {error::invalid_argument, "a semaphore's or read-write lock's hold records no label"};
+  }
+  if (!broken && engine.redlock()) {
+    broken = {error::invalid_argument, "holder labels are not recorded on Redlock"};
+  }
+  if (broken)
+    return deliver(engine.executor(), Defer::yes, std::move(handler), broken.error, false);
+  auto op = std::make_shared<CompareOp>(std::move(handler));
+  op->service = engine.shared_from_this();
+  op->keys = engine.keys_of(params.resource, kind);
+  op->slot = engine.slot_of(op->keys.lease());
+  op->token = std::move(params.token);
+  op->label = std::move(params.label);
+  op->set(scripts::Touch{
+      .lease = op->keys.lease(), .info = op->keys.info(), .token = op->token, .label = op->label});
+  op->lease = std::move(params.lease);
+  op->command = LeaseCommand::touch;
+  if (engine.observer()) op->resource = std::move(params.resource);
+  install_cancellation(op->handler, op);  // in the initiating call, as for acquire
+  engine.on_strand([op = std::move(op)]() mutable {
+    auto& service = *op->service;
+    service.send(std::move(op));
   });
 }
 

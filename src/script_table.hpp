@@ -149,6 +149,20 @@ struct Extend {
   auto args() const noexcept { return std::array<Word, 3>{token, ttl_ms, announce}; }
 };
 
+/// touch.lua: a mutex holder's label replaced (LockGuard::async_touch).
+struct Touch {
+  static constexpr const Script& script = touch_script;
+  static constexpr Layout layout{"lease info", "token label", Flags::writes,
+                                 "get incr pexpireat pttl set time zrevrangebyscore"};
+  static constexpr auto decode = &replies::read_compare;
+
+  std::string_view lease, info;
+  std::string_view token, label;
+
+  auto keys() const noexcept { return std::array<Word, 2>{lease, info}; }
+  auto args() const noexcept { return std::array<Word, 2>{token, label}; }
+};
+
 /// extend_set.lua: one hold of a lease set extended.
 struct ExtendSet {
   static constexpr const Script& script = extend_set_script;
@@ -393,9 +407,10 @@ constexpr std::array<Entry, sizeof...(Calls)> entries() noexcept {
   return {Entry{Calls::script, Calls::layout}...};
 }
 inline constexpr auto all_entries =
-    entries<Acquire, AcquireSet, Release, ReleaseSet, Extend, ExtendSet, AcquireGroup, RaiseFence,
-            Inspect, ForceRelease, IdemLook, IdemBegin, IdemVoid, IdemNext, IdemEscalate, IdemDefer,
-            IdemDecide, IdemSettle, IdemReopen, IdemList, IdemDue, IdemShards>();
+    entries<Acquire, AcquireSet, Release, ReleaseSet, Extend, ExtendSet, Touch, AcquireGroup,
+            RaiseFence, Inspect, ForceRelease, IdemLook, IdemBegin, IdemVoid, IdemNext,
+            IdemEscalate, IdemDefer, IdemDecide, IdemSettle, IdemReopen, IdemList, IdemDue,
+            IdemShards>();
 inline std::span<const Entry> table() noexcept { return all_entries; }
 
 }  // namespace redis_lock::detail::scripts

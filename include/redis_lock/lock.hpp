@@ -166,6 +166,31 @@ class REDIS_LOCK_EXPORT LockGuard {
         detail::ExtendParams{resource_, token_, lease_, ttl});
   }
 
+  /// Replaces the holder label recorded with the lease (ManagerOptions::holder_label at the
+  /// acquire), if this guard still owns it: what `async_inspect`, `redis-lock status` and an
+  /// election's observers (at the leader's next renewal) show of the holder, for instance
+  /// the step a long job has reached. The lease's expiry and fencing token stay as they are.
+  ///
+  /// Completion signature: `void(boost::system::error_code, bool touched)`; `touched` is
+  /// false when the lease had expired or belongs to another holder now (as async_extend's
+  /// `extended`: the guard then reports lost()). `error::invalid_argument` before anything is
+  /// sent for a label over 128 characters or with a byte outside printable ASCII (the
+  /// holder_label rule), for a semaphore's permit or a read-write lock's hold (they record
+  /// no label) and on Redlock (no label is recorded there). An empty guard completes with
+  /// `(no error, false)` without touching Redis.
+  /// Per-operation cancellation: supported: completes with `operation_aborted` at once; the
+  /// command already sent may still be applied. Otherwise bounded by `command_timeout`.
+  /// Exception safety: no exception on the async path; errors go to the completion.
+  /// Thread safety: from the thread that owns the guard.
+  /// Object lifetimes: the operation copies what it needs (`label` too); the guard may be
+  /// moved or destroyed while it is in flight.
+  template <class CompletionToken = boost::asio::deferred_t>
+  auto async_touch(std::string_view label, CompletionToken&& token = {}) {
+    return boost::asio::async_initiate<CompletionToken, void(boost::system::error_code, bool)>(
+        detail::initiate<detail::TouchParams>(executor_, context_alive_), token, service_,
+        detail::TouchParams{resource_, token_, lease_, std::string(label)});
+  }
+
  private:
   friend LockGuard detail::to_public(detail::Grant&& grant) noexcept;
   friend struct detail::initiate_release;

@@ -98,9 +98,10 @@ enum class LeaseCommand {
   release,  ///< `async_release`, or the release a guard's destructor posts
   extend,   ///< `async_extend`
   renewal,  ///< the watchdog's extension of an auto-renewed guard
+  touch,    ///< `async_touch`: the holder label replaced
 };
 
-/// One release, extension or renewal, answered or failed.
+/// One release, extension, renewal or touch, answered or failed.
 struct LeaseEvent {
   std::string_view resource;  ///< the guard's resource
   LeaseCommand command;       ///< which command

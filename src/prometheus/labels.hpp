@@ -50,6 +50,8 @@ constexpr const char* label(LeaseCommand c) noexcept {
       return "extend";
     case LeaseCommand::renewal:
       return "renewal";
+    case LeaseCommand::touch:
+      return "touch";
   }
   return nullptr;
 }

@@ -9,6 +9,8 @@
 #include "lease_sets.hpp"
 #include "redis_lock_scripts.hpp"
 
+#include <redis_lock/election.hpp>
+
 #include <boost/asio/use_future.hpp>
 
 #include <fstream>
@@ -209,6 +211,117 @@ TEST(HolderLabel, ALabelThatCouldNotBeStoredIsRefusedBeforeAnythingIsSent) {
   LockManager locks(bg.io.get_executor(), nowhere);
   auto [ec, released] = outcome<bool>([&](auto h) { locks.async_force_release("", std::move(h)); });
   EXPECT_EQ(ec, error::invalid_argument) << "an empty resource";
+}
+
+namespace {
+
+/// Counts the touches the observer hears of, and which succeeded.
+struct TouchCount : Observer {
+  std::atomic<int> touched{0}, not_touched{0};
+  void on_lease(const LeaseEvent& e) noexcept override {
+    if (e.command != LeaseCommand::touch) return;
+    ++(e.succeeded ? touched : not_touched);
+  }
+};
+
+bool touch(LockGuard& g, std::string_view label) {
+  auto [ec, touched] = outcome<bool>([&](auto h) { g.async_touch(label, std::move(h)); });
+  EXPECT_FALSE(ec) << ec.message();
+  return touched;
+}
+
+}  // namespace
+
+TEST(HolderLabel, ATouchReplacesTheLabelKeepingTheTtlTheFencingTokenAndTheWaiters) {
+  auto cfg = shared_server_config();
+  const auto resource = unique_resource();
+  const auto keys = detail::make_keys("lock:", resource);
+  auto count = std::make_shared<TouchCount>();
+  Background bg;
+  LockManager holder(bg.io.get_executor(), cfg, {.holder_label = "job:start", .observer = count});
+  LockManager other(bg.io.get_executor(), cfg);
+  auto g = holder.async_acquire(resource, {.ttl = 10s}, asio::use_future).get();
+  ASSERT_TRUE(g);
+  ASSERT_TRUE(touch(g, "job:step @2"));  // ('@' as a label's byte: the token is after the last)
+  auto info = inspect(other, resource);
+  EXPECT_EQ(info.holder, "job:step @2");
+  EXPECT_EQ(info.fencing_token, g.fencing_token());
+  EXPECT_GT(info.ttl_left, 8s);
+  EXPECT_LE(info.ttl_left, 10s);
+  // A waiter behind it: its mark stays, so the release still hands the lease on.
+  auto waiter = other.async_acquire(resource, {.ttl = 5s, .wait = 10s}, asio::use_future);
+  wait_until([&] { return inspect(other, resource).waiters == 1; }, 5s, "one waiter");
+  ASSERT_TRUE(touch(g, "job:step 3"));
+  const auto lease = redis_command(cfg.port, {"GET", keys.lease()});
+  EXPECT_EQ(lease, g.token() + " job:step 3@" + std::to_string(g.fencing_token()) + "+");
+  EXPECT_EQ(inspect(other, resource).holder, "job:step 3");
+  EXPECT_GT(std::stoll(redis_command(cfg.port, {"PTTL", keys.lease()})), 8000);
+  ASSERT_TRUE(touch(g, ""));  // no label at all
+  EXPECT_EQ(inspect(other, resource).holder, "");
+  EXPECT_TRUE(g.async_release(asio::use_future).get());
+  ASSERT_EQ(waiter.wait_for(5s), std::future_status::ready);
+  auto next = waiter.get();
+  ASSERT_TRUE(next);
+  EXPECT_GT(next.fencing_token(), g.fencing_token());
+  EXPECT_EQ(count->touched.load(), 3);
+  EXPECT_EQ(count->not_touched.load(), 0);
+}
+
+TEST(HolderLabel, ATouchOfALeaseNoLongerOursChangesNothingAndTheGuardIsLost) {
+  auto cfg = shared_server_config();
+  const auto resource = unique_resource();
+  Background bg;
+  LockManager first(bg.io.get_executor(), cfg, {.holder_label = "first"});
+  LockManager second(bg.io.get_executor(), cfg, {.holder_label = "second"});
+  auto g = first.async_acquire(resource, {.ttl = 10s}, asio::use_future).get();
+  ASSERT_TRUE(g);
+  ASSERT_TRUE(force_release(second, resource));
+  auto now_theirs = second.async_acquire(resource, {.ttl = 10s}, asio::use_future).get();
+  ASSERT_TRUE(now_theirs);
+  EXPECT_FALSE(touch(g, "still mine?"));
+  EXPECT_TRUE(g.lost());
+  EXPECT_EQ(inspect(second, resource).holder, "second");
+  LockGuard empty;
+  EXPECT_FALSE(touch(empty, "nothing held"));
+}
+
+TEST(HolderLabel, ALeadersTouchKeepsTheValueItProclaimed) {
+  auto cfg = shared_server_config();
+  const auto name = unique_resource("touch");
+  Background bg;
+  LockManager locks(bg.io.get_executor(), cfg, {.holder_label = "node-a"});
+  Election election(locks, name);
+  auto leader = election.async_campaign("10.0.0.1:80", {.ttl = 10s}, asio::use_future).get();
+  ASSERT_TRUE(leader);
+  ASSERT_TRUE(touch(leader, "node-a, draining"));
+  EXPECT_EQ(inspect(locks, "election:" + name).holder, "node-a, draining");
+  const auto seen = election.async_leader(asio::use_future).get();
+  ASSERT_TRUE(seen);
+  EXPECT_EQ(seen->value, "10.0.0.1:80");
+  EXPECT_EQ(seen->term, leader.fencing_token());
+  EXPECT_TRUE(leader.async_release(asio::use_future).get());
+}
+
+TEST(HolderLabel, ATouchThatCannotBeRecordedIsRefusedBeforeAnythingIsSent) {
+  auto cfg = shared_server_config();
+  const auto resource = unique_resource();
+  const auto sem = unique_resource("sem");
+  Background bg;
+  LockManager locks(bg.io.get_executor(), cfg, {.holder_label = "kept"});
+  auto g = locks.async_acquire(resource, {.ttl = 10s}, asio::use_future).get();
+  ASSERT_TRUE(g);
+  auto permit = locks.async_acquire_permit(sem, 2, {.ttl = 10s}, asio::use_future).get();
+  ASSERT_TRUE(permit);
+  for (const std::string& label : {std::string(129, 'x'), std::string("two\nlines")}) {
+    auto [ec, touched] = outcome<bool>([&](auto h) { g.async_touch(label, std::move(h)); });
+    EXPECT_EQ(ec, error::invalid_argument);
+    EXPECT_FALSE(touched);
+  }
+  auto [ec, touched] = outcome<bool>([&](auto h) { permit.async_touch("x", std::move(h)); });
+  EXPECT_EQ(ec, error::invalid_argument) << "a permit records no label";
+  EXPECT_FALSE(touched);
+  EXPECT_EQ(inspect(locks, resource).holder, "kept");
+  EXPECT_FALSE(g.lost());
 }
 
 TEST(HolderLabel, ALabelledWaiterThatGivesUpLeavesTheQueueAndTheNextWaiterIsServedAtOnce) {

@@ -115,6 +115,18 @@ struct ExtendParams {
 };
 REDIS_LOCK_EXPORT void start_op(Engine& engine, ExtendParams params, BoolHandler handler);
 
+/// LockGuard::async_touch, on a copy of what the guard holds.
+struct TouchParams {
+  using Handler = BoolHandler;
+  using Result = bool;
+  static constexpr Unstarted unstarted = Unstarted::nothing;
+  std::string resource;
+  std::string token;
+  std::shared_ptr<LeaseState> lease;
+  std::string label;
+};
+REDIS_LOCK_EXPORT void start_op(Engine& engine, TouchParams params, BoolHandler handler);
+
 /// LockGuard::async_wait_lost, sharing the guard's lease state.
 struct WaitLostParams {
   using Handler = ErrorHandler;
