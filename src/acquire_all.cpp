@@ -92,7 +92,7 @@ void start_op(Engine& engine, AcquireAllParams params, AcquireAllHandler handler
   auto op = std::make_shared<AcquireAllOp>(std::move(handler), std::move(resources), options);
   op->service = engine.shared_from_this();
   op->deadline = wait_deadline(Clock::now(), options.wait);
-  // Installed in the initiating call, as for acquire (start_acquire).
+  // Installed in the initiating call, as for acquire (acquire_op.cpp's start_op).
   install_cancellation(op->handler, op);
   engine.on_strand([op = std::move(op)]() mutable { op->start(); });
 }

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // Layer 5 (public API): Election. A candidate is an acquire of the election's lease
-// (acquire_op.hpp's start_campaign); an observer is an ObserveOp (observe_op.hpp).
+// (acquire_op.cpp's start_op(CampaignParams)); an observer is an ObserveOp (observe_op.hpp).
 #include <redis_lock/election.hpp>
 
 #include "acquire_op.hpp"

@@ -262,7 +262,7 @@ void Engine::release(ReleaseRequest request, BoolHandler handler) {
   op->give_back_until = request.give_back_until;
   // A caller's release that times out waits for its late reply while the lease may be valid.
   op->wants_late = static_cast<bool>(op->handler) && request.patience != Clock::time_point{};
-  // A guard's async_release: in the initiating call, as for acquire (start_acquire).
+  // A guard's async_release: in the initiating call, as for acquire (acquire_op.cpp's start_op).
   if (op->handler) install_cancellation(op->handler, op);
   on_strand(
       [self = shared_from_this(), op = std::move(op), ended = std::move(request.ended)]() mutable {

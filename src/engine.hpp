@@ -227,7 +227,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
 };
 
 /// Installs an operation's cancellation handler in the slot its completion handler carries,
-/// if any, in the initiating call (see start_acquire). A cancellation reaches
+/// if any, in the initiating call (see acquire_op.cpp's start_op). A cancellation reaches
 /// `op->cancel()` on the manager's strand while the op lives. The handler holds the op and
 /// the manager weakly and nothing else: the caller's signal may destroy it after the
 /// io_context (an op dropped at shutdown never cleared it), and a strand destroyed then

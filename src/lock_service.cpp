@@ -3,6 +3,8 @@
 // <redis_lock/detail/initiations.hpp>, is in its op's own file).
 #include "lock_service.hpp"
 
+#include <redis_lock/detail/initiations.hpp>  // engine_of, exported as declared there
+
 namespace redis_lock::detail {
 
 Engine& engine_of(LockService& service) noexcept { return service; }

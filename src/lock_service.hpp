@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: MIT
 // Layer 4 (engine): the facade behind LockManager, LockGuard and Election: the Engine (the
 // context the ops share, engine.hpp) the public layer starts operations on (engine_of, then
-// each operation's start_op). Only the public layer (lock.cpp, election.cpp) includes this;
-// an op includes engine.hpp. See docs/architecture.md.
+// each operation's start_op). Only the public layer (lock.cpp, election.cpp, idempotency*)
+// includes this; an op includes engine.hpp. See docs/architecture.md.
 #pragma once
 
 #include "engine.hpp"

@@ -251,7 +251,7 @@ void start_op(Engine& engine, ObserveParams params, LeaderHandler handler) {
   }
   auto op = std::make_shared<ObserveOp>(engine.shared_from_this(), std::move(resource), after_term,
                                         std::move(ended), std::move(handler));
-  // Installed in the initiating call, as for acquire (start_acquire).
+  // Installed in the initiating call, as for acquire (acquire_op.cpp's start_op).
   install_cancellation(op->handler, op);
   asio::dispatch(engine.strand(), [op = std::move(op)] { op->start(); });
 }

@@ -152,8 +152,7 @@ struct Extend {
 /// touch.lua: a mutex holder's label replaced (LockGuard::async_touch).
 struct Touch {
   static constexpr const Script& script = touch_script;
-  static constexpr Layout layout{"lease info", "token label", Flags::writes,
-                                 "get incr pexpireat pttl set time zrevrangebyscore"};
+  static constexpr Layout layout{"lease info", "token label", Flags::writes, "get set"};
   static constexpr auto decode = &replies::read_compare;
 
   std::string_view lease, info;

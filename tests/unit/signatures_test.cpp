@@ -229,16 +229,19 @@ TEST(Signatures, AcquireInitiationReportsTheManagersExecutor) {
 // initiations report.
 TEST(Signatures, DefaultGuardInitiationsReportTheSystemExecutor) {
   LockGuard guard;
-  RecordedInitiation release, extend, wait_lost;
+  RecordedInitiation release, extend, wait_lost, touch;
   guard.async_release(record_initiation{&release});
   guard.async_extend(1s, record_initiation{&extend});
   guard.async_wait_lost(record_initiation{&wait_lost});
-  ASSERT_TRUE(release.type && extend.type && wait_lost.type);
+  guard.async_touch("label", record_initiation{&touch});
+  ASSERT_TRUE(release.type && extend.type && wait_lost.type && touch.type);
   EXPECT_EQ(*release.type, std::type_index(typeid(init::initiate_release)));
   EXPECT_EQ(*extend.type, std::type_index(typeid(init::initiate_extend)));
   EXPECT_EQ(*wait_lost.type, std::type_index(typeid(init::initiate_wait_lost)));
   const asio::any_io_executor system{asio::system_executor()};
-  for (const RecordedInitiation* seen : {&release, &extend, &wait_lost}) {
+  EXPECT_EQ(*touch.type,
+            std::type_index(typeid(redis_lock::detail::initiate<redis_lock::detail::TouchParams>)));
+  for (const RecordedInitiation* seen : {&release, &extend, &wait_lost, &touch}) {
     ASSERT_TRUE(seen->executor);
     EXPECT_TRUE(*seen->executor);
     EXPECT_TRUE(*seen->executor == system);
