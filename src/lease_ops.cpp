@@ -88,9 +88,10 @@ void CompareOp::finish(error_code ec, Reply reply, std::string_view detail) {
         break;
       case replies::Compare::done:
         done = true;
-        if (!lease || lease->released.load() || command == LeaseCommand::touch) break;
-        // An auto-renewed lease whose validity passed before this reply is lost (lost() may
-        // have said so): not extended, from the guard's point of view.
+        // Only an extension moves the lease's validity. An auto-renewed lease whose validity
+        // passed before this reply is lost (lost() may have said so): not extended, from the
+        // guard's point of view.
+        if (!lease || lease->released.load() || command != LeaseCommand::extend) break;
         done = service->watchdog().confirm_or_lose(lease, sent, new_ttl);
         break;
       case replies::Compare::not_ours:
@@ -208,6 +209,20 @@ void give_back_on(Engine& service, std::size_t node, std::string_view resource,
                give_back_backoff);
 }
 
+namespace {
+
+/// A caller's extension or touch, from the initiating call: its cancellation installed there
+/// (as for acquire), then sent on the strand.
+void send_from_caller(Engine& engine, std::shared_ptr<CompareOp> op) {
+  install_cancellation(op->handler, op);
+  engine.on_strand([op = std::move(op)]() mutable {
+    auto& service = *op->service;
+    service.send(std::move(op));
+  });
+}
+
+}  // namespace
+
 void start_op(Engine& engine, ExtendParams params, BoolHandler handler) {
   const auto& resource = params.resource;
   auto& token = params.token;
@@ -226,11 +241,7 @@ void start_op(Engine& engine, ExtendParams params, BoolHandler handler) {
   // min_replicas: on the connection whose WAIT counts it (the acquire's).
   op->durable = op->lease && op->lease->min_replicas > 0;
   if (engine.observer()) op->resource = resource;
-  install_cancellation(op->handler, op);  // in the initiating call, as for acquire
-  engine.on_strand([op = std::move(op)]() mutable {
-    auto& service = *op->service;
-    service.send(std::move(op));
-  });
+  send_from_caller(engine, std::move(op));
 }
 
 void start_op(Engine& engine, WaitLostParams params, ErrorHandler handler) {
@@ -277,11 +288,7 @@ void start_op(Engine& engine, TouchParams params, BoolHandler handler) {
   op->lease = std::move(params.lease);
   op->command = LeaseCommand::touch;
   if (engine.observer()) op->resource = std::move(params.resource);
-  install_cancellation(op->handler, op);  // in the initiating call, as for acquire
-  engine.on_strand([op = std::move(op)]() mutable {
-    auto& service = *op->service;
-    service.send(std::move(op));
-  });
+  send_from_caller(engine, std::move(op));
 }
 
 }  // namespace redis_lock::detail

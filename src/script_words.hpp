@@ -114,6 +114,7 @@ std::size_t encode(const Call& call, std::span<std::string_view> out) noexcept {
     ++key_count;
   }
   out[count_at] = count_word(key_count);
+  assert(key_count >= required_in(Call::layout.keys));  // only an optional key is left out
   assert(
       std::none_of(keys.begin() + key_count, keys.end(), [](const Word& w) { return w.present; }));
   [[maybe_unused]] const std::size_t args_at = n;
@@ -123,6 +124,7 @@ std::size_t encode(const Call& call, std::span<std::string_view> out) noexcept {
   }
   assert(std::none_of(args.begin() + (n - args_at), args.end(),
                       [](const Word& w) { return w.present; }));
+  assert(n - args_at >= required_in(Call::layout.args));  // only an optional one left out
   return n;
 }
 
