@@ -15,6 +15,7 @@
 
 #include <array>
 #include <functional>
+#include <future>
 #include <map>
 #include <memory>
 #include <thread>
@@ -400,6 +401,15 @@ TEST(Connection, AReleaseThatCannotConnectIsSentAgainWhileTheLeaseMayBeValid) {
   auto held = locks.async_acquire(resource, {.ttl = 10s}, asio::use_future).get();
   ASSERT_TRUE(held);
   server.kill(SIGKILL);
+  // The manager must have seen its link close before the release is sent: one written to
+  // the dead socket before the close is read is "connection lost", which a caller who waits
+  // is rightly told (it may have run). An inspect completes only once the loss is seen.
+  auto looked = std::make_shared<std::promise<error_code>>();
+  auto seen = looked->get_future();
+  locks.async_inspect(unique_resource(),
+                      [looked](error_code ec, LockInfo) { looked->set_value(ec); });
+  ASSERT_EQ(seen.wait_for(10s), std::future_status::ready) << "the inspect never completed";
+  ASSERT_TRUE(seen.get()) << "an inspect answered by a killed server";
   auto released = held.async_release(asio::use_future);
   std::this_thread::sleep_for(300ms);  // the down time the release must ride out
   EXPECT_NE(released.wait_for(0s), std::future_status::ready) << "it gave up at once";
