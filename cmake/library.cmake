@@ -22,6 +22,8 @@ file(READ "${_rl_idem}" _rl_idem_body)
 # Every script of src/scripts/ but the shared parts; its entry in src/script_table.hpp says how
 # it is called (script_table_test.cpp holds the two together).
 file(GLOB _rl_lua CONFIGURE_DEPENDS "${PROJECT_SOURCE_DIR}/src/scripts/*.lua")
+# One file per deployment shape (src/topology.hpp): a new shape is a new file.
+file(GLOB _rl_shapes CONFIGURE_DEPENDS "${PROJECT_SOURCE_DIR}/src/topology_*.cpp")
 list(SORT _rl_lua)
 foreach(_file ${_rl_lua})
   get_filename_component(name "${_file}" NAME_WE)
@@ -149,6 +151,8 @@ add_library(redis_lock_internal OBJECT
   src/shutdown_watch.cpp
   src/tls.cpp
   src/token.cpp
+  src/topology.cpp
+  ${_rl_shapes}
   src/validate.cpp
   src/waiters.cpp)
 target_compile_features(redis_lock_internal PUBLIC cxx_std_20)

@@ -81,7 +81,7 @@ void start_op(Engine& engine, AcquireAllParams params, AcquireAllHandler handler
   auto broken = engine.config_violation();
   if (!broken) broken = check_all(resources);
   for (std::size_t i = 0; !broken && i < resources.size(); ++i) {
-    broken = check(resources[i], options, engine.topology());
+    broken = check(resources[i], options, engine.shape());
   }
   if (broken) {
     engine.report_refusal(resources.empty() ? std::string() : resources.front(), broken.error,
@@ -130,8 +130,9 @@ void AcquireAllOp::step() {
     ++end;
   }
   // The group script: several resources of one slot, tried once; min_replicas confirms
-  // each lease on its own acquire's connection, and Redlock has no single script.
-  if (end - next >= 2 && group_tried <= next && options.min_replicas == 0 && !service->redlock()) {
+  // each lease on its own acquire's connection, and a shape may not offer it (Redlock).
+  if (end - next >= 2 && group_tried <= next && options.min_replicas == 0 &&
+      service->shape().groups()) {
     group_tried = end;
     return take_group(end);
   }

@@ -7,6 +7,7 @@
 // The table of events and actions is in docs/architecture.md ("The life of an acquire").
 #pragma once
 
+#include "attempt.hpp"
 #include "backoff.hpp"
 
 #include <boost/system/error_code.hpp>
@@ -14,19 +15,6 @@
 #include <chrono>
 
 namespace redis_lock::detail {
-
-/// What one attempt is, as the manager's topology makes it: the machine knows no topology,
-/// only this.
-enum class Attempt : unsigned char {
-  /// One command on the server that serves the lease: a timed-out attempt's reply may come
-  /// late on its link (awaited), one whose link failed after the write may have run (given
-  /// back here), an outage is waited out within the wait.
-  one_server,
-  /// A vote of several masters (Redlock's fan-out): it settles its own late replies, gives
-  /// back what it took and counts an outage as a vote lost; each attempt after the first
-  /// takes a fresh token, and no hand-off message ever grants.
-  vote,
-};
 
 /// What an acquire asked for, fixed when it starts.
 struct AcquirePlan {

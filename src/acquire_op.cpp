@@ -31,13 +31,12 @@ void start(Engine& engine, std::shared_ptr<AcquireOp> op) {
   if (is_lease_set(op->kind)) op->mutex_queue = engine.keys_of(op->resource).queue();
   op->slot = engine.slot_of(op->keys.lease());
   op->durable = options.min_replicas > 0;
-  op->queues = options.wait.count() > 0 && !engine.redlock();
+  op->queues = options.wait.count() > 0 && engine.shape().queues();
   op->ttl_ms = to_decimal(options.ttl.count());
   op->deadline = wait_deadline(Clock::now(), options.wait);
   // The state machine exists before anything can reach the op (a cancellation included).
   op->fsm = AcquireFsm(AcquirePlan{options.ttl, options.wait, op->deadline, op->queues,
-                                   engine.redlock() ? Attempt::vote : Attempt::one_server,
-                                   options.min_replicas});
+                                   engine.shape().attempt(), options.min_replicas});
   try {
     op->token = random_token();
   } catch (const std::exception&) {
@@ -64,8 +63,8 @@ void start_op(Engine& engine, AcquireParams params, AcquireHandler handler) {
   const auto kind = params.kind;
   if (!engine.alive()) return;  // the context is gone: drop the handler, as Asio does
   auto broken = engine.config_violation();
-  if (!broken) broken = check(resource, options, engine.topology());
-  if (!broken) broken = check(kind, engine.topology());
+  if (!broken) broken = check(resource, options, engine.shape());
+  if (!broken) broken = check(kind, engine.shape());
   if (broken) {
     return engine.refuse(std::move(resource), broken.error, broken.rule, std::move(handler),
                          kind.type);
@@ -86,8 +85,8 @@ void start_op(Engine& engine, CampaignParams params, AcquireHandler handler) {
   if (!engine.alive()) return;  // the context is gone: drop the handler, as Asio does
   options.auto_renew = true;    // the leadership lasts while the guard is held
   auto broken = engine.config_violation();
-  if (!broken) broken = check(resource, options, engine.topology());
-  if (!broken) broken = check_admin(resource, engine.topology());
+  if (!broken) broken = check(resource, options, engine.shape());
+  if (!broken) broken = check_admin(resource, engine.shape());
   if (!broken) broken = check_value(value);
   if (broken) {
     return engine.refuse(std::move(resource), broken.error, broken.rule, std::move(handler),
@@ -211,10 +210,10 @@ void AcquireOp::send_attempt() {
   }
   // After a hand-off message, the lease is likely ours to claim: acquire.lua reads it first.
   using Mode = scripts::Acquire::Mode;
-  const Mode mode = service->redlock() ? Mode::redlock
-                    : !queues          ? Mode::alone
-                    : claim_expected   ? Mode::claim
-                                       : Mode::queue;
+  const Mode mode = service->shape().attempt() == Attempt::vote ? Mode::redlock
+                    : !queues                                   ? Mode::alone
+                    : claim_expected                            ? Mode::claim
+                                                                : Mode::queue;
   claim_expected = false;
   if (is_lease_set(kind)) {
     set(scripts::AcquireSet{.lease = keys.lease(),
@@ -229,21 +228,21 @@ void AcquireOp::send_attempt() {
                             .member_suffix = member_suffix,
                             .marker = marker});
   } else {
-    set(scripts::Acquire{
-        .lease = keys.lease(),
-        .fence = keys.fence(),
-        .queue = keys.queue(),
-        .queue_expiry = keys.queue_expiry(),
-        // No info on Redlock: each master's fencing token is its own (the quorum's is their
-        // maximum).
-        .info = service->redlock() ? scripts::Optional() : scripts::Optional(keys.info()),
-        .token = token,
-        .ttl_ms = ttl_ms,
-        .mode = mode,
-        .place_ms = waiter_ttl_ms,
-        .member_suffix = member_suffix,
-        .announce =
-            kind == AcquireKind::election ? scripts::Optional(announce) : scripts::Optional()});
+    set(scripts::Acquire{.lease = keys.lease(),
+                         .fence = keys.fence(),
+                         .queue = keys.queue(),
+                         .queue_expiry = keys.queue_expiry(),
+                         // No info without the shape's (Redlock: each master's fencing token is its
+                         // own, the quorum's is their maximum).
+                         .info = service->shape().keeps_info() ? scripts::Optional(keys.info())
+                                                               : scripts::Optional(),
+                         .token = token,
+                         .ttl_ms = ttl_ms,
+                         .mode = mode,
+                         .place_ms = waiter_ttl_ms,
+                         .member_suffix = member_suffix,
+                         .announce = kind == AcquireKind::election ? scripts::Optional(announce)
+                                                                   : scripts::Optional()});
   }
   service->send(std::static_pointer_cast<ScriptOp>(shared_from_this()));
 }
@@ -281,7 +280,7 @@ void AcquireOp::handed(const HandOff& hand_off) {
     claim_expected = true;  // if it is only a nudge after all
     return run(fsm.handed(Clock::now(), static_cast<long long>(hand_off.fence), hand_off.place));
   }
-  claim_expected = !is_lease_set(kind) && !service->redlock();
+  claim_expected = !is_lease_set(kind) && service->shape().queues();
   nudge();
 }
 

@@ -5,7 +5,6 @@
 #include "completion.hpp"
 #include "decimal.hpp"
 #include "lease_ops.hpp"
-#include "quorum_call.hpp"
 #include "redis_lock_scripts.hpp"
 #include "replies.hpp"
 #include "script_table.hpp"
@@ -42,20 +41,26 @@ Violation prepare(const ConnectionConfig& config, const ManagerOptions& options,
 }  // namespace
 
 Engine::Engine(asio::any_io_executor ex, ConnectionConfig config, ManagerOptions options)
-    : executor_(std::move(ex)), options_(std::move(options)), config_(config) {
+    : executor_(std::move(ex)),
+      options_(std::move(options)),
+      config_(config),
+      shape_(find_shape(config.topology)) {
+  if (!shape_) shape_ = &standalone_shape();  // with the config's error: nothing is sent
   const auto broken = prepare(config_, options_, tls_);
   config_error_ = broken.error;
   config_rule_ = broken.rule;
   strand_.emplace(asio::make_strand(executor_));
-  router_ = std::make_shared<Router>(*strand_, std::move(config), options_.client_name, tls_);
-  waiters_ = std::make_shared<Waiters>(router_, options_.key_prefix, random_token().substr(0, 16),
-                                       cluster(), options_.keep_subscriber_connection);
+  router_ = std::make_shared<Router>(*strand_, std::move(config), shape_->routing(),
+                                     options_.client_name, tls_);
+  waiters_ =
+      std::make_shared<Waiters>(router_, options_.key_prefix, random_token().substr(0, 16),
+                                shape_->routing().slot_map, options_.keep_subscriber_connection);
   // Every command connection has our scripts before its first command: a NOSCRIPT resend
   // would run after commands sent later (a Redlock give-back after the next attempt's grant).
   // The scripts its locks use on every acquire and release (script_table.hpp says which).
   std::vector<std::string_view> scripts;
   for (const auto& e : scripts::table()) {
-    if (scripts::preloaded(e.layout.preload, redlock())) scripts.push_back(e.script.body);
+    if (shape_->preloads(e.layout.preload)) scripts.push_back(e.script.body);
   }
   router_->set_preload(std::move(scripts));
   if (options_.use_functions) router_->set_functions(function_library, function_probe);
@@ -121,7 +126,7 @@ void Engine::cancel_all() {
 bool Engine::give_back_now(std::size_t node, std::optional<Router::Pool> behind,
                            std::string_view resource, std::string_view token, AcquireKind kind,
                            std::string_view member_suffix) noexcept {
-  if (!router_ || redlock()) return false;
+  if (!router_ || shape_->gives_back_per_node()) return false;
   try {
     CompareOp op{BoolHandler{}};
     prepare_release(*this, op, resource, std::string(token), kind, member_suffix);
@@ -152,19 +157,16 @@ std::string Engine::announce_of(std::string_view resource) const {
 }
 
 std::string Engine::notify_of(std::uint16_t slot) const {
-  return std::string(cluster() ? "S" : "P").append(waiters_->channel_prefix(slot));
+  return std::string(shape_->routing().slot_map ? "S" : "P").append(waiters_->channel_prefix(slot));
 }
 
 std::uint16_t Engine::slot_of(std::string_view lease_key) const noexcept {
-  return cluster() ? key_slot(lease_key) : 0;
+  return shape_->slot_of(lease_key);
 }
 
 void Engine::send(std::shared_ptr<ScriptOp> op) {
   if (!router_) return;  // the context shut down: drop, as Asio drops pending handlers
-  if (!redlock()) return router_->send(std::move(op));
-  auto acquire = op->quorum_acquire();
-  fan_out(router_, *strand_, config_.nodes.size(), config_.command_timeout, std::move(op),
-          std::move(acquire));
+  shape_->send(router_, config_, std::move(op));
 }
 
 void Engine::confirm_replicas(std::size_t node, int replicas, milliseconds timeout,
@@ -212,7 +214,7 @@ void Engine::stop_renewing(LeaseState& lease) {
 
 void Engine::add_waiter(const std::string& token, std::weak_ptr<Waiter> waiter,
                         std::uint16_t slot) {
-  if (!router_ || redlock()) return;  // Redlock waiters back off; no release is published
+  if (!router_ || !shape_->queues()) return;  // they back off; no release is published
   waiters_->add(token, std::move(waiter), slot);
 }
 
@@ -249,7 +251,7 @@ void Engine::refuse(std::string resource, error_code ec, std::string_view why,
 
 Violation Engine::check_admin_call(std::string_view resource) const {
   if (config_error_) return {config_error_, config_rule_};
-  return check_admin(resource, config_.topology);
+  return check_admin(resource, *shape_);
 }
 
 void Engine::release(ReleaseRequest request, BoolHandler handler) {
@@ -313,7 +315,7 @@ void Engine::give_back(std::string resource, std::string token, AcquireKind kind
                        Clock::time_point until, std::string_view member_suffix) noexcept {
   if (!alive_.load()) return;
   try {
-    if (redlock()) {
+    if (shape_->gives_back_per_node()) {
       on_strand([self = shared_from_this(), resource = std::move(resource),
                  token = std::move(token), until] {
         for (std::size_t i = 0; i < self->config_.nodes.size(); ++i) {

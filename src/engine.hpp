@@ -60,7 +60,8 @@ class Engine : public std::enable_shared_from_this<Engine> {
   bool alive() const noexcept { return alive_.load(); }
   /// The configuration's fault, if it cannot work: every acquire fails with it.
   Violation config_violation() const noexcept { return {config_error_, config_rule_}; }
-  Topology topology() const noexcept { return config_.topology; }
+  /// The deployment's shape (topology.hpp): every question that differs between topologies.
+  const Shape& shape() const noexcept { return *shape_; }
   std::size_t node_count() const noexcept { return config_.nodes.size(); }
 
   // Callable from any thread.
@@ -117,7 +118,8 @@ class Engine : public std::enable_shared_from_this<Engine> {
   void cancel_all();
 
   // For the ops, on the strand.
-  /// Sends `op` to the node serving its slot, or (Redlock) to every master.
+  /// Sends `op` as the shape sends a script call (to the node serving its slot, or to every
+  /// master for a vote).
   void send(std::shared_ptr<ScriptOp> op);
   /// Whether `replicas` replicas have what was written so far on the connection of `node`
   /// that the durable commands use (WAIT, answered within `timeout`). The one policy of
@@ -159,8 +161,6 @@ class Engine : public std::enable_shared_from_this<Engine> {
   const std::string& holder_label() const noexcept { return options_.holder_label; }
   /// The slot that routes the commands on `lease_key` (0 unless on a Cluster).
   std::uint16_t slot_of(std::string_view lease_key) const noexcept;
-  bool redlock() const noexcept { return config_.topology == Topology::redlock; }
-  bool cluster() const noexcept { return config_.topology == Topology::cluster; }
   Router& router() const noexcept { return *router_; }
   Waiters& waiters() const noexcept { return *waiters_; }
   Watchdog& watchdog() noexcept { return watchdog_; }
@@ -171,7 +171,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
   /// Runs `fn` on the strand: at once when called there, else posted.
   template <class Fn>
   void on_strand(Fn&& fn);
-  /// An admin op's refusal (config, resource, Redlock), or none.
+  /// An admin op's refusal (config, resource, shape), or none.
   Violation check_admin_call(std::string_view resource) const;
   /// Reports a refused acquire (of `kind`) to the observer and completes it (nothing was
   /// sent).
@@ -193,6 +193,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
   boost::asio::any_io_executor executor_;
   ManagerOptions options_;
   ConnectionConfig config_;
+  const Shape* shape_;  // never null (standalone's when the config names no known topology)
   std::shared_ptr<boost::asio::ssl::context> tls_;  // rediss://, shared by our connections
   boost::system::error_code config_error_;          // config_ unusable: every acquire fails with it
   std::string_view config_rule_;                    // ... and the rule it broke

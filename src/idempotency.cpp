@@ -123,7 +123,8 @@ IdempotentRequests::IdempotentRequests(LockManager& locks, LockManager& store,
   s.store = store.service_;
   s.resolve = std::move(resolve);
   s.options = std::move(options);
-  s.options_ok = valid_options(s.options) && s.locks && s.store && !s.store->redlock();
+  s.options_ok = valid_options(s.options) && s.locks && s.store &&
+                 s.store->shape().refuses(detail::Feature::idempotency).empty();
   if (s.store) {
     s.calls.emplace(s.store, s.options.shards,
                     detail::idempotency::Replicas{s.options.store_replicas,

@@ -131,18 +131,19 @@ void prepare_release(Engine& service, CompareOp& op, std::string_view resource, 
                                       .notify = op.notify});
   }
   if (kind == AcquireKind::election) op.announce = service.announce_of(resource);
-  op.set(scripts::Release{
-      .lease = op.keys.lease(),
-      .queue = op.keys.queue(),
-      .queue_expiry = op.keys.queue_expiry(),
-      .fence = op.keys.fence(),
-      // No info on Redlock (prepare_acquire): its bare lease takes release.lua's common path.
-      .info = service.redlock() ? scripts::Optional() : scripts::Optional(op.keys.info()),
-      .token = op.token,
-      .member_suffix = suffix,
-      .notify = op.notify,
-      .announce =
-          kind == AcquireKind::election ? scripts::Optional(op.announce) : scripts::Optional()});
+  op.set(scripts::Release{.lease = op.keys.lease(),
+                          .queue = op.keys.queue(),
+                          .queue_expiry = op.keys.queue_expiry(),
+                          .fence = op.keys.fence(),
+                          // No info without the shape's (prepare_acquire): a bare lease takes
+                          // release.lua's common path.
+                          .info = service.shape().keeps_info() ? scripts::Optional(op.keys.info())
+                                                               : scripts::Optional(),
+                          .token = op.token,
+                          .member_suffix = suffix,
+                          .notify = op.notify,
+                          .announce = kind == AcquireKind::election ? scripts::Optional(op.announce)
+                                                                    : scripts::Optional()});
 }
 
 void prepare_extend(Engine& service, LeaseCallOp& op, const std::string& resource,
@@ -272,9 +273,7 @@ void start_op(Engine& engine, TouchParams params, BoolHandler handler) {
   if (!broken && is_lease_set(kind)) {
     broken = {error::invalid_argument, "a semaphore's or read-write lock's hold records no label"};
   }
-  if (!broken && engine.redlock()) {
-    broken = {error::invalid_argument, "holder labels are not recorded on Redlock"};
-  }
+  if (!broken) broken = check(Feature::labels, engine.shape());
   if (broken)
     return deliver(engine.executor(), Defer::yes, std::move(handler), broken.error, false);
   auto op = std::make_shared<CompareOp>(std::move(handler));

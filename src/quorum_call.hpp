@@ -15,16 +15,6 @@
 
 namespace redis_lock::detail {
 
-/// What the fan-out of an acquire needs beyond its command.
-struct QuorumAcquire {
-  std::string lease_token;  ///< the token of the attempt this call carries
-  std::string fence_key;    ///< raised on masters behind the minted token
-  std::chrono::milliseconds ttl{};
-  std::chrono::steady_clock::time_point attempt_started{};
-  /// Gives back on master `node` what this attempt may hold there.
-  std::function<void(std::size_t node)> give_back;
-};
-
 /// Sends `op` (an EVALSHA) to every master of `router` and completes `op->on_reply` with the
 /// merged reply: acquire -> {1, fencing token} / {0, pttl} / error; release, extend -> 1 / 0 /
 /// error. `op->node_results` gets each master's answer. Decides as soon as the outcome is

@@ -21,10 +21,11 @@ std::string address_of(const Endpoint& e) { return e.host + ":" + std::to_string
 
 }  // namespace
 
-Router::Router(Connection::Strand strand, ConnectionConfig config, std::string client_name,
-               std::shared_ptr<asio::ssl::context> tls)
+Router::Router(Connection::Strand strand, ConnectionConfig config, Routing routing,
+               std::string client_name, std::shared_ptr<asio::ssl::context> tls)
     : strand_(std::move(strand)),
       config_(std::move(config)),
+      routing_(routing),
       client_name_(std::move(client_name)),
       tls_(std::move(tls)) {
   if (many_nodes()) {
@@ -35,7 +36,7 @@ Router::Router(Connection::Strand strand, ConnectionConfig config, std::string c
   } else {
     // One server: standalone (host:port or a Unix socket) or the master Sentinel names.
     nodes_.push_back(Node{{config_.host, config_.port}, {}, {}});
-    if (config_.topology == Topology::sentinel) {
+    if (routing_.located) {
       locator_ = std::make_shared<SentinelLocator>(strand_, config_, client_name_, tls_);
     }
   }

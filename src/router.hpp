@@ -7,6 +7,7 @@
 #include "connection.hpp"
 #include "redirect.hpp"
 #include "sentinel_locator.hpp"
+#include "topology.hpp"
 
 #include <redis_lock/observer.hpp>
 
@@ -15,6 +16,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -23,6 +25,16 @@
 namespace redis_lock::detail {
 
 inline constexpr std::size_t no_node = static_cast<std::size_t>(-1);
+
+/// What the fan-out of an acquire needs beyond its command.
+struct QuorumAcquire {
+  std::string lease_token;  ///< the token of the attempt this call carries
+  std::string fence_key;    ///< raised on masters behind the minted token
+  std::chrono::milliseconds ttl{};
+  std::chrono::steady_clock::time_point attempt_started{};
+  /// Gives back on master `node` what this attempt may hold there.
+  std::function<void(std::size_t node)> give_back;
+};
 
 /// A command the router delivers: to the node serving `slot` (or to `pinned`), following
 /// MOVED and ASK, retrying TRYAGAIN and CLUSTERDOWN while the slot moves, and sending a
@@ -34,6 +46,9 @@ struct Routed {
   virtual void on_reply(boost::system::error_code ec, Reply reply) = 0;
   /// Where a reply that comes after the command timed out goes (none by default).
   virtual std::shared_ptr<LateReplies> late_replies() { return nullptr; }
+  /// A vote's fan-out (quorum_call.hpp): what it needs to decide an acquire (nothing for
+  /// other calls).
+  virtual std::optional<QuorumAcquire> quorum_acquire() { return std::nullopt; }
 
   std::span<const std::string_view> command() const noexcept {
     return {long_argv.empty() ? argv.data() : long_argv.data(), argc};
@@ -80,8 +95,9 @@ class Router : public std::enable_shared_from_this<Router> {
   /// Prepares a new subscriber connection of node `node` (push and link-down handlers).
   using SubscriberSetup = std::function<void(Connection&, std::size_t node)>;
 
-  Router(Connection::Strand strand, ConnectionConfig config, std::string client_name,
-         std::shared_ptr<boost::asio::ssl::context> tls);
+  /// `routing`: how the servers of `config` are reached (the shape's, topology.hpp).
+  Router(Connection::Strand strand, ConnectionConfig config, Routing routing,
+         std::string client_name, std::shared_ptr<boost::asio::ssl::context> tls);
   ~Router();
   Router(const Router&) = delete;
   Router& operator=(const Router&) = delete;
@@ -108,9 +124,6 @@ class Router : public std::enable_shared_from_this<Router> {
   void accept_evicting_server(bool on) noexcept { accept_evicting_ = on; }
   /// Set once, before the first subscriber connection is made.
   void set_subscriber_setup(SubscriberSetup setup) { setup_ = std::move(setup); }
-  bool cluster() const noexcept { return config_.topology == Topology::cluster; }
-  /// Cluster and Redlock: a connection per node of `nodes`, each at its own address.
-  bool many_nodes() const noexcept { return cluster() || config_.topology == Topology::redlock; }
 
   /// The node serving `slot`. While the Cluster's map is unknown: a node that answered
   /// before (or the first seed), and a load of the map is started.
@@ -154,6 +167,8 @@ class Router : public std::enable_shared_from_this<Router> {
     std::string address;  // host:port
     std::array<std::shared_ptr<Connection>, 4> pools;
   };
+  bool cluster() const noexcept { return routing_.slot_map; }
+  bool many_nodes() const noexcept { return routing_.many_nodes; }
   std::size_t add_node(Endpoint endpoint);
   /// A redirection, a transient Cluster refusal or NOSCRIPT: resends `op` and returns true;
   /// false when the error is final (or out of redirections and time).
@@ -168,6 +183,7 @@ class Router : public std::enable_shared_from_this<Router> {
 
   Connection::Strand strand_;
   ConnectionConfig config_;
+  Routing routing_;
   std::string client_name_;
   std::shared_ptr<boost::asio::ssl::context> tls_;
   SubscriberSetup setup_;
@@ -177,7 +193,7 @@ class Router : public std::enable_shared_from_this<Router> {
   Connection::RefusalHandler on_refused_;
   Connection::NoticeHandler on_notice_;
   bool accept_evicting_ = false;
-  std::shared_ptr<SentinelLocator> locator_;  // Sentinel only
+  std::shared_ptr<SentinelLocator> locator_;  // a located master only
   bool verifying_ = false;
   std::chrono::steady_clock::time_point next_verify_{};
   std::vector<Node> nodes_;  // seeds first, then nodes learned from the map or redirections

@@ -24,8 +24,6 @@ struct ScriptOp : Routed, LateReplies, std::enable_shared_from_this<ScriptOp> {
     if (!wants_late) return nullptr;
     return std::static_pointer_cast<LateReplies>(shared_from_this());
   }
-  /// Redlock: what the fan-out needs to decide an acquire (nothing for other scripts).
-  virtual std::optional<QuorumAcquire> quorum_acquire() { return std::nullopt; }
 
   /// The call's words (script_table.hpp), which view strings the op owns.
   template <class Call>

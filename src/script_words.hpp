@@ -32,12 +32,6 @@ enum class Preload : unsigned char {
   redlock,     ///< Redlock's only (its fencing counters raised)
 };
 
-/// Whether `p` is loaded up front on a Redlock manager's connections (`redlock`) or another's.
-constexpr bool preloaded(Preload p, bool redlock) noexcept {
-  return p == Preload::everywhere || (p == Preload::one_master && !redlock) ||
-         (p == Preload::redlock && redlock);
-}
-
 /// A script's entry, as the tests read it.
 struct Layout {
   std::string_view keys;  ///< as its `-- KEYS:` line

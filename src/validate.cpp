@@ -15,36 +15,16 @@ Violation broken(std::string_view rule) noexcept {
 }
 
 Violation check_topology(const ConnectionConfig& config) {
-  const bool sentinel = config.topology == Topology::sentinel;
-  if (!sentinel && (!config.sentinel_master.empty() || !config.sentinel_username.empty() ||
-                    !config.sentinel_password.empty())) {
+  const Shape* shape = find_shape(config.topology);
+  if (!shape) return broken("unknown topology");
+  const auto routing = shape->routing();
+  if (!routing.located && (!config.sentinel_master.empty() || !config.sentinel_username.empty() ||
+                           !config.sentinel_password.empty())) {
     return broken(
         "sentinel_master, sentinel_username and sentinel_password need Topology::sentinel");
   }
-  switch (config.topology) {
-    case Topology::standalone:
-      if (!config.nodes.empty()) return broken("nodes need Topology::cluster, sentinel or redlock");
-      return {};
-    case Topology::cluster:
-      if (config.database != 0) return broken("a Cluster has database 0 only");
-      break;
-    case Topology::sentinel:
-      if (config.sentinel_master.empty() || !is_printable_word(config.sentinel_master)) {
-        return broken("Topology::sentinel needs a sentinel_master name of printable characters");
-      }
-      break;
-    case Topology::redlock:
-      if (config.nodes.size() < 3) return broken("Topology::redlock needs at least 3 nodes");
-      // The same master twice would count twice towards the majority.
-      for (std::size_t i = 0; i < config.nodes.size(); ++i) {
-        for (std::size_t j = i + 1; j < config.nodes.size(); ++j) {
-          if (config.nodes[i] == config.nodes[j]) return broken("Redlock nodes must be distinct");
-        }
-      }
-      break;
-    default:
-      return broken("unknown topology");
-  }
+  if (const auto rule = shape->check(config); !rule.empty()) return broken(rule);
+  if (!routing.many_nodes && !routing.located) return {};
   if (!config.unix_socket.empty())
     return broken("a Cluster, Sentinel or Redlock is reached over TCP, not unix_socket");
   for (const auto& node : config.nodes) {
@@ -109,15 +89,17 @@ Violation check_value(std::string_view value) {
   return {};
 }
 
-Violation check_admin(std::string_view resource, Topology topology) {
-  if (resource.empty()) return broken("the resource name must not be empty");
-  if (topology == Topology::redlock) {
-    return broken("inspection, force-release and elections are not offered on Redlock");
-  }
-  return {};
+Violation check(Feature feature, const Shape& shape) {
+  const auto rule = shape.refuses(feature);
+  return rule.empty() ? Violation{} : broken(rule);
 }
 
-Violation check(std::string_view resource, const LockOptions& options, Topology topology) {
+Violation check_admin(std::string_view resource, const Shape& shape) {
+  if (resource.empty()) return broken("the resource name must not be empty");
+  return check(Feature::admin, shape);
+}
+
+Violation check(std::string_view resource, const LockOptions& options, const Shape& shape) {
   if (resource.empty()) return broken("the resource name must not be empty");
   if (options.ttl.count() <= 0) return broken("LockOptions::ttl must be > 0");
   if (options.ttl > max_ttl) return broken("LockOptions::ttl must be at most 10 years");
@@ -125,8 +107,8 @@ Violation check(std::string_view resource, const LockOptions& options, Topology 
   if (options.renew_every.count() < 0) return broken("LockOptions::renew_every must be >= 0");
   if (options.max_hold.count() < 0) return broken("LockOptions::max_hold must be >= 0");
   if (options.min_replicas < 0) return broken("LockOptions::min_replicas must be >= 0");
-  if (options.min_replicas > 0 && topology == Topology::redlock) {
-    return broken("LockOptions::min_replicas is not offered on Redlock");
+  if (options.min_replicas > 0) {
+    if (auto refused = check(Feature::min_replicas, shape)) return refused;
   }
   if (options.replication_timeout.count() < 0) {
     return broken("LockOptions::replication_timeout must be >= 0");
@@ -138,7 +120,7 @@ Violation check(std::string_view resource, const LockOptions& options, Topology 
   return {};
 }
 
-Violation check(LockKind kind, Topology topology) {
+Violation check(LockKind kind, const Shape& shape) {
   if (kind.type == AcquireKind::mutex) return {};
   // An election's leadership is taken by Election::async_campaign alone (its value, its
   // announcements, its renewal).
@@ -146,11 +128,7 @@ Violation check(LockKind kind, Topology topology) {
   if (kind.type == AcquireKind::permit && kind.limit == 0) {
     return broken("a semaphore's limit must be > 0");
   }
-  // A lease set per master would need its own quorum rules (docs/safety.md).
-  if (topology == Topology::redlock) {
-    return broken("semaphores and read-write locks are not offered on Redlock");
-  }
-  return {};
+  return check(Feature::lease_sets, shape);
 }
 
 Violation check_all(std::span<const std::string> resources) {

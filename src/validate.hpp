@@ -4,6 +4,8 @@
 // the observer's events carry (tests/unit/validation_test.cpp, validate_test.cpp).
 #pragma once
 
+#include "topology.hpp"
+
 #include <redis_lock/config.hpp>
 #include <redis_lock/detail/lock_kind.hpp>
 
@@ -36,10 +38,12 @@ Violation check(const ConnectionConfig& config);
 /// A key prefix without braces (they would become the keys' hash tag), a printable client
 /// name.
 Violation check(const ManagerOptions& options);
-/// An acquire of `resource` with `options` on `topology`.
-Violation check(std::string_view resource, const LockOptions& options, Topology topology);
-/// The kind of lock an acquire asks for, on `topology`.
-Violation check(LockKind kind, Topology topology);
+/// An acquire of `resource` with `options` on a deployment of `shape`.
+Violation check(std::string_view resource, const LockOptions& options, const Shape& shape);
+/// The kind of lock an acquire asks for, on a deployment of `shape`.
+Violation check(LockKind kind, const Shape& shape);
+/// `feature` on a deployment of `shape`: its refusal, if it has one.
+Violation check(Feature feature, const Shape& shape);
 /// async_acquire_all's list of resources (each is checked as an acquire's, too).
 Violation check_all(std::span<const std::string> resources);
 /// An extension's new ttl.
@@ -51,7 +55,7 @@ inline constexpr std::size_t max_value_size = 1024;
 Violation check_value(std::string_view value);
 /// A holder label (ManagerOptions::holder_label, LockGuard::async_touch).
 Violation check_label(std::string_view label);
-/// async_inspect's, async_force_release's and an election's resource, on `topology`.
-Violation check_admin(std::string_view resource, Topology topology);
+/// async_inspect's, async_force_release's and an election's resource, on `shape`.
+Violation check_admin(std::string_view resource, const Shape& shape);
 
 }  // namespace redis_lock::detail

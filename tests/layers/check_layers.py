@@ -10,10 +10,10 @@ from pathlib import Path
 LAYERS = {
     1: ["resp", "backoff", "keys", "token", "error", "completion", "redis_lock_scripts", "decimal",
         "replies", "script_call", "script_table", "script_words", "validity", "info_text",
-        "idempotency_record"],
+        "idempotency_record", "attempt"],
     2: ["connection", "connection_connect", "connection_link", "connect_fsm", "library_use",
         "pipeline", "tls"],
-    3: ["router", "redirect", "sentinel_locator", "quorum", "quorum_call"],
+    3: ["router", "redirect", "sentinel_locator", "quorum", "quorum_call", "topology"],
     4: ["lock_service", "engine", "acquire_all", "acquire_fsm", "acquire_op", "observe_op", "pending",
         "lease_ops", "renewal", "waiters", "script_op", "lease", "validate", "shutdown_watch", "admin",
         "idempotency_store", "idempotency_run"],
@@ -21,6 +21,14 @@ LAYERS = {
 }
 NAMES = {1: "protocol", 2: "connection", 3: "topology", 4: "engine", 5: "public API"}
 LAYER_OF = {stem: layer for layer, stems in LAYERS.items() for stem in stems}
+# A deployment's shape is one file of the topology layer each (src/topology.hpp).
+SHAPE_PREFIX, SHAPE_LAYER = "topology_", 3
+
+
+def layer_of_stem(stem: str):
+    if stem.startswith(SHAPE_PREFIX):
+        return SHAPE_LAYER
+    return LAYER_OF.get(stem)
 # Public headers: the types every layer may use, and the API on top (the engine hands the
 # public layer Grants; only the public layer makes LockGuards of them).
 PUBLIC = {"config": 1, "error": 1, "observer": 1, "export": 1, "version": 1, "state": 1,
@@ -32,7 +40,7 @@ def layer_of_include(name: str):
         return 4  # the public headers' own plumbing, part of LockGuard/LockManager
     if name.startswith("redis_lock/"):
         return PUBLIC.get(Path(name).stem)
-    return LAYER_OF.get(Path(name).stem)
+    return layer_of_stem(Path(name).stem)
 
 
 # The facade starts ops; ops never reach back into it (they share the Engine, engine.hpp).
@@ -46,10 +54,10 @@ def main() -> int:
     files = sorted(p for p in src.iterdir() if p.suffix in (".hpp", ".cpp"))
     for path in files:
         stem = path.stem
-        if stem not in LAYER_OF:
+        if layer_of_stem(stem) is None:
             failures.append(f"{path}: not in any layer (add it to tests/layers/check_layers.py)")
             continue
-        mine = LAYER_OF[stem]
+        mine = layer_of_stem(stem)
         for number, line in enumerate(path.read_text().splitlines(), 1):
             m = re.match(r'\s*#\s*include\s+(?:"([^"]+)"|<(redis_lock/[^>]+)>)', line)
             if not m:

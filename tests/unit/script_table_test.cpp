@@ -3,6 +3,7 @@
 // keys, arguments and flags are its Lua header's, each index its code reads is declared, the
 // commands it may call are the ones its text names; and the encoder's words, per call.
 #include "script_table.hpp"
+#include "topology.hpp"
 
 #include <gtest/gtest.h>
 
@@ -209,19 +210,22 @@ TEST(ScriptTable, AGroupAcquireRepeatsEachResourcesKeys) {
   EXPECT_EQ(words.back(), "label");
 }
 
-std::set<std::string_view> preloaded_on(bool redlock) {
+std::set<std::string_view> preloaded_on(const redis_lock::detail::Shape& shape) {
   std::set<std::string_view> names;
   for (const auto& e : table()) {
-    if (preloaded(e.layout.preload, redlock)) names.insert(e.script.name);
+    if (shape.preloads(e.layout.preload)) names.insert(e.script.name);
   }
   return names;
 }
 
 TEST(ScriptTable, EachConnectionLoadsTheScriptsItsLocksUseOnEveryAcquireAndRelease) {
-  EXPECT_EQ(preloaded_on(false),
-            (std::set<std::string_view>{"acquire", "acquire_group", "acquire_set", "extend",
-                                        "extend_set", "release", "release_set"}));
-  EXPECT_EQ(preloaded_on(true),
+  using namespace redis_lock::detail;
+  const std::set<std::string_view> one_master{
+      "acquire", "acquire_group", "acquire_set", "extend", "extend_set", "release", "release_set"};
+  EXPECT_EQ(preloaded_on(standalone_shape()), one_master);
+  EXPECT_EQ(preloaded_on(cluster_shape()), one_master);
+  EXPECT_EQ(preloaded_on(sentinel_shape()), one_master);
+  EXPECT_EQ(preloaded_on(redlock_shape()),
             (std::set<std::string_view>{"acquire", "extend", "raise_fence", "release"}));
 }
 

@@ -14,6 +14,8 @@ using namespace std::chrono_literals;
 
 namespace {
 
+const Shape& shape(Topology topology) { return *find_shape(topology); }
+
 ConnectionConfig with(std::function<void(ConnectionConfig&)> change) {
   ConnectionConfig c;
   change(c);
@@ -121,14 +123,14 @@ TEST(Validate, EachBrokenOptionRuleIsNamed) {
   };
   // clang-format on
   for (const auto& c : cases) {
-    const auto broken = check("r", c.options, c.topology);
+    const auto broken = check("r", c.options, shape(c.topology));
     EXPECT_EQ(broken.error, error::invalid_argument) << c.rule;
     EXPECT_EQ(broken.rule, c.rule);
   }
-  EXPECT_FALSE(check("r", LockOptions{}, Topology::standalone));
-  EXPECT_EQ(check("", LockOptions{}, Topology::standalone).rule,
+  EXPECT_FALSE(check("r", LockOptions{}, shape(Topology::standalone)));
+  EXPECT_EQ(check("", LockOptions{}, shape(Topology::standalone)).rule,
             "the resource name must not be empty");
-  EXPECT_FALSE(check("r", LockOptions{.ttl = max_ttl}, Topology::redlock));
+  EXPECT_FALSE(check("r", LockOptions{.ttl = max_ttl}, shape(Topology::redlock)));
   EXPECT_EQ(check(ManagerOptions{.key_prefix = "a{b}:"}).rule,
             "key_prefix must not contain braces");
   EXPECT_EQ(check(ManagerOptions{.client_name = "a b"}).rule,
@@ -140,9 +142,11 @@ TEST(Validate, EachBrokenOptionRuleIsNamed) {
 }
 
 TEST(Validate, EachLockKindRuleIsNamed) {
-  EXPECT_FALSE(static_cast<bool>(check(LockKind{}, Topology::standalone)));
-  EXPECT_FALSE(static_cast<bool>(check(LockKind{AcquireKind::permit, 3}, Topology::cluster)));
-  EXPECT_FALSE(static_cast<bool>(check(LockKind{AcquireKind::exclusive, 0}, Topology::sentinel)));
+  EXPECT_FALSE(static_cast<bool>(check(LockKind{}, shape(Topology::standalone))));
+  EXPECT_FALSE(
+      static_cast<bool>(check(LockKind{AcquireKind::permit, 3}, shape(Topology::cluster))));
+  EXPECT_FALSE(
+      static_cast<bool>(check(LockKind{AcquireKind::exclusive, 0}, shape(Topology::sentinel))));
   const std::pair<LockKind, std::string_view> refused[] = {
       {{AcquireKind::permit, 0}, "a semaphore's limit must be > 0"},
       {{AcquireKind::shared, 0}, "semaphores and read-write locks are not offered on Redlock"},
@@ -151,7 +155,7 @@ TEST(Validate, EachLockKindRuleIsNamed) {
   for (const auto& [kind, rule] : refused) {
     const auto topology =
         kind.type == AcquireKind::shared ? Topology::redlock : Topology::standalone;
-    const auto broken = check(kind, topology);
+    const auto broken = check(kind, shape(topology));
     EXPECT_TRUE(static_cast<bool>(broken));
     EXPECT_EQ(broken.rule, rule);
     EXPECT_EQ(broken.error, error::invalid_argument);
