@@ -84,6 +84,7 @@ void start_op(Engine& engine, AcquireAllParams params, AcquireAllHandler handler
     broken = check(resources[i], options, engine.shape());
   }
   if (broken) {
+    tell(params.diagnostics, broken.error, broken.rule);
     engine.report_refusal(resources.empty() ? std::string() : resources.front(), broken.error,
                           broken.rule);
     return deliver(engine.executor(), Defer::yes, std::move(handler), broken.error,

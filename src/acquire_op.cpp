@@ -66,11 +66,13 @@ void start_op(Engine& engine, AcquireParams params, AcquireHandler handler) {
   if (!broken) broken = check(resource, options, engine.shape());
   if (!broken) broken = check(kind, engine.shape());
   if (broken) {
+    tell(params.diagnostics, broken.error, broken.rule);
     return engine.refuse(std::move(resource), broken.error, broken.rule, std::move(handler),
                          kind.type);
   }
   auto op = std::make_shared<AcquireOp>(std::move(handler), std::move(resource), options);
   op->kind = kind.type;
+  op->diagnostics = params.diagnostics;
   // A lease set's marker: its kind and limit (acquire_set.lua).
   if (kind.type == AcquireKind::permit) op->marker = "#S" + to_decimal(kind.limit);
   if (kind.type == AcquireKind::shared || kind.type == AcquireKind::exclusive) op->marker = "#RW";
@@ -89,11 +91,13 @@ void start_op(Engine& engine, CampaignParams params, AcquireHandler handler) {
   if (!broken) broken = check_admin(resource, engine.shape());
   if (!broken) broken = check_value(value);
   if (broken) {
+    tell(params.diagnostics, broken.error, broken.rule);
     return engine.refuse(std::move(resource), broken.error, broken.rule, std::move(handler),
                          AcquireKind::election);
   }
   auto op = std::make_shared<AcquireOp>(std::move(handler), std::move(resource), options);
   op->kind = AcquireKind::election;
+  op->diagnostics = params.diagnostics;
   const auto& label = engine.holder_label();
   op->data.reserve(label.size() + 1 + value.size());
   op->data.append(label).append("\n").append(value);
@@ -372,6 +376,7 @@ void AcquireOp::finish(error_code ec, Grant grant) {
   if (timer) timer->cancel();
   if (auto* observer = service->observer()) report(*observer, ec, grant);
   service->remove_waiter(token);
+  tell(diagnostics, ec, error_detail);
   deliver(service->executor(), Defer::no, std::move(handler), ec, std::move(grant));
 }
 

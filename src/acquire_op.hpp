@@ -80,7 +80,8 @@ struct AcquireOp final : ScriptOp, Waiter, PendingOp {
   std::string marker;                     // a lease set's kind and limit ('#S<limit>' or '#RW')
   std::string mutex_queue;                // a lease set's: the same resource's mutex queue key
   std::string data;  // a mutex's: recorded with the lease (label, and a leader's value)
-  AcquireFsm fsm{AcquirePlan{}};  // set by start_op, before the op can be reached
+  AcquireFsm fsm{AcquirePlan{}};       // set by start_op, before the op can be reached
+  Diagnostics* diagnostics = nullptr;  // bound to the handler: told a failure's detail
 
  private:
   /// Performs what the state machine decided.

@@ -109,6 +109,7 @@ void read_state(Engine& engine, const std::string& resource,
 template <class Handler, class Value>
 void CancellableCall<Handler, Value>::complete(error_code ec, Value value, std::string detail) {
   if (!handler) return;  // cancelled, or completed already
+  tell(diagnostics, ec, detail);
   service->report_admin(command, std::move(resource), ec, started, std::move(detail));
   deliver(service->executor(), Defer::no, std::move(handler), ec, std::move(value));
 }
@@ -127,11 +128,13 @@ void start_op(Engine& engine, InspectParams params, InspectHandler handler) {
   auto& resource = params.resource;
   if (!engine.alive()) return;
   if (auto broken = engine.check_admin_call(resource)) {
+    tell(params.diagnostics, broken.error, broken.rule);
     report_admin_refusal(engine, AdminCommand::inspect, std::move(resource), broken);
     return deliver(engine.executor(), Defer::yes, std::move(handler), broken.error, LockInfo{});
   }
   auto call = std::make_shared<CancellableCall<InspectHandler, LockInfo>>(
       engine.shared_from_this(), std::move(handler), AdminCommand::inspect, resource);
+  call->diagnostics = params.diagnostics;
   install_cancellation(call->handler, call);  // in the initiating call, as for acquire
   read_state(engine, resource, [call](error_code ec, Inspection state) {
     call->complete(ec, std::move(state.info), std::move(state.detail));
@@ -142,6 +145,7 @@ void start_op(Engine& engine, ForceReleaseParams params, BoolHandler handler) {
   auto& resource = params.resource;
   if (!engine.alive()) return;
   if (auto broken = engine.check_admin_call(resource)) {
+    tell(params.diagnostics, broken.error, broken.rule);
     report_admin_refusal(engine, AdminCommand::force_release, std::move(resource), broken);
     return deliver(engine.executor(), Defer::yes, std::move(handler), broken.error, false);
   }
@@ -163,6 +167,7 @@ void start_op(Engine& engine, ForceReleaseParams params, BoolHandler handler) {
                                 .announce = op->announce});
   auto call = std::make_shared<CancellableCall<BoolHandler, bool>>(
       engine.shared_from_this(), std::move(handler), AdminCommand::force_release, resource);
+  call->diagnostics = params.diagnostics;
   install_cancellation(call->handler, call);  // in the initiating call, as for acquire
   op->done = [self = op->service, call](error_code ec, Reply reply) {
     bool released = false;

@@ -66,6 +66,7 @@ struct CancellableCall : std::enable_shared_from_this<CancellableCall<Handler, V
   AdminCommand command;
   std::string resource;
   std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
+  Diagnostics* diagnostics = nullptr;  // bound to the handler: told a failure's detail
 };
 
 /// inspect.lua on `resource`; `done` on the strand (malformed: error::unexpected_reply).

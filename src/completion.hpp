@@ -2,6 +2,8 @@
 // Delivering a result to a user's completion handler on the handler's associated executor.
 #pragma once
 
+#include <redis_lock/diagnostics.hpp>
+
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/associated_cancellation_slot.hpp>
 #include <boost/asio/associated_executor.hpp>
@@ -10,6 +12,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 
+#include <string_view>
 #include <utility>
 
 namespace redis_lock::detail {
@@ -31,6 +34,12 @@ void complete(Handler& handler, Args&&... args) {
     slot.clear();
   }
   std::move(handler)(std::forward<Args>(args)...);
+}
+
+/// Tells an operation's Diagnostics (if one is bound to its handler) what its error `ec`
+/// does not say: the rule broken, the server's text. Before the handler is delivered.
+inline void tell(Diagnostics* diagnostics, boost::system::error_code ec, std::string_view text) {
+  if (diagnostics != nullptr && ec && !text.empty()) diagnostics->assign(text);
 }
 
 template <class Handler, class... Args>

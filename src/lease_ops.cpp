@@ -103,6 +103,7 @@ void CompareOp::finish(error_code ec, Reply reply, std::string_view detail) {
     observer->on_lease({resource, command, done, ec, Clock::now() - sent, node_results, detail});
   }
   if (!handler) return;  // a detached release: the ttl covers any failure
+  tell(diagnostics, ec, detail);
   deliver(service->executor(), Defer::no, std::move(handler), ec, done);
 }
 
@@ -231,9 +232,11 @@ void start_op(Engine& engine, ExtendParams params, BoolHandler handler) {
   const auto ttl = params.ttl;
   if (!engine.alive()) return;
   if (auto broken = check_extension(ttl)) {
+    tell(params.diagnostics, broken.error, broken.rule);
     return deliver(engine.executor(), Defer::yes, std::move(handler), broken.error, false);
   }
   auto op = std::make_shared<CompareOp>(std::move(handler));
+  op->diagnostics = params.diagnostics;
   const auto kind = lease ? lease->kind : AcquireKind::mutex;
   prepare_extend(engine, *op, resource, std::move(token), kind, to_decimal(ttl.count()));
   op->lease = std::move(lease);
@@ -274,9 +277,12 @@ void start_op(Engine& engine, TouchParams params, BoolHandler handler) {
     broken = {error::invalid_argument, "a semaphore's or read-write lock's hold records no label"};
   }
   if (!broken) broken = check(Feature::labels, engine.shape());
-  if (broken)
+  if (broken) {
+    tell(params.diagnostics, broken.error, broken.rule);
     return deliver(engine.executor(), Defer::yes, std::move(handler), broken.error, false);
+  }
   auto op = std::make_shared<CompareOp>(std::move(handler));
+  op->diagnostics = params.diagnostics;
   op->service = engine.shared_from_this();
   op->keys = engine.keys_of(params.resource, kind);
   op->slot = engine.slot_of(op->keys.lease());

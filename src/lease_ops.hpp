@@ -58,6 +58,7 @@ struct CompareOp final : LeaseCallOp {
   std::chrono::steady_clock::time_point give_back_until{};
   Backoff backoff = give_back_backoff;
   BoolHandler handler;
+  Diagnostics* diagnostics = nullptr;  // bound to the handler: told a failure's detail
   bool overdue = false;  // timed out; the late reply (or `patience`) answers the caller
   std::unique_ptr<boost::asio::steady_timer> overdue_timer;
 

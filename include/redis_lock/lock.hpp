@@ -6,6 +6,7 @@
 
 #include <redis_lock/config.hpp>
 #include <redis_lock/detail/initiations.hpp>
+#include <redis_lock/diagnostics.hpp>
 #include <redis_lock/error.hpp>
 #include <redis_lock/export.hpp>
 #include <redis_lock/state.hpp>

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <redis_lock/config.hpp>
+#include <redis_lock/diagnostics.hpp>
 #include <redis_lock/election.hpp>
 #include <redis_lock/error.hpp>
 #include <redis_lock/lock.hpp>

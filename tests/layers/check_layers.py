@@ -31,7 +31,7 @@ def layer_of_stem(stem: str):
     return LAYER_OF.get(stem)
 # Public headers: the types every layer may use, and the API on top (the engine hands the
 # public layer Grants; only the public layer makes LockGuards of them).
-PUBLIC = {"config": 1, "error": 1, "observer": 1, "export": 1, "version": 1, "state": 1,
+PUBLIC = {"config": 1, "error": 1, "diagnostics": 1, "observer": 1, "export": 1, "version": 1, "state": 1,
           "lock": 5, "election": 5, "idempotency": 5, "idempotency_types": 1, "idempotency_kind": 1, "with_lock": 5, "redis_lock": 5, "prometheus": 6}
 
 

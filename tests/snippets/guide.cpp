@@ -151,6 +151,26 @@ asio::awaitable<std::string> resend(asio::io_context& io, redis_lock::Idempotent
 
 }  // namespace guide_idempotency
 
+// ---- "Errors": diagnostics per operation ---------------------------------------------------
+namespace guide_diagnostics {
+
+std::vector<std::string> logged;
+void log(std::string_view what, const std::string& message, std::string_view detail) {
+  logged.push_back(std::string(what) + message + " (" + std::string(detail) + ")");
+}
+
+asio::awaitable<void> take(redis_lock::LockManager& locks) {
+  //[guide_diagnostics
+  redis_lock::Diagnostics diag;
+  auto [ec, guard] = co_await locks.async_acquire(
+      "order:42", {.ttl = 5s},
+      redis_lock::bind_diagnostics(diag, asio::as_tuple(asio::use_awaitable)));
+  if (ec) log("acquire failed: {} ({})", ec.message(), diag.message());
+  //]
+}
+
+}  // namespace guide_diagnostics
+
 class Guide : public Snippet {
  protected:
   void SetUp() override {
@@ -178,6 +198,17 @@ TEST_F(Guide, LockedSectionDoesTheWorkUnderTheLease) {
   ASSERT_EQ(guide_locked_section::work.size(), 1u);
   EXPECT_GT(guide_locked_section::work[0], 0u);
   EXPECT_EQ(command({"EXISTS", lease_key("order:17")}), "0") << "not released";
+}
+
+// "The same text is reachable from the operation that failed": the server's own words.
+TEST_F(Guide, DiagnosticsCarryTheServersTextOfAFailedAcquire) {
+  command({"RPUSH", lease_key("order:42"), "x"});
+  guide_diagnostics::logged.clear();
+  redis_lock::LockManager locks(io.get_executor(), config());
+  run_co(io, guide_diagnostics::take(locks));
+  ASSERT_EQ(guide_diagnostics::logged.size(), 1u);
+  EXPECT_NE(guide_diagnostics::logged[0].find("(WRONGTYPE"), std::string::npos)
+      << guide_diagnostics::logged[0];
 }
 
 // "someone else holds it: not an error".

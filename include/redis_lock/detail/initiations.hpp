@@ -29,6 +29,7 @@
 
 namespace redis_lock {
 
+class Diagnostics;
 class LockGuard;
 class LockManager;
 
@@ -90,6 +91,7 @@ struct AcquireParams {
   std::string resource;
   LockOptions options;
   LockKind kind;
+  Diagnostics* diagnostics = nullptr;  ///< bound to the handler (bind_diagnostics), or none
 };
 REDIS_LOCK_EXPORT void start_op(Engine& engine, AcquireParams params, AcquireHandler handler);
 
@@ -100,6 +102,7 @@ struct AcquireAllParams {
   static constexpr Unstarted unstarted = Unstarted::invalid_argument;
   std::vector<std::string> resources;
   LockOptions options;
+  Diagnostics* diagnostics = nullptr;  ///< bound to the handler (bind_diagnostics), or none
 };
 REDIS_LOCK_EXPORT void start_op(Engine& engine, AcquireAllParams params, AcquireAllHandler handler);
 
@@ -112,6 +115,7 @@ struct ExtendParams {
   std::string token;
   std::shared_ptr<LeaseState> lease;
   std::chrono::milliseconds ttl;
+  Diagnostics* diagnostics = nullptr;  ///< bound to the handler (bind_diagnostics), or none
 };
 REDIS_LOCK_EXPORT void start_op(Engine& engine, ExtendParams params, BoolHandler handler);
 
@@ -124,6 +128,7 @@ struct TouchParams {
   std::string token;
   std::shared_ptr<LeaseState> lease;
   std::string label;
+  Diagnostics* diagnostics = nullptr;  ///< bound to the handler (bind_diagnostics), or none
 };
 REDIS_LOCK_EXPORT void start_op(Engine& engine, TouchParams params, BoolHandler handler);
 
@@ -143,6 +148,7 @@ struct InspectParams {
   using Result = LockInfo;
   static constexpr Unstarted unstarted = Unstarted::invalid_argument;
   std::string resource;
+  Diagnostics* diagnostics = nullptr;  ///< bound to the handler (bind_diagnostics), or none
 };
 REDIS_LOCK_EXPORT void start_op(Engine& engine, InspectParams params, InspectHandler handler);
 
@@ -152,6 +158,7 @@ struct ForceReleaseParams {
   using Result = bool;
   static constexpr Unstarted unstarted = Unstarted::invalid_argument;
   std::string resource;
+  Diagnostics* diagnostics = nullptr;  ///< bound to the handler (bind_diagnostics), or none
 };
 REDIS_LOCK_EXPORT void start_op(Engine& engine, ForceReleaseParams params, BoolHandler handler);
 
@@ -163,6 +170,7 @@ struct CampaignParams {
   std::string resource;
   std::string value;
   LockOptions options;
+  Diagnostics* diagnostics = nullptr;  ///< bound to the handler (bind_diagnostics), or none
 };
 REDIS_LOCK_EXPORT void start_op(Engine& engine, CampaignParams params, AcquireHandler handler);
 

@@ -8,6 +8,7 @@
 
 #include <redis_lock/detail/handlers.hpp>
 #include <redis_lock/detail/initiations.hpp>
+#include <redis_lock/diagnostics.hpp>
 #include <redis_lock/error.hpp>
 #include <redis_lock/lock.hpp>
 
@@ -27,6 +28,10 @@ template <class Params>
 template <class Handler>
 void initiate<Params>::operator()(Handler handler, std::shared_ptr<LockService> service,
                                   Params params) const {
+  // The Diagnostics bound to the handler, if any: cleared now, written by the op.
+  Diagnostics* diagnostics = diagnostics_of(handler);
+  if (diagnostics) diagnostics->clear();
+  if constexpr (requires { params.diagnostics; }) params.diagnostics = diagnostics;
   bool startable = service != nullptr;
   if constexpr (requires { params.startable(); }) startable = startable && params.startable();
   if (!startable) {
