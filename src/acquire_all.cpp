@@ -93,6 +93,7 @@ void start_op(Engine& engine, AcquireAllParams params, AcquireAllHandler handler
   auto op = std::make_shared<AcquireAllOp>(std::move(handler), std::move(resources), options);
   op->service = engine.shared_from_this();
   op->deadline = wait_deadline(Clock::now(), options.wait);
+  op->diagnostics = params.diagnostics;
   // Installed in the initiating call, as for acquire (acquire_op.cpp's start_op).
   install_cancellation(op->handler, op);
   engine.on_strand([op = std::move(op)]() mutable { op->start(); });
@@ -167,7 +168,9 @@ void AcquireAllOp::take_group(std::size_t end) {
       return self->finish(asio::error::operation_aborted);
     }
     if (!ec && reply.is_error()) {
-      return self->finish(self->service->server_error(reply));
+      const auto error = self->service->server_error(reply);
+      tell(self->diagnostics, error, reply.str);
+      return self->finish(error);
     }
     if (ec) {
       // As an acquire's attempt (AcquireFsm::after_failure): the link failed after it was
@@ -245,8 +248,11 @@ void AcquireAllOp::take_one() {
             ++self->next;
             self->step();
           }));
-  start_op(*service, AcquireParams{resources[index], sub, {}},
-           AcquireHandler(std::move(completion)));
+  start_op(
+      *service,
+      AcquireParams{
+          .resource = resources[index], .options = sub, .kind = {}, .diagnostics = diagnostics},
+      AcquireHandler(std::move(completion)));
 }
 
 void AcquireAllOp::confirm() {
@@ -261,7 +267,12 @@ void AcquireAllOp::confirm() {
     if (guard.lease->valid_until() - now >= enough) continue;
     ++extending;
     start_op(
-        *service, ExtendParams{guard.resource, guard.token, guard.lease, options.ttl},
+        *service,
+        ExtendParams{.resource = guard.resource,
+                     .token = guard.token,
+                     .lease = guard.lease,
+                     .ttl = options.ttl,
+                     .diagnostics = diagnostics},
         asio::bind_executor(service->strand(), [self = shared_from_this()](error_code ec, bool ok) {
           if (ec && !self->extend_error) self->extend_error = ec;
           if (!ec && !ok) self->lapsed = true;

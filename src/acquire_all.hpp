@@ -61,6 +61,9 @@ struct AcquireAllOp final : std::enable_shared_from_this<AcquireAllOp>, PendingO
   AcquireAllOp(AcquireAllHandler h, std::vector<std::string> names, LockOptions opts)
       : handler(std::move(h)), resources(std::move(names)), options(opts) {}
   ~AcquireAllOp();
+  /// Bound to the handler: its sub-operations (and a group script's error reply) tell it,
+  /// each before it completes here, so before this op's handler runs.
+  Diagnostics* diagnostics = nullptr;
 
   void start();
   void cancel() override;

@@ -202,6 +202,7 @@ struct ObserveOp final : Watcher, PendingOp, std::enable_shared_from_this<Observ
       }
     }
     service->waiters().unwatch(channel, this);
+    tell(diagnostics, ec, detail);
     service->report_admin(AdminCommand::observe, resource, ec, started,
                           ec ? std::move(detail) : std::string());
     deliver(service->executor(), Defer::no, std::move(handler), ec, std::move(leader));
@@ -218,7 +219,8 @@ struct ObserveOp final : Watcher, PendingOp, std::enable_shared_from_this<Observ
   LeaderHandler handler;
   asio::steady_timer timer;
   Clock::time_point started = Clock::now();
-  std::string detail;  // with an error: the server's reply that caused it
+  std::string detail;                  // with an error: the server's reply that caused it
+  Diagnostics* diagnostics = nullptr;  // bound to the handler: told `detail`
 };
 
 }  // namespace
@@ -230,6 +232,7 @@ void start_op(Engine& engine, ObserveParams params, LeaderHandler handler) {
   auto& ended = params.ended;
   if (!engine.alive()) return;
   if (auto broken = engine.check_admin_call(resource)) {
+    tell(params.diagnostics, broken.error, broken.rule);
     report_admin_refusal(engine, wait ? AdminCommand::observe : AdminCommand::leader,
                          std::move(resource), broken);
     return deliver(engine.executor(), Defer::yes, std::move(handler), broken.error,
@@ -238,6 +241,7 @@ void start_op(Engine& engine, ObserveParams params, LeaderHandler handler) {
   if (!wait) {
     auto call = std::make_shared<CancellableCall<LeaderHandler, std::optional<Leader>>>(
         engine.shared_from_this(), std::move(handler), AdminCommand::leader, resource);
+    call->diagnostics = params.diagnostics;
     install_cancellation(call->handler, call);  // in the initiating call, as for acquire
     return read_state(engine, resource, [call, ended](error_code ec, Inspection state) {
       auto leader = ec ? std::optional<Leader>{} : state.leader();
@@ -251,6 +255,7 @@ void start_op(Engine& engine, ObserveParams params, LeaderHandler handler) {
   }
   auto op = std::make_shared<ObserveOp>(engine.shared_from_this(), std::move(resource), after_term,
                                         std::move(ended), std::move(handler));
+  op->diagnostics = params.diagnostics;
   // Installed in the initiating call, as for acquire (acquire_op.cpp's start_op).
   install_cancellation(op->handler, op);
   asio::dispatch(engine.strand(), [op = std::move(op)] { op->start(); });

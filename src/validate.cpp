@@ -16,13 +16,13 @@ Violation broken(std::string_view rule) noexcept {
 
 Violation check_topology(const ConnectionConfig& config) {
   const Shape* shape = find_shape(config.topology);
-  if (!shape) return broken("unknown topology");
-  const auto routing = shape->routing();
+  const auto routing = shape ? shape->routing() : Routing{};
   if (!routing.located && (!config.sentinel_master.empty() || !config.sentinel_username.empty() ||
                            !config.sentinel_password.empty())) {
     return broken(
         "sentinel_master, sentinel_username and sentinel_password need Topology::sentinel");
   }
+  if (!shape) return broken("unknown topology");
   if (const auto rule = shape->check(config); !rule.empty()) return broken(rule);
   if (!routing.many_nodes && !routing.located) return {};
   if (!config.unix_socket.empty())

@@ -134,6 +134,15 @@ Diagnostics* diagnostics_of(const Handler& handler) noexcept {
   return associated_diagnostics<Handler>::get(handler);
 }
 
+/// The target's async_result's return_type, where it has one (Asio's binders around ours
+/// ask for it; `deferred`'s has none).
+template <class Result, class = void>
+struct diagnostics_return_type {};
+template <class Result>
+struct diagnostics_return_type<Result, std::void_t<typename Result::return_type>> {
+  using return_type = typename Result::return_type;
+};
+
 /// Wraps an initiation: the handler it is given is bound to the same Diagnostics again.
 template <class Initiation>
 struct diagnostics_initiation {
@@ -168,10 +177,9 @@ struct associator<Associator, redis_lock::diagnostics_binder<Target>, DefaultCan
 };
 
 template <class Token, class... Signatures>
-class async_result<redis_lock::diagnostics_binder<Token>, Signatures...> {
+class async_result<redis_lock::diagnostics_binder<Token>, Signatures...>
+    : public redis_lock::detail::diagnostics_return_type<async_result<Token, Signatures...>> {
  public:
-  using return_type = typename async_result<Token, Signatures...>::return_type;
-
   template <class Initiation, class RawToken, class... Args>
   static auto initiate(Initiation&& initiation, RawToken&& token, Args&&... args) {
     return async_initiate<Token, Signatures...>(

@@ -121,3 +121,22 @@ TEST(Diagnostics, AreFoundThroughAsiosBindersAndKeepTheirAssociations) {
   EXPECT_EQ(r.get(), error::invalid_argument);
   EXPECT_EQ(diag.message(), "the resource name must not be empty");
 }
+
+TEST(Diagnostics, WorkWithTheDefaultTokenAndTellAGroupAcquiresServerError) {
+  // asio::deferred (the operations' default token), and async_acquire_all's group script
+  // refused by the server: its text reaches the caller.
+  Background bg;
+  auto cfg = shared_server_config();
+  LockManager locks(bg.io.get_executor(), cfg);
+  const auto resource = unique_resource();
+  ASSERT_EQ(redis_command(cfg.port, {"RPUSH", lease_key(resource), "x"}), "1");
+  Diagnostics diag;
+  auto op = locks.async_acquire_all({unique_resource(), resource}, {.ttl = 5s},
+                                    bind_diagnostics(diag, asio::deferred));
+  std::promise<error_code> done;
+  std::move(op)([&](error_code ec, std::vector<LockGuard>) { done.set_value(ec); });
+  auto result = done.get_future();
+  ASSERT_EQ(result.wait_for(5s), std::future_status::ready);
+  EXPECT_EQ(result.get(), error::wrong_type);
+  EXPECT_EQ(diag.message().rfind("WRONGTYPE", 0), 0u) << diag.message();
+}

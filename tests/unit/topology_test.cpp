@@ -5,6 +5,7 @@
 // it refuses, and never which topology it is. And the four built-in shapes answer as the
 // docs say.
 #include "topology.hpp"
+#include "replies.hpp"
 #include "router.hpp"
 #include "script_table.hpp"
 #include "validate.hpp"
@@ -56,20 +57,6 @@ class Answering final : public Shape {
   mutable std::deque<Reply> answers;
 };
 
-Reply integer(long long value) {
-  Reply r;
-  r.type = Reply::Type::integer;
-  r.integer = value;
-  return r;
-}
-
-Reply pair(long long first, long long second) {
-  Reply r;
-  r.type = Reply::Type::array;
-  r.elements = {integer(first), integer(second)};
-  return r;
-}
-
 constexpr auto answering_topology = static_cast<Topology>(77);
 
 Answering& answering() {
@@ -92,7 +79,8 @@ TEST(Topology, AManagerRunsOnAShapeDefinedInOneFile) {
   auto& shape = answering();
   shape.calls.clear();
   // Held (for 5 ms more), then granted with fencing token 9; then released.
-  shape.answers = {pair(0, 5), pair(1, 9), integer(1)};
+  shape.answers = {replies::acquire_reply(0, 5), replies::acquire_reply(1, 9),
+                   replies::integer_reply(1)};
   boost::asio::io_context io;
   LockManager locks(io.get_executor(), answering_config());
   std::optional<error_code> acquired;

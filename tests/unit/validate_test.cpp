@@ -87,6 +87,11 @@ TEST(Validate, EachBrokenConfigRuleIsNamed) {
        }),
        "every node needs a host and a port"},
       {with([](auto& c) { c.topology = static_cast<Topology>(42); }), "unknown topology"},
+      {with([](auto& c) {
+         c.topology = static_cast<Topology>(42);
+         c.sentinel_master = "m";
+       }),
+       "sentinel_master, sentinel_username and sentinel_password need Topology::sentinel"},
   };
   // clang-format on
   for (const auto& c : cases) {

@@ -186,6 +186,7 @@ struct ObserveParams {
   bool wait = false;
   std::uint64_t after_term = 0;
   EndedTerm ended;
+  Diagnostics* diagnostics = nullptr;  ///< bound to the handler (bind_diagnostics), or none
 };
 REDIS_LOCK_EXPORT void start_op(Engine& engine, ObserveParams params, LeaderHandler handler);
 

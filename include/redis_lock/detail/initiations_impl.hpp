@@ -52,6 +52,8 @@ void initiate<Params>::operator()(Handler handler, std::shared_ptr<LockService> 
 
 template <class Handler>
 void initiate_release::operator()(Handler handler, LockGuard guard) const {
+  // A bound Diagnostics is cleared (a release tells it nothing yet: its observer event does).
+  if (Diagnostics* diagnostics = diagnostics_of(handler)) diagnostics->clear();
   if (!guard.owns_lock()) {
     return complete_without_lock(io_, alive_, std::move(handler), boost::system::error_code{},
                                  false);
