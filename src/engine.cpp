@@ -262,6 +262,7 @@ void Engine::release(ReleaseRequest request, BoolHandler handler) {
   if (request.by_guard && observer()) op->resource = std::move(request.resource);  // the event's
   op->patience = request.patience;
   op->give_back_until = request.give_back_until;
+  op->diagnostics = request.diagnostics;
   // A caller's release that times out waits for its late reply while the lease may be valid.
   op->wants_late = static_cast<bool>(op->handler) && request.patience != Clock::time_point{};
   // A guard's async_release: in the initiating call, as for acquire (acquire_op.cpp's start_op).
@@ -274,7 +275,8 @@ void Engine::release(ReleaseRequest request, BoolHandler handler) {
 }
 
 void Engine::release_held(std::string resource, std::string token,
-                          std::shared_ptr<LeaseState> lease, BoolHandler handler) {
+                          std::shared_ptr<LeaseState> lease, BoolHandler handler,
+                          Diagnostics* diagnostics) {
   Clock::time_point patience{};
   auto kind = AcquireKind::mutex;
   std::shared_ptr<LeaseState> ended;
@@ -296,7 +298,8 @@ void Engine::release_held(std::string resource, std::string token,
                          .by_guard = true,
                          .patience = patience,
                          .give_back_until = std::min(patience, Clock::now() + give_back_horizon),
-                         .ended = std::move(ended)};
+                         .ended = std::move(ended),
+                         .diagnostics = diagnostics};
   if (handler) return release(std::move(request), std::move(handler));
   try {
     release(std::move(request), BoolHandler{});

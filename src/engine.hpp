@@ -19,6 +19,7 @@
 #include <redis_lock/detail/grant.hpp>
 #include <redis_lock/detail/handlers.hpp>
 #include <redis_lock/detail/lock_kind.hpp>
+#include <redis_lock/diagnostics.hpp>
 #include <redis_lock/observer.hpp>
 
 #include <boost/asio/associated_cancellation_slot.hpp>
@@ -83,6 +84,8 @@ class Engine : public std::enable_shared_from_this<Engine> {
     /// A lease whose hold ends with this release, reported to the observer (on_hold_end) on
     /// the strand, as the release is sent.
     std::shared_ptr<LeaseState> ended{};
+    /// Bound to the handler (bind_diagnostics): told a failure's detail.
+    Diagnostics* diagnostics = nullptr;
   };
   /// Sends `request`; its answer goes to `handler` (none: a release nobody waits for).
   void release(ReleaseRequest request, BoolHandler handler);
@@ -91,7 +94,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
   /// (resent through link failures while the lease may be valid). Its hold's end goes to the
   /// observer with the release, if its acquire was reported.
   void release_held(std::string resource, std::string token, std::shared_ptr<LeaseState> lease,
-                    BoolHandler handler);
+                    BoolHandler handler, Diagnostics* diagnostics = nullptr);
   /// Gives back what an acquire with `token` may hold, or the queue place it may have:
   /// a release that is sent again through link failures until `until`, past which the
   /// lease (and the queue entry) has expired anyway. On Redlock, on every master.

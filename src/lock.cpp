@@ -117,12 +117,13 @@ void LockGuard::release_detached() noexcept {
   fencing_token_ = 0;
 }
 
-void LockGuard::release_impl(LockGuard guard, detail::BoolHandler handler) {
+void LockGuard::release_impl(LockGuard guard, detail::BoolHandler handler,
+                             Diagnostics* diagnostics) {
   // The header completes empty guards itself: `guard` holds a lock here. Taking everything
   // out leaves it empty, so its destructor posts nothing more.
   auto service = std::exchange(guard.service_, nullptr);
   service->release_held(std::move(guard.resource_), std::move(guard.token_),
-                        std::exchange(guard.lease_, nullptr), std::move(handler));
+                        std::exchange(guard.lease_, nullptr), std::move(handler), diagnostics);
 }
 
 // ---------------------------------------------------------------------------------------

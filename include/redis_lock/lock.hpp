@@ -198,7 +198,7 @@ class REDIS_LOCK_EXPORT LockGuard {
   /// Takes over the lease the engine granted (nothing, for an empty grant).
   explicit LockGuard(detail::Grant&& grant) noexcept;
   void release_detached() noexcept;
-  static void release_impl(LockGuard guard, detail::BoolHandler handler);
+  static void release_impl(LockGuard guard, detail::BoolHandler handler, Diagnostics* diagnostics);
 
   std::shared_ptr<detail::LockService> service_;
   std::string resource_;

@@ -140,3 +140,22 @@ TEST(Diagnostics, WorkWithTheDefaultTokenAndTellAGroupAcquiresServerError) {
   EXPECT_EQ(result.get(), error::wrong_type);
   EXPECT_EQ(diag.message().rfind("WRONGTYPE", 0), 0u) << diag.message();
 }
+
+TEST(Diagnostics, AReleaseTellsTheServersText) {
+  Background bg;
+  auto cfg = shared_server_config();
+  LockManager locks(bg.io.get_executor(), cfg);
+  const auto resource = unique_resource();
+  auto guard = locks.async_acquire(resource, {.ttl = 10s}, asio::use_future).get();
+  ASSERT_TRUE(guard);
+  // The lease is someone else's now, and its queue key holds a string: the release, no
+  // longer the holder's, leaves the queue (ZREM), which the server refuses.
+  ASSERT_EQ(redis_command(cfg.port, {"SET", lease_key(resource), "someone-else"}), "OK");
+  ASSERT_EQ(redis_command(cfg.port, {"SET", detail::make_keys("lock:", resource).queue(), "x"}),
+            "OK");
+  Diagnostics diag;
+  auto released = guard.async_release(bind_diagnostics(diag, asio::use_future));
+  ASSERT_EQ(released.wait_for(5s), std::future_status::ready);
+  EXPECT_THROW(released.get(), boost::system::system_error);
+  EXPECT_EQ(diag.message().rfind("WRONGTYPE", 0), 0u) << diag.message();
+}

@@ -52,13 +52,14 @@ void initiate<Params>::operator()(Handler handler, std::shared_ptr<LockService> 
 
 template <class Handler>
 void initiate_release::operator()(Handler handler, LockGuard guard) const {
-  // A bound Diagnostics is cleared (a release tells it nothing yet: its observer event does).
-  if (Diagnostics* diagnostics = diagnostics_of(handler)) diagnostics->clear();
+  Diagnostics* diagnostics = diagnostics_of(handler);
+  if (diagnostics) diagnostics->clear();
   if (!guard.owns_lock()) {
     return complete_without_lock(io_, alive_, std::move(handler), boost::system::error_code{},
                                  false);
   }
-  LockGuard::release_impl(std::move(guard), BoolHandler(slot_clearing(std::move(handler))));
+  LockGuard::release_impl(std::move(guard), BoolHandler(slot_clearing(std::move(handler))),
+                          diagnostics);
 }
 
 }  // namespace redis_lock::detail
