@@ -22,6 +22,17 @@ using namespace redis_lock;
 using namespace redis_lock::test;
 using boost::system::error_code;
 
+namespace {
+
+/// A new resource whose lease key holds a list: an acquire's script fails with WRONGTYPE.
+std::string held_as_a_list(const ConnectionConfig& cfg) {
+  auto resource = unique_resource();
+  EXPECT_EQ(redis_command(cfg.port, {"RPUSH", lease_key(resource), "x"}), "1");
+  return resource;
+}
+
+}  // namespace
+
 TEST(Diagnostics, ARefusedAcquireSaysTheRuleItBroke) {
   asio::io_context io;
   LockManager locks(io.get_executor(), shared_server_config());
@@ -39,8 +50,7 @@ TEST(Diagnostics, AServerErrorIsTheServersOwnTextWithAFuture) {
   Background bg;
   auto cfg = shared_server_config();
   LockManager locks(bg.io.get_executor(), cfg);
-  const auto resource = unique_resource();
-  ASSERT_EQ(redis_command(cfg.port, {"RPUSH", lease_key(resource), "x"}), "1");
+  const auto resource = held_as_a_list(cfg);
   Diagnostics diag;
   diag.assign("stale");
   auto future =
@@ -128,8 +138,7 @@ TEST(Diagnostics, WorkWithTheDefaultTokenAndTellAGroupAcquiresServerError) {
   Background bg;
   auto cfg = shared_server_config();
   LockManager locks(bg.io.get_executor(), cfg);
-  const auto resource = unique_resource();
-  ASSERT_EQ(redis_command(cfg.port, {"RPUSH", lease_key(resource), "x"}), "1");
+  const auto resource = held_as_a_list(cfg);
   Diagnostics diag;
   auto op = locks.async_acquire_all({unique_resource(), resource}, {.ttl = 5s},
                                     bind_diagnostics(diag, asio::deferred));
