@@ -2,9 +2,8 @@
 // Sentinel: one master, the one the sentinels (ConnectionConfig::nodes) name for
 // sentinel_master; each connection confirms it with ROLE, and the router asks the sentinels
 // again while commands flow (a demoted master may accept writes for a while).
+#include "printable.hpp"
 #include "topology.hpp"
-
-#include <algorithm>
 
 namespace redis_lock::detail {
 
@@ -13,9 +12,7 @@ namespace {
 class Sentinel final : public Shape {
  public:
   std::string_view check(const ConnectionConfig& config) const noexcept override {
-    const auto printable = [](unsigned char c) { return c > ' ' && c <= '~'; };
-    const auto& name = config.sentinel_master;
-    if (name.empty() || !std::all_of(name.begin(), name.end(), printable)) {
+    if (config.sentinel_master.empty() || !is_printable_word(config.sentinel_master)) {
       return "Topology::sentinel needs a sentinel_master name of printable characters";
     }
     return {};

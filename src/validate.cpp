@@ -35,13 +35,6 @@ Violation check_topology(const ConnectionConfig& config) {
 
 }  // namespace
 
-bool is_printable_word(std::string_view text) noexcept {
-  for (unsigned char c : text) {
-    if (c <= ' ' || c > '~') return false;
-  }
-  return true;
-}
-
 Violation check(const ConnectionConfig& config) {
   const bool has_tls_settings = !config.tls_ca_file.empty() || !config.tls_cert_file.empty() ||
                                 !config.tls_key_file.empty() || !config.tls_server_name.empty() ||

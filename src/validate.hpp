@@ -4,6 +4,7 @@
 // the observer's events carry (tests/unit/validation_test.cpp, validate_test.cpp).
 #pragma once
 
+#include "printable.hpp"
 #include "topology.hpp"
 
 #include <redis_lock/config.hpp>
@@ -27,9 +28,6 @@ struct Violation {
 
 /// Leases longer than this are refused as a likely unit mistake (and to keep PX in range).
 inline constexpr std::chrono::milliseconds max_ttl{315'360'000'000};  // 10 years
-
-/// Printable ASCII without spaces (Redis refuses other bytes in client and master names).
-bool is_printable_word(std::string_view text) noexcept;
 
 /// What can be checked without I/O: TLS settings only with `tls`, a certificate only with
 /// its key, no TLS over a Unix socket, timeouts > 0, a host and a port (or a socket), a

@@ -10,7 +10,7 @@ from pathlib import Path
 LAYERS = {
     1: ["resp", "backoff", "keys", "token", "error", "completion", "redis_lock_scripts", "decimal",
         "replies", "script_call", "script_table", "script_words", "validity", "info_text",
-        "idempotency_record", "attempt"],
+        "idempotency_record", "attempt", "printable"],
     2: ["connection", "connection_connect", "connection_link", "connect_fsm", "library_use",
         "pipeline", "tls"],
     3: ["router", "redirect", "sentinel_locator", "quorum", "quorum_call", "topology"],
