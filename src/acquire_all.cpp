@@ -84,9 +84,8 @@ void start_op(Engine& engine, AcquireAllParams params, AcquireAllHandler handler
     broken = check(resources[i], options, engine.shape());
   }
   if (broken) {
-    tell(params.diagnostics, broken.error, broken.rule);
     engine.report_refusal(resources.empty() ? std::string() : resources.front(), broken.error,
-                          broken.rule);
+                          broken.rule, AcquireKind::mutex, params.diagnostics);
     return deliver(engine.executor(), Defer::yes, std::move(handler), broken.error,
                    std::vector<Grant>{});
   }

@@ -66,9 +66,8 @@ void start_op(Engine& engine, AcquireParams params, AcquireHandler handler) {
   if (!broken) broken = check(resource, options, engine.shape());
   if (!broken) broken = check(kind, engine.shape());
   if (broken) {
-    tell(params.diagnostics, broken.error, broken.rule);
     return engine.refuse(std::move(resource), broken.error, broken.rule, std::move(handler),
-                         kind.type);
+                         kind.type, params.diagnostics);
   }
   auto op = std::make_shared<AcquireOp>(std::move(handler), std::move(resource), options);
   op->kind = kind.type;
@@ -91,9 +90,8 @@ void start_op(Engine& engine, CampaignParams params, AcquireHandler handler) {
   if (!broken) broken = check_admin(resource, engine.shape());
   if (!broken) broken = check_value(value);
   if (broken) {
-    tell(params.diagnostics, broken.error, broken.rule);
     return engine.refuse(std::move(resource), broken.error, broken.rule, std::move(handler),
-                         AcquireKind::election);
+                         AcquireKind::election, params.diagnostics);
   }
   auto op = std::make_shared<AcquireOp>(std::move(handler), std::move(resource), options);
   op->kind = AcquireKind::election;

@@ -115,7 +115,8 @@ void CancellableCall<Handler, Value>::complete(error_code ec, Value value, std::
 }
 
 void report_admin_refusal(Engine& engine, AdminCommand command, std::string resource,
-                          const Violation& broken) {
+                          const Violation& broken, Diagnostics* diagnostics) {
+  tell(diagnostics, broken.error, broken.rule);
   engine.report_admin(command, std::move(resource), broken.error, std::chrono::steady_clock::now(),
                       std::string(broken.rule));
 }
@@ -128,8 +129,8 @@ void start_op(Engine& engine, InspectParams params, InspectHandler handler) {
   auto& resource = params.resource;
   if (!engine.alive()) return;
   if (auto broken = engine.check_admin_call(resource)) {
-    tell(params.diagnostics, broken.error, broken.rule);
-    report_admin_refusal(engine, AdminCommand::inspect, std::move(resource), broken);
+    report_admin_refusal(engine, AdminCommand::inspect, std::move(resource), broken,
+                         params.diagnostics);
     return deliver(engine.executor(), Defer::yes, std::move(handler), broken.error, LockInfo{});
   }
   auto call = std::make_shared<CancellableCall<InspectHandler, LockInfo>>(
@@ -145,8 +146,8 @@ void start_op(Engine& engine, ForceReleaseParams params, BoolHandler handler) {
   auto& resource = params.resource;
   if (!engine.alive()) return;
   if (auto broken = engine.check_admin_call(resource)) {
-    tell(params.diagnostics, broken.error, broken.rule);
-    report_admin_refusal(engine, AdminCommand::force_release, std::move(resource), broken);
+    report_admin_refusal(engine, AdminCommand::force_release, std::move(resource), broken,
+                         params.diagnostics);
     return deliver(engine.executor(), Defer::yes, std::move(handler), broken.error, false);
   }
   auto op = std::make_shared<AdminOp>();

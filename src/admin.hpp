@@ -73,9 +73,10 @@ struct CancellableCall : std::enable_shared_from_this<CancellableCall<Handler, V
 /// From any thread.
 void read_state(Engine& engine, const std::string& resource,
                 std::function<void(boost::system::error_code, Inspection)> done);
-/// A refused admin call (`broken`): reported to the observer; the caller completes it.
+/// A refused admin call (`broken`): reported to the observer, and told to `diagnostics` (the
+/// one bound to its handler, if any); the caller completes it.
 void report_admin_refusal(Engine& engine, AdminCommand command, std::string resource,
-                          const Violation& broken);
+                          const Violation& broken, Diagnostics* diagnostics);
 /// start_op(Engine&, InspectParams, InspectHandler) (<redis_lock/detail/initiations.hpp>):
 /// LockManager::async_inspect: checks the resource (a refusal completes at once), then one
 /// read_state. start_op(Engine&, ForceReleaseParams, BoolHandler):

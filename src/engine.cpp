@@ -224,7 +224,8 @@ void Engine::remove_waiter(const std::string& token) { waiters_->remove(token); 
 // The operations
 
 void Engine::report_refusal(std::string resource, error_code ec, std::string_view why,
-                            AcquireKind kind) {
+                            AcquireKind kind, Diagnostics* diagnostics) {
+  tell(diagnostics, ec, why);
   if (!observer()) return;
   on_strand([self = shared_from_this(), resource = std::move(resource), ec, why, kind] {
     AcquireEvent e{resource, AcquireOutcome::failed, ec, Clock::duration::zero(), 0, false, 0};
@@ -244,8 +245,8 @@ void Engine::report_admin(AdminCommand command, std::string resource, error_code
 }
 
 void Engine::refuse(std::string resource, error_code ec, std::string_view why,
-                    AcquireHandler handler, AcquireKind kind) {
-  report_refusal(std::move(resource), ec, why, kind);
+                    AcquireHandler handler, AcquireKind kind, Diagnostics* diagnostics) {
+  report_refusal(std::move(resource), ec, why, kind, diagnostics);
   deliver(executor_, Defer::yes, std::move(handler), ec, Grant{});
 }
 

@@ -179,10 +179,12 @@ class Engine : public std::enable_shared_from_this<Engine> {
   /// Reports a refused acquire (of `kind`) to the observer and completes it (nothing was
   /// sent).
   void refuse(std::string resource, boost::system::error_code ec, std::string_view why,
-              AcquireHandler handler, AcquireKind kind = AcquireKind::mutex);
-  /// Reports a refused acquire to the observer (nothing was sent).
+              AcquireHandler handler, AcquireKind kind = AcquireKind::mutex,
+              Diagnostics* diagnostics = nullptr);
+  /// Reports a refused acquire to the observer, and tells `diagnostics` (the one bound to its
+  /// handler, if any) the same rule (nothing was sent).
   void report_refusal(std::string resource, boost::system::error_code ec, std::string_view why,
-                      AcquireKind kind = AcquireKind::mutex);
+                      AcquireKind kind = AcquireKind::mutex, Diagnostics* diagnostics = nullptr);
   /// Reports a completed admin operation (inspect, force-release, leader, observe) to the
   /// observer, if there is one, on the strand. `detail`: the rule or the server's reply.
   void report_admin(AdminCommand command, std::string resource, boost::system::error_code ec,

@@ -232,9 +232,8 @@ void start_op(Engine& engine, ObserveParams params, LeaderHandler handler) {
   auto& ended = params.ended;
   if (!engine.alive()) return;
   if (auto broken = engine.check_admin_call(resource)) {
-    tell(params.diagnostics, broken.error, broken.rule);
     report_admin_refusal(engine, wait ? AdminCommand::observe : AdminCommand::leader,
-                         std::move(resource), broken);
+                         std::move(resource), broken, params.diagnostics);
     return deliver(engine.executor(), Defer::yes, std::move(handler), broken.error,
                    std::optional<Leader>{});
   }

@@ -134,6 +134,14 @@ Diagnostics* diagnostics_of(const Handler& handler) noexcept {
   return associated_diagnostics<Handler>::get(handler);
 }
 
+/// The Diagnostics bound to `handler` of an operation that starts now, emptied; or none.
+template <class Handler>
+Diagnostics* cleared_diagnostics_of(const Handler& handler) noexcept {
+  Diagnostics* diagnostics = diagnostics_of(handler);
+  if (diagnostics) diagnostics->clear();
+  return diagnostics;
+}
+
 /// The target's async_result's return_type, where it has one (Asio's binders around ours
 /// ask for it; `deferred`'s has none).
 template <class Result, class = void>

@@ -29,8 +29,7 @@ template <class Handler>
 void initiate<Params>::operator()(Handler handler, std::shared_ptr<LockService> service,
                                   Params params) const {
   // The Diagnostics bound to the handler, if any: cleared now, written by the op.
-  Diagnostics* diagnostics = diagnostics_of(handler);
-  if (diagnostics) diagnostics->clear();
+  Diagnostics* diagnostics = cleared_diagnostics_of(handler);
   if constexpr (requires { params.diagnostics; }) params.diagnostics = diagnostics;
   bool startable = service != nullptr;
   if constexpr (requires { params.startable(); }) startable = startable && params.startable();
@@ -52,8 +51,7 @@ void initiate<Params>::operator()(Handler handler, std::shared_ptr<LockService> 
 
 template <class Handler>
 void initiate_release::operator()(Handler handler, LockGuard guard) const {
-  Diagnostics* diagnostics = diagnostics_of(handler);
-  if (diagnostics) diagnostics->clear();
+  Diagnostics* diagnostics = cleared_diagnostics_of(handler);
   if (!guard.owns_lock()) {
     return complete_without_lock(io_, alive_, std::move(handler), boost::system::error_code{},
                                  false);
