@@ -14,43 +14,114 @@ namespace redis_lock::detail {
 
 using boost::system::error_code;
 
-ConnectFsm::Action ConnectFsm::need_link(Clock::time_point now,
-                                         Clock::time_point oldest_deadline) noexcept {
-  if (now >= next_connect_at_) return connect();
-  const auto wake = std::min(next_connect_at_, oldest_deadline - command_timeout_ / 2);
-  if (wake <= now) return connect();
-  state_ = State::backoff;
-  return {Action::Kind::wait, wake};
+using Act = ConnectFsm::Action;
+
+ConnectFsm::Action ConnectFsm::queued(Clock::time_point now, Queue q) noexcept {
+  switch (state_) {
+    case State::closed:
+      return reconnect(now, q, {});
+    case State::ready:
+      return {.next = Act::Next::write};
+    case State::backoff:
+    case State::connecting:
+    case State::handshake:
+      break;  // the backoff's end or the handshake's writes the queue
+  }
+  return {};
 }
 
-ConnectFsm::Action ConnectFsm::backoff_over(bool queued) noexcept {
+ConnectFsm::Action ConnectFsm::reconnect(Clock::time_point now, Queue q, Action act) noexcept {
+  if (!q.waiting) return act;
+  if (now < next_connect_at_) {
+    const auto wake = std::min(next_connect_at_, q.oldest_deadline - command_timeout_ / 2);
+    if (wake > now) {
+      state_ = State::backoff;
+      act.next = Act::Next::wait;
+      act.until = wake;
+      return act;
+    }
+  }
+  state_ = State::connecting;
+  act.next = Act::Next::connect;
+  return act;
+}
+
+ConnectFsm::Action ConnectFsm::backoff_over(Queue q) noexcept {
   if (state_ != State::backoff) return {};
-  if (!queued) {
+  if (!q.waiting) {
     state_ = State::closed;
     return {};
   }
-  return connect();
-}
-
-ConnectFsm::Action ConnectFsm::connect() noexcept {
+  // The timer was armed for this moment: the backoff's end, or half the oldest command's
+  // time, whichever came first.
   state_ = State::connecting;
-  return {Action::Kind::connect, {}};
+  return {.next = Act::Next::connect};
 }
 
-void ConnectFsm::ready() noexcept {
+ConnectFsm::Action ConnectFsm::transport_up() noexcept {
+  if (state_ != State::connecting) return {};
+  state_ = State::handshake;
+  return {.next = Act::Next::handshake};
+}
+
+ConnectFsm::Action ConnectFsm::handshake_done() noexcept {
+  if (state_ != State::handshake) return {};
   state_ = State::ready;
   backoff_.reset();
   next_connect_at_ = {};
+  return {.next = Act::Next::write};
 }
 
-void ConnectFsm::failed(Clock::time_point now) noexcept {
+ConnectFsm::Action ConnectFsm::connect_failed(Clock::time_point now, error_code e) noexcept {
+  if (state_ != State::connecting && state_ != State::handshake) return {};
   state_ = State::closed;
   next_connect_at_ = now + backoff_.next(draw_);
+  return {.link = Act::Link::fail, .error = e};
 }
 
-void ConnectFsm::lost() noexcept {
+ConnectFsm::Action ConnectFsm::connect_deadline(Clock::time_point now) noexcept {
+  return connect_failed(now, error::connect_timeout);
+}
+
+ConnectFsm::Action ConnectFsm::link_failed(Clock::time_point now, error_code e,
+                                           Queue q) noexcept {
+  if (state_ == State::connecting || state_ == State::handshake) {
+    return connect_failed(
+        now, e == error::tls_handshake_failed ? e : error_code(error::connect_failed));
+  }
+  if (state_ != State::ready) return {};
   state_ = State::closed;
   next_connect_at_ = {};
+  const error_code why = e == error::tls_handshake_failed ? error::connection_lost : e;
+  return reconnect(now, q, {.link = Act::Link::drop, .error = why});
+}
+
+ConnectFsm::Action ConnectFsm::late(Clock::time_point now, Queue q) noexcept {
+  if (state_ != State::ready) return {};
+  state_ = State::closed;
+  return reconnect(now, q, {.link = Act::Link::drain});
+}
+
+ConnectFsm::Action ConnectFsm::idle(bool has_work, bool busy) noexcept {
+  const bool unneeded = state_ == State::ready ? !has_work
+                        : state_ == State::connecting || state_ == State::handshake
+                            ? !busy
+                            : false;
+  if (!unneeded) return {};
+  // (A connect given up keeps its backoff: a server that is down is not tried sooner.)
+  state_ = State::closed;
+  return {.link = Act::Link::close};
+}
+
+ConnectFsm::Action ConnectFsm::nothing_waiting() noexcept {
+  if (state_ != State::backoff) return {};
+  state_ = State::closed;
+  return {.next = Act::Next::stop_wait};
+}
+
+ConnectFsm::Action ConnectFsm::leave(Clock::time_point now, Queue q) noexcept {
+  if (state_ != State::ready) return {};
+  return link_failed(now, error::connection_lost, q);
 }
 
 std::chrono::milliseconds drain_grace(std::chrono::milliseconds command_timeout) noexcept {

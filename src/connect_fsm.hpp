@@ -24,33 +24,82 @@
 namespace redis_lock::detail {
 
 /// The life of a connection's link: closed, waiting out a backoff, connecting (locating,
-/// resolving, TCP, TLS), in its handshake, ready for commands.
+/// resolving, TCP, TLS), in its handshake, ready for commands. Every event returns what the
+/// driver does (Action): first with the current link, then next; the driver keeps no state
+/// of its own about the link's life. `q` is the queue at the event: whether commands wait
+/// for a link (written on none yet) and the oldest one's deadline.
 ///
-/// | event                         | from                 | to         | action            |
-/// |-------------------------------|----------------------|------------|-------------------|
-/// | `need_link` (commands queued) | closed, no backoff   | connecting | connect           |
-/// |                               | closed, in backoff   | backoff    | wait until (1)    |
-/// | `backoff_over`                | backoff, queued      | connecting | connect           |
-/// |                               | backoff, nothing     | closed     | none              |
-/// | `connected` (TCP/TLS up)      | connecting           | handshake  | (send handshake)  |
-/// | `ready` (handshake answered)  | handshake            | ready      | backoff reset     |
-/// | `failed` (connect, handshake) | any                  | closed     | backoff doubles (2)|
-/// | `lost` (a ready link dropped) | ready                | closed     | next connect now  |
-/// | `left` (drain, idle, gone)    | any                  | closed     | none              |
+/// | event                             | from                  | to         | link  | next          |
+/// |-----------------------------------|-----------------------|------------|-------|---------------|
+/// | `queued` (a command is queued)    | closed, no backoff    | connecting |       | connect       |
+/// |                                   | closed, in backoff    | backoff    |       | wait (1)      |
+/// |                                   | ready                 | ready      |       | write         |
+/// |                                   | backoff, connecting, handshake | as it was | |          |
+/// | `backoff_over` (its timer fired)  | backoff, q waiting    | connecting |       | connect       |
+/// |                                   | backoff, nothing      | closed     |       |               |
+/// | `transport_up` (TCP/TLS up)       | connecting            | handshake  |       | handshake     |
+/// | `handshake_done` (all answered)   | handshake             | ready      |       | write (3)     |
+/// | `connect_failed(e)` (locate, resolve, TCP, TLS, a refused step) | connecting, handshake | closed (2) | fail e | |
+/// | `connect_deadline`                | connecting, handshake | closed (2) | fail connect_timeout | |
+/// | `link_failed(e)` (I/O, protocol, READONLY) | ready        | closed     | drop e (4) | connect if q waiting |
+/// |                                   | connecting, handshake | closed (2) | fail (5) |             |
+/// | `late` (a written command's deadline passed) | ready      | closed     | drain | connect if q waiting |
+/// | `idle(has_work, busy)`            | ready, no work        | closed     | close |               |
+/// |                                   | connecting, handshake, nothing waiting nor draining | closed | close | |
+/// | `nothing_waiting` (the queue timed out) | backoff         | closed     |       | stop_wait     |
+/// | `leave` (the address moved on)    | ready                 | closed     | drop connection_lost | connect if q waiting |
+///
+/// Anything else leaves the state as it was and does nothing (a late timer, a stale link's
+/// completion). `drop`: the link is closed and what it had in flight fails with the error;
+/// the next connect may go at once (a restarted server, an idle close). `fail`: the link is
+/// closed and every queued command fails with the error. `drain`: the link stays open apart,
+/// for late replies, for drain_grace(). `close`: closed, nothing fails.
 ///
 /// (1) The backoff's end, but never past half the oldest queued command's time: a server that
 /// is back (a restarted Redlock master) is tried before that command times out, instead of
 /// the backoff counting as "no answer". One attempt per command timeout at most still keeps
 /// a dead server from being hammered.
-/// (2) Each wait is drawn in (cap/2, cap] (equal jitter): 25 ms doubling up to 1 s.
+/// (2) The backoff doubles. Each wait is drawn in (cap/2, cap] (equal jitter): 25 ms doubling
+/// up to 1 s.
+/// (3) And the backoff starts again at its first step.
+/// (4) `e` as the link saw it, but a TLS-shaped failure (tls_handshake_failed) of a link past
+/// its handshake is connection_lost: the server's alert came late, not at our handshake.
+/// (5) tls_handshake_failed where `e` is (a TLS server that refused our certificate drops us
+/// during the handshake's commands), else connect_failed.
 class ConnectFsm {
  public:
   using Clock = std::chrono::steady_clock;
   enum class State { closed, backoff, connecting, handshake, ready };
+
+  /// The queue as an event finds it.
+  struct Queue {
+    bool waiting = false;  ///< commands wait for a link
+    Clock::time_point oldest_deadline = Clock::time_point::max();  ///< the oldest one's
+  };
+
+  /// What the driver does after an event: first `link`, then `next`.
   struct Action {
-    enum class Kind { none, connect, wait };
-    Kind kind = Kind::none;
-    Clock::time_point until{};  ///< with `wait`
+    enum class Link {
+      keep,   ///< as it is
+      drop,   ///< close it; what it had in flight fails with `error`
+      fail,   ///< close it; every queued command fails with `error`
+      drain,  ///< keep it apart for late replies; its late commands fail with timeout
+      close,  ///< close it; nothing fails
+    };
+    enum class Next {
+      none,
+      connect,    ///< open a new link
+      wait,       ///< arm the backoff's timer for `until`, then backoff_over
+      handshake,  ///< send the handshake on the new link
+      write,      ///< write what is queued
+      stop_wait,  ///< cancel the backoff's timer
+    };
+    Link link = Link::keep;
+    Next next = Next::none;
+    boost::system::error_code error{};  ///< with drop and fail
+    Clock::time_point until{};          ///< with wait
+    /// The current link went (its users hear of it: subscriptions, the router).
+    bool link_down() const noexcept { return link != Link::keep; }
   };
   /// The first wait after a failure, doubling up to the last.
   static constexpr std::chrono::milliseconds backoff_first{25};
@@ -63,28 +112,30 @@ class ConnectFsm {
       : command_timeout_(command_timeout), draw_(draw) {}
 
   State state() const noexcept { return state_; }
+  /// Commands may be written on the current link.
+  bool ready() const noexcept { return state_ == State::ready; }
+  /// The current link's handshake is out: its replies are awaited.
+  bool in_handshake() const noexcept { return state_ == State::handshake; }
   /// The earliest time of the next connect (before it: back off).
   Clock::time_point next_connect_at() const noexcept { return next_connect_at_; }
 
-  /// Commands are queued and no link is up (state closed). `oldest_deadline`: the deadline
-  /// of the oldest queued command.
-  Action need_link(Clock::time_point now, Clock::time_point oldest_deadline) noexcept;
-  /// The backoff's timer fired; `queued`: commands still wait for a link.
-  Action backoff_over(bool queued) noexcept;
-  /// The link's transport is up (TCP, then TLS): the handshake goes out.
-  void connected() noexcept { state_ = State::handshake; }
-  /// Every handshake reply was good: commands may go.
-  void ready() noexcept;
-  /// Connecting or the handshake failed: back off before the next try.
-  void failed(Clock::time_point now) noexcept;
-  /// A ready link dropped (or was found dead while idle): the next connect goes at once.
-  void lost() noexcept;
-  /// The link was given up without a failure of its own (it drains a timeout, nothing is
-  /// left to connect for): closed, the backoff as it was.
-  void left() noexcept { state_ = State::closed; }
+  Action queued(Clock::time_point now, Queue q) noexcept;
+  Action backoff_over(Queue q) noexcept;
+  Action transport_up() noexcept;
+  Action handshake_done() noexcept;
+  Action connect_failed(Clock::time_point now, boost::system::error_code e) noexcept;
+  Action connect_deadline(Clock::time_point now) noexcept;
+  Action link_failed(Clock::time_point now, boost::system::error_code e, Queue q) noexcept;
+  Action late(Clock::time_point now, Queue q) noexcept;
+  /// `has_work`: commands queued, in flight or draining; `busy`: commands wait for a link
+  /// or a link drains.
+  Action idle(bool has_work, bool busy) noexcept;
+  Action nothing_waiting() noexcept;
+  Action leave(Clock::time_point now, Queue q) noexcept;
 
  private:
-  Action connect() noexcept;
+  /// Closed now: the next connect (at once, or after the backoff), if commands wait.
+  Action reconnect(Clock::time_point now, Queue q, Action act) noexcept;
 
   std::chrono::milliseconds command_timeout_;
   JitterDraw draw_;

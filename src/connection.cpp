@@ -48,7 +48,7 @@ bool Connection::write_now(std::span<const std::string_view> command) noexcept {
   // (A write whose bytes all went out, its handler still queued, is no longer under way:
   // Link::write counts them.)
   const bool mid_write = link_ && link_->writing && link_->written < link_->write_buf.size();
-  if (shut_down_ || fsm_.state() != State::ready || !link_ || link_->tls || mid_write ||
+  if (shut_down_ || !fsm_.ready() || !link_ || link_->tls || mid_write ||
       link_->torn || !link_->socket.is_open()) {
     return false;
   }
@@ -82,7 +82,7 @@ void Connection::set_subscriber(PushHandler on_push, LinkDownHandler on_link_dow
 
 void Connection::keep_reading(bool on) {
   keep_reading_ = on;
-  if (!link_ || fsm_.state() != State::ready) return;
+  if (!link_ || !fsm_.ready()) return;
   if (on) {
     start_read(link_);
   } else if (link_->reading && !pipeline_.busy(link_->id)) {
@@ -93,32 +93,81 @@ void Connection::keep_reading(bool on) {
 }
 
 bool Connection::close_if_idle() {
-  const auto state = fsm_.state();
-  if (state == State::ready) {
-    if (has_work()) return false;
-  } else if (state == State::connecting || state == State::handshake) {
-    // A connect whose commands timed out meanwhile: nobody needs it any more either. (Its
-    // handshake's own commands go with the link.)
-    if (pipeline_.waiting() || pipeline_.draining()) return false;
-    handshake_left_ = 0;
-    if (connect_timer_) connect_timer_->cancel();
-  } else {
-    return false;
-  }
-  close_link();
-  fsm_.left();
-  cancel_timer_if_idle();
-  notify_link_down();
+  // (A connect whose commands timed out meanwhile is needed by nobody either: its
+  // handshake's own commands go with the link.)
+  const auto act = fsm_.idle(has_work(), pipeline_.waiting() || pipeline_.draining());
+  if (act.link != ConnectFsm::Action::Link::close) return false;
+  apply(act);
   return true;
 }
 
 std::optional<Endpoint> Connection::located() const {
-  if (!locator_ || fsm_.state() != State::ready) return std::nullopt;
+  if (!locator_ || !fsm_.ready()) return std::nullopt;
   return Endpoint{config_.host, config_.port};
 }
 
-void Connection::leave_server() {
-  if (fsm_.state() == State::ready) drop_link(error::connection_lost);
+void Connection::leave_server() { apply(fsm_.leave(Clock::now(), queue())); }
+
+ConnectFsm::Queue Connection::queue() const noexcept {
+  return {.waiting = pipeline_.waiting(), .oldest_deadline = pipeline_.oldest_deadline()};
+}
+
+void Connection::apply(const ConnectFsm::Action& act) {
+  using Do = ConnectFsm::Action::Link;
+  using Next = ConnectFsm::Action::Next;
+  Pipeline::Commands failed;
+  std::vector<Callback> timed_out;
+  switch (act.link) {
+    case Do::keep:
+      break;
+    case Do::drop:
+      failed = pipeline_.close_current();
+      close_link();
+      break;
+    case Do::fail:
+      close_link();  // (only the handshake's commands can be in flight: they go with it)
+      failed = pipeline_.take_queued();
+      break;
+    case Do::drain:
+      draining_.push_back(std::move(link_));
+      link_.reset();
+      timed_out = pipeline_.drain_current(Clock::now() + drain_grace(config_.command_timeout));
+      break;
+    case Do::close:
+      close_link();
+      break;
+  }
+  if (act.link != Do::keep && act.link != Do::drain) {
+    handshake_left_ = 0;
+    if (connect_timer_) connect_timer_->cancel();  // a connect's deadline, or its backoff
+  }
+  switch (act.next) {
+    case Next::none:
+      break;
+    case Next::connect:
+      connect_now();
+      break;
+    case Next::wait:
+      wait_backoff(act.until);
+      break;
+    case Next::handshake:
+      start_handshake(link_);
+      break;
+    case Next::write:
+      flush();
+      break;
+    case Next::stop_wait:
+      if (connect_timer_) connect_timer_->cancel();
+      break;
+  }
+  if (act.link == Do::drain) {
+    arm_timer();
+  } else if (act.link_down()) {
+    cancel_timer_if_idle();
+  }
+  if (act.link_down()) notify_link_down();
+  Pipeline::fail_all(failed, act.error);
+  for (auto& callback : timed_out) std::move(callback)(error::timeout, Reply{});
 }
 
 void Connection::notify_link_down() {
@@ -144,16 +193,7 @@ void Connection::execute(std::span<const std::string_view> command, Callback cal
   pipeline_.push(command, library_use_.functions(), std::move(callback), std::move(late),
                  Clock::now() + config_.command_timeout + extra_time);
   arm_timer();
-  switch (fsm_.state()) {
-    case State::closed:
-      start_connect();
-      break;
-    case State::ready:
-      flush();
-      break;
-    default:
-      break;  // the handshake or the backoff flushes when it ends
-  }
+  apply(fsm_.queued(Clock::now(), queue()));  // (in backoff or a handshake: written after it)
 }
 
 // ---------------------------------------------------------------------------------------
@@ -175,12 +215,9 @@ bool Connection::idle_link_is_dead() {
 }
 
 void Connection::flush() {
-  if (fsm_.state() != State::ready || !pipeline_.queued() || link_->writing) return;
+  if (!fsm_.ready() || !pipeline_.queued() || link_->writing) return;
   if (!pipeline_.busy(link_->id) && idle_link_is_dead()) {
-    close_link();
-    fsm_.lost();
-    start_connect();
-    return notify_link_down();
+    return apply(fsm_.link_failed(Clock::now(), error::connection_lost, queue()));
   }
   auto link = link_;
   link->write_buf.clear();
@@ -203,19 +240,20 @@ void Connection::on_write(const std::shared_ptr<Link>& link, error_code ec) {
 }
 
 error_code Connection::link_error(const Link& link, error_code ec) const {
-  // A TLS alert, or the connection closed, while the handshake's commands are out: the
-  // server refused us. (TLS 1.3 servers check a client certificate after the client thinks
-  // the handshake is done; our AUTH/PING may then meet a reset instead of the alert.)
-  const bool refused = link.tls && fsm_.state() == State::handshake &&
-                       (ec.category() == asio::error::get_ssl_category() ||
-                        ec == asio::ssl::error::stream_truncated || ec == asio::error::eof ||
-                        ec == asio::error::connection_reset || ec == asio::error::broken_pipe);
+  // A TLS alert, or the connection closed, on a TLS link: during the handshake's commands,
+  // the server refused us (ConnectFsm::link_failed tells). (TLS 1.3 servers check a client
+  // certificate after the client thinks the handshake is done; our AUTH/PING may then meet
+  // a reset instead of the alert.)
+  const bool refused = link.tls && (ec.category() == asio::error::get_ssl_category() ||
+                                    ec == asio::ssl::error::stream_truncated ||
+                                    ec == asio::error::eof || ec == asio::error::connection_reset ||
+                                    ec == asio::error::broken_pipe);
   return refused ? error_code(error::tls_handshake_failed) : error_code(error::connection_lost);
 }
 
 void Connection::start_read(const std::shared_ptr<Link>& link) {
   const bool wanted =
-      pipeline_.busy(link->id) || (keep_reading_ && link == link_ && fsm_.state() == State::ready);
+      pipeline_.busy(link->id) || (keep_reading_ && link == link_ && fsm_.ready());
   if (link->reading || !wanted) return;
   link->reading = true;
   link->read_some(on_strand([self = shared_from_this(), link](error_code ec, std::size_t n) {
@@ -247,7 +285,7 @@ void Connection::on_read(const std::shared_ptr<Link>& link, error_code ec, std::
     const auto effects =
         effects_of(*reply, {.subscriber = static_cast<bool>(on_push_),
                             .located = static_cast<bool>(locator_),
-                            .current_ready = current && fsm_.state() == State::ready,
+                            .current_ready = current && fsm_.ready(),
                             .functions = library_use_.functions()});
     if (effects.push) {
       on_push_(*reply);
@@ -274,32 +312,9 @@ void Connection::on_read(const std::shared_ptr<Link>& link, error_code ec, std::
 }
 
 void Connection::drop_link(error_code ec) {
-  if (fsm_.state() != State::ready) {
-    // Lost during the handshake: a connect failure (with backoff), not a lost command.
-    return connect_failed(ec == error::tls_handshake_failed ? ec : error::connect_failed);
-  }
-  auto failed = pipeline_.close_current();
-  close_link();
-  fsm_.lost();
-  handshake_left_ = 0;
-  if (connect_timer_) connect_timer_->cancel();
-  // Queued commands were never written: they may go out on a fresh connection.
-  if (pipeline_.waiting()) start_connect();
-  cancel_timer_if_idle();
-  notify_link_down();
-  Pipeline::fail_all(failed, ec);
-}
-
-void Connection::start_draining() {
-  auto link = std::move(link_);
-  link_.reset();
-  fsm_.left();
-  draining_.push_back(link);
-  auto timed_out = pipeline_.drain_current(Clock::now() + drain_grace(config_.command_timeout));
-  if (pipeline_.waiting()) start_connect();
-  arm_timer();
-  notify_link_down();
-  for (auto& cb : timed_out) std::move(cb)(error::timeout, Reply{});
+  // Lost during the handshake: a connect failure (with backoff), not a lost command. Queued
+  // commands were never written: they may go out on a fresh connection.
+  apply(fsm_.link_failed(Clock::now(), ec, queue()));
 }
 
 void Connection::close_drained(const std::shared_ptr<Link>& link, error_code ec) {
@@ -339,20 +354,17 @@ void Connection::on_timer() {
     close_drained(link, error::connection_lost);
   }
   // A written command without a reply in time: everything behind it on its link is stuck.
-  if (fsm_.state() == State::ready && link_ && pipeline_.current_late(now)) start_draining();
+  if (link_ && pipeline_.current_late(now)) apply(fsm_.late(now, queue()));
   // Commands that never left the queue in time (connecting, backoff) fail alone. Never
   // written, they fail as a connect that did not finish in time would (connect_timeout: an
   // outage an acquire that waits rides out), not as a command the server may have run.
   auto expired = pipeline_.take_expired(now);
   // (Also on a ready link, behind a write still under way: it never left the queue.)
   const auto why = error::connect_timeout;
-  if (!pipeline_.waiting() && fsm_.state() == State::backoff) {
-    // Nothing left to connect for: stop trying, stay idle. A connect or a handshake under
-    // way goes on (its own deadline bounds it): given up, the server's share of it (a
-    // handshake during a storm of them) would be done again by the next command's connect.
-    fsm_.left();
-    if (connect_timer_) connect_timer_->cancel();
-  }
+  // Nothing left to connect for: a backoff stops, idle. A connect or a handshake under way
+  // goes on (its own deadline bounds it): given up, the server's share of it (a handshake
+  // during a storm of them) would be done again by the next command's connect.
+  if (!pipeline_.waiting()) apply(fsm_.nothing_waiting());
   arm_timer();
   for (auto& p : expired) std::move(p.callback)(why, Reply{});
 }

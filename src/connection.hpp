@@ -143,13 +143,17 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
  private:
   struct Link;
-  using State = ConnectFsm::State;
 
-  void start_connect();
+  /// Does what the connection's machine decided (ConnectFsm's table): with the current link
+  /// first, then next; the link's users hear it went; what failed is told last.
+  void apply(const ConnectFsm::Action& act);
+  /// The queue as the machine's events take it.
+  ConnectFsm::Queue queue() const noexcept;
+  /// Arms the backoff's timer for `until`; its end is the machine's backoff_over.
+  void wait_backoff(Clock::time_point until);
   void connect_now();
   void resolve_and_connect(const std::shared_ptr<Link>& link);
   void try_endpoint(const std::shared_ptr<Link>& link, std::size_t index);
-  void on_connect_deadline();
   void start_tls(const std::shared_ptr<Link>& link);
   void start_handshake(const std::shared_ptr<Link>& link);
   /// The handshake waits for `step`'s reply on `link`.
@@ -172,19 +176,18 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void start_read(const std::shared_ptr<Link>& link);
   void on_read(const std::shared_ptr<Link>& link, boost::system::error_code ec, std::size_t n);
   void on_write(const std::shared_ptr<Link>& link, boost::system::error_code ec);
-  /// What an I/O error on the current link means: connection_lost, or tls_handshake_failed
-  /// when a TLS server dropped us during the handshake.
+  /// What an I/O error on the current link says: connection_lost, or tls_handshake_failed
+  /// for a TLS link's alert or drop (ConnectFsm::link_failed reads it by the link's state).
   boost::system::error_code link_error(const Link& link, boost::system::error_code ec) const;
-  /// Drops the current link; fails its in-flight commands with `ec`; queued ones reconnect.
+  /// The current link failed (ConnectFsm::link_failed): a ready one's in-flight commands
+  /// fail with `ec`, queued ones reconnect; during its connect, a connect failure.
   void drop_link(boost::system::error_code ec);
-  /// The current link's oldest command timed out: fail its commands, let the link drain.
-  void start_draining();
   /// Closes a draining link, telling late handlers that no reply will come.
   void close_drained(const std::shared_ptr<Link>& link, boost::system::error_code ec);
   void close_link() noexcept;
   void notify_link_down();
   bool is_current_or_draining(const std::shared_ptr<Link>& link) const noexcept;
-  /// Connecting failed: fails every queued command with `ec`.
+  /// Connecting failed (ConnectFsm::connect_failed): fails every queued command with `ec`.
   void connect_failed(boost::system::error_code ec);
   /// The handshake is answered: its finding, if any, goes to the notice handler.
   void report_finding() noexcept;

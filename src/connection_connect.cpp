@@ -24,17 +24,12 @@ namespace redis_lock::detail {
 namespace asio = boost::asio;
 using boost::system::error_code;
 
-void Connection::start_connect() {
-  const auto act = fsm_.need_link(Clock::now(), pipeline_.oldest_deadline());
-  if (act.kind == ConnectFsm::Action::Kind::connect) return connect_now();
+void Connection::wait_backoff(Clock::time_point until) {
   // A recent attempt failed: wait a little instead of hammering a server that is down.
-  connect_timer_->expires_at(act.until);
+  connect_timer_->expires_at(until);
   connect_timer_->async_wait(on_strand([self = shared_from_this()](error_code ec) {
     if (ec || self->shut_down_) return;
-    if (self->fsm_.backoff_over(self->pipeline_.waiting()).kind ==
-        ConnectFsm::Action::Kind::connect) {
-      self->connect_now();
-    }
+    self->apply(self->fsm_.backoff_over(self->queue()));
   }));
 }
 
@@ -61,9 +56,7 @@ void Connection::resolve_and_connect(const std::shared_ptr<Link>& link) {
   connect_timer_->expires_after(config_.connect_timeout);
   connect_timer_->async_wait(on_strand([self = shared_from_this(), link](error_code ec) {
     if (ec || self->link_ != link) return;
-    if (self->fsm_.state() == State::connecting || self->fsm_.state() == State::handshake) {
-      self->on_connect_deadline();
-    }
+    self->apply(self->fsm_.connect_deadline(Clock::now()));
   }));
 
   if (!config_.unix_socket.empty()) {
@@ -115,7 +108,7 @@ void Connection::try_endpoint(const std::shared_ptr<Link>& link, std::size_t ind
           link->socket.set_option(asio::socket_base::keep_alive(true), opt_ec);
         }
         if (self->tls_) return self->start_tls(link);
-        self->start_handshake(link);
+        self->apply(self->fsm_.transport_up());
       }));
 }
 
@@ -141,7 +134,7 @@ void Connection::start_tls(const std::shared_ptr<Link>& link) {
                              on_strand([self = shared_from_this(), link](error_code ec) {
                                if (self->link_ != link) return;
                                if (ec) return self->connect_failed(error::tls_handshake_failed);
-                               self->start_handshake(link);
+                               self->apply(self->fsm_.transport_up());
                              }));
 }
 
@@ -159,7 +152,6 @@ void Connection::start_handshake(const std::shared_ptr<Link>& link) {
                        .check_version = check_version_},
                       resp);
   finding_.reset();
-  fsm_.connected();
   handshake_left_ = steps.size();
   for (const auto step : steps) expect_handshake_reply(link, step);
   link->write_buf = std::move(resp);
@@ -198,7 +190,7 @@ void Connection::write_link(const std::shared_ptr<Link>& link) {
 
 void Connection::on_handshake_reply(const std::shared_ptr<Link>& link, Handshake::Step step,
                                     error_code ec, const Reply& reply) {
-  if (link_ != link || fsm_.state() != State::handshake) return;
+  if (link_ != link || !fsm_.in_handshake()) return;
   if (ec) return;  // drop_link is failing the handshake already
   if (const auto refused = Handshake::check(step, reply, accept_evicting_)) {
     try {
@@ -220,10 +212,10 @@ void Connection::on_handshake_reply(const std::shared_ptr<Link>& link, Handshake
     const auto plan = library_use_.handshake_answered(!link->writing);
     if (plan.load_first) return load_library_first(link);
     follow(functions, plan);
-    fsm_.ready();
+    const auto act = fsm_.handshake_done();
     connect_timer_->cancel();
     report_finding();
-    flush();
+    apply(act);  // (writes what is queued)
     if (link_ == link) start_read(link);
   }
 }
@@ -298,18 +290,6 @@ std::string Connection::address() const {
   return (v6 ? "[" + config_.host + "]" : config_.host) + ":" + std::to_string(config_.port);
 }
 
-void Connection::on_connect_deadline() { connect_failed(error::connect_timeout); }
-
-void Connection::connect_failed(error_code ec) {
-  // Only handshake commands can be in flight before `ready`; they die with the link.
-  close_link();
-  handshake_left_ = 0;
-  fsm_.failed(Clock::now());
-  if (connect_timer_) connect_timer_->cancel();
-  auto failed = pipeline_.take_queued();
-  cancel_timer_if_idle();
-  notify_link_down();
-  for (auto& p : failed) std::move(p.callback)(ec, Reply{});
-}
+void Connection::connect_failed(error_code ec) { apply(fsm_.connect_failed(Clock::now(), ec)); }
 
 }  // namespace redis_lock::detail

@@ -23,7 +23,6 @@ using redis_lock::test::integer;
 using redis_lock::test::text;
 using Clock = std::chrono::steady_clock;
 using State = ConnectFsm::State;
-using Kind = ConnectFsm::Action::Kind;
 using std::chrono::milliseconds;
 
 namespace {
@@ -33,18 +32,36 @@ Clock::time_point at(long long ms) { return t0 + milliseconds(ms); }
 constexpr long long none = -1;  // no time: nothing queued / no wake
 
 // ---------------------------------------------------------------------------------------
-// ConnectFsm: scripted rows
+// ConnectFsm: scripted rows, one event each, with the state after it and the action
 
-enum class Ev { need, over, connected, ready, failed, lost, left };
+enum class Ev {
+  queued,    // arg: the oldest waiting command's deadline
+  over,      // the backoff's timer; arg: the queue
+  up,        // transport_up
+  done,      // handshake_done
+  failed,    // connect_failed(e)
+  deadline,  // connect_deadline
+  broke,     // link_failed(e); arg: the queue
+  late,      // arg: the queue
+  idle,      // arg: 1 = has work, 2 = busy (waiting or draining), 3 = both
+  nothing,   // nothing_waiting
+  leave,     // arg: the queue
+};
+
+using L = ConnectFsm::Action::Link;
+using N = ConnectFsm::Action::Next;
 
 struct Row {
   Ev ev;
-  long long t;      // now (need, failed)
-  long long arg;    // need: the oldest queued command's deadline; over: 1 = still queued
-  State state;      // after the event
-  Kind kind;        // the action (need, over; none for the others)
-  long long until;  // with wait
-  long long next;   // next_connect_at after the event, none for "at once"
+  long long t;        // now
+  long long arg;      // the queue's oldest deadline (none: nothing waits), or idle's bits
+  State state;        // after the event
+  L link;             // the action
+  N next;             //
+  long long until;    // with wait
+  long long next_at;  // next_connect_at after the event, none for "at once"
+  error_code e{};     // failed, broke: the error given
+  error_code want{};  // drop, fail: the error the action carries
 };
 
 struct Script {
@@ -53,151 +70,256 @@ struct Script {
   std::vector<Row> rows;
 };
 
+ConnectFsm::Queue queue_of(long long deadline) {
+  if (deadline == none) return {};
+  return {.waiting = true, .oldest_deadline = at(deadline)};
+}
+
 void run(const Script& s) {
   SCOPED_TRACE(s.name);
   ConnectFsm fsm(s.command_timeout, no_jitter);
   int i = 0;
   for (const auto& r : s.rows) {
     SCOPED_TRACE("row " + std::to_string(i++));
+    const auto q = queue_of(r.arg);
     ConnectFsm::Action act;
     switch (r.ev) {
-      case Ev::need:
-        act = fsm.need_link(at(r.t), r.arg == none ? Clock::time_point::max() : at(r.arg));
+      case Ev::queued:
+        act = fsm.queued(at(r.t), q);
         break;
       case Ev::over:
-        act = fsm.backoff_over(r.arg != 0);
+        act = fsm.backoff_over(q);
         break;
-      case Ev::connected:
-        fsm.connected();
+      case Ev::up:
+        act = fsm.transport_up();
         break;
-      case Ev::ready:
-        fsm.ready();
+      case Ev::done:
+        act = fsm.handshake_done();
         break;
       case Ev::failed:
-        fsm.failed(at(r.t));
+        act = fsm.connect_failed(at(r.t), r.e);
         break;
-      case Ev::lost:
-        fsm.lost();
+      case Ev::deadline:
+        act = fsm.connect_deadline(at(r.t));
         break;
-      case Ev::left:
-        fsm.left();
+      case Ev::broke:
+        act = fsm.link_failed(at(r.t), r.e, q);
+        break;
+      case Ev::late:
+        act = fsm.late(at(r.t), q);
+        break;
+      case Ev::idle:
+        act = fsm.idle((r.arg & 1) != 0, (r.arg & 2) != 0);
+        break;
+      case Ev::nothing:
+        act = fsm.nothing_waiting();
+        break;
+      case Ev::leave:
+        act = fsm.leave(at(r.t), q);
         break;
     }
     EXPECT_EQ(fsm.state(), r.state);
-    EXPECT_EQ(act.kind, r.kind);
-    if (r.kind == Kind::wait) {
+    EXPECT_EQ(act.link, r.link);
+    EXPECT_EQ(act.next, r.next);
+    EXPECT_EQ(act.link_down(), r.link != L::keep);
+    EXPECT_EQ(act.error, r.want);
+    if (r.next == N::wait) {
       EXPECT_EQ(act.until, at(r.until));
     }
-    if (r.next == none) {
+    if (r.next_at == none) {
       EXPECT_LE(fsm.next_connect_at(), at(r.t)) << "the next connect may go at once";
     } else {
-      EXPECT_EQ(fsm.next_connect_at(), at(r.next));
+      EXPECT_EQ(fsm.next_connect_at(), at(r.next_at));
     }
+    EXPECT_EQ(fsm.ready(), r.state == State::ready);
+    EXPECT_EQ(fsm.in_handshake(), r.state == State::handshake);
   }
 }
 
 const auto C = State::closed;
 const auto B = State::backoff;
-const auto N = State::connecting;
+const auto K = State::connecting;
 const auto H = State::handshake;
 const auto R = State::ready;
+const error_code lost = error::connection_lost;
+const error_code not_connected = error::connect_failed;
+const error_code tls = error::tls_handshake_failed;
 
-const Script connect_scripts[] = {
-    {"the first command connects at once; a good handshake makes the link ready",
-     1000ms,
-     {{Ev::need, 0, 1000, N, Kind::connect, 0, none},
-      {Ev::connected, 0, 0, H, Kind::none, 0, none},
-      {Ev::ready, 0, 0, R, Kind::none, 0, none}}},
-    {"failures back off 25 ms, doubling to 1 s; the timer's end connects again",
-     100000ms,
-     {{Ev::need, 0, 100000, N, Kind::connect, 0, none},
-      {Ev::failed, 0, 0, C, Kind::none, 0, 25},
-      {Ev::need, 1, 100001, B, Kind::wait, 25, 25},
-      {Ev::over, 25, 1, N, Kind::connect, 0, 25},
-      {Ev::failed, 30, 0, C, Kind::none, 0, 80},
-      {Ev::need, 30, 100000, B, Kind::wait, 80, 80},
-      {Ev::over, 80, 1, N, Kind::connect, 0, 80},
-      {Ev::failed, 80, 0, C, Kind::none, 0, 180},
-      {Ev::failed, 180, 0, C, Kind::none, 0, 380},
-      {Ev::failed, 380, 0, C, Kind::none, 0, 780},
-      {Ev::failed, 780, 0, C, Kind::none, 0, 1580},
-      {Ev::failed, 1580, 0, C, Kind::none, 0, 2580},
-      {Ev::failed, 2580, 0, C, Kind::none, 0, 3580}}},
-    {"a ready link resets the backoff: the next failure waits 25 ms again",
-     100000ms,
-     {{Ev::failed, 0, 0, C, Kind::none, 0, 25},
-      {Ev::failed, 25, 0, C, Kind::none, 0, 75},
-      {Ev::failed, 75, 0, C, Kind::none, 0, 175},
-      {Ev::need, 175, 100000, N, Kind::connect, 0, 175},
-      {Ev::connected, 176, 0, H, Kind::none, 0, 175},
-      {Ev::ready, 177, 0, R, Kind::none, 0, none},
-      {Ev::lost, 500, 0, C, Kind::none, 0, none},
-      {Ev::need, 500, 1500, N, Kind::connect, 0, none},
-      {Ev::failed, 510, 0, C, Kind::none, 0, 535}}},
-    {"a handshake refused counts as a failed connect",
-     1000ms,
-     {{Ev::need, 0, 1000, N, Kind::connect, 0, none},
-      {Ev::connected, 2, 0, H, Kind::none, 0, none},
-      {Ev::failed, 3, 0, C, Kind::none, 0, 28}}},
-    {"the backoff ends early for the oldest command: half its time left, the server is tried",
-     1000ms,
-     {{Ev::failed, 0, 0, C, Kind::none, 0, 25},
-      {Ev::failed, 25, 0, C, Kind::none, 0, 75},
-      {Ev::failed, 75, 0, C, Kind::none, 0, 175},
-      {Ev::failed, 175, 0, C, Kind::none, 0, 375},
-      {Ev::failed, 375, 0, C, Kind::none, 0, 775},
-      {Ev::failed, 775, 0, C, Kind::none, 0, 1575},
-      // queued at 800 with a 1 s timeout: deadline 1800, tried at 1300 (before 1575)
-      {Ev::need, 800, 1800, B, Kind::wait, 1300, 1575},
-      {Ev::over, 1300, 1, N, Kind::connect, 0, 1575}}},
-    {"an oldest command already past half its time connects at once, inside the backoff",
-     1000ms,
-     {{Ev::failed, 0, 0, C, Kind::none, 0, 25},
-      {Ev::failed, 25, 0, C, Kind::none, 0, 75},
-      {Ev::failed, 75, 0, C, Kind::none, 0, 175},
-      {Ev::failed, 175, 0, C, Kind::none, 0, 375},
-      {Ev::need, 200, 600, N, Kind::connect, 0, 375}}},
-    {"a backoff whose queue emptied (its commands timed out) ends closed, connecting nothing",
-     1000ms,
-     {{Ev::failed, 0, 0, C, Kind::none, 0, 25},
-      {Ev::need, 10, 1010, B, Kind::wait, 25, 25},
-      {Ev::over, 25, 0, C, Kind::none, 0, 25},
-      {Ev::need, 30, 1030, N, Kind::connect, 0, 25}}},
-    {"a stale backoff timer (the state moved on) does nothing",
-     1000ms,
-     {{Ev::failed, 0, 0, C, Kind::none, 0, 25},
-      {Ev::need, 10, 1010, B, Kind::wait, 25, 25},
-      {Ev::left, 11, 0, C, Kind::none, 0, 25},
-      {Ev::over, 25, 1, C, Kind::none, 0, 25}}},
-    {"a ready link lost (server restart, idle close) reconnects at once, without backoff",
-     1000ms,
-     {{Ev::need, 0, 1000, N, Kind::connect, 0, none},
-      {Ev::connected, 1, 0, H, Kind::none, 0, none},
-      {Ev::ready, 2, 0, R, Kind::none, 0, none},
-      {Ev::lost, 9000, 0, C, Kind::none, 0, none},
-      {Ev::need, 9000, 10000, N, Kind::connect, 0, none}}},
-    {"a link left to drain a timeout: the next command connects a new one at once",
-     1000ms,
-     {{Ev::need, 0, 1000, N, Kind::connect, 0, none},
-      {Ev::connected, 1, 0, H, Kind::none, 0, none},
-      {Ev::ready, 2, 0, R, Kind::none, 0, none},
-      {Ev::left, 1002, 0, C, Kind::none, 0, none},
-      {Ev::need, 1002, 2002, N, Kind::connect, 0, none}}},
-    {"a connect given up when its queue timed out keeps its backoff for the next command",
-     1000ms,
-     {{Ev::failed, 0, 0, C, Kind::none, 0, 25},
-      {Ev::failed, 25, 0, C, Kind::none, 0, 75},
-      {Ev::need, 75, 1075, N, Kind::connect, 0, 75},
-      {Ev::left, 1075, 0, C, Kind::none, 0, 75},
-      {Ev::failed, 1100, 0, C, Kind::none, 0, 1200}}},
-    {"nothing queued: a backoff lasts its whole length",
-     1000ms,
-     {{Ev::failed, 0, 0, C, Kind::none, 0, 25}, {Ev::need, 5, none, B, Kind::wait, 25, 25}}},
+// A connect that fails at `t` (a command queued at `t`, its connect not_connected), the backoff
+// then running to `next_at`.
+std::vector<Row> failing(long long t, long long next_at, long long since = none) {
+  return {{Ev::queued, t, t + 1000, K, L::keep, N::connect, 0, since},
+          {Ev::failed, t, 0, C, L::fail, N::none, 0, next_at, not_connected, not_connected}};
+}
+
+std::vector<Row> join(std::initializer_list<std::vector<Row>> parts) {
+  std::vector<Row> rows;
+  for (const auto& part : parts) rows.insert(rows.end(), part.begin(), part.end());
+  return rows;
+}
+
+const std::vector<Row> ready_at_0 = {
+    {Ev::queued, 0, 1000, K, L::keep, N::connect, 0, none},
+    {Ev::up, 1, 0, H, L::keep, N::handshake, 0, none},
+    {Ev::done, 2, 0, R, L::keep, N::write, 0, none},
 };
 
-TEST(ConnectFsm, ScriptedRows) {
-  for (const auto& s : connect_scripts) run(s);
-}
+const Script connect_scripts[] = {
+    {"the first command connects at once; a good handshake makes the link ready; then each "
+     "command is written",
+     1000ms,
+     join({ready_at_0, {{Ev::queued, 3, 1003, R, L::keep, N::write, 0, none}}})},
+    {"failures back off 25 ms, doubling to 1 s; the timer's end connects again",
+     100000ms,
+     join({failing(0, 25),
+           {{Ev::queued, 1, 100001, B, L::keep, N::wait, 25, 25},
+            {Ev::queued, 2, 100001, B, L::keep, N::none, 0, 25},  // (the timer is armed)
+            {Ev::over, 25, 100001, K, L::keep, N::connect, 0, 25},
+            {Ev::failed, 30, 0, C, L::fail, N::none, 0, 80, not_connected, not_connected},
+            {Ev::queued, 30, 100030, B, L::keep, N::wait, 80, 80},
+            {Ev::over, 80, 100030, K, L::keep, N::connect, 0, 80},
+            {Ev::failed, 80, 0, C, L::fail, N::none, 0, 180, not_connected, not_connected}},
+           failing(180, 380, 180), failing(380, 780, 380), failing(780, 1580, 780),
+           failing(1580, 2580, 1580), failing(2580, 3580, 2580)})},
+    {"a ready link resets the backoff: the next failure waits 25 ms again",
+     100000ms,
+     join({failing(0, 25), failing(25, 75, 25), failing(75, 175, 75),
+           {{Ev::queued, 175, 100175, K, L::keep, N::connect, 0, 175},
+            {Ev::up, 176, 0, H, L::keep, N::handshake, 0, 175},
+            {Ev::done, 177, 0, R, L::keep, N::write, 0, none},
+            {Ev::broke, 500, none, C, L::drop, N::none, 0, none, lost, lost},
+            {Ev::queued, 500, 1500, K, L::keep, N::connect, 0, none},
+            {Ev::failed, 510, 0, C, L::fail, N::none, 0, 535, not_connected, not_connected}}})},
+    {"a not_connected handshake step fails the connect with its error, and backs off",
+     1000ms,
+     {{Ev::queued, 0, 1000, K, L::keep, N::connect, 0, none},
+      {Ev::up, 2, 0, H, L::keep, N::handshake, 0, none},
+      {Ev::failed, 3, 0, C, L::fail, N::none, 0, 28, error::server_unsupported,
+       error::server_unsupported}}},
+    {"the backoff ends early for the oldest command: half its time left, the server is tried",
+     1000ms,
+     join({failing(0, 25), failing(25, 75, 25), failing(75, 175, 75), failing(175, 375, 175),
+           failing(375, 775, 375), failing(775, 1575, 775),
+           // queued at 800 with a 1 s timeout: deadline 1800, tried at 1300 (before 1575)
+           {{Ev::queued, 800, 1800, B, L::keep, N::wait, 1300, 1575},
+            {Ev::over, 1300, 1800, K, L::keep, N::connect, 0, 1575}}})},
+    {"an oldest command already past half its time connects at once, inside the backoff",
+     1000ms,
+     join({failing(0, 25), failing(25, 75, 25), failing(75, 175, 75), failing(175, 375, 175),
+           {{Ev::queued, 200, 600, K, L::keep, N::connect, 0, 375}}})},
+    {"a backoff whose queue emptied (its commands timed out) ends closed, connecting nothing",
+     1000ms,
+     join({failing(0, 25),
+           {{Ev::queued, 10, 1010, B, L::keep, N::wait, 25, 25},
+            {Ev::over, 25, none, C, L::keep, N::none, 0, 25},
+            {Ev::queued, 30, 1030, K, L::keep, N::connect, 0, 25}}})},
+    {"a backoff stopped when nothing waits: its timer's late end does nothing",
+     1000ms,
+     join({failing(0, 25),
+           {{Ev::queued, 10, 1010, B, L::keep, N::wait, 25, 25},
+            {Ev::nothing, 11, 0, C, L::keep, N::stop_wait, 0, 25},
+            {Ev::nothing, 12, 0, C, L::keep, N::none, 0, 25},
+            {Ev::over, 25, 1010, C, L::keep, N::none, 0, 25}}})},
+    {"a ready link lost (server restart, idle close) reconnects at once for what waits",
+     1000ms,
+     join({ready_at_0,
+           {{Ev::broke, 9000, 10000, K, L::drop, N::connect, 0, none, lost, lost},
+            {Ev::up, 9001, 0, H, L::keep, N::handshake, 0, none},
+            {Ev::done, 9002, 0, R, L::keep, N::write, 0, none},
+            {Ev::broke, 9500, none, C, L::drop, N::none, 0, none, error::protocol_error,
+             error::protocol_error}}})},
+    {"a READONLY reply (a demoted master) drops the ready link with read_only",
+     1000ms,
+     join({ready_at_0,
+           {{Ev::broke, 5, none, C, L::drop, N::none, 0, none, error::read_only,
+             error::read_only}}})},
+    {"a TLS-shaped failure of a ready link is a lost link",
+     1000ms,
+     join({ready_at_0, {{Ev::broke, 5, none, C, L::drop, N::none, 0, none, tls, lost}}})},
+    {"a link that fails during its handshake fails the connect: tls_handshake_failed for a "
+     "TLS refusal, connect_failed for anything else",
+     1000ms,
+     {{Ev::queued, 0, 1000, K, L::keep, N::connect, 0, none},
+      {Ev::up, 0, 0, H, L::keep, N::handshake, 0, none},
+      {Ev::broke, 1, 1000, C, L::fail, N::none, 0, 26, tls, tls},
+      {Ev::queued, 26, 1026, K, L::keep, N::connect, 0, 26},
+      {Ev::up, 27, 0, H, L::keep, N::handshake, 0, 26},
+      {Ev::broke, 30, 1026, C, L::fail, N::none, 0, 80, error::protocol_error, not_connected},
+      {Ev::queued, 80, 1080, K, L::keep, N::connect, 0, 80},
+      {Ev::broke, 81, 1080, C, L::fail, N::none, 0, 181, lost, not_connected}}},
+    {"the connect's deadline fails it as connect_timeout; once ready, a deadline does nothing",
+     1000ms,
+     {{Ev::queued, 0, 1000, K, L::keep, N::connect, 0, none},
+      {Ev::deadline, 1000, 0, C, L::fail, N::none, 0, 1025, {}, error::connect_timeout},
+      {Ev::queued, 1025, 2025, K, L::keep, N::connect, 0, 1025},
+      {Ev::up, 1026, 0, H, L::keep, N::handshake, 0, 1025},
+      {Ev::deadline, 2026, 0, C, L::fail, N::none, 0, 2076, {}, error::connect_timeout},
+      {Ev::queued, 2076, 3076, K, L::keep, N::connect, 0, 2076},
+      {Ev::up, 2077, 0, H, L::keep, N::handshake, 0, 2076},
+      {Ev::done, 2078, 0, R, L::keep, N::write, 0, none},
+      {Ev::deadline, 3077, 0, R, L::keep, N::none, 0, none}}},
+    {"a link whose command is late drains; what waits connects a new one at once",
+     1000ms,
+     join({ready_at_0,
+           {{Ev::late, 1002, none, C, L::drain, N::none, 0, none},
+            {Ev::queued, 1002, 2002, K, L::keep, N::connect, 0, none},
+            {Ev::up, 1003, 0, H, L::keep, N::handshake, 0, none},
+            {Ev::late, 1004, 2002, H, L::keep, N::none, 0, none},  // (not ready: no drain)
+            {Ev::done, 1005, 0, R, L::keep, N::write, 0, none},
+            {Ev::late, 2005, 3000, K, L::drain, N::connect, 0, none}}})},
+    {"an unneeded link closes: a ready one without work, a connect nobody waits for",
+     1000ms,
+     join({ready_at_0,
+           {{Ev::idle, 5, 1, R, L::keep, N::none, 0, none},
+            {Ev::idle, 6, 0, C, L::close, N::none, 0, none},
+            {Ev::idle, 7, 0, C, L::keep, N::none, 0, none},
+            {Ev::queued, 8, 1008, K, L::keep, N::connect, 0, none},
+            {Ev::idle, 9, 3, K, L::keep, N::none, 0, none},
+            {Ev::idle, 9, 2, K, L::keep, N::none, 0, none},
+            {Ev::up, 10, 0, H, L::keep, N::handshake, 0, none},
+            {Ev::idle, 11, 2, H, L::keep, N::none, 0, none},
+            {Ev::idle, 12, 1, C, L::close, N::none, 0, none}}})},
+    {"a connect given up when its queue timed out keeps its backoff for the next command",
+     1000ms,
+     join({failing(0, 25), failing(25, 75, 25),
+           {{Ev::queued, 75, 1075, K, L::keep, N::connect, 0, 75},
+            {Ev::idle, 1075, 0, C, L::close, N::none, 0, 75}},
+           failing(1100, 1200, 75)})},
+    {"a backoff is no link to close",
+     1000ms,
+     join({failing(0, 25),
+           {{Ev::queued, 5, 1005, B, L::keep, N::wait, 25, 25},
+            {Ev::idle, 6, 0, B, L::keep, N::none, 0, 25}}})},
+    {"a far deadline: a backoff lasts its whole length",
+     1000ms,
+     join({failing(0, 25), {{Ev::queued, 5, 100000, B, L::keep, N::wait, 25, 25}}})},
+    {"leaving the server (Sentinel: its address moved) drops a ready link; elsewhere nothing",
+     1000ms,
+     join({{{Ev::leave, 0, 1000, C, L::keep, N::none, 0, none}},
+           ready_at_0,
+           {{Ev::leave, 3, 1003, K, L::drop, N::connect, 0, none, {}, lost},
+            {Ev::leave, 4, 1003, K, L::keep, N::none, 0, none}}})},
+    {"a stale completion (a link given up) changes nothing",
+     1000ms,
+     {{Ev::up, 0, 0, C, L::keep, N::none, 0, none},
+      {Ev::done, 0, 0, C, L::keep, N::none, 0, none},
+      {Ev::failed, 0, 0, C, L::keep, N::none, 0, none, not_connected, {}},
+      {Ev::broke, 0, 1000, C, L::keep, N::none, 0, none, lost, {}},
+      {Ev::late, 0, 1000, C, L::keep, N::none, 0, none},
+      {Ev::queued, 0, 1000, K, L::keep, N::connect, 0, none},
+      {Ev::done, 1, 0, K, L::keep, N::none, 0, none},
+      {Ev::up, 1, 0, H, L::keep, N::handshake, 0, none},
+      {Ev::up, 2, 0, H, L::keep, N::none, 0, none}}},
+};
+
+// One case per script: the table's rows each have one that exercises them.
+class ConnectFsmScript : public ::testing::TestWithParam<std::size_t> {};
+
+TEST_P(ConnectFsmScript, Rows) { run(connect_scripts[GetParam()]); }
+
+INSTANTIATE_TEST_SUITE_P(ConnectFsm, ConnectFsmScript,
+                         ::testing::Range(std::size_t{0}, std::size(connect_scripts)),
+                         [](const auto& row) { return "script_" + std::to_string(row.param); });
 
 TEST(ConnectFsm, BackoffSequence) {
   // 25, 50, 100, ..., capped at 1 s, for as long as the server stays down.
@@ -205,7 +327,8 @@ TEST(ConnectFsm, BackoffSequence) {
   const long long expected[] = {25, 50, 100, 200, 400, 800, 1000, 1000, 1000};
   long long now = 0;
   for (const auto wait : expected) {
-    fsm.failed(at(now));
+    EXPECT_EQ(fsm.queued(at(now), queue_of(now + 100000)).next, N::connect);
+    fsm.connect_failed(at(now), not_connected);
     EXPECT_EQ(fsm.next_connect_at() - at(now), milliseconds(wait));
     now += wait;
   }
