@@ -309,6 +309,11 @@ void Engine::release_held(std::string resource, std::string token,
   }
 }
 
+void Engine::send_renewal(const std::shared_ptr<LeaseState>& lease, Watchdog& watchdog,
+                          Clock::time_point sent) {
+  detail::send_renewal(*this, lease, watchdog, sent);
+}
+
 void Engine::report_hold_end(const LeaseState& lease, HoldEnd end) noexcept {
   if (auto* o = observer()) {
     o->on_hold_end({lease.resource, lease.kind, end, Clock::now() - lease.held_since});

@@ -42,7 +42,7 @@ namespace redis_lock::detail {
 struct ScriptOp;
 class Engine;
 
-class Engine : public std::enable_shared_from_this<Engine> {
+class Engine : public std::enable_shared_from_this<Engine>, private RenewalHost {
  public:
   using Clock = std::chrono::steady_clock;
 
@@ -195,6 +195,19 @@ class Engine : public std::enable_shared_from_this<Engine> {
   Engine(boost::asio::any_io_executor ex, ConnectionConfig config, ManagerOptions options);
 
  private:
+  // What the watchdog needs of its manager (RenewalHost), and no more.
+  const Connection::Strand& timer_strand() const noexcept override { return *strand_; }
+  std::weak_ptr<void> lifetime() noexcept override { return weak_from_this(); }
+  void send_renewal(const std::shared_ptr<LeaseState>& lease, Watchdog& watchdog,
+                    Clock::time_point sent) override;
+  Observer* renewal_observer() const noexcept override { return observer(); }
+  void hold_lost(const LeaseState& lease) noexcept override {
+    report_hold_end(lease, HoldEnd::lost);
+  }
+  const boost::asio::any_io_executor& waiter_executor() const noexcept override {
+    return executor_;
+  }
+
   boost::asio::any_io_executor executor_;
   ManagerOptions options_;
   ConnectionConfig config_;

@@ -248,6 +248,60 @@ void start_op(Engine& engine, ExtendParams params, BoolHandler handler) {
   send_from_caller(engine, std::move(op));
 }
 
+/// One lease's renewal command, built once and sent again each time.
+struct RenewOp final : LeaseCallOp {
+  std::weak_ptr<LeaseState> lease;  // weakly: the lease holds this op
+  Watchdog* watchdog = nullptr;     // the engine's, which `service` keeps
+  Clock::time_point sent;
+  void on_reply(error_code ec, Reply reply) override {
+    auto held = lease.lock();
+    if (!held) return;
+    if (!ec && held->min_replicas > 0 && replies::read_compare(reply) == replies::Compare::done) {
+      // min_replicas: the renewal counts once WAIT says enough replicas have it; until
+      // then the lease is not extended (retried, and lost at valid_until()).
+      return service->confirm_replicas(
+          node, held->min_replicas, held->replication_timeout,
+          Engine::Confirmed([self = std::static_pointer_cast<RenewOp>(shared_from_this()), reply](
+                                error_code wait_ec, std::string_view detail) {
+            auto again = self->lease.lock();
+            if (!again) return;
+            if (!wait_ec) {
+              return self->watchdog->renewed(again, self->sent, {}, reply, self->node_results);
+            }
+            // Not confirmed: not extended. The event says why, as an acquire's or an
+            // extension's would (the server's error reply with its text, not_replicated...).
+            Reply why;
+            if (!detail.empty()) {
+              why.type = Reply::Type::error;
+              why.str = detail;
+            }
+            self->watchdog->renewed(again, self->sent, wait_ec, why, self->node_results);
+          }));
+    }
+    watchdog->renewed(held, sent, ec, reply, node_results);
+  }
+};
+
+void send_renewal(Engine& service, const std::shared_ptr<LeaseState>& lease, Watchdog& watchdog,
+                  Clock::time_point sent) {
+  if (!lease->renewal) {
+    // Keys and arguments are the same every time: build them once per lease. The op holds
+    // the lease weakly, or the two would keep each other alive.
+    auto op = std::make_shared<RenewOp>();
+    op->lease = lease;
+    op->watchdog = &watchdog;
+    prepare_extend(service, *op, lease->resource, lease->token, lease->kind,
+                   to_decimal(lease->ttl.count()));
+    op->durable = lease->min_replicas > 0;
+    lease->renewal = op;
+  }
+  auto& op = static_cast<RenewOp&>(*lease->renewal);
+  op.sent = sent;
+  op.sent_body = false;
+  set_extend_args(op, lease->kind);
+  service.send(lease->renewal);
+}
+
 void start_op(Engine& engine, WaitLostParams params, ErrorHandler handler) {
   if (!engine.alive()) return;
   engine.on_strand([self = engine.shared_from_this(), lease = std::move(params.lease),

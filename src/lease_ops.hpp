@@ -21,6 +21,8 @@
 
 namespace redis_lock::detail {
 
+class Watchdog;
+
 using BoolHandler = boost::asio::any_completion_handler<void(boost::system::error_code, bool)>;
 
 // A give-back that met a link failure is sent again after this, doubling up to the max; a
@@ -92,6 +94,11 @@ void prepare_extend(Engine& service, LeaseCallOp& op, const std::string& resourc
                     std::string token, AcquireKind kind, std::string ttl_ms);
 /// The arguments of an extension prepare_extend filled in, set again (before a resend).
 void set_extend_args(LeaseCallOp& op, AcquireKind kind);
+
+/// Sends one renewal of `lease` (RenewalHost::send_renewal, for the engine): an extension
+/// built once per lease and sent again each time; its answer goes to `watchdog.renewed()`.
+void send_renewal(Engine& service, const std::shared_ptr<LeaseState>& lease, Watchdog& watchdog,
+                  std::chrono::steady_clock::time_point sent);
 
 /// Redlock: gives back on master `node` what `token` may hold there, resent through link
 /// failures until `until`.

@@ -2,11 +2,7 @@
 #include "renewal.hpp"
 
 #include "completion.hpp"
-#include "decimal.hpp"
-#include "engine.hpp"
-#include "lease_ops.hpp"
 #include "replies.hpp"
-#include "script_op.hpp"
 
 #include <redis_lock/error.hpp>
 
@@ -87,40 +83,6 @@ std::optional<Clock::time_point> RenewalSchedule::next() const {
 // ---------------------------------------------------------------------------------------
 // Watchdog
 
-/// One lease's renewal command, built once and sent again each time.
-struct RenewOp final : LeaseCallOp {
-  std::weak_ptr<LeaseState> lease;  // weakly: the lease holds this op
-  Clock::time_point sent;
-  void on_reply(error_code ec, Reply reply) override {
-    auto held = lease.lock();
-    if (!held) return;
-    if (!ec && held->min_replicas > 0 && replies::read_compare(reply) == replies::Compare::done) {
-      // min_replicas: the renewal counts once WAIT says enough replicas have it; until
-      // then the lease is not extended (retried, and lost at valid_until()).
-      return service->confirm_replicas(
-          node, held->min_replicas, held->replication_timeout,
-          Engine::Confirmed([self = std::static_pointer_cast<RenewOp>(shared_from_this()), reply](
-                                error_code wait_ec, std::string_view detail) {
-            auto again = self->lease.lock();
-            if (!again) return;
-            if (!wait_ec) {
-              return self->service->watchdog().renewed(again, self->sent, {}, reply,
-                                                       self->node_results);
-            }
-            // Not confirmed: not extended. The event says why, as an acquire's or an
-            // extension's would (the server's error reply with its text, not_replicated...).
-            Reply why;
-            if (!detail.empty()) {
-              why.type = Reply::Type::error;
-              why.str = detail;
-            }
-            self->service->watchdog().renewed(again, self->sent, wait_ec, why, self->node_results);
-          }));
-    }
-    service->watchdog().renewed(held, sent, ec, reply, node_results);
-  }
-};
-
 void Watchdog::watch(const std::shared_ptr<LeaseState>& lease) {
   put(lease, RenewalSchedule::grid(Clock::now() + lease->renew_every));
 }
@@ -133,15 +95,15 @@ void Watchdog::put(const std::shared_ptr<LeaseState>& lease, Clock::time_point a
 
 void Watchdog::arm(Clock::time_point at) {
   if (armed_ && timer_at_ <= at) return;
-  if (!timer_) timer_ = std::make_unique<asio::steady_timer>(service_.strand());
+  if (!timer_) timer_ = std::make_unique<asio::steady_timer>(host_.timer_strand());
   armed_ = true;
   timer_at_ = at;
   timer_->expires_at(at);
-  timer_->async_wait([weak = service_.weak_from_this()](error_code ec) {
+  timer_->async_wait([weak = host_.lifetime(), this](error_code ec) {
     if (ec == asio::error::operation_aborted) return;
-    if (auto service = weak.lock()) {
-      service->watchdog().armed_ = false;
-      service->watchdog().on_timer();
+    if (const auto alive = weak.lock()) {  // (the host owns this watchdog)
+      armed_ = false;
+      on_timer();
     }
   });
 }
@@ -182,29 +144,15 @@ void Watchdog::on_timer() {
 }
 
 void Watchdog::renew(const std::shared_ptr<LeaseState>& lease) {
-  if (!lease->renewal) {
-    // Keys and arguments are the same every time: build them once per lease. The op holds
-    // the lease weakly, or the two would keep each other alive.
-    auto op = std::make_shared<RenewOp>();
-    op->lease = lease;
-    prepare_extend(service_, *op, lease->resource, lease->token, lease->kind,
-                   to_decimal(lease->ttl.count()));
-    op->durable = lease->min_replicas > 0;
-    lease->renewal = op;
-  }
-  auto& op = static_cast<RenewOp&>(*lease->renewal);
-  op.sent = Clock::now();
-  op.sent_body = false;
-  set_extend_args(op, lease->kind);
   lease->renewing = true;
-  service_.send(lease->renewal);
+  host_.send_renewal(lease, *this, Clock::now());
 }
 
 void Watchdog::renewed(const std::shared_ptr<LeaseState>& lease, Clock::time_point sent,
                        error_code ec, const Reply& reply, std::span<const NodeResult> nodes) {
   lease->renewing = false;
   const auto now = Clock::now();
-  if (auto* observer = service_.observer()) {
+  if (auto* observer = host_.renewal_observer()) {
     // The error as the event reports it; it must not change what happens next (nor
     // last_server_error()), observed or not.
     const error_code event_ec = ec || !reply.is_error() ? ec : error_from_reply(reply.str);
@@ -255,13 +203,13 @@ bool Watchdog::confirm_or_lose(const std::shared_ptr<LeaseState>& lease, Clock::
 void Watchdog::mark_lost(const std::shared_ptr<LeaseState>& lease) {
   if (lease->lost.exchange(true)) return;
   unwatch(*lease);
-  if (auto* observer = service_.observer()) {
+  if (auto* observer = host_.renewal_observer()) {
     observer->on_lost(lease->resource);
-    if (lease->hold_reported.exchange(false)) service_.report_hold_end(*lease, HoldEnd::lost);
+    if (lease->hold_reported.exchange(false)) host_.hold_lost(*lease);
   }
   lease->signal.emit(asio::cancellation_type::terminal);
   if (auto waiter = lease->take_lost_waiter()) {
-    deliver(service_.executor(), Defer::no, std::move(*waiter), error_code(error::lock_lost));
+    deliver(host_.waiter_executor(), Defer::no, std::move(*waiter), error_code(error::lock_lost));
   }
 }
 

@@ -3,7 +3,8 @@
 // earliest due time; the renewals due together go out in one pipelined write. A lease with
 // no confirmed renewal by its valid_until() is lost. RenewalSchedule holds the decisions
 // without I/O (tests/unit/renewal_schedule_test.cpp, with a fake clock); Watchdog adds the
-// timer and the commands.
+// timer, and asks its RenewalHost (the manager's Engine, or a test's fake:
+// tests/unit/watchdog_test.cpp) for the rest: the strand, the renewal's command, the observer.
 #pragma once
 
 #include "lease.hpp"
@@ -11,7 +12,9 @@
 
 #include <redis_lock/observer.hpp>
 
+#include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
 
 #include <chrono>
 #include <memory>
@@ -21,7 +24,35 @@
 
 namespace redis_lock::detail {
 
-class Engine;
+class Watchdog;
+
+/// What the watchdog needs of the manager it renews for, and no more.
+class RenewalHost {
+ public:
+  using Strand = boost::asio::strand<boost::asio::any_io_executor>;
+
+  /// Where the watchdog's timer completes: the manager's strand, where every call to the
+  /// watchdog is made.
+  virtual const Strand& timer_strand() const noexcept = 0;
+  /// Held weakly by the armed timer: a timer that completes once the host is gone does
+  /// nothing.
+  virtual std::weak_ptr<void> lifetime() noexcept = 0;
+  /// Sends one renewal of `lease` (an extension by its ttl; with min_replicas, counted once
+  /// WAIT confirms it). Its answer goes to `watchdog.renewed(lease, sent, ...)` on the
+  /// strand, at most once; none when the lease is gone meanwhile.
+  virtual void send_renewal(const std::shared_ptr<LeaseState>& lease, Watchdog& watchdog,
+                            std::chrono::steady_clock::time_point sent) = 0;
+  /// Who hears of renewals and losses (null: nobody).
+  virtual Observer* renewal_observer() const noexcept = 0;
+  /// The observer hears that `lease`'s hold ended, lost (once per hold).
+  virtual void hold_lost(const LeaseState& lease) noexcept = 0;
+  /// Where a lost lease's waiter (LockGuard::async_wait_lost) is told when its handler has
+  /// no executor of its own.
+  virtual const boost::asio::any_io_executor& waiter_executor() const noexcept = 0;
+
+ protected:
+  ~RenewalHost() = default;
+};
 
 /// When each watched lease is looked at next, and what is then done. No I/O, no clock of
 /// its own: `now` is given.
@@ -68,10 +99,10 @@ class RenewalSchedule {
   LeaseState::Schedule entries_;
 };
 
-/// The schedule's timer and commands, on the manager's strand.
+/// The schedule's timer and commands, on the host's strand.
 class Watchdog {
  public:
-  explicit Watchdog(Engine& service) : service_(service) {}
+  explicit Watchdog(RenewalHost& host) : host_(host) {}
   void watch(const std::shared_ptr<LeaseState>& lease);
   void unwatch(LeaseState& lease);
   void mark_lost(const std::shared_ptr<LeaseState>& lease);
@@ -81,18 +112,21 @@ class Watchdog {
   /// (and the lease marked lost) then.
   bool confirm_or_lose(const std::shared_ptr<LeaseState>& lease,
                        std::chrono::steady_clock::time_point sent, std::chrono::milliseconds ttl);
+  /// The answer to `lease`'s renewal sent at `sent` (RenewalHost::send_renewal): `ec`, or
+  /// the script's `reply`, from `nodes` (Redlock). Confirmed, the lease is valid for its ttl
+  /// from `sent` and renewed again a renewal interval later; refused, it is lost; unknown
+  /// (an error), tried again soon while it may still be ours.
+  void renewed(const std::shared_ptr<LeaseState>& lease, std::chrono::steady_clock::time_point sent,
+               boost::system::error_code ec, const Reply& reply, std::span<const NodeResult> nodes);
   void shutdown() noexcept;
 
  private:
-  friend struct RenewOp;
   void put(const std::shared_ptr<LeaseState>& lease, std::chrono::steady_clock::time_point at);
   void arm(std::chrono::steady_clock::time_point at);
   void on_timer();
   void renew(const std::shared_ptr<LeaseState>& lease);
-  void renewed(const std::shared_ptr<LeaseState>& lease, std::chrono::steady_clock::time_point sent,
-               boost::system::error_code ec, const Reply& reply, std::span<const NodeResult> nodes);
 
-  Engine& service_;
+  RenewalHost& host_;
   RenewalSchedule schedule_;
   std::unique_ptr<boost::asio::steady_timer> timer_;
   std::chrono::steady_clock::time_point timer_at_{};
