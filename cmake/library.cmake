@@ -148,6 +148,7 @@ add_library(redis_lock_internal OBJECT
   src/script_table.cpp
   src/router.cpp
   src/sentinel_locator.cpp
+  src/slot_map.cpp
   src/shutdown_watch.cpp
   src/tls.cpp
   src/token.cpp

@@ -83,11 +83,10 @@ ConnectFsm::Action ConnectFsm::connect_deadline(Clock::time_point now) noexcept 
   return connect_failed(now, error::connect_timeout);
 }
 
-ConnectFsm::Action ConnectFsm::link_failed(Clock::time_point now, error_code e,
-                                           Queue q) noexcept {
+ConnectFsm::Action ConnectFsm::link_failed(Clock::time_point now, error_code e, Queue q) noexcept {
   if (state_ == State::connecting || state_ == State::handshake) {
-    return connect_failed(
-        now, e == error::tls_handshake_failed ? e : error_code(error::connect_failed));
+    return connect_failed(now,
+                          e == error::tls_handshake_failed ? e : error_code(error::connect_failed));
   }
   if (state_ != State::ready) return {};
   state_ = State::closed;
@@ -103,10 +102,9 @@ ConnectFsm::Action ConnectFsm::late(Clock::time_point now, Queue q) noexcept {
 }
 
 ConnectFsm::Action ConnectFsm::idle(bool has_work, bool busy) noexcept {
-  const bool unneeded = state_ == State::ready ? !has_work
-                        : state_ == State::connecting || state_ == State::handshake
-                            ? !busy
-                            : false;
+  const bool unneeded = state_ == State::ready                                      ? !has_work
+                        : state_ == State::connecting || state_ == State::handshake ? !busy
+                                                                                    : false;
   if (!unneeded) return {};
   // (A connect given up keeps its backoff: a server that is down is not tried sooner.)
   state_ = State::closed;

@@ -48,8 +48,8 @@ bool Connection::write_now(std::span<const std::string_view> command) noexcept {
   // (A write whose bytes all went out, its handler still queued, is no longer under way:
   // Link::write counts them.)
   const bool mid_write = link_ && link_->writing && link_->written < link_->write_buf.size();
-  if (shut_down_ || !fsm_.ready() || !link_ || link_->tls || mid_write ||
-      link_->torn || !link_->socket.is_open()) {
+  if (shut_down_ || !fsm_.ready() || !link_ || link_->tls || mid_write || link_->torn ||
+      !link_->socket.is_open()) {
     return false;
   }
   try {
@@ -244,16 +244,15 @@ error_code Connection::link_error(const Link& link, error_code ec) const {
   // the server refused us (ConnectFsm::link_failed tells). (TLS 1.3 servers check a client
   // certificate after the client thinks the handshake is done; our AUTH/PING may then meet
   // a reset instead of the alert.)
-  const bool refused = link.tls && (ec.category() == asio::error::get_ssl_category() ||
-                                    ec == asio::ssl::error::stream_truncated ||
-                                    ec == asio::error::eof || ec == asio::error::connection_reset ||
-                                    ec == asio::error::broken_pipe);
+  const bool refused =
+      link.tls && (ec.category() == asio::error::get_ssl_category() ||
+                   ec == asio::ssl::error::stream_truncated || ec == asio::error::eof ||
+                   ec == asio::error::connection_reset || ec == asio::error::broken_pipe);
   return refused ? error_code(error::tls_handshake_failed) : error_code(error::connection_lost);
 }
 
 void Connection::start_read(const std::shared_ptr<Link>& link) {
-  const bool wanted =
-      pipeline_.busy(link->id) || (keep_reading_ && link == link_ && fsm_.ready());
+  const bool wanted = pipeline_.busy(link->id) || (keep_reading_ && link == link_ && fsm_.ready());
   if (link->reading || !wanted) return;
   link->reading = true;
   link->read_some(on_strand([self = shared_from_this(), link](error_code ec, std::size_t n) {
@@ -282,11 +281,10 @@ void Connection::on_read(const std::shared_ptr<Link>& link, error_code ec, std::
     auto reply = link->reader.next(failed);
     if (failed) return fail(error::protocol_error);
     if (!reply) break;
-    const auto effects =
-        effects_of(*reply, {.subscriber = static_cast<bool>(on_push_),
-                            .located = static_cast<bool>(locator_),
-                            .current_ready = current && fsm_.ready(),
-                            .functions = library_use_.functions()});
+    const auto effects = effects_of(*reply, {.subscriber = static_cast<bool>(on_push_),
+                                             .located = static_cast<bool>(locator_),
+                                             .current_ready = current && fsm_.ready(),
+                                             .functions = library_use_.functions()});
     if (effects.push) {
       on_push_(*reply);
       if (!is_current_or_draining(link)) return;

@@ -29,7 +29,7 @@ Router::Router(Connection::Strand strand, ConnectionConfig config, Routing routi
       client_name_(std::move(client_name)),
       tls_(std::move(tls)) {
   if (many_nodes()) {
-    if (cluster()) slots_.assign(slot_count, -1);
+    if (cluster()) map_.emplace(min_refresh_interval);
     if (config_.nodes.empty()) config_.nodes.push_back({config_.host, config_.port});
     // (Redlock masters are distinct: check(config) refuses duplicates.)
     for (const auto& node : config_.nodes) add_node(node);
@@ -55,10 +55,10 @@ std::size_t Router::add_node(Endpoint endpoint) {
 
 std::size_t Router::node_for(std::uint16_t slot) {
   if (!cluster()) return 0;
-  const auto owner = slots_[slot];
-  if (owner >= 0) return static_cast<std::size_t>(owner);
+  const auto owner = map_->owner(slot);
+  if (owner != SlotMap::unknown) return static_cast<std::size_t>(owner);
   refresh();
-  return fallback_;  // if it is not the owner, its MOVED tells us who is
+  return map_->fallback();  // if it is not the owner, its MOVED tells us who is
 }
 
 std::size_t Router::node_at(std::string_view address, std::size_t from) {
@@ -132,7 +132,7 @@ class Router::LateMap final : public LateReplies {
   void on_late_reply(error_code ec, const Reply& reply) override {
     auto router = router_.lock();
     if (ec || !router || router->shut_down_) return;
-    router->take_map(reply, node_, query_);
+    router->take_map(reply, node_, query_);  // (the load went on without it)
   }
 
  private:
@@ -144,15 +144,16 @@ class Router::LateMap final : public LateReplies {
 void Router::send(std::shared_ptr<Routed> op, std::size_t ask_node) {
   if (shut_down_) return;  // dropped, as Asio drops pending handlers
   const bool asking = ask_node != no_node;
-  if (!asking && op->pinned == no_node && cluster() && !first_query_done_ && slots_[op->slot] < 0) {
+  if (!asking && op->pinned == no_node && cluster() && map_->before_first_map() &&
+      map_->owner(op->slot) == SlotMap::unknown) {
     // No map yet: wait for the one being fetched rather than send to a seed that may answer
     // MOVED, and keep a connection open there for nothing (a fleet's managers each held one
     // on the first seed). Only for the first query: after it, whatever its outcome, the
     // seed it is.
     // (One query for them all: refresh() again while one is under way would ask for a
     // second after it.)
-    if (!refreshing_) refresh();
-    if (refreshing_) {
+    if (!map_->loading()) refresh();
+    if (map_->loading()) {
       awaiting_map_.push_back(std::move(op));
       return;
     }
@@ -263,119 +264,79 @@ void Router::for_each_subscriber(const std::function<void(std::size_t, Connectio
 
 void Router::moved(std::uint16_t slot, std::size_t node) {
   if (!cluster()) return;
-  slots_[slot] = static_cast<std::int32_t>(node);
+  map_->moved(slot, node);
   refresh();
 }
 
 void Router::refresh() {
   if (!cluster() || shut_down_) return;
-  if (refreshing_) {
-    refresh_again_ = true;
-    return;
-  }
-  const auto now = Clock::now();
-  const auto due = last_refresh_ + min_refresh_interval;
-  if (last_refresh_ != Clock::time_point{} && now < due) {
-    // Just loaded: load again when the interval is over (a failover is in progress, or a
-    // burst of redirections all report the same change).
-    if (refresh_timer_armed_) return;
-    if (!refresh_timer_) refresh_timer_ = std::make_unique<asio::steady_timer>(strand_);
-    refresh_timer_armed_ = true;
-    refresh_timer_->expires_at(due);
-    refresh_timer_->async_wait([weak = weak_from_this()](error_code ec) {
-      auto self = weak.lock();
-      if (!self || ec) return;
-      self->refresh_timer_armed_ = false;
-      self->refresh();
-    });
-    return;
-  }
-  refreshing_ = true;
-  last_refresh_ = now;
-  query_slots(0);
+  follow(map_->refresh(Clock::now(), nodes_.size()));
 }
 
-void Router::query_slots(std::size_t tried) {
-  if (shut_down_) return;
-  if (tried >= nodes_.size()) return refresh_done();  // nobody answered; traffic retries
-  // Ask the nodes in turn, starting after the one asked last, so a dead node is not
-  // asked first every time.
-  const auto node = next_candidate_++ % nodes_.size();
-  const auto query = ++map_queries_;
+void Router::follow(const SlotMap::Action& act) {
+  switch (act.kind) {
+    case SlotMap::Action::Kind::none:
+      break;
+    case SlotMap::Action::Kind::query:
+      query_slots(act.node, act.query);
+      break;
+    case SlotMap::Action::Kind::wait:
+      if (!refresh_timer_) refresh_timer_ = std::make_unique<asio::steady_timer>(strand_);
+      refresh_timer_->expires_at(act.until);
+      refresh_timer_->async_wait([weak = weak_from_this()](error_code ec) {
+        auto self = weak.lock();
+        if (!self || ec || self->shut_down_) return;
+        self->follow(self->map_->timer_over(Clock::now(), self->nodes_.size()));
+      });
+      break;
+  }
+  if (act.release) {
+    // (Sent again through send: routed by the map, or to the seed if no node gave one.)
+    auto waited = std::exchange(awaiting_map_, {});
+    for (auto& op : waited) send(std::move(op));
+  }
+}
+
+void Router::query_slots(std::size_t node, std::uint64_t query) {
   const std::string_view command[] = {"CLUSTER", "SLOTS"};
   connection(node, Pool::topology)
-      .execute(command,
-               Connection::Callback(
-                   [weak = weak_from_this(), node, tried, query](error_code ec, Reply reply) {
-                     auto self = weak.lock();
-                     if (!self || self->shut_down_) return;
-                     // Answered or not, this node's map connection has nothing more to do
-                     // until the next refresh (a MOVED, a failed node), so none is kept open
-                     // for it (a fleet's managers each held one on the seed master, for good;
-                     // one still in its handshake after a timeout too). Closed once this
-                     // handler, which its connection runs, has returned.
-                     asio::post(self->strand_, [weak, node] {
-                       const auto router = weak.lock();
-                       if (!router || router->shut_down_) return;
-                       router->connection(node, Pool::topology).close_if_idle();
-                     });
-                     if (ec || !self->take_map(reply, node, query))
-                       return self->query_slots(tried + 1);
-                     self->refresh_done();
-                   }),
-               std::make_shared<LateMap>(weak_from_this(), node, query));
+      .execute(
+          command,
+          Connection::Callback([weak = weak_from_this(), node, query](error_code ec, Reply reply) {
+            auto self = weak.lock();
+            if (!self || self->shut_down_) return;
+            // Answered or not, this node's map connection has nothing more to do until
+            // the next refresh (a MOVED, a failed node), so none is kept open for it (a
+            // fleet's managers each held one on the seed master, for good; one still in
+            // its handshake after a timeout too). Closed once this handler, which its
+            // connection runs, has returned.
+            asio::post(self->strand_, [weak, node] {
+              const auto router = weak.lock();
+              if (!router || router->shut_down_) return;
+              router->connection(node, Pool::topology).close_if_idle();
+            });
+            auto taken = ec ? std::nullopt : self->take_map(reply, node, query);
+            self->follow(taken ? *taken
+                               : self->map_->failed(query, Clock::now(), self->nodes_.size()));
+          }),
+          std::make_shared<LateMap>(weak_from_this(), node, query));
 }
 
-bool Router::take_map(const Reply& reply, std::size_t from, std::uint64_t query) {
-  if (query < map_applied_) return true;  // a later query's map is applied already
-  if (!apply_slots(reply, from)) return false;
-  map_applied_ = query;
-  fallback_ = from;
-  return true;
-}
-
-void Router::refresh_done() {
-  refreshing_ = false;
-  first_query_done_ = true;
-  // (Sent again through send: routed by the map, or to the seed if no node gave one.)
-  auto waited = std::exchange(awaiting_map_, {});
-  for (auto& op : waited) send(std::move(op));
-  if (refresh_again_) {
-    refresh_again_ = false;
-    refresh();
-  }
-}
-
-bool Router::apply_slots(const Reply& reply, std::size_t from) {
-  // [[start, end, [host, port, id, ...], replica...], ...]
-  if (reply.type != Reply::Type::array || reply.elements.empty()) return false;
-  std::vector<std::int32_t> slots(slot_count, -1);
-  for (const auto& range : reply.elements) {
-    if (range.type != Reply::Type::array || range.elements.size() < 3) return false;
-    const auto& start = range.elements[0];
-    const auto& end = range.elements[1];
-    const auto& master = range.elements[2];
-    if (start.type != Reply::Type::integer || end.type != Reply::Type::integer ||
-        master.type != Reply::Type::array || master.elements.size() < 2 ||
-        master.elements[0].type != Reply::Type::string ||
-        master.elements[1].type != Reply::Type::integer) {
-      return false;
+std::optional<SlotMap::Action> Router::take_map(const Reply& reply, std::size_t from,
+                                                std::uint64_t query) {
+  const auto ranges = SlotMap::read(reply);
+  if (!ranges) return std::nullopt;
+  std::vector<SlotMap::Owned> owned;
+  if (map_->fresh(query)) {  // (a stale map adds no nodes)
+    owned.reserve(ranges->size());
+    for (const auto& range : *ranges) {
+      Endpoint master = range.master;
+      // An empty host means the node we asked.
+      if (master.host.empty()) master.host = nodes_[from].endpoint.host;
+      owned.push_back({range.first, range.last, add_node(std::move(master))});
     }
-    if (start.integer < 0 || end.integer >= slot_count || start.integer > end.integer) {
-      return false;
-    }
-    Endpoint endpoint{master.elements[0].str, 0};
-    if (endpoint.host == "?") continue;  // endpoint unknown: its slots stay unknown
-    // An empty host means the node we asked.
-    if (endpoint.host.empty()) endpoint.host = nodes_[from].endpoint.host;
-    if (master.elements[1].integer <= 0 || master.elements[1].integer > 65535) return false;
-    endpoint.port = static_cast<std::uint16_t>(master.elements[1].integer);
-    const auto node = static_cast<std::int32_t>(add_node(std::move(endpoint)));
-    for (auto s = start.integer; s <= end.integer; ++s) slots[static_cast<std::size_t>(s)] = node;
   }
-  slots_ = std::move(slots);
-  map_loaded_ = true;
-  return true;
+  return map_->applied(query, from, owned, Clock::now(), nodes_.size());
 }
 
 bool Router::write_now(std::size_t node, std::optional<Pool> only,

@@ -7,6 +7,7 @@
 #include "connection.hpp"
 #include "redirect.hpp"
 #include "sentinel_locator.hpp"
+#include "slot_map.hpp"
 #include "topology.hpp"
 
 #include <redis_lock/observer.hpp>
@@ -154,6 +155,7 @@ class Router : public std::enable_shared_from_this<Router> {
                  std::span<const std::string_view> command) noexcept;
   void shutdown() noexcept;
 
+  /// At most one load of a Cluster's slot map this often (SlotMap).
   static constexpr std::chrono::milliseconds min_refresh_interval{100};
   /// Sentinel: while commands flow, the sentinels are asked this often whether the master
   /// is still where our connections go (a master demoted by a failover may keep accepting
@@ -174,12 +176,14 @@ class Router : public std::enable_shared_from_this<Router> {
   /// false when the error is final (or out of redirections and time).
   bool resent(std::shared_ptr<Routed>& op, const Reply& reply);
   void verify_master();
-  void query_slots(std::size_t tried);
+  /// Does what the slot map decided: a query sent, the timer armed, the commands that
+  /// waited for the map sent.
+  void follow(const SlotMap::Action& act);
+  void query_slots(std::size_t node, std::uint64_t query);
   /// The map that query number `query` got from node `from`, in time or late: applied
-  /// unless a later query's map already was. False if the reply is not a map.
-  bool take_map(const Reply& reply, std::size_t from, std::uint64_t query);
-  bool apply_slots(const Reply& reply, std::size_t from);
-  void refresh_done();
+  /// unless a later query's map already was (SlotMap::applied); none if it is no map.
+  std::optional<SlotMap::Action> take_map(const Reply& reply, std::size_t from,
+                                          std::uint64_t query);
 
   Connection::Strand strand_;
   ConnectionConfig config_;
@@ -198,20 +202,10 @@ class Router : public std::enable_shared_from_this<Router> {
   std::chrono::steady_clock::time_point next_verify_{};
   std::vector<Node> nodes_;  // seeds first, then nodes learned from the map or redirections
   std::map<std::string, std::size_t, std::less<>> by_address_;
-  std::vector<std::int32_t> slots_;  // Cluster: node index per slot, -1 unknown
-  std::size_t fallback_ = 0;         // a node that answered the last map query
-  bool map_loaded_ = false;
-  std::uint64_t map_queries_ = 0;  // map queries sent, numbered from 1
-  std::uint64_t map_applied_ = 0;  // the query whose map slots_ holds
-  // Commands sent before the first map came: they go when its query ends (see send).
+  std::optional<SlotMap> map_;  // Cluster: which node serves each slot, and its loads
+  // Commands sent before the first map came: they go when its load ends (see send).
   std::vector<std::shared_ptr<Routed>> awaiting_map_;
-  bool first_query_done_ = false;  // they wait for the first query only
-  bool refreshing_ = false;
-  bool refresh_again_ = false;
-  std::size_t next_candidate_ = 0;
-  std::chrono::steady_clock::time_point last_refresh_{};
   std::unique_ptr<boost::asio::steady_timer> refresh_timer_;
-  bool refresh_timer_armed_ = false;
   bool shut_down_ = false;
 };
 

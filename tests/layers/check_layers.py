@@ -13,7 +13,7 @@ LAYERS = {
         "idempotency_record", "attempt", "printable"],
     2: ["connection", "connection_connect", "connection_link", "connect_fsm", "library_use",
         "pipeline", "tls"],
-    3: ["router", "redirect", "sentinel_locator", "quorum", "quorum_call", "topology"],
+    3: ["router", "redirect", "sentinel_locator", "slot_map", "quorum", "quorum_call", "topology"],
     4: ["lock_service", "engine", "acquire_all", "acquire_fsm", "acquire_op", "observe_op", "pending",
         "lease_ops", "renewal", "waiters", "script_op", "lease", "validate", "shutdown_watch", "admin",
         "idempotency_store", "idempotency_run"],
