@@ -33,35 +33,69 @@ SentinelLocator::SentinelLocator(Connection::Strand strand, const ConnectionConf
   }
 }
 
-void SentinelLocator::locate(Connection::LocateDone done) {
-  ask(0, error::master_not_found, std::move(done));
+SentinelResolve::Action SentinelResolve::start() noexcept {
+  tried_ = 0;
+  refused_ = error::master_not_found;
+  return ask();
 }
 
-void SentinelLocator::ask(std::size_t tried, error_code refused, Connection::LocateDone done) {
+SentinelResolve::Action SentinelResolve::ask() noexcept {
+  if (tried_ >= count_) return {.kind = Action::Kind::failed, .master = {}, .error = refused_};
+  return {.kind = Action::Kind::ask, .sentinel = (preferred_ + tried_) % count_, .master = {}};
+}
+
+SentinelResolve::Action SentinelResolve::answered(error_code ec, const Reply& reply) {
+  const auto asked = (preferred_ + tried_) % count_;
+  if (ec == error::auth_failed || ec == error::not_authenticated || ec == error::no_permission) {
+    refused_ = ec;
+  }
+  if (!ec) {
+    if (auto master = read(reply)) {
+      return {.kind = Action::Kind::found, .sentinel = asked, .master = std::move(*master)};
+    }
+  }
+  ++tried_;
+  return ask();
+}
+
+std::optional<Endpoint> SentinelResolve::read(const Reply& reply) {
+  Endpoint at;
+  if (reply.type == Reply::Type::array && reply.elements.size() == 2 &&
+      reply.elements[0].type == Reply::Type::string &&
+      reply.elements[1].type == Reply::Type::string &&
+      redirect::parse_address(reply.elements[0].str + ":" + reply.elements[1].str, at) &&
+      !at.host.empty()) {
+    return at;
+  }
+  return std::nullopt;
+}
+
+void SentinelLocator::locate(Connection::LocateDone done) {
+  auto resolve = std::make_shared<SentinelResolve>(sentinels_.size(), preferred_);
+  const auto first = resolve->start();
+  follow(std::move(resolve), first, std::move(done));
+}
+
+void SentinelLocator::follow(std::shared_ptr<SentinelResolve> resolve,
+                             const SentinelResolve::Action& act, Connection::LocateDone done) {
   if (sentinels_.empty()) return;  // shut down: dropped, as Asio drops pending handlers
-  if (tried >= sentinels_.size()) return done(refused, Endpoint{});
-  const auto index = (preferred_ + tried) % sentinels_.size();
+  switch (act.kind) {
+    case SentinelResolve::Action::Kind::found:
+      preferred_ = act.sentinel;
+      return done({}, act.master);
+    case SentinelResolve::Action::Kind::failed:
+      return done(act.error, Endpoint{});
+    case SentinelResolve::Action::Kind::ask:
+      break;
+  }
   const std::string_view command[] = {"SENTINEL", "GET-MASTER-ADDR-BY-NAME", master_};
-  sentinels_[index]->execute(
-      command, Connection::Callback([weak = weak_from_this(), tried, index, refused,
+  sentinels_[act.sentinel]->execute(
+      command, Connection::Callback([weak = weak_from_this(), resolve = std::move(resolve),
                                      done = std::move(done)](error_code ec, Reply reply) mutable {
         const auto self = weak.lock();
         if (!self) return;
-        // A sentinel refusing our credentials is worth reporting if nobody answers.
-        if (ec == error::auth_failed || ec == error::not_authenticated ||
-            ec == error::no_permission) {
-          refused = ec;
-        }
-        Endpoint at;
-        if (!ec && reply.type == Reply::Type::array && reply.elements.size() == 2 &&
-            reply.elements[0].type == Reply::Type::string &&
-            reply.elements[1].type == Reply::Type::string &&
-            redirect::parse_address(reply.elements[0].str + ":" + reply.elements[1].str, at) &&
-            !at.host.empty()) {
-          self->preferred_ = index;
-          return done({}, std::move(at));
-        }
-        self->ask(tried + 1, refused, std::move(done));
+        const auto next = resolve->answered(ec, reply);
+        self->follow(std::move(resolve), next, std::move(done));
       }));
 }
 
