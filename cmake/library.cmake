@@ -7,8 +7,9 @@ set(_rl_script_defs "")
 set(_rl_library_functions "")
 set(_rl_all_scripts "")
 # The scripts that mint, read the clock or keep a queue share functions: first.lua goes first
-# in each of them, and shared.lua where the script's line '-- (shared.lua)' stands, if it has
-# one (after its common path: each function defined costs the server a closure on every call).
+# in a script whose first line is '-- (first.lua)', and shared.lua where a script's line
+# '-- (shared.lua)' stands (after its common path: each function defined costs the server a
+# closure on every call). A script says what it shares: a new one needs nothing here.
 set(_rl_first "${PROJECT_SOURCE_DIR}/src/scripts/first.lua")
 set(_rl_shared "${PROJECT_SOURCE_DIR}/src/scripts/shared.lua")
 # The idempotent requests' scripts (idem_*) share idem.lua instead, where their line
@@ -33,12 +34,12 @@ foreach(_file ${_rl_lua})
   set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS "${_file}")
   file(READ "${_file}" _body)
   set(_raw "\n${_body}")
-  if(name MATCHES "^idem_")
-    string(REPLACE "\n-- (idem.lua)\n" "\n${_rl_idem_body}" _body "${_body}")
-  elseif(NOT name MATCHES "^(extend|raise_fence|touch)$")
-    string(REPLACE "\n-- (shared.lua)\n" "\n${_rl_shared_body}" _body "${_body}")
+  if(_body MATCHES "^-- \\(first\\.lua\\)\n")
+    string(REGEX REPLACE "^-- \\(first\\.lua\\)\n" "" _body "${_body}")
     string(PREPEND _body "${_rl_first_body}")
   endif()
+  string(REPLACE "\n-- (shared.lua)\n" "\n${_rl_shared_body}" _body "${_body}")
+  string(REPLACE "\n-- (idem.lua)\n" "\n${_rl_idem_body}" _body "${_body}")
   # Comment lines travel to the server for nothing (and a script over 16 KB is refused from
   # a client not yet authenticated, before its NOAUTH): blanked, so line numbers still match.
   string(REGEX REPLACE "\n[ \t]*--[^\n]*" "\n" _body "\n${_body}")
@@ -60,6 +61,7 @@ foreach(_file ${_rl_lua})
   # shared.lua's functions being defined once, when the library loads. What they keep for
   # one call (the clock read, the counter minted) is forgotten as each call begins.
   file(READ "${_file}" _own)
+  string(REGEX REPLACE "^-- \\(first\\.lua\\)\n" "" _own "${_own}")
   string(REPLACE "\n-- (shared.lua)\n" "\n" _own "${_own}")
   string(REPLACE "\n-- (idem.lua)\n" "\n" _own "${_own}")
   string(REGEX REPLACE "\n[ \t]*--[^\n]*" "\n" _own "\n${_own}")

@@ -29,25 +29,27 @@ namespace redis_lock::detail {
 /// of its own about the link's life. `q` is the queue at the event: whether commands wait
 /// for a link (written on none yet) and the oldest one's deadline.
 ///
-/// | event                             | from                  | to         | link  | next |
-/// |-----------------------------------|-----------------------|------------|-------|---------------|
-/// | `queued` (a command is queued)    | closed, no backoff    | connecting |       | connect | |
-/// | closed, in backoff    | backoff    |       | wait (1)      | | | ready                 | ready
-/// |       | write         | |                                   | backoff, connecting, handshake |
-/// as it was | |          | | `backoff_over` (its timer fired)  | backoff, q waiting    |
-/// connecting |       | connect       | |                                   | backoff, nothing |
-/// closed     |       |               | | `transport_up` (TCP/TLS up)       | connecting |
-/// handshake  |       | handshake     | | `handshake_done` (all answered)   | handshake | ready |
-/// | write (3)     | | `connect_failed(e)` (locate, resolve, TCP, TLS, a refused step) |
-/// connecting, handshake | closed (2) | fail e | | | `connect_deadline`                |
-/// connecting, handshake | closed (2) | fail connect_timeout | | | `link_failed(e)` (I/O, protocol,
-/// READONLY) | ready        | closed     | drop e (4) | connect if q waiting | | | connecting,
-/// handshake | closed (2) | fail (5) |             | | `late` (a written command's deadline passed)
-/// | ready      | closed     | drain | connect if q waiting | | `idle(has_work, busy)`            |
-/// ready, no work        | closed     | close |               | | | connecting, handshake, nothing
-/// waiting nor draining | closed | close | | | `nothing_waiting` (the queue timed out) | backoff |
-/// closed     |       | stop_wait     | | `leave` (the address moved on)    | ready | closed     |
-/// drop connection_lost | connect if q waiting |
+// clang-format off
+/// | event                                   | from                   | to         | link                 | next                 |
+/// |-----------------------------------------|------------------------|------------|----------------------|----------------------|
+/// | `queued` (a command is queued)          | closed, no backoff     | connecting |                      | connect              |
+/// |                                         | closed, in backoff     | backoff    |                      | wait (1)             |
+/// |                                         | ready                  | ready      |                      | write                |
+/// |                                         | backoff, connecting, handshake | as it was |               |                      |
+/// | `backoff_over` (its timer fired)        | backoff, q waiting     | connecting |                      | connect              |
+/// |                                         | backoff, nothing       | closed     |                      |                      |
+/// | `transport_up` (TCP/TLS up)             | connecting             | handshake  |                      | handshake            |
+/// | `handshake_done` (all answered)         | handshake              | ready      |                      | write (3)            |
+/// | `connect_failed(e)` (locate, resolve, TCP, TLS, a refused step) | connecting, handshake | closed (2) | fail e |            |
+/// | `connect_deadline`                      | connecting, handshake  | closed (2) | fail connect_timeout |                      |
+/// | `link_failed(e)` (I/O, protocol, READONLY) | ready               | closed     | drop e (4)           | connect if q waiting |
+/// |                                         | connecting, handshake  | closed (2) | fail (5)             |                      |
+/// | `late` (a written command is late)      | ready                  | closed     | drain                | connect if q waiting |
+/// | `idle(has_work, busy)`                  | ready, no work         | closed     | close                |                      |
+/// |                                         | connecting, handshake, not busy | closed | close             |                      |
+/// | `nothing_waiting` (the queue timed out) | backoff                | closed     |                      | stop_wait            |
+/// | `leave` (the address moved on)          | ready                  | closed     | drop connection_lost | connect if q waiting |
+// clang-format on
 ///
 /// Anything else leaves the state as it was and does nothing (a late timer, a stale link's
 /// completion). `drop`: the link is closed and what it had in flight fails with the error;

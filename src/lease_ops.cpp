@@ -323,6 +323,12 @@ void start_op(Engine& engine, WaitLostParams params, ErrorHandler handler) {
   });
 }
 
+/// A touch's call: the new label is its own word.
+struct TouchOp final : CompareOp {
+  using CompareOp::CompareOp;
+  std::string label;
+};
+
 void start_op(Engine& engine, TouchParams params, BoolHandler handler) {
   if (!engine.alive()) return;
   const auto kind = params.lease ? params.lease->kind : AcquireKind::mutex;
@@ -335,7 +341,7 @@ void start_op(Engine& engine, TouchParams params, BoolHandler handler) {
     tell(params.diagnostics, broken.error, broken.rule);
     return deliver(engine.executor(), Defer::yes, std::move(handler), broken.error, false);
   }
-  auto op = std::make_shared<CompareOp>(std::move(handler));
+  auto op = std::make_shared<TouchOp>(std::move(handler));
   op->diagnostics = params.diagnostics;
   op->service = engine.shared_from_this();
   op->keys = engine.keys_of(params.resource, kind);

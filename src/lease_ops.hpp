@@ -38,18 +38,20 @@ inline constexpr Backoff give_back_backoff{give_back_first_retry, give_back_max_
 /// A compare-and-act script on one lease: release (arg = channel) or extend (arg = ttl).
 // Handlers are only ever move-constructed: in Boost 1.81, move-assigning an
 // any_completion_handler recurses until the stack overflows.
-/// A release's, an extension's or a touch's script call (release.lua, release_set.lua,
-/// extend.lua, extend_set.lua, touch.lua): its words view these strings, each its own.
+/// A release's or an extension's script call (release.lua, release_set.lua, extend.lua,
+/// extend_set.lua): its words view these strings, each its own.
 struct LeaseCallOp : ScriptOp {
   std::string token;          ///< the holder's (a lease set's extension: token .. mode, its holder)
   std::string ttl_ms;         ///< an extension's new ttl
   std::string member_suffix;  ///< a release's, when not the manager id itself
   std::string notify;         ///< a release's: Engine::notify_of its slot
   std::string announce;       ///< an election's leader: Engine::announce_of its resource
-  std::string label;          ///< a touch's new holder label
 };
 
-struct CompareOp final : LeaseCallOp {
+/// A compare-and-act call on a held lease, answered as "still ours or not" (read_compare).
+/// An operation whose call has words of its own beyond LeaseCallOp's derives from it in
+/// its own file (lease_ops.cpp's TouchOp holds the new label).
+struct CompareOp : LeaseCallOp {
   explicit CompareOp(BoolHandler h) : handler(std::move(h)) {}
   std::shared_ptr<LeaseState> lease;  // an extension moves its validity (or finds it lost)
   std::string resource;               // set when the observer hears of this op

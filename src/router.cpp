@@ -132,7 +132,9 @@ class Router::LateMap final : public LateReplies {
   void on_late_reply(error_code ec, const Reply& reply) override {
     auto router = router_.lock();
     if (ec || !router || router->shut_down_) return;
-    router->take_map(reply, node_, query_);  // (the load went on without it)
+    // (The load went on without it: nothing follows from a late map, but whatever the map
+    // says to do is done.)
+    if (const auto act = router->take_map(reply, node_, query_)) router->follow(*act);
   }
 
  private:

@@ -5,9 +5,10 @@
 // through tables with a fake clock.
 #pragma once
 
-#include "connection.hpp"
 #include "keys.hpp"
 #include "resp.hpp"
+
+#include <redis_lock/config.hpp>
 
 #include <chrono>
 #include <cstddef>
@@ -21,17 +22,19 @@ namespace redis_lock::detail {
 /// at a time (in turn, starting after the node asked last, so a dead node is not asked
 /// first every time), at most one load per `min_interval`.
 ///
-/// | event                        | when                                | action                  |
-/// |------------------------------|-------------------------------------|-------------------------|
-/// | `refresh` (a map is wanted)  | a load under way                    | none; another after it  |
-/// |                              | the last load began < interval ago  | wait for its end (once) |
-/// |                              | otherwise                           | query the next node     |
-/// | `timer_over`                 | the wait ended                      | as `refresh`            |
-/// | `failed(q)` (no answer, no map) | q is the load's query, nodes left | query the next node | |
-/// | q is the load's query, all asked    | done (3)                | | `applied(q)` (a map taken)
-/// | q is the load's query               | done (3)                | | `fresh(q)` (a map arrived)
-/// | a later query's map is in           | false: not applied (1)  | | `moved(slot, node)` | | the
-/// slot's owner now (2)|
+// clang-format off
+/// | event                           | when                                | action                   |
+/// |---------------------------------|-------------------------------------|--------------------------|
+/// | `refresh` (a map is wanted)     | a load under way                    | none; another after it   |
+/// |                                 | the last load began < interval ago  | wait for its end (once)  |
+/// |                                 | otherwise                           | query the next node      |
+/// | `timer_over`                    | the wait ended                      | as `refresh`             |
+/// | `failed(q)` (no answer, no map) | q is the load's query, nodes left   | query the next node      |
+/// |                                 | q is the load's query, all asked    | done (3)                 |
+/// | `applied(q)` (a map taken)      | q is the load's query               | done (3)                 |
+/// | `fresh(q)` (a map arrived)      | a later query's map is in           | false: not applied (1)   |
+/// | `moved(slot, node)`             |                                     | the slot's owner now (2) |
+// clang-format on
 ///
 /// (1) A query's reply that comes after its timeout (Router's LateMap) is still applied,
 /// unless a later query's map already was.

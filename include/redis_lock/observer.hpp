@@ -23,6 +23,27 @@ enum class AcquireKind : std::uint8_t {
   election,   ///< `Election::async_campaign`: the leadership
 };
 
+// Each event enum's values have names (for logs, and PrometheusObserver's labels): a switch
+// without a default beside the enum, so that a value added to it fails the build until it
+// is named here. An unknown value (a cast) has none: an empty view.
+
+/// "mutex", "permit", "shared", "exclusive", "election".
+constexpr std::string_view to_string(AcquireKind kind) noexcept {
+  switch (kind) {
+    case AcquireKind::mutex:
+      return "mutex";
+    case AcquireKind::permit:
+      return "permit";
+    case AcquireKind::shared:
+      return "shared";
+    case AcquireKind::exclusive:
+      return "exclusive";
+    case AcquireKind::election:
+      return "election";
+  }
+  return {};
+}
+
 /// How an `async_acquire` ended.
 enum class AcquireOutcome {
   acquired,      ///< the guard holds the lock
@@ -31,6 +52,21 @@ enum class AcquireOutcome {
   cancelled,     ///< cancelled through its cancellation slot
 };
 
+/// "acquired", "not_acquired", "failed", "cancelled".
+constexpr std::string_view to_string(AcquireOutcome outcome) noexcept {
+  switch (outcome) {
+    case AcquireOutcome::acquired:
+      return "acquired";
+    case AcquireOutcome::not_acquired:
+      return "not_acquired";
+    case AcquireOutcome::failed:
+      return "failed";
+    case AcquireOutcome::cancelled:
+      return "cancelled";
+  }
+  return {};
+}
+
 /// How one Redlock master answered a command (Topology::redlock only).
 enum class NodeOutcome {
   granted,    ///< took the lease / the lease was ours (released, extended)
@@ -38,6 +74,21 @@ enum class NodeOutcome {
   failed,     ///< an error (see `NodeResult::error`): timeout, connection, server error
   no_answer,  ///< the majority had decided before this master answered
 };
+
+/// "granted", "refused", "failed", "no_answer".
+constexpr std::string_view to_string(NodeOutcome outcome) noexcept {
+  switch (outcome) {
+    case NodeOutcome::granted:
+      return "granted";
+    case NodeOutcome::refused:
+      return "refused";
+    case NodeOutcome::failed:
+      return "failed";
+    case NodeOutcome::no_answer:
+      return "no_answer";
+  }
+  return {};
+}
 
 /// One Redlock master's part in an acquire, release, extension or renewal.
 struct NodeResult {
@@ -82,6 +133,17 @@ enum class HoldEnd : std::uint8_t {
   lost,      ///< the lease was lost while held (`on_lost`, the guard's `lost_slot()`)
 };
 
+/// "released", "lost".
+constexpr std::string_view to_string(HoldEnd end) noexcept {
+  switch (end) {
+    case HoldEnd::released:
+      return "released";
+    case HoldEnd::lost:
+      return "lost";
+  }
+  return {};
+}
+
 /// The end of a lease an AcquireEvent handed out (`acquired`): once per such lease, at its
 /// release or its loss, whichever comes first. Leases held now = acquired AcquireEvents minus
 /// these. (A guard that outlives its manager's io_context, or is dropped after the context
@@ -100,6 +162,21 @@ enum class LeaseCommand {
   renewal,  ///< the watchdog's extension of an auto-renewed guard
   touch,    ///< `async_touch`: the holder label replaced
 };
+
+/// "release", "extend", "renewal", "touch".
+constexpr std::string_view to_string(LeaseCommand command) noexcept {
+  switch (command) {
+    case LeaseCommand::release:
+      return "release";
+    case LeaseCommand::extend:
+      return "extend";
+    case LeaseCommand::renewal:
+      return "renewal";
+    case LeaseCommand::touch:
+      return "touch";
+  }
+  return {};
+}
 
 /// One release, extension, renewal or touch, answered or failed.
 struct LeaseEvent {
@@ -125,6 +202,21 @@ enum class AdminCommand {
   observe,        ///< `Election::async_observe` (reported when it completes)
 };
 
+/// "inspect", "force_release", "leader", "observe".
+constexpr std::string_view to_string(AdminCommand command) noexcept {
+  switch (command) {
+    case AdminCommand::inspect:
+      return "inspect";
+    case AdminCommand::force_release:
+      return "force_release";
+    case AdminCommand::leader:
+      return "leader";
+    case AdminCommand::observe:
+      return "observe";
+  }
+  return {};
+}
+
 /// One completed inspection, force-release, leader read or election observation.
 struct AdminEvent {
   std::string_view resource;  ///< as given (an election's name for `leader` and `observe`)
@@ -149,6 +241,17 @@ enum class ServerNoticeKind : std::uint8_t {
   /// `maxmemory` and `maxmemory_policy`.
   policy_unknown,
 };
+
+/// "evicting_policy", "policy_unknown".
+constexpr std::string_view to_string(ServerNoticeKind kind) noexcept {
+  switch (kind) {
+    case ServerNoticeKind::evicting_policy:
+      return "evicting_policy";
+    case ServerNoticeKind::policy_unknown:
+      return "policy_unknown";
+  }
+  return {};
+}
 
 /// A lock server's connect went on with something to say (see ServerNoticeKind). Reported
 /// when the connection that found it is ready, before any command is sent on it; then

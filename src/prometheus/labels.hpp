@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: MIT
-// The metric label of each value of the observer's event enums (observer.hpp), for
-// PrometheusObserver (observer.cpp): one switch without a default per enum, so that an
-// enumerator added to observer.hpp fails this build (-Wswitch, -Werror) until it has its
-// label here, and the arrays of series that observer.cpp sizes by these never drop a value
-// or count it as another.
+// The metric label of each value of the observer's event enums, for PrometheusObserver
+// (observer.cpp): their names beside them in observer.hpp (to_string, a switch without a
+// default per enum, so that an enumerator added there fails the build until it is named),
+// and RunKind's here; the arrays of series that observer.cpp sizes by these never drop a
+// value or count it as another.
 #pragma once
 
 #include <redis_lock/idempotency_kind.hpp>
@@ -14,60 +14,20 @@
 
 namespace redis_lock::prometheus_labels {
 
-constexpr const char* label(AcquireKind k) noexcept {
-  switch (k) {
-    case AcquireKind::mutex:
-      return "mutex";
-    case AcquireKind::permit:
-      return "permit";
-    case AcquireKind::shared:
-      return "shared";
-    case AcquireKind::exclusive:
-      return "exclusive";
-    case AcquireKind::election:
-      return "election";
-  }
-  return nullptr;
+/// The name beside the enum (observer.hpp's to_string), or null for a value it does not
+/// know. (Every name there is a literal: its view ends where the literal does.)
+template <class E>
+constexpr const char* named(E e) noexcept {
+  const auto name = to_string(e);
+  return name.empty() ? nullptr : name.data();
 }
+constexpr const char* label(AcquireKind k) noexcept { return named(k); }
 constexpr const char* label(AcquireOutcome o) noexcept {
-  switch (o) {
-    case AcquireOutcome::acquired:
-      return "acquired";
-    case AcquireOutcome::not_acquired:
-      return "not_acquired";
-    case AcquireOutcome::failed:
-      return "error";
-    case AcquireOutcome::cancelled:
-      return "cancelled";
-  }
-  return nullptr;
+  // (A failed acquire is counted as an "error", as every other series names a failure.)
+  return o == AcquireOutcome::failed ? "error" : named(o);
 }
-constexpr const char* label(LeaseCommand c) noexcept {
-  switch (c) {
-    case LeaseCommand::release:
-      return "release";
-    case LeaseCommand::extend:
-      return "extend";
-    case LeaseCommand::renewal:
-      return "renewal";
-    case LeaseCommand::touch:
-      return "touch";
-  }
-  return nullptr;
-}
-constexpr const char* label(AdminCommand c) noexcept {
-  switch (c) {
-    case AdminCommand::inspect:
-      return "inspect";
-    case AdminCommand::force_release:
-      return "force_release";
-    case AdminCommand::leader:
-      return "leader";
-    case AdminCommand::observe:
-      return "observe";
-  }
-  return nullptr;
-}
+constexpr const char* label(LeaseCommand c) noexcept { return named(c); }
+constexpr const char* label(AdminCommand c) noexcept { return named(c); }
 constexpr const char* label(RunKind k) noexcept {
   switch (k) {
     case RunKind::executed:

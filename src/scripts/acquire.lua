@@ -1,3 +1,4 @@
+-- (first.lua)
 -- Take the lease and mint a fencing token in one atomic step, fairly: waiters queued before
 -- us come first, and a lease handed over to us by a release is ours to claim.
 -- KEYS: lease fence queue queue_expiry [info]

@@ -1,3 +1,4 @@
+-- (first.lua)
 -- KEYS: fence (lease queue info)...
 -- ARGV: token ttl_ms data
 -- Take several mutexes of one slot all at once, or none: the uncontended path of

@@ -1,3 +1,4 @@
+-- (first.lua)
 -- Take one hold of a lease set, a semaphore's permit or a read-write lock's shared or
 -- exclusive hold, and mint its fencing token in one atomic step, fairly: waiters queued
 -- before us come first.

@@ -1,3 +1,4 @@
+-- (first.lua)
 -- KEYS: lease
 -- ARGV: holder ttl_ms place_ms
 -- flags: allow-oom

@@ -1,7 +1,7 @@
--- (Put first by the build in every script that mints, reads the clock or keeps a queue: what
--- their common paths need. The rest of what they share, shared.lua, goes where a script's
--- line '-- (shared.lua)' stands, and nowhere else: each function defined costs the server
--- its closure on every call, so a script's common path comes before them.)
+-- (Put first by the build in each script whose first line is '-- (first.lua)': those that
+-- mint, read the clock or keep a queue. The rest of what they share, shared.lua, goes where
+-- a script's line '-- (shared.lua)' stands, and nowhere else: each function defined costs
+-- the server its closure on every call, so a script's common path comes before them.)
 
 -- The server's clock (TIME), read once per call: Redis 7 stops it for the length of a script
 -- anyway, and on earlier versions the first reading serves each use here as well as a later

@@ -1,3 +1,4 @@
+-- (first.lua)
 -- KEYS: lease queue queue_expiry fence info sets_queue sets_queue_expiry
 -- ARGV: notify announce
 -- flags: allow-oom

@@ -1,3 +1,4 @@
+-- (first.lua)
 -- KEYS: lease info queue_expiry sets_queue_expiry
 -- ARGV:
 -- flags: no-writes

@@ -1,3 +1,4 @@
+-- (first.lua)
 -- KEYS: lease queue queue_expiry fence [info]
 -- ARGV: token member_suffix notify [announce]
 -- flags: allow-oom

@@ -1,3 +1,4 @@
+-- (first.lua)
 -- KEYS: lease queue queue_expiry
 -- ARGV: token member_suffix notify
 -- flags: allow-oom

@@ -145,7 +145,7 @@ const error_code lost = error::connection_lost;
 const error_code not_connected = error::connect_failed;
 const error_code tls = error::tls_handshake_failed;
 
-// A connect that fails at `t` (a command queued at `t`, its connect not_connected), the backoff
+// A connect that fails at `t` (a command queued at `t`, its connect refused), the backoff
 // then running to `next_at`.
 std::vector<Row> failing(long long t, long long next_at, long long since = none) {
   return {{Ev::queued, t, t + 1000, K, L::keep, N::connect, 0, since},
@@ -192,7 +192,7 @@ const Script connect_scripts[] = {
             {Ev::broke, 500, none, C, L::drop, N::none, 0, none, lost, lost},
             {Ev::queued, 500, 1500, K, L::keep, N::connect, 0, none},
             {Ev::failed, 510, 0, C, L::fail, N::none, 0, 535, not_connected, not_connected}}})},
-    {"a not_connected handshake step fails the connect with its error, and backs off",
+    {"a refused handshake step fails the connect with its error, and backs off",
      1000ms,
      {{Ev::queued, 0, 1000, K, L::keep, N::connect, 0, none},
       {Ev::up, 2, 0, H, L::keep, N::handshake, 0, none},
@@ -299,6 +299,16 @@ const Script connect_scripts[] = {
            ready_at_0,
            {{Ev::leave, 3, 1003, K, L::drop, N::connect, 0, none, {}, lost},
             {Ev::leave, 4, 1003, K, L::keep, N::none, 0, none}}})},
+    {"a command queued while connecting or in the handshake waits for it; a TLS-shaped failure "
+     "while connecting is a TLS refusal",
+     1000ms,
+     {{Ev::queued, 0, 1000, K, L::keep, N::connect, 0, none},
+      {Ev::queued, 1, 1000, K, L::keep, N::none, 0, none},
+      {Ev::up, 2, 0, H, L::keep, N::handshake, 0, none},
+      {Ev::queued, 3, 1000, H, L::keep, N::none, 0, none},
+      {Ev::broke, 4, 1000, C, L::fail, N::none, 0, 29, tls, tls},
+      {Ev::queued, 29, 1029, K, L::keep, N::connect, 0, 29},
+      {Ev::broke, 30, 1029, C, L::fail, N::none, 0, 80, tls, tls}}},
     {"a stale completion (a link given up) changes nothing",
      1000ms,
      {{Ev::up, 0, 0, C, L::keep, N::none, 0, none},

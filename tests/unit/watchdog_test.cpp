@@ -80,25 +80,27 @@ class Host final : public RenewalHost, public std::enable_shared_from_this<Host>
 };
 
 /// An auto-renewed lease of `ttl`, renewed every `every`, confirmed now, its hold reported,
-/// with a wait_lost that records how it ended and stops `io`.
+/// with a wait_lost that records how it ended (and stops `io` if `stop`).
 struct Watched {
   std::shared_ptr<LeaseState> lease = std::make_shared<LeaseState>();
   std::optional<error_code> wait_ended;
   Clock::time_point ended_at{};
   bool signalled = false;
 
-  Watched(asio::io_context& io, std::chrono::milliseconds ttl, std::chrono::milliseconds every) {
+  Watched(asio::io_context& io, std::chrono::milliseconds ttl, std::chrono::milliseconds every,
+          bool stop = true) {
     lease->resource = "r";
     lease->ttl = ttl;
     lease->renew_every = every;
     lease->auto_renew = true;
     lease->confirm(Clock::now(), ttl);
     mark_held(*lease, Clock::now());
-    lease->lost_waiter.emplace(asio::bind_executor(io.get_executor(), [this, &io](error_code ec) {
-      wait_ended = ec;
-      ended_at = Clock::now();
-      io.stop();
-    }));
+    lease->lost_waiter.emplace(
+        asio::bind_executor(io.get_executor(), [this, &io, stop](error_code ec) {
+          wait_ended = ec;
+          ended_at = Clock::now();
+          if (stop) io.stop();
+        }));
     lease->signal.slot().assign([this](asio::cancellation_type) { signalled = true; });
   }
 };
@@ -112,10 +114,10 @@ void watch(Host& host, const std::shared_ptr<LeaseState>& lease) {
 TEST(Watchdog, RenewsEachIntervalWhileTheRenewalsAreConfirmed) {
   asio::io_context io;
   auto host = std::make_shared<Host>(io);
-  Watched w(io, 300ms, 50ms);
+  Watched w(io, 3000ms, 50ms);
   const auto first_validity = w.lease->valid_until();
   watch(*host, w.lease);
-  // Until the fifth renewal is sent (well past the first validity of 300 ms less its margin).
+  // Until the fifth renewal is sent (a pause of the machine up to about 3 s loses nothing).
   const auto deadline = Clock::now() + 10s;
   while (host->sent.size() < 5 && Clock::now() < deadline && !w.wait_ended) {
     io.run_for(20ms);
@@ -138,11 +140,13 @@ TEST(Watchdog, ARefusedRenewalLosesTheLeaseAndTellsTheGuardTheObserverAndTheWait
   asio::io_context io;
   auto host = std::make_shared<Host>(io);
   host->answers = {Host::Answer::confirm, Host::Answer::refuse};
-  Watched w(io, 2000ms, 25ms);
+  Watched w(io, 5000ms, 25ms, false);
   watch(*host, w.lease);
-  io.run_for(10s);
+  const auto deadline = Clock::now() + 10s;
+  while (!w.wait_ended && Clock::now() < deadline) io.run_for(10ms);
   ASSERT_TRUE(w.wait_ended) << "the lost waiter was never told";
   EXPECT_EQ(*w.wait_ended, error::lock_lost);
+  io.run_for(300ms);  // twelve renewal intervals more: a lease still scheduled would be sent
   EXPECT_EQ(host->sent.size(), 2u) << "nothing is sent for a lost lease";
   EXPECT_TRUE(w.lease->lost.load());
   EXPECT_TRUE(w.signalled) << "the guard's cancellation signal";
@@ -156,9 +160,9 @@ TEST(Watchdog, ALeaseWhoseRenewalsGoUnansweredIsLostAtItsValidity) {
   asio::io_context io;
   auto host = std::make_shared<Host>(io);
   host->answers = {Host::Answer::silence};
-  Watched w(io, 200ms, 50ms);
+  Watched w(io, 2000ms, 50ms);
   watch(*host, w.lease);
-  io.run_for(10s);
+  io.run_for(20s);
   ASSERT_TRUE(w.wait_ended) << "the lost waiter was never told";
   EXPECT_EQ(*w.wait_ended, error::lock_lost);
   EXPECT_GE(w.ended_at, w.lease->valid_until()) << "not before its validity passed";
@@ -171,22 +175,23 @@ TEST(Watchdog, AFailedRenewalIsTriedAgainSoonWhileTheLeaseMayStillBeOurs) {
   asio::io_context io;
   auto host = std::make_shared<Host>(io);
   host->answers = {Host::Answer::fail, Host::Answer::fail, Host::Answer::confirm};
-  // Renewed every 200 ms; an unknown answer is tried again after a quarter of that.
-  Watched w(io, 3000ms, 200ms);
+  // Renewed every 2 s; an unknown answer is tried again after a quarter of that.
+  Watched w(io, 30000ms, 2000ms);
   watch(*host, w.lease);
-  const auto deadline = Clock::now() + 10s;
+  const auto deadline = Clock::now() + 20s;
   while (host->sent.size() < 3 && Clock::now() < deadline && !w.wait_ended) io.run_for(10ms);
   ASSERT_EQ(host->sent.size(), 3u);
   EXPECT_FALSE(w.wait_ended);
-  EXPECT_LT(host->sent[1] - host->sent[0], 200ms) << "the retry comes before the interval";
-  EXPECT_LT(host->sent[2] - host->sent[1], 200ms);
-  EXPECT_GE(host->sent[1] - host->sent[0], 50ms) << "but not at once";
+  EXPECT_LT(host->sent[1] - host->sent[0], 2000ms) << "the retry comes before the interval";
+  EXPECT_LT(host->sent[2] - host->sent[1], 2000ms);
+  EXPECT_GE(host->sent[1] - host->sent[0], 500ms) << "but not at once";
 }
 
 TEST(Watchdog, AnUnwatchedLeaseIsNotRenewedAndLeavesNoTimer) {
   asio::io_context io;
   auto host = std::make_shared<Host>(io);
-  Watched w(io, 300ms, 25ms);
+  // Due in 8 s: a timer left armed would keep the context running past the bound below.
+  Watched w(io, 30000ms, 8000ms);
   asio::post(host->timer_strand(), [&] {
     host->watchdog.watch(w.lease);
     host->watchdog.unwatch(*w.lease);
