@@ -114,7 +114,9 @@ ConnectFsm::Queue Connection::queue() const noexcept {
 
 void Connection::apply(const ConnectFsm::Action& act) {
   using Do = ConnectFsm::Action::Link;
-  using Next = ConnectFsm::Action::Next;
+  // The common case (a command queued on a ready link: write it) fails nothing: no lists for
+  // it (an empty std::deque allocates, and every command comes through here).
+  if (act.link == Do::keep) return take_next(act);
   Pipeline::Commands failed;
   std::vector<Callback> timed_out;
   switch (act.link) {
@@ -137,10 +139,23 @@ void Connection::apply(const ConnectFsm::Action& act) {
       close_link();
       break;
   }
-  if (act.link != Do::keep && act.link != Do::drain) {
+  if (act.link != Do::drain) {
     handshake_left_ = 0;
     if (connect_timer_) connect_timer_->cancel();  // a connect's deadline, or its backoff
   }
+  take_next(act);
+  if (act.link == Do::drain) {
+    arm_timer();
+  } else {
+    cancel_timer_if_idle();
+  }
+  notify_link_down();
+  Pipeline::fail_all(failed, act.error);
+  for (auto& callback : timed_out) std::move(callback)(error::timeout, Reply{});
+}
+
+void Connection::take_next(const ConnectFsm::Action& act) {
+  using Next = ConnectFsm::Action::Next;
   switch (act.next) {
     case Next::none:
       break;
@@ -160,14 +175,6 @@ void Connection::apply(const ConnectFsm::Action& act) {
       if (connect_timer_) connect_timer_->cancel();
       break;
   }
-  if (act.link == Do::drain) {
-    arm_timer();
-  } else if (act.link_down()) {
-    cancel_timer_if_idle();
-  }
-  if (act.link_down()) notify_link_down();
-  Pipeline::fail_all(failed, act.error);
-  for (auto& callback : timed_out) std::move(callback)(error::timeout, Reply{});
 }
 
 void Connection::notify_link_down() {

@@ -147,6 +147,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   /// Does what the connection's machine decided (ConnectFsm's table): with the current link
   /// first, then next; the link's users hear it went; what failed is told last.
   void apply(const ConnectFsm::Action& act);
+  /// The action's `next`.
+  void take_next(const ConnectFsm::Action& act);
   /// The queue as the machine's events take it.
   ConnectFsm::Queue queue() const noexcept;
   /// Arms the backoff's timer for `until`; its end is the machine's backoff_over.
