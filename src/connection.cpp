@@ -197,10 +197,11 @@ bool Connection::is_current_or_draining(const std::shared_ptr<Link>& link) const
 void Connection::execute(std::span<const std::string_view> command, Callback callback,
                          std::shared_ptr<LateReplies> late, std::chrono::milliseconds extra_time) {
   if (shut_down_) return;  // the handler is destroyed, as Asio does with pending work
+  const auto now = Clock::now();
   pipeline_.push(command, library_use_.functions(), std::move(callback), std::move(late),
-                 Clock::now() + config_.command_timeout + extra_time);
+                 now + config_.command_timeout + extra_time);
   arm_timer();
-  apply(fsm_.queued(Clock::now(), queue()));  // (in backoff or a handshake: written after it)
+  apply(fsm_.queued(now, queue()));  // (in backoff or a handshake: written after it)
 }
 
 // ---------------------------------------------------------------------------------------
