@@ -235,6 +235,16 @@ void Engine::report_refusal(std::string resource, error_code ec, std::string_vie
   });
 }
 
+void Engine::report_lease_refusal(std::string resource, LeaseCommand command, error_code ec,
+                                  std::string_view why, Diagnostics* diagnostics) {
+  tell(diagnostics, ec, why);
+  if (!observer()) return;
+  on_strand([self = shared_from_this(), resource = std::move(resource), command, ec,
+             why = std::string(why)] {
+    self->observer()->on_lease({resource, command, false, ec, Clock::duration::zero(), {}, why});
+  });
+}
+
 void Engine::report_admin(AdminCommand command, std::string resource, error_code ec,
                           Clock::time_point started, std::string detail) {
   if (!observer()) return;

@@ -185,6 +185,12 @@ class Engine : public std::enable_shared_from_this<Engine>, private RenewalHost 
   /// handler, if any) the same rule (nothing was sent).
   void report_refusal(std::string resource, boost::system::error_code ec, std::string_view why,
                       AcquireKind kind = AcquireKind::mutex, Diagnostics* diagnostics = nullptr);
+  /// Reports a release's, an extension's or a touch's refusal before anything was sent (a
+  /// LeaseEvent: not succeeded, `ec`, the rule as its detail), and tells `diagnostics` the
+  /// same rule.
+  void report_lease_refusal(std::string resource, LeaseCommand command,
+                            boost::system::error_code ec, std::string_view why,
+                            Diagnostics* diagnostics = nullptr);
   /// Reports a completed admin operation (inspect, force-release, leader, observe) to the
   /// observer, if there is one, on the strand. `detail`: the rule or the server's reply.
   void report_admin(AdminCommand command, std::string resource, boost::system::error_code ec,

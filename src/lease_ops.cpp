@@ -232,7 +232,8 @@ void start_op(Engine& engine, ExtendParams params, BoolHandler handler) {
   const auto ttl = params.ttl;
   if (!engine.alive()) return;
   if (auto broken = check_extension(ttl)) {
-    tell(params.diagnostics, broken.error, broken.rule);
+    engine.report_lease_refusal(resource, LeaseCommand::extend, broken.error, broken.rule,
+                                params.diagnostics);
     return deliver(engine.executor(), Defer::yes, std::move(handler), broken.error, false);
   }
   auto op = std::make_shared<CompareOp>(std::move(handler));
@@ -338,7 +339,8 @@ void start_op(Engine& engine, TouchParams params, BoolHandler handler) {
   }
   if (!broken) broken = check(Feature::labels, engine.shape());
   if (broken) {
-    tell(params.diagnostics, broken.error, broken.rule);
+    engine.report_lease_refusal(params.resource, LeaseCommand::touch, broken.error, broken.rule,
+                                params.diagnostics);
     return deliver(engine.executor(), Defer::yes, std::move(handler), broken.error, false);
   }
   auto op = std::make_shared<TouchOp>(std::move(handler));

@@ -240,6 +240,49 @@ TEST(Observer, LeaseEventsCarryLatencyAndErrors) {
   }());
 }
 
+TEST(Observer, AnExtensionOrATouchRefusedBeforeAnythingIsSentIsALeaseEventWithItsRule) {
+  // An acquire refused by a rule is an AcquireEvent (failed, its rule as the detail); an
+  // extension or a touch refused the same way was heard of by nobody but its caller.
+  RedisServer server;
+  asio::io_context io;
+  auto log = std::make_shared<LeaseLog>();
+  std::vector<std::string> details;
+  struct Details final : Observer {
+    std::shared_ptr<LeaseLog> inner;
+    std::vector<std::string>* out;
+    void on_lease(const LeaseEvent& e) noexcept override {
+      out->emplace_back(e.detail);
+      inner->on_lease(e);
+    }
+  };
+  auto observer = std::make_shared<Details>();
+  observer->inner = log;
+  observer->out = &details;
+  LockManager locks(io.get_executor(), server.config(), {.observer = observer});
+  run_co(io, [&]() -> asio::awaitable<void> {
+    auto g = co_await locks.async_acquire(unique_resource(), {.ttl = 5s}, asio::use_awaitable);
+    CO_ASSERT_TRUE(g);
+    auto [ec, ok] = co_await g.async_extend(0ms, asio::as_tuple(asio::use_awaitable));
+    EXPECT_EQ(ec, error::invalid_argument);
+    auto [ec2, ok2] = co_await g.async_touch("a\nline", asio::as_tuple(asio::use_awaitable));
+    EXPECT_EQ(ec2, error::invalid_argument);
+    co_await g.async_release(asio::use_awaitable);
+    EXPECT_FALSE(ok || ok2);
+  }());
+  const auto extends = log->of(LeaseCommand::extend);
+  ASSERT_EQ(extends.size(), 1u);
+  EXPECT_FALSE(extends[0].succeeded);
+  EXPECT_EQ(extends[0].error, error::invalid_argument);
+  const auto touches = log->of(LeaseCommand::touch);
+  ASSERT_EQ(touches.size(), 1u);
+  EXPECT_FALSE(touches[0].succeeded);
+  EXPECT_EQ(touches[0].error, error::invalid_argument);
+  ASSERT_EQ(details.size(), 3u) << "the extension, the touch and the release";
+  EXPECT_NE(details[0].find("ttl"), std::string::npos) << details[0];
+  EXPECT_NE(details[1].find("label"), std::string::npos) << details[1];
+  EXPECT_EQ(log->of(LeaseCommand::release).size(), 1u);
+}
+
 namespace {
 
 /// What a metrics observer keeps: acquires waiting and leases held now, by kind, from
