@@ -1,0 +1,793 @@
+// SPDX-License-Identifier: MIT
+// The explorer's driver: today's scripts called through the table of scripts' typed calls
+// and its one encoder (so there is no second copy of a calling convention), an earlier
+// build's bodies called the way that build did, a subscriber that hears every hand-off
+// message, the model each reply and message updates, and the search (sampling, enumeration,
+// shrinking).
+#include "explorer.hpp"
+
+#include "keys.hpp"
+#include "script_table.hpp"
+#include "token.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <sstream>
+#include <stdexcept>
+#include <type_traits>
+
+namespace redis_lock::explore {
+
+std::optional<Violation> check_hand_off(const World& w, int to);
+std::optional<Violation> check_served(const World& w, bool handed,
+                                      const std::vector<int>& live_waiters_before);
+
+namespace {
+
+namespace scripts = detail::scripts;
+using State = Client::State;
+
+constexpr std::string_view ttl_ms = "60000";  // leases and places: time passes only as events
+constexpr std::string_view notify = "Px:notify:";
+constexpr std::string_view phantom_id = "eeeeeeeeeeeeeeee";
+
+struct FreeReply {
+  void operator()(redisReply* r) const noexcept { freeReplyObject(r); }
+};
+using ReplyPtr = std::unique_ptr<redisReply, FreeReply>;
+
+std::string hex(std::uint32_t high, std::uint64_t low) {
+  char text[33];
+  std::snprintf(text, sizeof text, "%08x%024llx", high, static_cast<unsigned long long>(low));
+  return text;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("explorer: cannot read " + path);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+constexpr std::array<std::string_view, 12> do_names = {
+    "take",      "join",        "claim",       "give_up",      "release",       "extend",
+    "walk_away", "lapse_lease", "lapse_place", "lose_counter", "force_release", "crowd"};
+
+constexpr std::array<Mutation, 1> claim_token_reuse = {Mutation{
+    "acquire", "string.match(text, '^(%d+)@' .. token .. ' ')", "string.match(text, '^(%d+)@')"}};
+constexpr std::array<Mutation, 1> purge_64 = {
+    Mutation{"*",
+             "for _ = 1, 10 do\n    local dead = redis.call('ZRANGEBYSCORE', expiry, '-inf', "
+             "now, 'LIMIT', 0, 1000)",
+             "for _ = 1, 1 do\n    local dead = redis.call('ZRANGEBYSCORE', expiry, '-inf', "
+             "now, 'LIMIT', 0, 64)"}};
+
+}  // namespace
+
+std::string_view to_string(Build b) noexcept {
+  switch (b) {
+    case Build::signing:
+      return "signing";
+    case Build::folded:
+      return "folded";
+    case Build::b34e159:
+      return "b34e159";
+    case Build::p89ab635:
+      return "89ab635";
+    case Build::ec7000c:
+      return "ec7000c";
+  }
+  return "?";
+}
+
+std::string to_string(const Event& e) {
+  std::string out = e.client < 0 ? "w" : "c" + std::to_string(e.client);
+  return out.append(".").append(do_names[static_cast<std::size_t>(e.what)]);
+}
+
+std::string to_string(std::span<const Event> events) {
+  std::string out;
+  for (const auto& e : events) out.append(out.empty() ? "" : " ").append(to_string(e));
+  return out;
+}
+
+std::vector<Event> parse_events(std::string_view text) {
+  std::vector<Event> out;
+  std::istringstream in{std::string(text)};
+  for (std::string word; in >> word;) {
+    const auto dot = word.find('.');
+    if (dot == std::string::npos) throw std::invalid_argument("explorer: no event in " + word);
+    Event e;
+    e.client = word[0] == 'w' ? -1 : std::stoi(word.substr(1, dot - 1));
+    const auto name = std::string_view(word).substr(dot + 1);
+    const auto it = std::find(do_names.begin(), do_names.end(), name);
+    if (it == do_names.end()) throw std::invalid_argument("explorer: no event " + word);
+    e.what = static_cast<Do>(it - do_names.begin());
+    out.push_back(e);
+  }
+  return out;
+}
+
+std::span<const Mutation> plant(std::string_view name) {
+  if (name == "claim_token_reuse") return claim_token_reuse;
+  if (name == "purge_64") return purge_64;
+  if (name.empty()) return {};
+  throw std::invalid_argument("explorer: no planted bug named " + std::string(name));
+}
+
+// ---------------------------------------------------------------------------------------
+// A blocking connection
+
+struct Explorer::Conn {
+  redisContext* c = nullptr;
+  explicit Conn(std::uint16_t port) {
+    c = redisConnect("127.0.0.1", port);
+    if (c == nullptr || c->err) throw std::runtime_error("explorer: cannot connect");
+    const timeval limit{10, 0};
+    redisSetTimeout(c, limit);
+  }
+  ~Conn() { redisFree(c); }
+  void append(std::span<const std::string_view> words) {
+    std::vector<const char*> argv;
+    std::vector<std::size_t> lens;
+    for (const auto& w : words) {
+      argv.push_back(w.data());
+      lens.push_back(w.size());
+    }
+    redisAppendCommandArgv(c, static_cast<int>(argv.size()), argv.data(), lens.data());
+  }
+  ReplyPtr read() {
+    void* r = nullptr;
+    if (redisGetReply(c, &r) != REDIS_OK || r == nullptr) {
+      throw std::runtime_error(std::string("explorer: the connection failed: ") + c->errstr);
+    }
+    return ReplyPtr(static_cast<redisReply*>(r));
+  }
+  ReplyPtr command(std::span<const std::string_view> words) {
+    append(words);
+    return read();
+  }
+  ReplyPtr command(std::initializer_list<std::string_view> words) {
+    return command(std::span<const std::string_view>(words.begin(), words.size()));
+  }
+};
+
+namespace {
+
+std::string text_of(const redisReply* r) {
+  return r && (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS ||
+               r->type == REDIS_REPLY_ERROR)
+             ? std::string(r->str, r->len)
+             : std::string();
+}
+
+/// An acquire's reply: granted (fence), or refused (place, 0 when not queued); nullopt and
+/// `error` when it is neither.
+struct Attempt {
+  bool granted = false;
+  std::uint64_t fence = 0;
+  long long place = 0;
+};
+std::optional<Attempt> read_attempt(const redisReply* r, std::string& error) {
+  if (r->type != REDIS_REPLY_ARRAY || r->elements < 2 ||
+      r->element[0]->type != REDIS_REPLY_INTEGER || r->element[1]->type != REDIS_REPLY_INTEGER) {
+    error = r->type == REDIS_REPLY_ERROR ? text_of(r) : "a reply of another shape";
+    return std::nullopt;
+  }
+  Attempt a;
+  a.granted = r->element[0]->integer == 1;
+  if (a.granted) a.fence = static_cast<std::uint64_t>(r->element[1]->integer);
+  if (!a.granted && r->elements > 2 && r->element[2]->type == REDIS_REPLY_INTEGER) {
+    a.place = r->element[2]->integer;
+  }
+  return a;
+}
+
+std::optional<long long> read_integer(const redisReply* r) {
+  if (r->type != REDIS_REPLY_INTEGER) return std::nullopt;
+  return r->integer;
+}
+
+/// A hand-off message: '<token>[ <fence> <place>[ <mac>]]'.
+struct Message {
+  std::string token;
+  std::uint64_t fence = 0;
+  long long place = 0;
+  std::string mac, signed_by;
+};
+Message read_message(const std::string& text) {
+  Message m;
+  std::istringstream in(text);
+  in >> m.token >> m.fence >> m.place >> m.mac;
+  if (!m.mac.empty()) m.signed_by = text.substr(0, text.size() - m.mac.size() - 1);
+  return m;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------
+// The explorer
+
+Explorer::Explorer(std::uint16_t port, std::string plant_name)
+    : port_(port), plant_(std::move(plant_name)) {
+  conn_ = std::make_unique<Conn>(port);
+  sub_ = std::make_unique<Conn>(port);
+  const auto mutations = plant(plant_);
+  std::vector<bool> applied(mutations.size(), false);
+  for (const auto& entry : scripts::table()) {
+    std::string body(entry.script.body);
+    for (std::size_t i = 0; i < mutations.size(); ++i) {
+      const auto& m = mutations[i];
+      if (m.script != "*" && m.script != entry.script.name) continue;
+      for (auto at = body.find(m.from); at != std::string::npos; at = body.find(m.from, at)) {
+        body.replace(at, m.from.size(), m.to);
+        at += m.to.size();
+        applied[i] = true;
+      }
+    }
+    auto r = conn_->command({"SCRIPT", "LOAD", body});
+    if (r->type != REDIS_REPLY_STRING) throw std::runtime_error("explorer: " + text_of(r.get()));
+    sha_[std::string(entry.script.name)] = text_of(r.get());
+  }
+  if (std::find(applied.begin(), applied.end(), false) != applied.end()) {
+    throw std::runtime_error("explorer: the planted bug " + plant_ +
+                             " no longer matches today's scripts");
+  }
+  for (const char* old : {"acquire_89ab635", "release_89ab635", "acquire_b34e159",
+                          "release_b34e159", "release_ec7000c"}) {
+    const auto body = read_file(std::string(REDIS_LOCK_OLD_SCRIPTS_DIR) + "/" + old + ".lua");
+    auto r = conn_->command({"SCRIPT", "LOAD", body});
+    if (r->type != REDIS_REPLY_STRING) throw std::runtime_error("explorer: " + text_of(r.get()));
+    sha_[old] = text_of(r.get());
+  }
+  auto r = sub_->command({"PSUBSCRIBE", "x:notify:*"});
+  if (r->type != REDIS_REPLY_ARRAY) throw std::runtime_error("explorer: PSUBSCRIBE failed");
+}
+
+Explorer::~Explorer() = default;
+
+namespace {
+
+const detail::ResourceKeys& keys() {
+  static const auto k = detail::make_keys("x:", "r");
+  return k;
+}
+const detail::ResourceKeys& set_keys() {
+  static const auto k = detail::make_keys("x:", "r", true);
+  return k;
+}
+
+/// A client's member suffix, as its build writes it (waiters.cpp, append_member_suffix).
+std::string suffix_of(const Client& c, bool queues) {
+  std::string s = c.id;
+  switch (c.build) {
+    case Build::signing:
+      s += queues ? "g" + c.secret : "f";
+      break;
+    case Build::folded:
+    case Build::b34e159:
+      s += 'f';
+      break;
+    case Build::p89ab635:
+    case Build::ec7000c:
+      break;
+  }
+  return s.append(ttl_ms);
+}
+
+bool today(Build b) { return b == Build::signing || b == Build::folded; }
+
+}  // namespace
+
+std::string Explorer::next_token(int client) {
+  return hex(0xc0de0000u + static_cast<std::uint32_t>(client), ++attempts_);
+}
+
+void Explorer::reset(const Setup& setup) {
+  setup_ = setup;
+  world_ = World{};
+  crowd_done_ = false;
+  for (std::size_t i = 0; i < setup.builds.size(); ++i) {
+    Client c;
+    c.build = setup.builds[i];
+    char id[17];
+    std::snprintf(id, sizeof id, "%016llx", 0xa11ce00ULL + i);
+    c.id = id;
+    world_.clients.push_back(c);
+    if (c.build == Build::ec7000c) world_.fairness_promised = false;
+  }
+  conn_->command({"FLUSHALL"});
+  // Whatever an earlier sequence published is read and dropped.
+  sub_->append(std::array<std::string_view, 1>{"PING"});
+  for (;;) {
+    auto r = sub_->read();
+    if (r->type == REDIS_REPLY_ARRAY && r->elements >= 1 && text_of(r->element[0]) == "pong") {
+      break;
+    }
+  }
+  world_.keys = {};
+  ++sequences_;
+}
+
+std::vector<Event> Explorer::enabled() const {
+  std::vector<Event> out;
+  const auto& cs = world_.clients;
+  for (int i = 0; i < static_cast<int>(cs.size()); ++i) {
+    // A 600 ms bare lease (an earlier build's hand-off) is claimed at once: time passes
+    // only as events, and this one would pass by itself.
+    if (cs[i].state == State::nudged && cs[i].handed_short) return {Event{Do::claim, i}};
+  }
+  for (int i = 0; i < static_cast<int>(cs.size()); ++i) {
+    switch (cs[i].state) {
+      case State::idle:
+        out.insert(out.end(), {Event{Do::take, i}, Event{Do::join, i}});
+        break;
+      case State::waiting:
+        out.insert(out.end(), {Event{Do::join, i}, Event{Do::give_up, i}});
+        if (cs[i].place_live) out.push_back(Event{Do::lapse_place, i});
+        break;
+      case State::nudged:
+        out.insert(out.end(), {Event{Do::claim, i}, Event{Do::walk_away, i}});
+        break;
+      case State::holding:
+        out.insert(out.end(), {Event{Do::release, i}, Event{Do::extend, i}});
+        break;
+    }
+  }
+  if (world_.keys.lease) {
+    out.insert(out.end(), {Event{Do::lapse_lease, -1}, Event{Do::force_release, -1}});
+    if (!crowd_done_ && setup_.crowd > 0) out.push_back(Event{Do::crowd, -1});
+  }
+  if (world_.max_fence > 0) out.push_back(Event{Do::lose_counter, -1});
+  return out;
+}
+
+std::optional<Violation> Explorer::step(const Event& e) {
+  ++steps_;
+  auto& w = world_;
+  std::vector<int> live_waiters;
+  for (int i = 0; i < static_cast<int>(w.clients.size()); ++i) {
+    const auto& c = w.clients[i];
+    if (c.state == State::waiting && c.place_live) live_waiters.push_back(i);
+  }
+  std::sort(live_waiters.begin(), live_waiters.end(),
+            [&](int a, int b) { return w.clients[a].joined < w.clients[b].joined; });
+  const auto& k = keys();
+  auto fail = [&](std::string invariant, std::string detail) {
+    return Violation{std::move(invariant), std::move(detail)};
+  };
+
+  // Calls one of today's scripts through its typed call (the sha of the body we loaded).
+  auto call = [&](const auto& typed) {
+    using Call = std::decay_t<decltype(typed)>;
+    std::array<std::string_view, scripts::max_words<Call>> words{};
+    const auto n = scripts::encode(typed, std::span<std::string_view>(words));
+    words[1] = sha_.at(std::string(Call::script.name));
+    return conn_->command(std::span<const std::string_view>(words.data(), n));
+  };
+  // An acquire in `mode` ('0', '1', '2') as client `c`'s build sends it.
+  auto attempt = [&](Client& c, char mode) {
+    const bool queues = mode != '0';
+    const std::string suffix = suffix_of(c, queues);
+    if (today(c.build)) {
+      const auto m = mode == '0'   ? scripts::Acquire::Mode::alone
+                     : mode == '1' ? scripts::Acquire::Mode::queue
+                                   : scripts::Acquire::Mode::claim;
+      return call(scripts::Acquire{.lease = k.lease(),
+                                   .fence = k.fence(),
+                                   .queue = k.queue(),
+                                   .queue_expiry = k.queue_expiry(),
+                                   .info = scripts::Optional(k.info()),
+                                   .token = c.token,
+                                   .ttl_ms = ttl_ms,
+                                   .mode = m,
+                                   .place_ms = ttl_ms,
+                                   .member_suffix = suffix,
+                                   .announce = std::nullopt});
+    }
+    // The builds before: '<mode><place ms> <member suffix>' in one argument, no claim mode.
+    const std::string how =
+        std::string(1, mode == '0' ? '0' : '1') + std::string(ttl_ms) + " " + suffix;
+    const auto& sha = sha_.at(c.build == Build::b34e159 ? "acquire_b34e159" : "acquire_89ab635");
+    return conn_->command({"EVALSHA", sha, "5", k.lease(), k.fence(), k.queue(), k.queue_expiry(),
+                           k.info(), c.token, ttl_ms, how});
+  };
+  auto release = [&](Client& c) {
+    const std::string suffix = suffix_of(c, c.state != State::holding);
+    if (today(c.build)) {
+      return call(scripts::Release{.lease = k.lease(),
+                                   .queue = k.queue(),
+                                   .queue_expiry = k.queue_expiry(),
+                                   .fence = k.fence(),
+                                   .info = scripts::Optional(k.info()),
+                                   .token = c.token,
+                                   .member_suffix = suffix,
+                                   .notify = notify,
+                                   .announce = std::nullopt});
+    }
+    if (c.build == Build::ec7000c) {
+      const std::string how = suffix + " " + std::string(notify);
+      return conn_->command({"EVALSHA", sha_.at("release_ec7000c"), "4", k.lease(), k.queue(),
+                             k.queue_expiry(), k.fence(), c.token, how});
+    }
+    const auto& sha = sha_.at(c.build == Build::b34e159 ? "release_b34e159" : "release_89ab635");
+    return conn_->command({"EVALSHA", sha, "5", k.lease(), k.queue(), k.queue_expiry(), k.fence(),
+                           k.info(), c.token, suffix, notify});
+  };
+  auto end_holding = [&](const std::string& token) {
+    if (auto it = w.holdings.find(token); it != w.holdings.end()) it->second.second = false;
+  };
+
+  bool released_live = false;
+  if (e.client >= 0 && e.what != Do::lapse_place) {
+    Client& c = w.clients[e.client];
+    switch (e.what) {
+      case Do::take:
+      case Do::join:
+      case Do::claim: {
+        if (c.state == State::idle) {
+          c.token = next_token(e.client);
+          c.secret = hex(0x5ec00000u + static_cast<std::uint32_t>(e.client), attempts_);
+        }
+        const bool expect = must_grant(w, e.client);
+        const char mode = e.what == Do::take ? '0' : e.what == Do::join ? '1' : '2';
+        auto r = attempt(c, mode);
+        std::string error;
+        const auto a = read_attempt(r.get(), error);
+        if (!a) return fail("SCRIPT_ERROR", to_string(e) + ": " + error);
+        if (a->granted) {
+          if (auto v = check_grant(w, c.token, a->fence, c.build != Build::ec7000c)) return v;
+          c.state = State::holding;
+          c.fence = a->fence;
+          c.ended = false;
+        } else {
+          if (expect) {
+            return fail("LIVE", to_string(e) + " refused although nothing live holds it and " +
+                                    "nobody live waits before it");
+          }
+          if (c.state == State::nudged) end_holding(c.token);  // its handed lease is gone
+          if (a->place > 0) {
+            if (c.state != State::waiting) {
+              c.joined = ++joins_;
+              c.continuous = true;
+            }
+            c.state = State::waiting;
+            c.place = a->place;
+            c.place_live = true;
+          } else {
+            c.state = State::idle;
+          }
+        }
+        c.handed_live = c.handed_short = false;
+        break;
+      }
+      case Do::release:
+      case Do::extend:
+      case Do::walk_away:
+      case Do::give_up: {
+        const bool live = e.what == Do::walk_away ? c.handed_live
+                          : e.what == Do::give_up ? false
+                                                  : !c.ended;
+        ReplyPtr r;
+        if (e.what == Do::extend) {
+          r = call(scripts::Extend{
+              .lease = k.lease(), .token = c.token, .ttl_ms = ttl_ms, .announce = std::nullopt});
+        } else {
+          r = release(c);
+        }
+        const auto got = read_integer(r.get());
+        if (!got) return fail("SCRIPT_ERROR", to_string(e) + ": " + text_of(r.get()));
+        if (*got == 1 && !live) {
+          // NO_REVIVAL: "no release, extension or touch of a lease that ended or went to
+          // another".
+          return fail("NO_REVIVAL", to_string(e) + " succeeded on a lease that had ended");
+        }
+        if (*got != 1 && live) {
+          return fail("LIVE", to_string(e) + " refused on a live lease");
+        }
+        if (e.what == Do::give_up) {
+          auto left = conn_->command({"ZSCORE", k.queue(), c.token + suffix_of(c, true)});
+          if (left->type != REDIS_REPLY_NIL) {
+            return fail("GIVE_UP", to_string(e) + ": its member is still queued");
+          }
+        }
+        if (e.what == Do::extend && *got == 1) break;
+        released_live = live && e.what != Do::extend;
+        end_holding(c.token);
+        c.state = State::idle;
+        c.place_live = c.continuous = c.handed_live = c.handed_short = false;
+        break;
+      }
+      default:
+        break;
+    }
+  } else {
+    switch (e.what) {
+      case Do::lapse_place: {
+        Client& c = w.clients[e.client];
+        const auto now = conn_->command({"TIME"});
+        const long long ms = std::stoll(text_of(now->element[0])) * 1000 +
+                             std::stoll(text_of(now->element[1])) / 1000;
+        conn_->command(
+            {"ZADD", k.queue_expiry(), "XX", std::to_string(ms - 1), c.token + suffix_of(c, true)});
+        c.place_live = c.continuous = false;
+        break;
+      }
+      case Do::lapse_lease:
+      case Do::force_release: {
+        const std::string owner = w.keys.lease->substr(0, 32);
+        for (auto& c : w.clients) {
+          if (c.token != owner) continue;
+          if (c.state == State::holding) c.ended = true;
+          c.handed_live = false;
+        }
+        end_holding(owner);
+        if (e.what == Do::lapse_lease) {
+          // Its record (written with it, for the same ttl) lapses with it.
+          auto lease_left = read_integer(conn_->command({"PTTL", k.lease()}).get());
+          auto info_left = read_integer(conn_->command({"PTTL", k.info()}).get());
+          conn_->command({"DEL", k.lease()});
+          if (lease_left && info_left && *info_left >= 0 && *info_left <= *lease_left + 100) {
+            conn_->command({"DEL", k.info()});
+          }
+        } else {
+          const auto& s = set_keys();
+          const std::string announce = "Px:leader:r";
+          auto r = call(scripts::ForceRelease{.lease = k.lease(),
+                                              .queue = k.queue(),
+                                              .queue_expiry = k.queue_expiry(),
+                                              .fence = k.fence(),
+                                              .info = k.info(),
+                                              .sets_queue = s.queue(),
+                                              .sets_queue_expiry = s.queue_expiry(),
+                                              .notify = notify,
+                                              .announce = announce});
+          const auto got = read_integer(r.get());
+          if (!got) return fail("SCRIPT_ERROR", to_string(e) + ": " + text_of(r.get()));
+          if (*got != 1) return fail("LIVE", "force-release of a held resource returned 0");
+          released_live = true;
+        }
+        break;
+      }
+      case Do::lose_counter:
+        conn_->command({"DEL", k.fence()});
+        break;
+      case Do::crowd: {
+        crowd_done_ = true;
+        std::vector<std::string> members;
+        for (std::size_t i = 0; i < setup_.crowd; ++i) {
+          const std::string token = hex(0xdeadull, ++attempts_);
+          w.phantoms.insert(token);
+          const std::string suffix = std::string(phantom_id) + "f" + std::string(ttl_ms);
+          members.push_back(token + suffix);
+          std::array<std::string_view, scripts::max_words<scripts::Acquire>> words{};
+          const auto n = scripts::encode(scripts::Acquire{.lease = k.lease(),
+                                                          .fence = k.fence(),
+                                                          .queue = k.queue(),
+                                                          .queue_expiry = k.queue_expiry(),
+                                                          .info = scripts::Optional(k.info()),
+                                                          .token = token,
+                                                          .ttl_ms = ttl_ms,
+                                                          .mode = scripts::Acquire::Mode::queue,
+                                                          .place_ms = ttl_ms,
+                                                          .member_suffix = suffix,
+                                                          .announce = std::nullopt},
+                                         std::span<std::string_view>(words));
+          words[1] = sha_.at("acquire");
+          conn_->append(std::span<const std::string_view>(words.data(), n));
+        }
+        for (std::size_t i = 0; i < setup_.crowd; ++i) {
+          auto r = conn_->read();
+          std::string error;
+          const auto a = read_attempt(r.get(), error);
+          if (!a) return fail("SCRIPT_ERROR", "the crowd's join: " + error);
+          if (a->granted) return fail("MUTEX", "a crowd's waiter took a held lease");
+        }
+        // Then they die: every place lapses.
+        for (const auto& m : members) {
+          const std::array<std::string_view, 5> words{"ZADD", k.queue_expiry(), "XX", "1", m};
+          conn_->append(words);
+        }
+        for (std::size_t i = 0; i < members.size(); ++i) conn_->read();
+        break;
+      }
+      default:
+        break;
+    }
+  }
+  return after_step(e, released_live, live_waiters);
+}
+
+std::optional<Violation> Explorer::after_step(const Event& e, bool released_live,
+                                              const std::vector<int>& live_waiters_before) {
+  auto& w = world_;
+  // Every message the step published: a PING's answer comes after them.
+  std::vector<std::pair<std::string, std::string>> messages;  // channel, text
+  sub_->append(std::array<std::string_view, 1>{"PING"});
+  for (;;) {
+    auto r = sub_->read();
+    if (r->type != REDIS_REPLY_ARRAY || r->elements < 1) continue;
+    const auto kind = text_of(r->element[0]);
+    if (kind == "pong") break;
+    if (kind == "pmessage" && r->elements == 4) {
+      messages.emplace_back(text_of(r->element[2]), text_of(r->element[3]));
+    }
+  }
+  bool handed = false;
+  const bool promised =
+      e.client < 0 || e.what == Do::lapse_place || w.clients[e.client].build != Build::ec7000c;
+  for (const auto& [channel, text] : messages) {
+    const auto id = channel.substr(channel.rfind(':') + 1);
+    const auto m = read_message(text);
+    handed = true;
+    if (id == phantom_id) {
+      // An earlier build's release may (docs/design-notes.md: only mutual exclusion is
+      // promised beside builds further back than the one before today's).
+      if (promised && w.fairness_promised) {
+        return Violation{"NO_LAPSED_HANDOFF", "a dead waiter was handed it"};
+      }
+      continue;
+    }
+    const auto it = std::find_if(w.clients.begin(), w.clients.end(),
+                                 [&](const Client& c) { return c.id == id; });
+    if (it == w.clients.end()) return Violation{"HAND_OFF", "a message to nobody: " + channel};
+    const int to = static_cast<int>(it - w.clients.begin());
+    Client& c = *it;
+    if (m.token != c.token) {
+      return Violation{"HAND_OFF", "a message for " + m.token + " to the waiter of " + c.token};
+    }
+    if (auto v = check_hand_off(w, to)) return v;
+    if (m.fence > 0 && promised) {
+      if (auto v = check_grant(w, c.token, m.fence, true)) return v;
+    } else if (m.fence > w.max_fence) {
+      w.max_fence = m.fence;  // minted by an earlier build's release: the claim decides
+    }
+    const bool granted = c.build == Build::signing && !m.mac.empty() && m.fence > 0 &&
+                         m.place == c.place && detail::hand_off_mac(c.secret, m.signed_by) == m.mac;
+    c.fence = m.fence;
+    c.place_live = c.continuous = false;
+    if (granted) {
+      c.state = State::holding;
+      c.ended = false;
+    } else {
+      c.state = State::nudged;
+      c.handed_live = true;
+      c.handed_short = m.fence == 0;
+    }
+  }
+  if (released_live && promised) {
+    if (auto v = check_served(w, handed, live_waiters_before)) return v;
+  }
+  // The keys, then every invariant over them.
+  const auto& k = keys();
+  conn_->append(std::array<std::string_view, 2>{"GET", k.lease()});
+  conn_->append(std::array<std::string_view, 2>{"GET", k.info()});
+  conn_->append(std::array<std::string_view, 4>{"ZRANGE", k.queue(), "0", "-1"});
+  auto lease = conn_->read(), info = conn_->read(), queue = conn_->read();
+  w.keys = {};
+  if (lease->type == REDIS_REPLY_STRING) w.keys.lease = text_of(lease.get());
+  if (info->type == REDIS_REPLY_STRING) w.keys.info = text_of(info.get());
+  if (queue->type == REDIS_REPLY_ARRAY) {
+    for (std::size_t i = 0; i < queue->elements; ++i) {
+      w.keys.queue.push_back(text_of(queue->element[i]));
+    }
+  }
+  states_.insert(state_hash());
+  return check_invariants(w);
+}
+
+std::uint64_t Explorer::state_hash() const {
+  // Who holds, who waits, in which order: the abstract state (no tokens, no clocks).
+  std::uint64_t h = 1469598103934665603ull;
+  auto mix = [&](std::uint64_t v) { h = (h ^ v) * 1099511628211ull; };
+  auto owner = [&](std::string_view token) -> std::uint64_t {
+    for (std::size_t i = 0; i < world_.clients.size(); ++i) {
+      if (world_.clients[i].token == token) return i + 1;
+    }
+    return world_.phantoms.count(std::string(token)) ? 100 : 200;
+  };
+  for (const auto& c : world_.clients) {
+    mix(static_cast<std::uint64_t>(c.state));
+    mix(c.ended | c.handed_live << 1 | c.place_live << 2 | c.continuous << 3);
+  }
+  mix(world_.keys.lease ? owner(std::string_view(*world_.keys.lease).substr(0, 32)) : 0);
+  mix(world_.keys.info.has_value());
+  std::uint64_t last = 0;
+  for (const auto& m : world_.keys.queue) {
+    const auto o = owner(std::string_view(m).substr(0, 32));
+    if (o != last || o != 100) mix(o);  // a crowd counts once
+    last = o;
+  }
+  return h;
+}
+
+// ---------------------------------------------------------------------------------------
+// The search
+
+std::optional<Violation> Explorer::play(const Setup& setup, std::span<const Event> events,
+                                        std::vector<Event>* played) {
+  reset(setup);
+  if (played) played->clear();
+  std::size_t index = 0;
+  for (const auto& e : events) {
+    const auto en = enabled();
+    if (std::find(en.begin(), en.end(), e) == en.end()) continue;
+    if (played) played->push_back(e);
+    if (auto v = step(e)) {
+      v->step = index;
+      return v;
+    }
+    ++index;
+  }
+  return std::nullopt;
+}
+
+std::optional<Violation> Explorer::sample(const Setup& setup, std::uint64_t seed, std::size_t depth,
+                                          std::vector<Event>& played) {
+  reset(setup);
+  played.clear();
+  std::uint64_t state = seed;
+  auto next = [&] {  // splitmix64: the same sequence on every platform
+    std::uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  };
+  for (std::size_t i = 0; i < depth; ++i) {
+    const auto en = enabled();
+    if (en.empty()) break;
+    const auto e = en[next() % en.size()];
+    played.push_back(e);
+    if (auto v = step(e)) {
+      v->step = i;
+      return v;
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<Violation> Explorer::enumerate(const Setup& setup, std::size_t depth,
+                                             std::vector<Event>& sequence) {
+  // Depth first: each prefix replayed from a flushed server, its enabled events each tried.
+  std::function<std::optional<Violation>(std::vector<Event>&)> visit =
+      [&](std::vector<Event>& prefix) -> std::optional<Violation> {
+    if (auto v = play(setup, prefix)) {
+      sequence = prefix;
+      return v;
+    }
+    if (prefix.size() == depth) return std::nullopt;
+    const auto en = enabled();
+    for (const auto& e : en) {
+      prefix.push_back(e);
+      if (auto v = visit(prefix)) return v;
+      prefix.pop_back();
+    }
+    return std::nullopt;
+  };
+  std::vector<Event> prefix;
+  return visit(prefix);
+}
+
+std::vector<Event> Explorer::shrink(const Setup& setup, std::vector<Event> events,
+                                    const std::string& invariant) {
+  for (bool smaller = true; smaller;) {
+    smaller = false;
+    for (std::size_t i = 0; i < events.size(); ++i) {
+      auto fewer = events;
+      fewer.erase(fewer.begin() + static_cast<std::ptrdiff_t>(i));
+      std::vector<Event> played;
+      if (auto v = play(setup, fewer, &played); v && v->invariant == invariant) {
+        events = played;
+        smaller = true;
+        break;
+      }
+    }
+  }
+  return events;
+}
+
+}  // namespace redis_lock::explore

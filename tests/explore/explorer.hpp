@@ -1,0 +1,174 @@
+// SPDX-License-Identifier: MIT
+// The seeded explorer of the scripts (issue 51, docs/design/explorer.md): clients that call
+// the exact script bodies the library sends, as the library calls them (the typed calls of
+// src/script_table.hpp, one encoder), and clients of earlier builds
+// (tests/integration/old_scripts/), against one real server; time passes only as events (a
+// lease lapses, a queue place lapses, the fencing counter is lost). After every step the
+// promises of docs/safety.md are checked (invariants.cpp, all in one place).
+#pragma once
+
+#include <hiredis/hiredis.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_set>
+#include <vector>
+
+namespace redis_lock::explore {
+
+/// Which scripts a client runs, and how it queues.
+enum class Build : std::uint8_t {
+  signing,   ///< today's, queued with a secret: a signed hand-off message is the grant
+  folded,    ///< today's without a secret ('f'): every hand-off is claimed
+  b34e159,   ///< the build before the signed hand-off (acquire and release of b34e159)
+  p89ab635,  ///< the build before the record was folded (89ab635)
+  ec7000c,   ///< further back: 89ab635's acquire, ec7000c's release (before the holder record)
+};
+std::string_view to_string(Build b) noexcept;
+
+/// What happens next: a client's call, or the world's event (client -1, but lapse_place names
+/// the waiter whose place lapses).
+enum class Do : std::uint8_t {
+  take,           ///< acquire alone (mode '0')
+  join,           ///< acquire that queues (mode '1'); a waiter's refresh of its place
+  claim,          ///< a waiter's attempt after a hand-off message (today's mode '2')
+  give_up,        ///< a waiter leaves the queue (release.lua with its member)
+  release,        ///< a holder releases
+  extend,         ///< a holder extends
+  walk_away,      ///< a waiter handed the lease gives it back unclaimed (a cancelled acquire)
+  lapse_lease,    ///< the lease's ttl runs out (its key and its record go)
+  lapse_place,    ///< a waiter's queue place lapses (its expiry moved into the past)
+  lose_counter,   ///< the fencing counter is lost (DEL: a restart without persistence)
+  force_release,  ///< an operator's force-release
+  crowd,          ///< a crowd of waiters joins behind the holder and dies (their places lapse)
+};
+struct Event {
+  Do what = Do::take;
+  int client = -1;
+  bool operator==(const Event&) const = default;
+};
+std::string to_string(const Event& e);
+/// "c0.take c1.join w.lapse_lease ..." (as to_string writes a sequence) back to events.
+std::vector<Event> parse_events(std::string_view text);
+std::string to_string(std::span<const Event> events);
+
+/// A promise of docs/safety.md that a step broke.
+struct Violation {
+  std::string invariant;  ///< its name (invariants.cpp)
+  std::string detail;
+  std::size_t step = 0;  ///< the index of the event after which it was seen
+};
+
+/// A bug put back on purpose (a text substitution in today's assembled bodies), to show the
+/// explorer finds it: "claim_token_reuse", "purge_64".
+struct Mutation {
+  std::string_view script, from, to;
+};
+std::span<const Mutation> plant(std::string_view name);
+
+struct Setup {
+  std::vector<Build> builds;  ///< one per client
+  std::size_t crowd = 0;      ///< the crowd event's size (0: never)
+  std::string plant;          ///< a planted bug's name, or empty
+};
+
+/// The model's view of one client (what the library would believe), invariants.cpp reads it.
+struct Client {
+  enum class State : std::uint8_t { idle, waiting, nudged, holding };
+  Build build = Build::signing;
+  std::string id;  ///< its manager id (16 hex digits)
+  State state = State::idle;
+  std::string token;         ///< the current attempt's
+  std::string secret;        ///< a signing waiter's, per attempt
+  long long place = 0;       ///< the place its last answered attempt left (a signed grant names it)
+  bool place_live = false;   ///< its queue place has not lapsed
+  bool continuous = false;   ///< and never lapsed since it joined (so it is still queued)
+  std::uint64_t joined = 0;  ///< the order of its join
+  std::uint64_t fence = 0;   ///< its holding's fencing token
+  bool ended = false;        ///< holding: the lease ended (lapsed, forced) unbeknown to it
+  bool handed_live = false;  ///< nudged: the lease handed to it is still there
+  bool handed_short = false;  ///< nudged with an older build's 600 ms bare lease: claims at once
+};
+
+/// The server's keys of the explored resource after a step.
+struct Snapshot {
+  std::optional<std::string> lease, info;
+  std::vector<std::string> queue;  ///< members in order
+  long long now_ms = 0;
+};
+
+/// What the invariants read: the model and the step that led to it.
+struct World {
+  std::vector<Client> clients;
+  std::map<std::string, std::pair<std::uint64_t, bool>> holdings;  ///< token -> fence, live
+  std::uint64_t max_fence = 0;
+  std::set<std::string> phantoms;  ///< the crowd's tokens (never live)
+  bool fairness_promised = true;   ///< no client further back than the build before
+  Snapshot keys;
+};
+
+class Explorer {
+ public:
+  /// Connects to 127.0.0.1:`port` and loads every body (today's, mutated by `setup.plant`
+  /// for a planted bug, and the earlier builds').
+  Explorer(std::uint16_t port, std::string plant = {});
+  ~Explorer();
+  Explorer(const Explorer&) = delete;
+  Explorer& operator=(const Explorer&) = delete;
+
+  /// Plays `events` from a flushed server, skipping those not enabled when their turn
+  /// comes; `played` gets those that ran. Returns the first violation.
+  std::optional<Violation> play(const Setup& setup, std::span<const Event> events,
+                                std::vector<Event>* played = nullptr);
+  /// `depth` events chosen by `seed` among those enabled at each step.
+  std::optional<Violation> sample(const Setup& setup, std::uint64_t seed, std::size_t depth,
+                                  std::vector<Event>& played);
+  /// Every sequence of `depth` enabled events; the first violation and its sequence.
+  std::optional<Violation> enumerate(const Setup& setup, std::size_t depth,
+                                     std::vector<Event>& sequence);
+  /// The shortest sequence (one event removed at a time) that still breaks `invariant`.
+  std::vector<Event> shrink(const Setup& setup, std::vector<Event> events,
+                            const std::string& invariant);
+
+  std::uint64_t steps() const noexcept { return steps_; }
+  std::uint64_t sequences() const noexcept { return sequences_; }
+  std::size_t distinct_states() const noexcept { return states_.size(); }
+
+ private:
+  struct Conn;
+  void reset(const Setup& setup);
+  std::vector<Event> enabled() const;
+  std::optional<Violation> step(const Event& e);
+  std::optional<Violation> after_step(const Event& e, bool released_live,
+                                      const std::vector<int>& live_waiters_before);
+  std::string next_token(int client);
+  std::uint64_t state_hash() const;
+
+  std::uint16_t port_;
+  std::string plant_;
+  std::unique_ptr<Conn> conn_, sub_;
+  std::map<std::string, std::string, std::less<>> sha_;  // script name -> the sha we call
+  Setup setup_;
+  World world_;
+  std::uint64_t attempts_ = 0, joins_ = 0, steps_ = 0, sequences_ = 0;
+  bool crowd_done_ = false;
+  std::unordered_set<std::uint64_t> states_;
+};
+
+/// invariants.cpp: every promise checked after every step, in one place.
+std::optional<Violation> check_invariants(const World& world);
+/// Whether `c`'s attempt must be granted now (docs/safety.md: a free resource is taken; a
+/// live waiter first in line is served).
+bool must_grant(const World& world, int c);
+/// A new grant to `token` of `fence` (FENCE: above every earlier holding's; one holding, one
+/// token). Records it.
+std::optional<Violation> check_grant(World& world, const std::string& token, std::uint64_t fence,
+                                     bool promised);
+
+}  // namespace redis_lock::explore
