@@ -37,10 +37,18 @@ if ours and not marked(current) then
 end
 if not ours then
   -- Not ours: a waiter that gives up leaves the queue. (A holder is never queued: the grant
-  -- took its member out.)
+  -- took its member out.) The queue then lives as long as its latest place left, not as long
+  -- as the place that left (a past expiry deletes it): once nobody waits, nothing stays
+  -- behind that would keep the resource a mutex.
   local member = token .. ARGV[2]
   redis.call('ZREM', KEYS[2], member)
-  redis.call('ZREM', KEYS[3], member)
+  if redis.call('ZREM', KEYS[3], member) == 1 then
+    local last = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')[2]
+    if last then
+      redis.call('PEXPIREAT', KEYS[2], last)
+      redis.call('PEXPIREAT', KEYS[3], last)
+    end
+  end
   return 0
 end
 if hand_on(lease, KEYS[2], KEYS[3], KEYS[4], info, ARGV[3], announce) then

@@ -17,7 +17,16 @@ local suffix = ARGV[2]
 local queued = redis.call('EXISTS', queue) == 1
 if queued and #suffix > 17 then  -- a waiter's member (a holder's suffix is id and mode alone:
   redis.call('ZREM', queue, token .. suffix)  -- a holder is never queued, its grant took it
-  redis.call('ZREM', expiry, token .. suffix)  -- out)
+  if redis.call('ZREM', expiry, token .. suffix) == 1 then  -- out)
+    -- The queue lives as long as its latest place left, not the one that left (a past
+    -- expiry deletes it), and the key no longer for it (fit_lease_set, below).
+    local last = redis.call('ZRANGE', expiry, -1, -1, 'WITHSCORES')[2]
+    if last then
+      redis.call('PEXPIREAT', queue, last)
+      redis.call('PEXPIREAT', expiry, last)
+    end
+    queued = redis.call('EXISTS', queue) == 1
+  end
 end
 local now = now_ms()
 local holder = token .. string.sub(suffix, 17, 17)

@@ -42,13 +42,23 @@ class Explore : public ::testing::Test {
 
 std::string describe(const Setup& s) {
   std::string out;
-  for (const auto b : s.builds) out.append(out.empty() ? "" : ",").append(to_string(b));
+  for (std::size_t i = 0; i < s.builds.size(); ++i) {
+    out.append(out.empty() ? "" : ",");
+    if (i < s.kinds.size() && s.kinds[i] != Kind::mutex) {
+      out.append(to_string(s.kinds[i]));
+    } else {
+      out.append(to_string(s.builds[i]));
+    }
+  }
+  if (!s.kinds.empty()) out.append(" limit=").append(std::to_string(s.limit));
   if (s.crowd > 0) out.append(" crowd=").append(std::to_string(s.crowd));
   return out;
 }
 
 /// The clients of a sampled run, drawn from its seed: 2 to 4, mostly today's (signing, as
-/// the library queues by default), with the builds before mixed in.
+/// the library queues by default), with the builds before mixed in; one run in three on a
+/// lease set (a semaphore of limit 1 or 2, or a read-write lock), with a mutex client now and
+/// then on the same resource.
 Setup setup_of(std::uint64_t seed) {
   constexpr Build pool[] = {Build::signing, Build::signing,  Build::signing, Build::folded,
                             Build::b34e159, Build::p89ab635, Build::ec7000c};
@@ -63,6 +73,16 @@ Setup setup_of(std::uint64_t seed) {
   const std::size_t n = 2 + next() % 3;
   for (std::size_t i = 0; i < n; ++i) s.builds.push_back(pool[next() % std::size(pool)]);
   s.crowd = next() % 3 == 0 ? 70 : 0;  // more than 64 dead waiters ahead, now and then
+  if (next() % 3 == 0) {
+    const bool semaphore = next() % 2 == 0;
+    s.limit = 1 + static_cast<int>(next() % 2);
+    for (std::size_t i = 0; i < n; ++i) {
+      s.kinds.push_back(semaphore         ? Kind::permit
+                        : next() % 2 == 0 ? Kind::shared
+                                          : Kind::exclusive);
+    }
+    if (next() % 2 == 0) s.kinds[0] = Kind::mutex;
+  }
   return s;
 }
 
@@ -89,6 +109,7 @@ std::optional<Found> sample_for(Explorer& x, double seconds, std::size_t depth,
       Found f{seed, setup, *v, {}, 0};
       f.seconds = std::chrono::duration<double>(Clock::now() - start).count();
       f.shortest = x.shrink(setup, played, v->invariant);
+      if (auto shortest = x.play(setup, f.shortest)) f.violation = *shortest;  // its own words
       return f;
     }
   }
@@ -118,18 +139,27 @@ TEST_F(Explore, EveryInterleavingOfTwoClientsKeepsEveryPromise) {
   const auto depth = static_cast<std::size_t>(env_number("REDIS_LOCK_EXPLORE_DEPTH", 4));
   Explorer x(port());
   const auto start = Clock::now();
+  std::vector<explore::Setup> pairs;
   for (const auto other :
        {Build::signing, Build::folded, Build::b34e159, Build::p89ab635, Build::ec7000c}) {
-    const explore::Setup setup{{Build::signing, other}, 0, ""};
+    pairs.push_back({.builds = {Build::signing, other}, .kinds = {}, .crowd = 0, .plant = {}});
+  }
+  // And the lease sets: two permits of one, a reader and a writer, a mutex beside a permit.
+  const std::vector<Build> two = {Build::signing, Build::signing};
+  pairs.push_back({.builds = two, .kinds = {Kind::permit, Kind::permit}, .limit = 1, .plant = {}});
+  pairs.push_back({.builds = two, .kinds = {Kind::shared, Kind::exclusive}, .plant = {}});
+  pairs.push_back({.builds = two, .kinds = {Kind::mutex, Kind::permit}, .limit = 1, .plant = {}});
+  for (const auto& setup : pairs) {
     std::vector<Event> sequence;
     const auto v = x.enumerate(setup, depth, sequence);
     EXPECT_FALSE(v) << describe(setup) << ": " << v->invariant << ": " << v->detail << "\n  \""
                     << to_string(sequence) << "\"";
   }
   const double took = std::chrono::duration<double>(Clock::now() - start).count();
-  std::cout << "[explore] every sequence of " << depth << " events for 5 pairs: " << x.sequences()
-            << " sequences, " << x.steps() << " steps in " << took << " s (" << x.sequences() / took
-            << " sequences/s), " << x.distinct_states() << " distinct states\n";
+  std::cout << "[explore] every sequence of " << depth << " events for " << pairs.size()
+            << " pairs: " << x.sequences() << " sequences, " << x.steps() << " steps in " << took
+            << " s (" << x.sequences() / took << " sequences/s), " << x.distinct_states()
+            << " distinct states\n";
   EXPECT_GT(x.sequences(), 100u);
 }
 
@@ -168,6 +198,32 @@ TEST_F(Explore, FindsThePlantedPurgeOf64LapsedPlaces) {
   // resource free of anything live and is refused.
   finds_planted(port(), "purge_64", {"SERVED", "LIVE"},
                 env_number("REDIS_LOCK_EXPLORE_PLANT_SECONDS", 60));
+}
+
+TEST_F(Explore, FoundSequencesKeepEveryPromise) {
+  // What the explorer found in the scripts, each replayed as it printed it.
+  struct Case {
+    const char* what;
+    explore::Setup setup;
+    const char* events;
+  };
+  const std::vector<Build> today(4, Build::signing);
+  const Case cases[] = {
+      {"a read-write lock's waiter that gave up left its place's life to the queue, and the "
+       "key lived on a semaphore of nobody (seed 420)",
+       {.builds = today, .kinds = {Kind::exclusive, Kind::exclusive, Kind::shared}, .plant = {}},
+       "c0.join c1.join c2.join c1.lapse_place c2.give_up c0.lapse_hold"},
+      {"the same on a mutex's queue: a permit refused with WRONGTYPE",
+       {.builds = today,
+        .kinds = {Kind::mutex, Kind::mutex, Kind::mutex, Kind::permit},
+        .plant = {}},
+       "c0.take c1.join c2.join c1.lapse_place c2.give_up w.lapse_lease c3.take"},
+  };
+  Explorer x(port());
+  for (const auto& c : cases) {
+    const auto v = x.play(c.setup, parse_events(c.events));
+    EXPECT_FALSE(v) << c.what << ": " << v->invariant << ": " << v->detail;
+  }
 }
 
 TEST(ExploreEvents, ASequenceReadsBackAsItWasWritten) {

@@ -21,10 +21,6 @@
 
 namespace redis_lock::explore {
 
-std::optional<Violation> check_hand_off(const World& w, int to);
-std::optional<Violation> check_served(const World& w, bool handed,
-                                      const std::vector<int>& live_waiters_before);
-
 namespace {
 
 namespace scripts = detail::scripts;
@@ -53,9 +49,10 @@ std::string read_file(const std::string& path) {
   return s.str();
 }
 
-constexpr std::array<std::string_view, 12> do_names = {
-    "take",      "join",        "claim",       "give_up",      "release",       "extend",
-    "walk_away", "lapse_lease", "lapse_place", "lose_counter", "force_release", "crowd"};
+constexpr std::array<std::string_view, 14> do_names = {
+    "take",          "join",      "claim",       "give_up",     "release",
+    "extend",        "walk_away", "lapse_lease", "lapse_place", "lose_counter",
+    "force_release", "crowd",     "lapse_hold",  "lapse_queue"};
 
 constexpr std::array<Mutation, 1> claim_token_reuse = {Mutation{
     "acquire", "string.match(text, '^(%d+)@' .. token .. ' ')", "string.match(text, '^(%d+)@')"}};
@@ -80,6 +77,20 @@ std::string_view to_string(Build b) noexcept {
       return "89ab635";
     case Build::ec7000c:
       return "ec7000c";
+  }
+  return "?";
+}
+
+std::string_view to_string(Kind k) noexcept {
+  switch (k) {
+    case Kind::mutex:
+      return "mutex";
+    case Kind::permit:
+      return "permit";
+    case Kind::shared:
+      return "shared";
+    case Kind::exclusive:
+      return "exclusive";
   }
   return "?";
 }
@@ -261,9 +272,17 @@ const detail::ResourceKeys& set_keys() {
   return k;
 }
 
-/// A client's member suffix, as its build writes it (waiters.cpp, append_member_suffix).
+bool is_set(const Client& c) { return c.kind != Kind::mutex; }
+char letter_of(const Client& c) { return c.kind == Kind::exclusive ? 'x' : 's'; }
+
+/// A client's member suffix, as its build writes it (waiters.cpp, append_member_suffix); a
+/// lease set's holder names itself by manager id and mode alone (`queues` false).
 std::string suffix_of(const Client& c, bool queues) {
   std::string s = c.id;
+  if (is_set(c)) {
+    s += letter_of(c);
+    return queues ? s.append(ttl_ms) : s;
+  }
   switch (c.build) {
     case Build::signing:
       s += queues ? "g" + c.secret : "f";
@@ -290,15 +309,18 @@ std::string Explorer::next_token(int client) {
 void Explorer::reset(const Setup& setup) {
   setup_ = setup;
   world_ = World{};
+  world_.limit = setup.limit;
   crowd_done_ = false;
   for (std::size_t i = 0; i < setup.builds.size(); ++i) {
     Client c;
     c.build = setup.builds[i];
+    if (i < setup.kinds.size()) c.kind = setup.kinds[i];
     char id[17];
     std::snprintf(id, sizeof id, "%016llx", 0xa11ce00ULL + i);
     c.id = id;
     world_.clients.push_back(c);
     if (c.build == Build::ec7000c) world_.fairness_promised = false;
+    if (!today(c.build) && c.kind == Kind::mutex) world_.exact_queues = false;
   }
   conn_->command({"FLUSHALL"});
   // Whatever an earlier sequence published is read and dropped.
@@ -332,18 +354,78 @@ std::vector<Event> Explorer::enabled() const {
         break;
       case State::nudged:
         out.insert(out.end(), {Event{Do::claim, i}, Event{Do::walk_away, i}});
+        if (is_set(cs[i]) && cs[i].handed_live) out.push_back(Event{Do::lapse_hold, i});
         break;
       case State::holding:
         out.insert(out.end(), {Event{Do::release, i}, Event{Do::extend, i}});
+        if (is_set(cs[i]) && !cs[i].ended) out.push_back(Event{Do::lapse_hold, i});
         break;
     }
   }
   if (world_.keys.lease) {
     out.insert(out.end(), {Event{Do::lapse_lease, -1}, Event{Do::force_release, -1}});
     if (!crowd_done_ && setup_.crowd > 0) out.push_back(Event{Do::crowd, -1});
+  } else if (world_.keys.set) {
+    out.push_back(Event{Do::force_release, -1});
   }
   if (world_.max_fence > 0) out.push_back(Event{Do::lose_counter, -1});
+  // A queue whose waiters all left or died lives until its latest place's end.
+  bool live_queue = false;
+  for (const auto& c : cs) live_queue = live_queue || (c.state == State::waiting && c.place_live);
+  if (!live_queue && (!world_.keys.queue.empty() || !world_.keys.set_queue.empty())) {
+    out.push_back(Event{Do::lapse_queue, -1});
+  }
   return out;
+}
+
+namespace {
+
+long long server_now(const redisReply* time) {
+  return std::stoll(text_of(time->element[0])) * 1000 +
+         std::stoll(text_of(time->element[1])) / 1000;
+}
+
+}  // namespace
+
+void Explorer::expire_as_time_would(std::string_view key, double old_end) {
+  auto expiry = read_integer(conn_->command({"PEXPIRETIME", key}).get());
+  if (!expiry || *expiry < 0 || static_cast<double>(*expiry) > old_end + 5) return;
+  const long long now = server_now(conn_->command({"TIME"}).get());
+  const auto& k = keys();
+  const auto& s = set_keys();
+  const bool mutex_queue = key == k.queue() || key == k.queue_expiry();
+  if (mutex_queue || key == s.queue() || key == s.queue_expiry()) {
+    // A queue lives as long as its latest place.
+    const auto places = mutex_queue ? k.queue_expiry() : s.queue_expiry();
+    const auto queue = mutex_queue ? k.queue() : s.queue();
+    auto last = conn_->command({"ZRANGE", places, "-1", "-1", "WITHSCORES"});
+    const double latest = last->type == REDIS_REPLY_ARRAY && last->elements == 2
+                              ? std::stod(text_of(last->element[1]))
+                              : 0;
+    if (latest <= static_cast<double>(now)) {
+      conn_->command({"DEL", queue, places});
+    } else {
+      const auto at = std::to_string(static_cast<long long>(latest));
+      conn_->command({"PEXPIREAT", queue, at});
+      conn_->command({"PEXPIREAT", places, at});
+    }
+    // A lease set's key lives as long as its queue too.
+    if (!mutex_queue) expire_as_time_would(k.lease(), static_cast<double>(*expiry));
+    return;
+  }
+  // A lease set: as long as its latest live hold and its queue.
+  auto last =
+      conn_->command({"ZREVRANGEBYSCORE", key, "(+inf", "-inf", "WITHSCORES", "LIMIT", "0", "1"});
+  double latest = last->type == REDIS_REPLY_ARRAY && last->elements == 2
+                      ? std::stod(text_of(last->element[1]))
+                      : 0;
+  const auto queue_end = read_integer(conn_->command({"PEXPIRETIME", s.queue()}).get());
+  if (queue_end && *queue_end > 0) latest = std::max(latest, static_cast<double>(*queue_end));
+  if (latest <= static_cast<double>(now)) {
+    conn_->command({"DEL", key});
+  } else {
+    conn_->command({"PEXPIREAT", key, std::to_string(static_cast<long long>(latest))});
+  }
 }
 
 std::optional<Violation> Explorer::step(const Event& e) {
@@ -357,6 +439,7 @@ std::optional<Violation> Explorer::step(const Event& e) {
   std::sort(live_waiters.begin(), live_waiters.end(),
             [&](int a, int b) { return w.clients[a].joined < w.clients[b].joined; });
   const auto& k = keys();
+  const auto& sk = set_keys();
   auto fail = [&](std::string invariant, std::string detail) {
     return Violation{std::move(invariant), std::move(detail)};
   };
@@ -369,10 +452,25 @@ std::optional<Violation> Explorer::step(const Event& e) {
     words[1] = sha_.at(std::string(Call::script.name));
     return conn_->command(std::span<const std::string_view>(words.data(), n));
   };
-  // An acquire in `mode` ('0', '1', '2') as client `c`'s build sends it.
+  // An acquire in `mode` ('0', '1', '2') as client `c`'s build and kind send it.
   auto attempt = [&](Client& c, char mode) {
     const bool queues = mode != '0';
-    const std::string suffix = suffix_of(c, queues);
+    const std::string suffix = suffix_of(c, queues || is_set(c));
+    if (is_set(c)) {
+      const std::string marker =
+          c.kind == Kind::permit ? "#S" + std::to_string(w.limit) : std::string("#RW");
+      return call(scripts::AcquireSet{.lease = k.lease(),
+                                      .fence = k.fence(),
+                                      .queue = sk.queue(),
+                                      .queue_expiry = sk.queue_expiry(),
+                                      .mutex_queue = k.queue(),
+                                      .token = c.token,
+                                      .ttl_ms = ttl_ms,
+                                      .joins = queues,
+                                      .place_ms = ttl_ms,
+                                      .member_suffix = suffix,
+                                      .marker = marker});
+    }
     if (today(c.build)) {
       const auto m = mode == '0'   ? scripts::Acquire::Mode::alone
                      : mode == '1' ? scripts::Acquire::Mode::queue
@@ -398,6 +496,14 @@ std::optional<Violation> Explorer::step(const Event& e) {
   };
   auto release = [&](Client& c) {
     const std::string suffix = suffix_of(c, c.state != State::holding);
+    if (is_set(c)) {
+      return call(scripts::ReleaseSet{.lease = k.lease(),
+                                      .queue = sk.queue(),
+                                      .queue_expiry = sk.queue_expiry(),
+                                      .token = c.token,
+                                      .member_suffix = suffix,
+                                      .notify = notify});
+    }
     if (today(c.build)) {
       return call(scripts::Release{.lease = k.lease(),
                                    .queue = k.queue(),
@@ -418,12 +524,23 @@ std::optional<Violation> Explorer::step(const Event& e) {
     return conn_->command({"EVALSHA", sha, "5", k.lease(), k.queue(), k.queue_expiry(), k.fence(),
                            k.info(), c.token, suffix, notify});
   };
+  auto extend = [&](Client& c) {
+    if (is_set(c)) {
+      return call(scripts::ExtendSet{.lease = k.lease(),
+                                     .holder = c.token + letter_of(c),
+                                     .ttl_ms = ttl_ms,
+                                     .place_ms = ttl_ms});
+    }
+    return call(scripts::Extend{
+        .lease = k.lease(), .token = c.token, .ttl_ms = ttl_ms, .announce = std::nullopt});
+  };
   auto end_holding = [&](const std::string& token) {
     if (auto it = w.holdings.find(token); it != w.holdings.end()) it->second.second = false;
   };
+  auto now_ms = [&] { return server_now(conn_->command({"TIME"}).get()); };
 
   bool released_live = false;
-  if (e.client >= 0 && e.what != Do::lapse_place) {
+  if (e.client >= 0 && e.what != Do::lapse_place && e.what != Do::lapse_hold) {
     Client& c = w.clients[e.client];
     switch (e.what) {
       case Do::take:
@@ -434,10 +551,23 @@ std::optional<Violation> Explorer::step(const Event& e) {
           c.secret = hex(0x5ec00000u + static_cast<std::uint32_t>(e.client), attempts_);
         }
         const bool expect = must_grant(w, e.client);
+        const bool other_kind = other_kind_present(w, e.client);
         const char mode = e.what == Do::take ? '0' : e.what == Do::join ? '1' : '2';
         auto r = attempt(c, mode);
         std::string error;
         const auto a = read_attempt(r.get(), error);
+        if (!a && error.find("WRONGTYPE") != std::string::npos) {
+          // FREE_FOR_ANY_KIND: "once no hold is live and nobody waits, the resource is free
+          // for any kind".
+          if (!other_kind) {
+            return fail("FREE_FOR_ANY_KIND",
+                        to_string(e) + " found another kind where nothing of it is live: " + error);
+          }
+          if (c.state == State::nudged) end_holding(c.token);
+          c.state = State::idle;  // the acquire fails with the kind's error
+          c.place_live = c.continuous = c.handed_live = c.handed_short = false;
+          break;
+        }
         if (!a) return fail("SCRIPT_ERROR", to_string(e) + ": " + error);
         if (a->granted) {
           if (auto v = check_grant(w, c.token, a->fence, c.build != Build::ec7000c)) return v;
@@ -472,13 +602,7 @@ std::optional<Violation> Explorer::step(const Event& e) {
         const bool live = e.what == Do::walk_away ? c.handed_live
                           : e.what == Do::give_up ? false
                                                   : !c.ended;
-        ReplyPtr r;
-        if (e.what == Do::extend) {
-          r = call(scripts::Extend{
-              .lease = k.lease(), .token = c.token, .ttl_ms = ttl_ms, .announce = std::nullopt});
-        } else {
-          r = release(c);
-        }
+        auto r = e.what == Do::extend ? extend(c) : release(c);
         const auto got = read_integer(r.get());
         if (!got) return fail("SCRIPT_ERROR", to_string(e) + ": " + text_of(r.get()));
         if (*got == 1 && !live) {
@@ -490,7 +614,8 @@ std::optional<Violation> Explorer::step(const Event& e) {
           return fail("LIVE", to_string(e) + " refused on a live lease");
         }
         if (e.what == Do::give_up) {
-          auto left = conn_->command({"ZSCORE", k.queue(), c.token + suffix_of(c, true)});
+          const auto queue = is_set(c) ? sk.queue() : k.queue();
+          auto left = conn_->command({"ZSCORE", queue, c.token + suffix_of(c, true)});
           if (left->type != REDIS_REPLY_NIL) {
             return fail("GIVE_UP", to_string(e) + ": its member is still queued");
           }
@@ -509,23 +634,47 @@ std::optional<Violation> Explorer::step(const Event& e) {
     switch (e.what) {
       case Do::lapse_place: {
         Client& c = w.clients[e.client];
-        const auto now = conn_->command({"TIME"});
-        const long long ms = std::stoll(text_of(now->element[0])) * 1000 +
-                             std::stoll(text_of(now->element[1])) / 1000;
-        conn_->command(
-            {"ZADD", k.queue_expiry(), "XX", std::to_string(ms - 1), c.token + suffix_of(c, true)});
+        const auto places = is_set(c) ? sk.queue_expiry() : k.queue_expiry();
+        const auto member = c.token + suffix_of(c, true);
+        auto old = conn_->command({"ZSCORE", places, member});
+        conn_->command({"ZADD", places, "XX", std::to_string(now_ms() - 1), member});
+        if (old->type == REDIS_REPLY_STRING)
+          expire_as_time_would(places, std::stod(text_of(old.get())));
         c.place_live = c.continuous = false;
+        break;
+      }
+      case Do::lapse_hold: {
+        Client& c = w.clients[e.client];
+        const auto holder = c.token + letter_of(c);
+        auto old = conn_->command({"ZSCORE", k.lease(), holder});
+        conn_->command({"ZADD", k.lease(), "XX", std::to_string(now_ms() - 1), holder});
+        if (old->type == REDIS_REPLY_STRING)
+          expire_as_time_would(k.lease(), std::stod(text_of(old.get())));
+        if (c.state == State::holding) c.ended = true;
+        c.handed_live = false;
+        end_holding(c.token);
         break;
       }
       case Do::lapse_lease:
       case Do::force_release: {
-        const std::string owner = w.keys.lease->substr(0, 32);
-        for (auto& c : w.clients) {
-          if (c.token != owner) continue;
-          if (c.state == State::holding) c.ended = true;
-          c.handed_live = false;
+        if (w.keys.lease) {
+          const std::string owner = w.keys.lease->substr(0, 32);
+          for (auto& c : w.clients) {
+            if (c.token != owner || is_set(c)) continue;
+            if (c.state == State::holding) c.ended = true;
+            c.handed_live = false;
+          }
+          end_holding(owner);
+        } else {
+          // A lease set: every hold goes.
+          for (auto& c : w.clients) {
+            if (!is_set(c)) continue;
+            if (c.state == State::holding) c.ended = true;
+            if (c.handed_live) end_holding(c.token);
+            c.handed_live = false;
+            if (c.state == State::holding) end_holding(c.token);
+          }
         }
-        end_holding(owner);
         if (e.what == Do::lapse_lease) {
           // Its record (written with it, for the same ttl) lapses with it.
           auto lease_left = read_integer(conn_->command({"PTTL", k.lease()}).get());
@@ -535,27 +684,37 @@ std::optional<Violation> Explorer::step(const Event& e) {
             conn_->command({"DEL", k.info()});
           }
         } else {
-          const auto& s = set_keys();
           const std::string announce = "Px:leader:r";
           auto r = call(scripts::ForceRelease{.lease = k.lease(),
                                               .queue = k.queue(),
                                               .queue_expiry = k.queue_expiry(),
                                               .fence = k.fence(),
                                               .info = k.info(),
-                                              .sets_queue = s.queue(),
-                                              .sets_queue_expiry = s.queue_expiry(),
+                                              .sets_queue = sk.queue(),
+                                              .sets_queue_expiry = sk.queue_expiry(),
                                               .notify = notify,
                                               .announce = announce});
           const auto got = read_integer(r.get());
           if (!got) return fail("SCRIPT_ERROR", to_string(e) + ": " + text_of(r.get()));
-          if (*got != 1) return fail("LIVE", "force-release of a held resource returned 0");
-          released_live = true;
+          const bool held = w.keys.lease || !w.keys.holds.empty();
+          if (w.keys.lease && *got != 1)
+            return fail("LIVE", "force-release of a held lease returned 0");
+          released_live =
+              held && w.keys.lease.has_value();  // a lease set's waiters are nudged only
         }
         break;
       }
       case Do::lose_counter:
         conn_->command({"DEL", k.fence()});
         break;
+      case Do::lapse_queue: {
+        auto set_queue_end = read_integer(conn_->command({"PEXPIRETIME", sk.queue()}).get());
+        conn_->command({"DEL", k.queue(), k.queue_expiry(), sk.queue(), sk.queue_expiry()});
+        if (set_queue_end && *set_queue_end > 0) {
+          expire_as_time_would(k.lease(), static_cast<double>(*set_queue_end));
+        }
+        break;
+      }
       case Do::crowd: {
         crowd_done_ = true;
         std::vector<std::string> members;
@@ -580,19 +739,23 @@ std::optional<Violation> Explorer::step(const Event& e) {
           words[1] = sha_.at("acquire");
           conn_->append(std::span<const std::string_view>(words.data(), n));
         }
+        long long latest = 0;
         for (std::size_t i = 0; i < setup_.crowd; ++i) {
           auto r = conn_->read();
           std::string error;
           const auto a = read_attempt(r.get(), error);
           if (!a) return fail("SCRIPT_ERROR", "the crowd's join: " + error);
           if (a->granted) return fail("MUTEX", "a crowd's waiter took a held lease");
+          latest = std::max(latest, a->place);
         }
-        // Then they die: every place lapses.
+        // Then they die: every place lapses (as the places of waiters with a short place
+        // life would).
         for (const auto& m : members) {
           const std::array<std::string_view, 5> words{"ZADD", k.queue_expiry(), "XX", "1", m};
           conn_->append(words);
         }
         for (std::size_t i = 0; i < members.size(); ++i) conn_->read();
+        expire_as_time_would(k.queue_expiry(), static_cast<double>(latest));
         break;
       }
       default:
@@ -600,6 +763,36 @@ std::optional<Violation> Explorer::step(const Event& e) {
     }
   }
   return after_step(e, released_live, live_waiters);
+}
+
+void Explorer::read_keys() {
+  const auto& k = keys();
+  const auto& sk = set_keys();
+  conn_->append(std::array<std::string_view, 2>{"GET", k.lease()});
+  conn_->append(std::array<std::string_view, 5>{"ZRANGE", k.lease(), "0", "-1", "WITHSCORES"});
+  conn_->append(std::array<std::string_view, 2>{"GET", k.info()});
+  conn_->append(std::array<std::string_view, 4>{"ZRANGE", k.queue(), "0", "-1"});
+  conn_->append(std::array<std::string_view, 4>{"ZRANGE", sk.queue(), "0", "-1"});
+  conn_->append(std::array<std::string_view, 1>{"TIME"});
+  auto lease = conn_->read(), holds = conn_->read(), info = conn_->read(), queue = conn_->read(),
+       set_queue = conn_->read(), time = conn_->read();
+  auto& s = world_.keys;
+  s = {};
+  if (lease->type == REDIS_REPLY_STRING) s.lease = text_of(lease.get());
+  if (holds->type == REDIS_REPLY_ARRAY && holds->elements > 0) {
+    s.set = true;
+    for (std::size_t i = 0; i + 1 < holds->elements; i += 2) {
+      const auto member = text_of(holds->element[i]);
+      if (member[0] != '#') s.holds[member] = std::stod(text_of(holds->element[i + 1]));
+    }
+  }
+  if (info->type == REDIS_REPLY_STRING) s.info = text_of(info.get());
+  for (const auto* from : {queue.get(), set_queue.get()}) {
+    if (from->type != REDIS_REPLY_ARRAY) continue;
+    auto& to = from == queue.get() ? s.queue : s.set_queue;
+    for (std::size_t i = 0; i < from->elements; ++i) to.push_back(text_of(from->element[i]));
+  }
+  s.now_ms = server_now(time.get());
 }
 
 std::optional<Violation> Explorer::after_step(const Event& e, bool released_live,
@@ -617,13 +810,13 @@ std::optional<Violation> Explorer::after_step(const Event& e, bool released_live
       messages.emplace_back(text_of(r->element[2]), text_of(r->element[3]));
     }
   }
+  read_keys();
   bool handed = false;
-  const bool promised =
-      e.client < 0 || e.what == Do::lapse_place || w.clients[e.client].build != Build::ec7000c;
+  const bool promised = e.client < 0 || e.what == Do::lapse_place || e.what == Do::lapse_hold ||
+                        w.clients[e.client].build != Build::ec7000c;
   for (const auto& [channel, text] : messages) {
     const auto id = channel.substr(channel.rfind(':') + 1);
     const auto m = read_message(text);
-    handed = true;
     if (id == phantom_id) {
       // An earlier build's release may (docs/design-notes.md: only mutual exclusion is
       // promised beside builds further back than the one before today's).
@@ -640,41 +833,41 @@ std::optional<Violation> Explorer::after_step(const Event& e, bool released_live
     if (m.token != c.token) {
       return Violation{"HAND_OFF", "a message for " + m.token + " to the waiter of " + c.token};
     }
-    if (auto v = check_hand_off(w, to)) return v;
+    // A lease set's message is the token alone: a hold handed over (a release), or a nudge to
+    // try again (a force-release); the keys say which.
+    bool given = !is_set(c);
+    if (is_set(c)) {
+      const auto hold = w.keys.holds.find(c.token + letter_of(c));
+      given = hold != w.keys.holds.end() && hold->second > static_cast<double>(w.keys.now_ms);
+    }
+    if (given) {
+      handed = true;
+      if (auto v = check_hand_off(w, to)) return v;
+    } else if (c.state != State::waiting) {
+      return Violation{"HAND_OFF", "a nudge to " + c.token + ", which does not wait"};
+    } else {
+      continue;  // a nudge to try again: it still waits, in its place
+    }
     if (m.fence > 0 && promised) {
       if (auto v = check_grant(w, c.token, m.fence, true)) return v;
     } else if (m.fence > w.max_fence) {
       w.max_fence = m.fence;  // minted by an earlier build's release: the claim decides
     }
-    const bool granted = c.build == Build::signing && !m.mac.empty() && m.fence > 0 &&
+    const bool granted = c.build == Build::signing && !is_set(c) && !m.mac.empty() && m.fence > 0 &&
                          m.place == c.place && detail::hand_off_mac(c.secret, m.signed_by) == m.mac;
     c.fence = m.fence;
-    c.place_live = c.continuous = false;
+    if (given) c.place_live = c.continuous = false;
     if (granted) {
       c.state = State::holding;
       c.ended = false;
     } else {
       c.state = State::nudged;
-      c.handed_live = true;
-      c.handed_short = m.fence == 0;
+      c.handed_live = given;
+      c.handed_short = given && !is_set(c) && m.fence == 0;
     }
   }
   if (released_live && promised) {
     if (auto v = check_served(w, handed, live_waiters_before)) return v;
-  }
-  // The keys, then every invariant over them.
-  const auto& k = keys();
-  conn_->append(std::array<std::string_view, 2>{"GET", k.lease()});
-  conn_->append(std::array<std::string_view, 2>{"GET", k.info()});
-  conn_->append(std::array<std::string_view, 4>{"ZRANGE", k.queue(), "0", "-1"});
-  auto lease = conn_->read(), info = conn_->read(), queue = conn_->read();
-  w.keys = {};
-  if (lease->type == REDIS_REPLY_STRING) w.keys.lease = text_of(lease.get());
-  if (info->type == REDIS_REPLY_STRING) w.keys.info = text_of(info.get());
-  if (queue->type == REDIS_REPLY_ARRAY) {
-    for (std::size_t i = 0; i < queue->elements; ++i) {
-      w.keys.queue.push_back(text_of(queue->element[i]));
-    }
   }
   states_.insert(state_hash());
   return check_invariants(w);
@@ -691,16 +884,23 @@ std::uint64_t Explorer::state_hash() const {
     return world_.phantoms.count(std::string(token)) ? 100 : 200;
   };
   for (const auto& c : world_.clients) {
-    mix(static_cast<std::uint64_t>(c.state));
+    mix(static_cast<std::uint64_t>(c.state) | static_cast<std::uint64_t>(c.kind) << 4);
     mix(c.ended | c.handed_live << 1 | c.place_live << 2 | c.continuous << 3);
   }
   mix(world_.keys.lease ? owner(std::string_view(*world_.keys.lease).substr(0, 32)) : 0);
   mix(world_.keys.info.has_value());
+  for (const auto& [member, end] : world_.keys.holds) {
+    mix(owner(std::string_view(member).substr(0, 32)) << 1 |
+        (end > static_cast<double>(world_.keys.now_ms)));
+  }
   std::uint64_t last = 0;
-  for (const auto& m : world_.keys.queue) {
-    const auto o = owner(std::string_view(m).substr(0, 32));
-    if (o != last || o != 100) mix(o);  // a crowd counts once
-    last = o;
+  for (const auto* queue : {&world_.keys.queue, &world_.keys.set_queue}) {
+    mix(7);
+    for (const auto& m : *queue) {
+      const auto o = owner(std::string_view(m).substr(0, 32));
+      if (o != last || o != 100) mix(o);  // a crowd counts once
+      last = o;
+    }
   }
   return h;
 }

@@ -32,8 +32,13 @@ enum class Build : std::uint8_t {
 };
 std::string_view to_string(Build b) noexcept;
 
-/// What happens next: a client's call, or the world's event (client -1, but lapse_place names
-/// the waiter whose place lapses).
+/// What a client takes: a mutex's lease, or one hold of a lease set (a semaphore's permit, a
+/// read-write lock's shared or exclusive hold). Every client of a run works on one resource.
+enum class Kind : std::uint8_t { mutex, permit, shared, exclusive };
+std::string_view to_string(Kind k) noexcept;
+
+/// What happens next: a client's call, or the world's event (client -1; lapse_place and
+/// lapse_hold name the client whose place or hold lapses).
 enum class Do : std::uint8_t {
   take,           ///< acquire alone (mode '0')
   join,           ///< acquire that queues (mode '1'); a waiter's refresh of its place
@@ -42,11 +47,13 @@ enum class Do : std::uint8_t {
   release,        ///< a holder releases
   extend,         ///< a holder extends
   walk_away,      ///< a waiter handed the lease gives it back unclaimed (a cancelled acquire)
-  lapse_lease,    ///< the lease's ttl runs out (its key and its record go)
+  lapse_lease,    ///< a mutex's lease's ttl runs out (its key and its record go)
   lapse_place,    ///< a waiter's queue place lapses (its expiry moved into the past)
   lose_counter,   ///< the fencing counter is lost (DEL: a restart without persistence)
   force_release,  ///< an operator's force-release
   crowd,          ///< a crowd of waiters joins behind the holder and dies (their places lapse)
+  lapse_hold,     ///< a lease set's hold's ttl runs out (its end moves into the past)
+  lapse_queue,    ///< a queue nobody live waits in reaches its expiry (its keys go)
 };
 struct Event {
   Do what = Do::take;
@@ -74,6 +81,8 @@ std::span<const Mutation> plant(std::string_view name);
 
 struct Setup {
   std::vector<Build> builds;  ///< one per client
+  std::vector<Kind> kinds;    ///< one per client (a lease set's are today's); none: mutexes
+  int limit = 2;              ///< a semaphore's
   std::size_t crowd = 0;      ///< the crowd event's size (0: never)
   std::string plant;          ///< a planted bug's name, or empty
 };
@@ -82,6 +91,7 @@ struct Setup {
 struct Client {
   enum class State : std::uint8_t { idle, waiting, nudged, holding };
   Build build = Build::signing;
+  Kind kind = Kind::mutex;
   std::string id;  ///< its manager id (16 hex digits)
   State state = State::idle;
   std::string token;         ///< the current attempt's
@@ -98,8 +108,11 @@ struct Client {
 
 /// The server's keys of the explored resource after a step.
 struct Snapshot {
-  std::optional<std::string> lease, info;
-  std::vector<std::string> queue;  ///< members in order
+  std::optional<std::string> lease, info;  ///< a mutex's lease (a string) and its record
+  std::map<std::string, double> holds;     ///< a lease set's (a zset): member -> its end
+  bool set = false;                        ///< the key is a lease set
+  std::vector<std::string> queue;          ///< a mutex's waiters in order
+  std::vector<std::string> set_queue;      ///< a lease set's
   long long now_ms = 0;
 };
 
@@ -109,7 +122,11 @@ struct World {
   std::map<std::string, std::pair<std::uint64_t, bool>> holdings;  ///< token -> fence, live
   std::uint64_t max_fence = 0;
   std::set<std::string> phantoms;  ///< the crowd's tokens (never live)
+  int limit = 2;                   ///< a semaphore's
   bool fairness_promised = true;   ///< no client further back than the build before
+  /// Every client is today's: a waiter that leaves leaves no queue life behind (an earlier
+  /// build's leaves its place's, one place life at most).
+  bool exact_queues = true;
   Snapshot keys;
 };
 
@@ -147,6 +164,10 @@ class Explorer {
   std::optional<Violation> step(const Event& e);
   std::optional<Violation> after_step(const Event& e, bool released_live,
                                       const std::vector<int>& live_waiters_before);
+  void read_keys();
+  /// A lapse moved the end `old_end` into the past: `key`, whose expiry may have been that
+  /// end (a key lives as long as the latest end of what it keeps), expires as it would have.
+  void expire_as_time_would(std::string_view key, double old_end);
   std::string next_token(int client);
   std::uint64_t state_hash() const;
 
@@ -163,6 +184,11 @@ class Explorer {
 
 /// invariants.cpp: every promise checked after every step, in one place.
 std::optional<Violation> check_invariants(const World& world);
+std::optional<Violation> check_hand_off(const World& world, int to);
+std::optional<Violation> check_served(const World& world, bool handed,
+                                      const std::vector<int>& live_waiters_before);
+/// Whether `c`'s attempt finds the resource of another kind (WRONGTYPE is its answer then).
+bool other_kind_present(const World& world, int c);
 /// Whether `c`'s attempt must be granted now (docs/safety.md: a free resource is taken; a
 /// live waiter first in line is served).
 bool must_grant(const World& world, int c);

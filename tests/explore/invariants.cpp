@@ -19,60 +19,129 @@ bool live_hold(const Client& c) {
 
 bool live_waiter(const Client& c) { return c.state == State::waiting && c.place_live; }
 
+/// The kinds that share a resource: a mutex; a semaphore's permits; a read-write lock's holds.
+int family(Kind k) { return k == Kind::mutex ? 0 : k == Kind::permit ? 1 : 2; }
+
 std::string who(const World& w, int i) {
-  return "c" + std::to_string(i) + " (" + std::string(to_string(w.clients[i].build)) + ", " +
-         w.clients[i].token + ")";
+  const Client& c = w.clients[i];
+  return "c" + std::to_string(i) + " (" + std::string(to_string(c.build)) + " " +
+         std::string(to_string(c.kind)) + ", " + c.token + ")";
+}
+
+/// A lease an earlier build's release handed to a dead waiter (allowed beside such a build).
+bool dead_holds(const World& w) {
+  return w.keys.lease && w.phantoms.count(w.keys.lease->substr(0, 32)) > 0;
+}
+
+/// Whether a hold of `kind` fits beside the live holds of everyone but `except`.
+bool fits(const World& w, Kind kind, int except) {
+  int permits = 0;
+  for (int i = 0; i < static_cast<int>(w.clients.size()); ++i) {
+    const Client& o = w.clients[i];
+    if (i == except || !live_hold(o)) continue;
+    if (kind == Kind::mutex || kind == Kind::exclusive || o.kind != kind) return false;
+    ++permits;
+  }
+  return kind != Kind::permit || permits < w.limit;
 }
 
 }  // namespace
 
 std::optional<Violation> check_invariants(const World& w) {
-  const auto& lease = w.keys.lease;
-  int holders = 0;
-  int holder = -1;
+  const auto& keys = w.keys;
+  int permits = 0, shared = 0, exclusive = 0, mutexes = 0;
+  int first = -1;
   bool waiting = false;
   for (int i = 0; i < static_cast<int>(w.clients.size()); ++i) {
     const Client& c = w.clients[i];
     waiting = waiting || live_waiter(c);
     if (!live_hold(c)) continue;
-    ++holders;
-    // MUTEX: "at most one holder at any time" (docs/safety.md, Terms: a mutex).
-    if (holders > 1) {
-      return Violation{"MUTEX", who(w, holder) + " and " + who(w, i) + " both hold it"};
+    if (first >= 0 && family(w.clients[first].kind) != family(c.kind)) {
+      // KINDS: a resource is of one kind at a time ("an acquire that asks for another kind
+      // fails with WRONGTYPE").
+      return Violation{"KINDS", who(w, first) + " and " + who(w, i) + " both hold it"};
     }
-    holder = i;
+    if (first < 0) first = i;
+    switch (c.kind) {
+      case Kind::mutex:
+        ++mutexes;
+        break;
+      case Kind::permit:
+        ++permits;
+        break;
+      case Kind::shared:
+        ++shared;
+        break;
+      case Kind::exclusive:
+        ++exclusive;
+        break;
+    }
+    // MUTEX: "at most one holder at any time"; a semaphore's permits at most its limit; a
+    // read-write lock's exclusive hold alone.
+    if (mutexes > 1) return Violation{"MUTEX", who(w, first) + " and " + who(w, i) + " hold it"};
+    if (permits > w.limit) {
+      return Violation{"MUTEX", std::to_string(permits) + " permits of " + std::to_string(w.limit) +
+                                    ", the last " + who(w, i)};
+    }
+    if (exclusive > 1 || (exclusive == 1 && shared > 0)) {
+      return Violation{"MUTEX", "an exclusive hold beside another: " + who(w, i)};
+    }
     // LEASE_NAMES_HOLDER: a live lease is the holder's until it releases it, and nobody
     // else's call changes that ("compare-and-delete on a token").
-    if (!lease || lease->compare(0, 32, c.token) != 0) {
-      return Violation{"LEASE_NAMES_HOLDER",
-                       who(w, i) + " holds it but the lease is " + (lease ? *lease : "gone")};
+    if (c.kind == Kind::mutex) {
+      if (!keys.lease || keys.lease->compare(0, 32, c.token) != 0) {
+        return Violation{"LEASE_NAMES_HOLDER", who(w, i) + " holds it but the lease is " +
+                                                   (keys.lease ? *keys.lease : "gone")};
+      }
+    } else {
+      const auto hold = keys.holds.find(c.token + (c.kind == Kind::exclusive ? 'x' : 's'));
+      if (hold == keys.holds.end() || hold->second <= static_cast<double>(keys.now_ms)) {
+        return Violation{"LEASE_NAMES_HOLDER", who(w, i) + " holds it but its hold is gone"};
+      }
     }
   }
   // NO_LAPSED_HANDOFF: "A release never hands anything to a place that has lapsed" (a
   // release of a build further back than the one before today's may: that dead waiter then
   // holds it until it lapses).
-  const bool dead_holds = lease && w.phantoms.count(lease->substr(0, 32)) > 0;
-  if (dead_holds && w.fairness_promised) {
-    return Violation{"NO_LAPSED_HANDOFF", "the lease went to a dead waiter: " + *lease};
+  if (dead_holds(w) && w.fairness_promised) {
+    return Violation{"NO_LAPSED_HANDOFF", "the lease went to a dead waiter: " + *keys.lease};
   }
-  // FREE: "once no hold is live and nobody waits, the resource is free for any kind".
-  if (holders == 0 && !waiting && lease && !dead_holds) {
-    return Violation{"FREE", "nothing is live and nobody waits, yet the lease is " + *lease};
+  // FREE: "once no hold is live and nobody waits, the resource is free for any kind": its
+  // key is gone.
+  if (first < 0 && !waiting && !dead_holds(w) && (keys.lease || keys.set)) {
+    return Violation{"FREE",
+                     "nothing is live and nobody waits, yet the key is there (" +
+                         (keys.lease ? "the lease " + *keys.lease
+                                     : std::to_string(keys.holds.size()) + " lapsed holds") +
+                         ")"};
   }
   return std::nullopt;
+}
+
+bool other_kind_present(const World& w, int c) {
+  const int mine = family(w.clients[c].kind);
+  if (dead_holds(w) && mine != 0) return true;
+  // An earlier build's waiter that left leaves its queue's life behind (one place's).
+  if (!w.exact_queues && mine != 0 && !w.keys.queue.empty()) return true;
+  for (int i = 0; i < static_cast<int>(w.clients.size()); ++i) {
+    const Client& o = w.clients[i];
+    if (i != c && family(o.kind) != mine && (live_hold(o) || live_waiter(o))) return true;
+  }
+  return false;
 }
 
 bool must_grant(const World& w, int c) {
   const Client& self = w.clients[c];
   if (self.state == State::nudged && self.handed_live) return true;  // its own handed lease
   // A lease an earlier build's release handed to a dead waiter holds until it lapses.
-  if (w.keys.lease && w.phantoms.count(w.keys.lease->substr(0, 32)) > 0) return false;
+  if (dead_holds(w)) return false;
   for (int i = 0; i < static_cast<int>(w.clients.size()); ++i) {
-    if (i == c) continue;
-    // Another's live lease, or another live waiter (who may be ahead in line), keep it.
-    if (live_hold(w.clients[i]) || live_waiter(w.clients[i])) return false;
+    // Another live waiter may be ahead in line.
+    if (i != c && live_waiter(w.clients[i])) return false;
   }
-  return true;  // free, and nobody live waits: "a free resource is taken"
+  // Free, or room beside the live holds: "a free resource is taken" (a permit while fewer
+  // than the limit are held, a shared hold beside shared ones).
+  return fits(w, self.kind, c);
 }
 
 std::optional<Violation> check_grant(World& w, const std::string& token, std::uint64_t fence,
@@ -102,7 +171,7 @@ std::optional<Violation> check_grant(World& w, const std::string& token, std::ui
                                   std::to_string(w.max_fence) + " granted before"};
   }
   it->second = {fence, true};
-  if (fence > w.max_fence) w.max_fence = fence;
+  w.max_fence = fence;
   return std::nullopt;
 }
 
@@ -130,11 +199,28 @@ std::optional<Violation> check_hand_off(const World& w, int to) {
 
 std::optional<Violation> check_served(const World& w, bool handed,
                                       const std::vector<int>& live_waiters_before) {
+  if (!w.fairness_promised || live_waiters_before.empty()) return std::nullopt;
   // SERVED: "With up to 10,000 lapsed places in the queue, the next live waiter is served by
-  // the release itself".
-  if (!w.fairness_promised || handed || live_waiters_before.empty()) return std::nullopt;
-  return Violation{"SERVED", "the release served nobody while " +
-                                 who(w, live_waiters_before.front()) + " waited live"};
+  // the release itself" (a mutex: someone is handed it; a lease set: nobody first in line
+  // is left waiting for room there is).
+  const Client& head = w.clients[live_waiters_before.front()];
+  if (head.kind == Kind::mutex) {
+    if (handed) return std::nullopt;
+    return Violation{"SERVED", "the release served nobody while " +
+                                   who(w, live_waiters_before.front()) + " waited live"};
+  }
+  int first = -1;
+  for (int i = 0; i < static_cast<int>(w.clients.size()); ++i) {
+    const Client& c = w.clients[i];
+    if (!live_waiter(c)) continue;
+    if (!c.continuous) return std::nullopt;  // its place in line is not known
+    if (first < 0 || c.joined < w.clients[first].joined) first = i;
+  }
+  if (first >= 0 && fits(w, w.clients[first].kind, first)) {
+    return Violation{
+        "SERVED", "the release left " + who(w, first) + " waiting first in line for room there is"};
+  }
+  return std::nullopt;
 }
 
 }  // namespace redis_lock::explore
