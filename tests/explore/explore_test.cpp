@@ -8,11 +8,16 @@
 // promise; Explore.FoundSequencesKeepEveryPromise replays the ones found so far.
 #include "explorer.hpp"
 
+#include "keys.hpp"
 #include "redis_server.hpp"
 
 #include <gtest/gtest.h>
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <iostream>
@@ -30,14 +35,67 @@ double env_number(const char* name, double fallback) {
   return v && *v ? std::strtod(v, nullptr) : fallback;
 }
 
+/// The server's wall clock offset, in a file the clock shim maps (clock_shim.cpp).
+class ClockFile {
+ public:
+  ClockFile() {
+    char name[] = "/tmp/redis-lock-clock-XXXXXX";
+    const int fd = ::mkstemp(name);
+    if (fd < 0) return;
+    path_ = name;
+    if (::ftruncate(fd, 4096) == 0) {
+      void* p = ::mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+      if (p != MAP_FAILED) cell_ = new (p) std::atomic<std::int64_t>(0);
+    }
+    ::close(fd);
+  }
+  ~ClockFile() {
+    if (cell_) ::munmap(cell_, 4096);
+    if (!path_.empty()) ::unlink(path_.c_str());
+  }
+  ClockFile(const ClockFile&) = delete;
+  ClockFile& operator=(const ClockFile&) = delete;
+  const std::string& path() const { return path_; }
+  std::atomic<std::int64_t>* cell() const { return cell_; }
+
+ private:
+  std::string path_;
+  std::atomic<std::int64_t>* cell_ = nullptr;
+};
+
+std::atomic<std::int64_t>* clock_cell = nullptr;  // the suite's server's
+
+/// An explorer of the suite's server, which steps its clock.
+std::unique_ptr<Explorer> explorer(std::uint16_t port, const std::string& plant = {}) {
+  auto x = std::make_unique<Explorer>(port, plant);
+  x->set_clock(clock_cell);
+  return x;
+}
+
 class Explore : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() { server_ = std::make_unique<RedisServer>(); }
-  static void TearDownTestSuite() { server_.reset(); }
+  static void SetUpTestSuite() {
+    // The server starts with the clock shim preloaded (nothing else in this process execs).
+    clock_ = std::make_unique<ClockFile>();
+    if (clock_->cell()) {
+      ::setenv("REDIS_LOCK_CLOCK_FILE", clock_->path().c_str(), 1);
+      ::setenv("LD_PRELOAD", REDIS_LOCK_CLOCK_SHIM, 1);
+    }
+    server_ = std::make_unique<RedisServer>();
+    ::unsetenv("LD_PRELOAD");
+    ::unsetenv("REDIS_LOCK_CLOCK_FILE");
+    clock_cell = clock_->cell();
+  }
+  static void TearDownTestSuite() {
+    clock_cell = nullptr;
+    server_.reset();
+    clock_.reset();
+  }
   static std::uint16_t port() { return server_->port(); }
 
  private:
   static inline std::unique_ptr<RedisServer> server_;
+  static inline std::unique_ptr<ClockFile> clock_;
 };
 
 std::string describe(const Setup& s) {
@@ -116,7 +174,9 @@ std::optional<Found> sample_for(Explorer& x, double seconds, std::size_t depth,
   const double took = std::chrono::duration<double>(Clock::now() - start).count();
   std::cout << "[explore] " << seed << " sampled runs of " << depth << " events, " << x.steps()
             << " steps in " << took << " s (" << x.steps() / took << " steps/s), "
-            << x.distinct_states() << " distinct states\n";
+            << x.distinct_states() << " distinct states, " << x.holds_ended_by_clock()
+            << " holds ended under their holders by a forward step of the server's clock, "
+            << x.revived_by_clock() << " holds and places revived by a step back\n";
   return std::nullopt;
 }
 
@@ -127,7 +187,8 @@ std::string report(const Found& f) {
 }
 
 TEST_F(Explore, SampledRunsKeepEveryPromise) {
-  Explorer x(port());
+  const auto explorer_ = explorer(port());
+  Explorer& x = *explorer_;
   const auto found = sample_for(x, env_number("REDIS_LOCK_EXPLORE_SECONDS", 20), 60, /*plant=*/"");
   EXPECT_FALSE(found) << report(*found);
   EXPECT_GT(x.steps(), 1000u) << "the explorer hardly ran";
@@ -137,18 +198,32 @@ TEST_F(Explore, EveryInterleavingOfTwoClientsKeepsEveryPromise) {
   // Today's signing client beside each build (itself, the unsigned one, the two before and
   // one further back), every sequence of `depth` events.
   const auto depth = static_cast<std::size_t>(env_number("REDIS_LOCK_EXPLORE_DEPTH", 4));
-  Explorer x(port());
+  const auto explorer_ = explorer(port());
+  Explorer& x = *explorer_;
   const auto start = Clock::now();
   std::vector<explore::Setup> pairs;
   for (const auto other :
        {Build::signing, Build::folded, Build::b34e159, Build::p89ab635, Build::ec7000c}) {
-    pairs.push_back({.builds = {Build::signing, other}, .kinds = {}, .crowd = 0, .plant = {}});
+    pairs.push_back({.builds = {Build::signing, other},
+                     .kinds = {},
+                     .crowd = 0,
+                     .plant = {},
+                     .clock_steps = other == Build::signing});  // (its steps once: a pair)
   }
   // And the lease sets: two permits of one, a reader and a writer, a mutex beside a permit.
   const std::vector<Build> two = {Build::signing, Build::signing};
-  pairs.push_back({.builds = two, .kinds = {Kind::permit, Kind::permit}, .limit = 1, .plant = {}});
-  pairs.push_back({.builds = two, .kinds = {Kind::shared, Kind::exclusive}, .plant = {}});
-  pairs.push_back({.builds = two, .kinds = {Kind::mutex, Kind::permit}, .limit = 1, .plant = {}});
+  pairs.push_back({.builds = two,
+                   .kinds = {Kind::permit, Kind::permit},
+                   .limit = 1,
+                   .plant = {},
+                   .clock_steps = false});
+  pairs.push_back(
+      {.builds = two, .kinds = {Kind::shared, Kind::exclusive}, .plant = {}, .clock_steps = false});
+  pairs.push_back({.builds = two,
+                   .kinds = {Kind::mutex, Kind::permit},
+                   .limit = 1,
+                   .plant = {},
+                   .clock_steps = false});
   for (const auto& setup : pairs) {
     std::vector<Event> sequence;
     const auto v = x.enumerate(setup, depth, sequence);
@@ -166,7 +241,8 @@ TEST_F(Explore, EveryInterleavingOfTwoClientsKeepsEveryPromise) {
 /// A planted bug is found by the sampled runs within `budget` seconds, as `invariant`.
 void finds_planted(std::uint16_t port, const std::string& plant,
                    const std::vector<std::string>& invariants, double budget) {
-  Explorer x(port, plant);
+  const auto explorer_ = explorer(port, plant);
+  Explorer& x = *explorer_;
   const auto found = sample_for(x, budget, 60, plant);
   ASSERT_TRUE(found) << "the planted " << plant << " was not found in " << budget << " s";
   std::cout << "[explore] planted " << plant << " found after " << found->seconds << " s, "
@@ -179,17 +255,17 @@ void finds_planted(std::uint16_t port, const std::string& plant,
   const auto again = x.play(found->setup, found->shortest);
   ASSERT_TRUE(again) << "the shortest sequence does not replay";
   EXPECT_EQ(again->invariant, found->violation.invariant);
-  Explorer today(port);
+  const auto today = explorer(port);
   auto setup = found->setup;
   setup.plant.clear();
-  const auto fixed = today.play(setup, found->shortest);
+  const auto fixed = today->play(setup, found->shortest);
   EXPECT_FALSE(fixed) << fixed->invariant << ": " << fixed->detail;
 }
 
 TEST_F(Explore, FindsThePlantedClaimThatReusesAnotherLeasesToken) {
   // acquire.lua's claim as before 44ab8f5: the hand-off's record reused whoever it names.
   finds_planted(port(), "claim_token_reuse", {"FENCE"},
-                env_number("REDIS_LOCK_EXPLORE_PLANT_SECONDS", 60));
+                env_number("REDIS_LOCK_EXPLORE_PLANT_SECONDS", 120));
 }
 
 TEST_F(Explore, FindsThePlantedPurgeOf64LapsedPlaces) {
@@ -197,7 +273,7 @@ TEST_F(Explore, FindsThePlantedPurgeOf64LapsedPlaces) {
   // serves nobody while a live waiter waits behind the rest, or an attempt finds the
   // resource free of anything live and is refused.
   finds_planted(port(), "purge_64", {"SERVED", "LIVE"},
-                env_number("REDIS_LOCK_EXPLORE_PLANT_SECONDS", 60));
+                env_number("REDIS_LOCK_EXPLORE_PLANT_SECONDS", 120));
 }
 
 TEST_F(Explore, FoundSequencesKeepEveryPromise) {
@@ -206,23 +282,34 @@ TEST_F(Explore, FoundSequencesKeepEveryPromise) {
     const char* what;
     explore::Setup setup;
     const char* events;
+    const char* lease_type;  ///< what the lease key is after them (a queue is left nowhere)
   };
   const std::vector<Build> today(4, Build::signing);
   const Case cases[] = {
       {"a read-write lock's waiter that gave up left its place's life to the queue, and the "
        "key lived on a semaphore of nobody (seed 420)",
        {.builds = today, .kinds = {Kind::exclusive, Kind::exclusive, Kind::shared}, .plant = {}},
-       "c0.join c1.join c2.join c1.lapse_place c2.give_up c0.lapse_hold"},
+       "c0.join c1.join c2.join c1.lapse_place c2.give_up c0.lapse_hold",
+       "none"},
       {"the same on a mutex's queue: a permit refused with WRONGTYPE",
        {.builds = today,
         .kinds = {Kind::mutex, Kind::mutex, Kind::mutex, Kind::permit},
         .plant = {}},
-       "c0.take c1.join c2.join c1.lapse_place c2.give_up w.lapse_lease c3.take"},
+       "c0.take c1.join c2.join c1.lapse_place c2.give_up w.lapse_lease c3.take",
+       "zset"},
   };
-  Explorer x(port());
+  const auto x = explorer(port());
+  const auto keys = detail::make_keys("x:", "r");
   for (const auto& c : cases) {
-    const auto v = x.play(c.setup, parse_events(c.events));
+    const auto v = x->play(c.setup, parse_events(c.events));
     EXPECT_FALSE(v) << c.what << ": " << v->invariant << ": " << v->detail;
+    // No queue life was left behind by the waiter that gave up (the explorer's FREE allows a
+    // served waiter's place life, not this): the name is free, or the permit's.
+    EXPECT_EQ(test::redis_command(port(), {"TYPE", keys.lease()}), c.lease_type) << c.what;
+    EXPECT_EQ(test::redis_command(
+                  port(), {"EXISTS", keys.queue(), detail::make_keys("x:", "r", true).queue()}),
+              "0")
+        << c.what;
   }
 }
 

@@ -49,10 +49,10 @@ std::string read_file(const std::string& path) {
   return s.str();
 }
 
-constexpr std::array<std::string_view, 14> do_names = {
-    "take",          "join",      "claim",       "give_up",     "release",
-    "extend",        "walk_away", "lapse_lease", "lapse_place", "lose_counter",
-    "force_release", "crowd",     "lapse_hold",  "lapse_queue"};
+constexpr std::array<std::string_view, 16> do_names = {
+    "take",       "join",        "claim",         "give_up",      "release",       "extend",
+    "walk_away",  "lapse_lease", "lapse_place",   "lose_counter", "force_release", "crowd",
+    "lapse_hold", "lapse_queue", "clock_forward", "clock_back"};
 
 constexpr std::array<Mutation, 1> claim_token_reuse = {Mutation{
     "acquire", "string.match(text, '^(%d+)@' .. token .. ' ')", "string.match(text, '^(%d+)@')"}};
@@ -310,6 +310,7 @@ void Explorer::reset(const Setup& setup) {
   setup_ = setup;
   world_ = World{};
   world_.limit = setup.limit;
+  if (clock_) clock_->store(0);
   crowd_done_ = false;
   for (std::size_t i = 0; i < setup.builds.size(); ++i) {
     Client c;
@@ -320,7 +321,6 @@ void Explorer::reset(const Setup& setup) {
     c.id = id;
     world_.clients.push_back(c);
     if (c.build == Build::ec7000c) world_.fairness_promised = false;
-    if (!today(c.build) && c.kind == Kind::mutex) world_.exact_queues = false;
   }
   conn_->command({"FLUSHALL"});
   // Whatever an earlier sequence published is read and dropped.
@@ -369,6 +369,9 @@ std::vector<Event> Explorer::enabled() const {
     out.push_back(Event{Do::force_release, -1});
   }
   if (world_.max_fence > 0) out.push_back(Event{Do::lose_counter, -1});
+  if (clock_ && setup_.clock_steps) {
+    out.insert(out.end(), {Event{Do::clock_forward, -1}, Event{Do::clock_back, -1}});
+  }
   // A queue whose waiters all left or died lives until its latest place's end.
   bool live_queue = false;
   for (const auto& c : cs) live_queue = live_queue || (c.state == State::waiting && c.place_live);
@@ -706,7 +709,22 @@ std::optional<Violation> Explorer::step(const Event& e) {
       }
       case Do::lose_counter:
         conn_->command({"DEL", k.fence()});
+        w.counter_lost = true;
+        w.fence_exempt = w.fence_exempt || w.clock_behind;
         break;
+      case Do::clock_forward:
+      case Do::clock_back: {
+        // 25 s: no multiple of it lands within seconds of a 60 s ttl's end, so what a step
+        // expires never depends on how long the run took.
+        w.clock_offset_ms += e.what == Do::clock_forward ? 25000 : -25000;
+        w.clock_high_ms = std::max(w.clock_high_ms, w.clock_offset_ms);
+        w.clock_behind = w.clock_offset_ms < w.clock_high_ms;
+        w.clock_went_back = w.clock_went_back || e.what == Do::clock_back;
+        w.fence_exempt = w.fence_exempt || (w.clock_behind && w.counter_lost);
+        clock_->store(w.clock_offset_ms);
+        learn_what_the_clock_did(e.what == Do::clock_forward);
+        break;
+      }
       case Do::lapse_queue: {
         auto set_queue_end = read_integer(conn_->command({"PEXPIRETIME", sk.queue()}).get());
         conn_->command({"DEL", k.queue(), k.queue_expiry(), sk.queue(), sk.queue_expiry()});
@@ -763,6 +781,66 @@ std::optional<Violation> Explorer::step(const Event& e) {
     }
   }
   return after_step(e, released_live, live_waiters);
+}
+
+void Explorer::learn_what_the_clock_did(bool forward) {
+  auto& w = world_;
+  const auto& k = keys();
+  const auto& sk = set_keys();
+  // Every key read once, so that what expired goes now (lazily) rather than whenever the
+  // server's own expiry cycle samples it: a later step back would revive it otherwise.
+  conn_->command(
+      {"EXISTS", k.lease(), k.info(), k.queue(), k.queue_expiry(), sk.queue(), sk.queue_expiry()});
+  read_keys();
+  const double now = static_cast<double>(w.keys.now_ms);
+  auto live_holding = [&](const std::string& token, bool live) {
+    if (auto it = w.holdings.find(token); it != w.holdings.end()) it->second.second = live;
+  };
+  for (auto& c : w.clients) {
+    const bool set = is_set(c);
+    // Its lease or hold, live on the server?
+    bool there = false;
+    if (set) {
+      const auto hold = w.keys.holds.find(c.token + letter_of(c));
+      there = hold != w.keys.holds.end() && hold->second > now;
+    } else {
+      there = w.keys.lease && w.keys.lease->compare(0, 32, c.token) == 0;
+    }
+    if (forward) {
+      if (c.state == State::holding && !c.ended && !there) {
+        c.ended = true;  // its holder still believes it holds (its own clock did not move)
+        ++ended_by_clock_;
+        live_holding(c.token, false);
+      }
+      if (c.state == State::nudged && c.handed_live && !there) {
+        c.handed_live = false;
+        live_holding(c.token, false);
+      }
+    } else if (set && there) {
+      // "every expiry already set moves D later on the server's new clock": a lease set's
+      // hold that lapsed less than D ago, not yet purged, is live again (a mutex's lease key
+      // went when it lapsed).
+      if (c.state == State::holding && c.ended) {
+        c.ended = false;
+        ++revived_by_clock_;
+        live_holding(c.token, true);
+      }
+      if (c.state == State::nudged && !c.handed_live) {
+        c.handed_live = true;
+        live_holding(c.token, true);
+      }
+    }
+    if (c.state == State::waiting && c.place_live == forward) {
+      auto place = conn_->command(
+          {"ZSCORE", set ? sk.queue_expiry() : k.queue_expiry(), c.token + suffix_of(c, true)});
+      const bool live = place->type == REDIS_REPLY_STRING && std::stod(text_of(place.get())) > now;
+      if (forward && !live) c.place_live = c.continuous = false;
+      if (!forward && live) {
+        c.place_live = true;  // its place, lapsed less than D ago, is live again
+        ++revived_by_clock_;
+      }
+    }
+  }
 }
 
 void Explorer::read_keys() {

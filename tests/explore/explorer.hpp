@@ -9,6 +9,7 @@
 
 #include <hiredis/hiredis.h>
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -54,6 +55,8 @@ enum class Do : std::uint8_t {
   crowd,          ///< a crowd of waiters joins behind the holder and dies (their places lapse)
   lapse_hold,     ///< a lease set's hold's ttl runs out (its end moves into the past)
   lapse_queue,    ///< a queue nobody live waits in reaches its expiry (its keys go)
+  clock_forward,  ///< the server's wall clock steps 25 s forward (what is due expires)
+  clock_back,     ///< the server's wall clock steps 25 s back
 };
 struct Event {
   Do what = Do::take;
@@ -85,6 +88,7 @@ struct Setup {
   int limit = 2;              ///< a semaphore's
   std::size_t crowd = 0;      ///< the crowd event's size (0: never)
   std::string plant;          ///< a planted bug's name, or empty
+  bool clock_steps = true;    ///< the server's clock may step (where the shim is loaded)
 };
 
 /// The model's view of one client (what the library would believe), invariants.cpp reads it.
@@ -124,9 +128,12 @@ struct World {
   std::set<std::string> phantoms;  ///< the crowd's tokens (never live)
   int limit = 2;                   ///< a semaphore's
   bool fairness_promised = true;   ///< no client further back than the build before
-  /// Every client is today's: a waiter that leaves leaves no queue life behind (an earlier
-  /// build's leaves its place's, one place life at most).
-  bool exact_queues = true;
+  /// The server's clock was stepped back and is behind the latest it showed; a counter lost
+  /// then may mint below tokens granted before ("never lowers a token while the counter
+  /// survives"): FENCE is not promised from then on.
+  bool clock_behind = false, counter_lost = false, fence_exempt = false;
+  bool clock_went_back = false;
+  long long clock_offset_ms = 0, clock_high_ms = 0;
   Snapshot keys;
 };
 
@@ -156,6 +163,13 @@ class Explorer {
   std::uint64_t steps() const noexcept { return steps_; }
   std::uint64_t sequences() const noexcept { return sequences_; }
   std::size_t distinct_states() const noexcept { return states_.size(); }
+  /// Holds a forward step of the server's clock ended while their holders held on (the
+  /// documented overlap: docs/safety.md, clock jumps on a server).
+  std::uint64_t holds_ended_by_clock() const noexcept { return ended_by_clock_; }
+  /// Holds and places a step back revived (lapsed less than the step ago, not yet purged).
+  std::uint64_t revived_by_clock() const noexcept { return revived_by_clock_; }
+  /// The server's wall clock offset (the clock shim's shared cell), or null: no clock steps.
+  void set_clock(std::atomic<std::int64_t>* offset) noexcept { clock_ = offset; }
 
  private:
   struct Conn;
@@ -179,6 +193,12 @@ class Explorer {
   World world_;
   std::uint64_t attempts_ = 0, joins_ = 0, steps_ = 0, sequences_ = 0;
   bool crowd_done_ = false;
+  std::atomic<std::int64_t>* clock_ = nullptr;
+  std::uint64_t ended_by_clock_ = 0;
+  std::uint64_t revived_by_clock_ = 0;
+  /// After a step of the server's clock: what it expired (forward: the holders believe on)
+  /// or revived (back: a lapsed hold or place not yet purged), the model learns.
+  void learn_what_the_clock_did(bool forward);
   std::unordered_set<std::uint64_t> states_;
 };
 

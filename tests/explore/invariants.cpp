@@ -4,6 +4,7 @@
 // and messages it got, and the events that ended its lease or place) and the server's keys.
 #include "explorer.hpp"
 
+#include <algorithm>
 #include <string>
 
 namespace redis_lock::explore {
@@ -108,7 +109,13 @@ std::optional<Violation> check_invariants(const World& w) {
   }
   // FREE: "once no hold is live and nobody waits, the resource is free for any kind": its
   // key is gone.
-  if (first < 0 && !waiting && !dead_holds(w) && (keys.lease || keys.set)) {
+  // Not after a step back of the server's clock: "every expiry already set moves D later on
+  // the server's new clock", a key's too. And a lease set's key lives as long as its queue,
+  // which lives until its latest place's end, a served waiter's included: nobody waits,
+  // yet the name keeps its kind for at most one place life (w.lapse_queue ends it).
+  const bool queue_lives = !keys.set_queue.empty();
+  if (first < 0 && !waiting && !dead_holds(w) && !w.clock_went_back && !queue_lives &&
+      (keys.lease || keys.set)) {
     return Violation{"FREE",
                      "nothing is live and nobody waits, yet the key is there (" +
                          (keys.lease ? "the lease " + *keys.lease
@@ -121,8 +128,9 @@ std::optional<Violation> check_invariants(const World& w) {
 bool other_kind_present(const World& w, int c) {
   const int mine = family(w.clients[c].kind);
   if (dead_holds(w) && mine != 0) return true;
-  // An earlier build's waiter that left leaves its queue's life behind (one place's).
-  if (!w.exact_queues && mine != 0 && !w.keys.queue.empty()) return true;
+  // A queue of the other kind, until its life runs out (dead places, a served waiter's).
+  if (mine != 0 && !w.keys.queue.empty()) return true;
+  if (mine == 0 && !w.keys.set_queue.empty()) return true;
   for (int i = 0; i < static_cast<int>(w.clients.size()); ++i) {
     const Client& o = w.clients[i];
     if (i != c && family(o.kind) != mine && (live_hold(o) || live_waiter(o))) return true;
@@ -133,8 +141,9 @@ bool other_kind_present(const World& w, int c) {
 bool must_grant(const World& w, int c) {
   const Client& self = w.clients[c];
   if (self.state == State::nudged && self.handed_live) return true;  // its own handed lease
-  // A lease an earlier build's release handed to a dead waiter holds until it lapses.
-  if (dead_holds(w)) return false;
+  // A lease an earlier build's release handed to a dead waiter holds until it lapses; after
+  // a step back of the server's clock, what it revived or kept holds D longer.
+  if (dead_holds(w) || w.clock_went_back) return false;
   for (int i = 0; i < static_cast<int>(w.clients.size()); ++i) {
     // Another live waiter may be ahead in line.
     if (i != c && live_waiter(w.clients[i])) return false;
@@ -165,13 +174,14 @@ std::optional<Violation> check_grant(World& w, const std::string& token, std::ui
     return std::nullopt;
   }
   // FENCE: every new holding's token is "larger than every token granted before it on that
-  // resource" (a lost counter starts again above every token minted before: the clock floor).
-  if (fence <= w.max_fence) {
+  // resource" (a lost counter starts again above every token minted before: the clock floor;
+  // "a clock stepped back by D ... never lowers a token while the counter survives").
+  if (fence <= w.max_fence && !w.fence_exempt) {
     return Violation{"FENCE", token + " was granted " + std::to_string(fence) + ", not above the " +
                                   std::to_string(w.max_fence) + " granted before"};
   }
   it->second = {fence, true};
-  w.max_fence = fence;
+  w.max_fence = std::max(w.max_fence, fence);
   return std::nullopt;
 }
 
