@@ -534,8 +534,16 @@ std::optional<Violation> Explorer::step(const Event& e) {
                                      .ttl_ms = ttl_ms,
                                      .place_ms = ttl_ms});
     }
-    return call(scripts::Extend{
-        .lease = k.lease(), .token = c.token, .ttl_ms = ttl_ms, .announce = std::nullopt});
+    // The builds that keep the holder's record beside a bare lease (89ab635's acquire) sent
+    // the record's key too, and extended both (89ab635's extend.lua did what today's does
+    // for a bare lease); today's holders fold the record into the lease.
+    const bool record_beside = c.build == Build::p89ab635 || c.build == Build::ec7000c;
+    return call(
+        scripts::Extend{.lease = k.lease(),
+                        .info = record_beside ? scripts::Optional(k.info()) : scripts::Optional(),
+                        .token = c.token,
+                        .ttl_ms = ttl_ms,
+                        .announce = std::nullopt});
   };
   auto end_holding = [&](const std::string& token) {
     if (auto it = w.holdings.find(token); it != w.holdings.end()) it->second.second = false;
@@ -948,7 +956,24 @@ std::optional<Violation> Explorer::after_step(const Event& e, bool released_live
     if (auto v = check_served(w, handed, live_waiters_before)) return v;
   }
   states_.insert(state_hash());
-  return check_invariants(w);
+  if (auto v = check_invariants(w)) return v;
+  // What inspect.lua tells an operator, against the same model.
+  const auto& k = keys();
+  const auto& sk = set_keys();
+  std::array<std::string_view, scripts::max_words<scripts::Inspect>> words{};
+  const auto n = scripts::encode(scripts::Inspect{.lease = k.lease(),
+                                                  .info = k.info(),
+                                                  .queue_expiry = k.queue_expiry(),
+                                                  .sets_queue_expiry = sk.queue_expiry()},
+                                 std::span<std::string_view>(words));
+  words[1] = sha_.at("inspect");
+  auto r = conn_->command(std::span<const std::string_view>(words.data(), n));
+  if (r->type != REDIS_REPLY_ARRAY || r->elements != 6) {
+    return Violation{"SCRIPT_ERROR", "inspect: " + text_of(r.get())};
+  }
+  Inspection seen{text_of(r->element[0]), text_of(r->element[2]), r->element[3]->integer,
+                  r->element[4]->integer};
+  return check_inspection(w, seen);
 }
 
 std::uint64_t Explorer::state_hash() const {

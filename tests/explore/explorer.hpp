@@ -202,6 +202,14 @@ class Explorer {
   std::unordered_set<std::uint64_t> states_;
 };
 
+/// What inspect.lua said: the kind ('none', 'mutex', a lease set's marker), the holder's
+/// record ('<fencing token> <label>', or ''), the live waiters and the live holds.
+struct Inspection {
+  std::string what, record;
+  long long waiters = 0, holders = 0;
+};
+std::optional<Violation> check_inspection(const World& world, const Inspection& seen);
+
 /// invariants.cpp: every promise checked after every step, in one place.
 std::optional<Violation> check_invariants(const World& world);
 std::optional<Violation> check_hand_off(const World& world, int to);

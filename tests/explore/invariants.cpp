@@ -125,6 +125,39 @@ std::optional<Violation> check_invariants(const World& w) {
   return std::nullopt;
 }
 
+std::optional<Violation> check_inspection(const World& w, const Inspection& seen) {
+  // INSPECT: "who holds a resource, for how long, and how many wait" (inspect.lua): the
+  // holder's own fencing token and no other's; its live waiters; its live holds. (Not after
+  // a step back of the clock: places and holds it revived count there, as they should.)
+  if (w.clock_went_back) return std::nullopt;
+  long long waiters = 0, holds = 0;
+  for (int i = 0; i < static_cast<int>(w.clients.size()); ++i) {
+    const Client& c = w.clients[i];
+    waiters += live_waiter(c) ? 1 : 0;
+    if (!live_hold(c)) continue;
+    ++holds;
+    if (c.kind != Kind::mutex) continue;
+    if (seen.what != "mutex")
+      return Violation{"INSPECT", who(w, i) + " holds it, inspect says " + seen.what};
+    // A holding's record: its own fencing token (a hand-off not yet claimed may show none).
+    const std::string own = std::to_string(c.fence) + " ";
+    const bool unclaimed = c.state == State::nudged;
+    if (seen.record.compare(0, own.size(), own) != 0 && !(unclaimed && seen.record.empty())) {
+      return Violation{"INSPECT", who(w, i) + " holds fencing token " + std::to_string(c.fence) +
+                                      ", inspect shows the record '" + seen.record + "'"};
+    }
+  }
+  if (seen.waiters != waiters) {
+    return Violation{"INSPECT", "inspect counts " + std::to_string(seen.waiters) +
+                                    " live waiters, there are " + std::to_string(waiters)};
+  }
+  if (seen.what != "mutex" && seen.what != "none" && seen.holders != holds && !dead_holds(w)) {
+    return Violation{"INSPECT", "inspect counts " + std::to_string(seen.holders) +
+                                    " live holds, there are " + std::to_string(holds)};
+  }
+  return std::nullopt;
+}
+
 bool other_kind_present(const World& w, int c) {
   const int mine = family(w.clients[c].kind);
   if (dead_holds(w) && mine != 0) return true;
