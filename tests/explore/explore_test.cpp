@@ -8,13 +8,11 @@
 // promise; Explore.FoundSequencesKeepEveryPromise replays the ones found so far.
 #include "explorer.hpp"
 
+#include "clock_file.hpp"
 #include "keys.hpp"
 #include "redis_server.hpp"
 
 #include <gtest/gtest.h>
-
-#include <sys/mman.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -35,34 +33,6 @@ double env_number(const char* name, double fallback) {
   return v && *v ? std::strtod(v, nullptr) : fallback;
 }
 
-/// The server's wall clock offset, in a file the clock shim maps (clock_shim.cpp).
-class ClockFile {
- public:
-  ClockFile() {
-    char name[] = "/tmp/redis-lock-clock-XXXXXX";
-    const int fd = ::mkstemp(name);
-    if (fd < 0) return;
-    path_ = name;
-    if (::ftruncate(fd, 4096) == 0) {
-      void* p = ::mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-      if (p != MAP_FAILED) cell_ = new (p) std::atomic<std::int64_t>(0);
-    }
-    ::close(fd);
-  }
-  ~ClockFile() {
-    if (cell_) ::munmap(cell_, 4096);
-    if (!path_.empty()) ::unlink(path_.c_str());
-  }
-  ClockFile(const ClockFile&) = delete;
-  ClockFile& operator=(const ClockFile&) = delete;
-  const std::string& path() const { return path_; }
-  std::atomic<std::int64_t>* cell() const { return cell_; }
-
- private:
-  std::string path_;
-  std::atomic<std::int64_t>* cell_ = nullptr;
-};
-
 std::atomic<std::int64_t>* clock_cell = nullptr;  // the suite's server's
 
 /// An explorer of the suite's server, which steps its clock.
@@ -76,14 +46,8 @@ class Explore : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     // The server starts with the clock shim preloaded (nothing else in this process execs).
-    clock_ = std::make_unique<ClockFile>();
-    if (clock_->cell()) {
-      ::setenv("REDIS_LOCK_CLOCK_FILE", clock_->path().c_str(), 1);
-      ::setenv("LD_PRELOAD", REDIS_LOCK_CLOCK_SHIM, 1);
-    }
-    server_ = std::make_unique<RedisServer>();
-    ::unsetenv("LD_PRELOAD");
-    ::unsetenv("REDIS_LOCK_CLOCK_FILE");
+    clock_ = std::make_unique<test::ClockFile>();
+    clock_->with_shim(REDIS_LOCK_CLOCK_SHIM, [] { server_ = std::make_unique<RedisServer>(); });
     clock_cell = clock_->cell();
   }
   static void TearDownTestSuite() {
@@ -95,7 +59,7 @@ class Explore : public ::testing::Test {
 
  private:
   static inline std::unique_ptr<RedisServer> server_;
-  static inline std::unique_ptr<ClockFile> clock_;
+  static inline std::unique_ptr<test::ClockFile> clock_;
 };
 
 std::string describe(const Setup& s) {

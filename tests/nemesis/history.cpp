@@ -1,0 +1,213 @@
+// SPDX-License-Identifier: MIT
+#include "history.hpp"
+
+#include <algorithm>
+#include <sstream>
+
+namespace redis_lock::nemesis {
+
+const char* to_string(FaultKind k) noexcept {
+  switch (k) {
+    case FaultKind::partition:
+      return "a worker's path frozen (1.5 s)";
+    case FaultKind::delay:
+      return "every path 150 ms slower (2 s)";
+    case FaultKind::pause:
+      return "a worker paused, SIGSTOP (1.5 s)";
+    case FaultKind::restart:
+      return "server SIGKILL + restart, no persistence";
+    case FaultKind::flushall:
+      return "FLUSHALL";
+    case FaultKind::clock_forward:
+      return "server clock +2 s";
+    case FaultKind::clock_back:
+      return "server clock -2 s";
+  }
+  return "?";
+}
+
+long long now_ns() noexcept {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+namespace {
+
+/// One holding as its worker saw it.
+struct Holding {
+  int worker = 0;
+  std::uint64_t fence = 0;
+  long long invoked = 0, granted = 0, ends = 0;  // ends: release sent, or validity, sooner
+  bool refused = false;
+};
+
+bool loses_data(FaultKind k) {
+  // docs/safety.md: a restart without persistence and FLUSHALL lose the leases; a server
+  // clock stepped forward expires them early. Each may let a second holder in.
+  return k == FaultKind::restart || k == FaultKind::flushall || k == FaultKind::clock_forward;
+}
+
+}  // namespace
+
+Report check(const std::vector<std::string>& histories, const std::vector<Fault>& faults,
+             std::chrono::milliseconds ttl) {
+  Report r;
+  std::vector<Holding> holdings;
+  std::vector<long long> grants;
+  const long long bound_ns = (3000 + 2000 + 1500 + 2 * ttl.count()) * 1000000LL;
+  for (int w = 0; w < static_cast<int>(histories.size()); ++w) {
+    std::istringstream in(histories[w]);
+    long long invoked = -1;
+    long open = -1;  // the holding not yet released, in `mine`
+    std::vector<Holding> mine;
+    for (std::string line; std::getline(in, line);) {
+      std::istringstream f(line);
+      long long t = 0;
+      std::string event, what;
+      f >> t >> event >> what;
+      if (event == "acquire" && what == "invoke") {
+        invoked = t;
+        continue;
+      }
+      if (event == "acquire") {
+        if (invoked >= 0 && t - invoked > bound_ns) {
+          r.violations.push_back("HANG: worker " + std::to_string(w) + "'s acquire took " +
+                                 std::to_string((t - invoked) / 1000000) + " ms");
+        }
+        if (what == "ok") {
+          Holding h;
+          h.worker = w;
+          h.invoked = invoked;
+          h.granted = t;
+          long long valid = 0;
+          f >> h.fence >> valid;
+          h.ends = valid;
+          mine.push_back(h);
+          open = static_cast<long>(mine.size()) - 1;
+          grants.push_back(t);
+          ++r.acquisitions;
+        } else if (what == "none") {
+          ++r.timeouts;
+        } else {
+          std::string name;
+          std::getline(f, name);
+          if (name.size() < 3) {
+            r.violations.push_back("NAMED: an error without a name: " + line);
+          }
+          ++r.errors[name.size() > 1 ? name.substr(1) : name];
+        }
+        invoked = -1;
+      } else if (event == "write") {
+        ++r.writes;
+        if (what == "refused" && open >= 0) {
+          mine[open].refused = true;
+          ++r.refused;
+        }
+      } else if (event == "release" && what == "invoke" && open >= 0) {
+        std::uint64_t fence = 0;
+        int lost = 0;
+        long long valid = 0;
+        f >> fence >> lost >> valid;
+        mine[open].ends = std::min(t, valid);
+        ++r.releases;
+      } else if (event == "release" && what != "invoke") {
+        open = -1;
+      } else if (event == "crash") {
+        r.violations.push_back("CRASH: worker " + std::to_string(w) + ": " + line);
+      }
+    }
+    if (invoked >= 0) {
+      r.violations.push_back("HANG: worker " + std::to_string(w) + "'s last acquire never ended");
+    }
+    holdings.insert(holdings.end(), mine.begin(), mine.end());
+  }
+  std::sort(holdings.begin(), holdings.end(),
+            [](const Holding& a, const Holding& b) { return a.granted < b.granted; });
+
+  // The fault (of those that may let a second holder in) between two grants, if any.
+  auto explained_by = [&](long long from, long long to) -> const Fault* {
+    for (const auto& f : faults) {
+      if (loses_data(f.kind) && f.at <= to && f.healed >= from) return &f;
+    }
+    return nullptr;
+  };
+  for (std::size_t i = 0; i < holdings.size(); ++i) {
+    const Holding& a = holdings[i];
+    for (std::size_t j = i + 1; j < holdings.size(); ++j) {
+      const Holding& b = holdings[j];
+      // TOKEN_ORDER: b was asked for after a's grant completed, so it was granted later.
+      if (b.invoked > a.granted && b.fence <= a.fence) {
+        const bool exempt = std::any_of(faults.begin(), faults.end(), [&](const Fault& f) {
+          // "never lowers a token while the counter survives": a lost counter after a step
+          // back (none in the schedule's order) would be exempt.
+          return f.kind == FaultKind::clock_back && f.at < b.granted &&
+                 std::any_of(faults.begin(), faults.end(), [&](const Fault& g) {
+                   return (g.kind == FaultKind::restart || g.kind == FaultKind::flushall) &&
+                          g.at > f.at && g.at < b.granted;
+                 });
+        });
+        if (!exempt) {
+          r.violations.push_back("TOKEN_ORDER: worker " + std::to_string(b.worker) + " got " +
+                                 std::to_string(b.fence) + " after worker " +
+                                 std::to_string(a.worker) + "'s " + std::to_string(a.fence) +
+                                 " had been granted");
+        }
+      }
+      if (b.granted >= a.ends) continue;
+      // OVERLAP: b holds while a still may.
+      if (const Fault* f = explained_by(a.granted, b.granted)) {
+        ++r.rows[to_string(f->kind)].overlaps;
+        continue;
+      }
+      r.violations.push_back("OVERLAP: worker " + std::to_string(b.worker) + " (token " +
+                             std::to_string(b.fence) + ") was granted the lock " +
+                             std::to_string((a.ends - b.granted) / 1000000) + " ms before worker " +
+                             std::to_string(a.worker) + " (token " + std::to_string(a.fence) +
+                             ") stopped holding it, with no fault "
+                             "that explains it");
+    }
+  }
+  // WRITES: a refused token is a holder's that another, later, overtook: explained only by
+  // an overlap a fault explains.
+  for (const Holding& h : holdings) {
+    if (!h.refused) continue;
+    if (const Fault* f = explained_by(h.invoked, h.ends + 1000000000LL)) {
+      ++r.rows[to_string(f->kind)].refused;
+    } else {
+      r.violations.push_back("WRITES: the register refused worker " + std::to_string(h.worker) +
+                             "'s token " + std::to_string(h.fence) + " with no fault to explain");
+    }
+  }
+  // Recovery: from each fault's heal to the next grant.
+  std::sort(grants.begin(), grants.end());
+  for (const auto& f : faults) {
+    auto& row = r.rows[to_string(f.kind)];
+    ++row.faults;
+    const auto next = std::lower_bound(grants.begin(), grants.end(), f.healed);
+    const long long ms = next == grants.end() ? -1 : (*next - f.healed) / 1000000;
+    row.worst_recovery_ms = std::max(row.worst_recovery_ms, ms);
+  }
+  return r;
+}
+
+std::string Report::table() const {
+  std::ostringstream out;
+  out << "[nemesis] " << acquisitions << " grants, " << writes << " fenced writes (" << refused
+      << " refused), " << releases << " releases, " << timeouts << " waits that ran out\n";
+  out << "[nemesis] | fault | count | overlaps it explains | writes refused | worst recovery "
+         "(ms) |\n";
+  for (const auto& [name, row] : rows) {
+    out << "[nemesis] | " << name << " | " << row.faults << " | " << row.overlaps << " | "
+        << row.refused << " | " << row.worst_recovery_ms << " |\n";
+  }
+  for (const auto& [name, count] : errors)
+    out << "[nemesis] error " << name << ": " << count << "\n";
+  for (std::size_t i = 0; i < violations.size() && i < 10; ++i) {
+    out << "[nemesis] VIOLATION " << violations[i] << "\n";
+  }
+  if (violations.size() > 10) out << "[nemesis] ... " << violations.size() - 10 << " more\n";
+  return out.str();
+}
+
+}  // namespace redis_lock::nemesis

@@ -1,0 +1,51 @@
+// SPDX-License-Identifier: MIT
+// The nemesis suite's checker: the workers' histories merged on one clock (steady_clock, the
+// same for every process here) and held to docs/safety.md, fault by fault.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace redis_lock::nemesis {
+
+enum class FaultKind { partition, delay, pause, restart, flushall, clock_forward, clock_back };
+const char* to_string(FaultKind k) noexcept;
+
+/// A fault as the schedule made it: from `at` until `healed` (steady ns).
+struct Fault {
+  FaultKind kind;
+  int target = -1;  ///< the worker it hit, or -1: all of them / the server
+  long long at = 0, healed = 0;
+};
+
+long long now_ns() noexcept;
+
+struct Report {
+  int acquisitions = 0, writes = 0, refused = 0, releases = 0, timeouts = 0;
+  std::map<std::string, int> errors;  ///< named errors, with counts
+  /// Per fault kind: how many, overlaps they explain, the longest time to the next grant.
+  struct Row {
+    int faults = 0, overlaps = 0, refused = 0;
+    long long worst_recovery_ms = 0;
+  };
+  std::map<std::string, Row> rows;
+  std::vector<std::string> violations;  ///< each a promise, with what broke it
+  std::string table() const;
+};
+
+/// Checks the histories (one text per worker, its lines as nemesis_worker writes them):
+/// - OVERLAP: no two workers believe they hold the lock at once (from the grant to the
+///   release, or to the guard's validity if sooner), except across a fault that loses the
+///   lock's data or steps the server's clock forward (docs/safety.md says so), counted;
+/// - TOKEN_ORDER: a grant that began after another ended has the larger fencing token;
+/// - WRITES: the register refuses a token only where an overlap is explained;
+/// - HANG: every call ends, within its wait and timeouts (and a pause);
+/// - NAMED: every error has a name;
+/// and measures each fault's recovery (from its heal to the next grant).
+Report check(const std::vector<std::string>& histories, const std::vector<Fault>& faults,
+             std::chrono::milliseconds ttl);
+
+}  // namespace redis_lock::nemesis
