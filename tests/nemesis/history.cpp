@@ -22,6 +22,12 @@ const char* to_string(FaultKind k) noexcept {
       return "server clock +2 s";
     case FaultKind::clock_back:
       return "server clock -2 s";
+    case FaultKind::failover:
+      return "Cluster: CLUSTER FAILOVER of the lock's master";
+    case FaultKind::migration:
+      return "Cluster: the lock's slot migrated";
+    case FaultKind::master_killed:
+      return "Cluster: the lock's master SIGKILLed, replica promoted";
   }
   return "?";
 }
@@ -45,7 +51,10 @@ struct Holding {
 bool loses_data(FaultKind k) {
   // docs/safety.md: a restart without persistence and FLUSHALL lose the leases; a server
   // clock stepped forward expires them early. Each may let a second holder in.
-  return k == FaultKind::restart || k == FaultKind::flushall || k == FaultKind::clock_forward;
+  // So may a master killed before its replica had the last writes (asynchronous
+  // replication: the "Replica promoted" rows).
+  return k == FaultKind::restart || k == FaultKind::flushall || k == FaultKind::clock_forward ||
+         k == FaultKind::master_killed;
 }
 
 }  // namespace

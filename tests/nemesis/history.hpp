@@ -11,7 +11,18 @@
 
 namespace redis_lock::nemesis {
 
-enum class FaultKind { partition, delay, pause, restart, flushall, clock_forward, clock_back };
+enum class FaultKind {
+  partition,
+  delay,
+  pause,
+  restart,
+  flushall,
+  clock_forward,
+  clock_back,
+  failover,       ///< Cluster: CLUSTER FAILOVER of the lock's master (a replica in sync)
+  migration,      ///< Cluster: the lock's slot moved to another master, keys and all
+  master_killed,  ///< Cluster: the lock's master SIGKILLed, its replica promoted
+};
 const char* to_string(FaultKind k) noexcept;
 
 /// A fault as the schedule made it: from `at` until `healed` (steady ns).

@@ -10,6 +10,8 @@
 
 #include "child_process.hpp"
 #include "clock_file.hpp"
+#include "keys.hpp"
+#include "redis_cluster.hpp"
 #include "redis_server.hpp"
 #include "tcp_proxy.hpp"
 
@@ -41,28 +43,20 @@ double env_number(const char* name, double fallback) {
   return v && *v ? std::strtod(v, nullptr) : fallback;
 }
 
-/// One run: servers, proxies, workers and the faults; the histories they wrote.
-struct Schedule {
-  test::ClockFile clock;
-  std::unique_ptr<RedisServer> lock_server, register_server;
-  std::vector<std::unique_ptr<TcpProxy>> proxies;
+/// The workers of one run and the faults made while they ran: their histories.
+struct Workers {
+  std::unique_ptr<RedisServer> register_server = std::make_unique<RedisServer>();
   std::vector<std::unique_ptr<ChildProcess>> children;
   std::vector<std::string> files;
   std::vector<Fault> faults;
 
-  Schedule() {
-    clock.with_shim(REDIS_LOCK_CLOCK_SHIM, [&] { lock_server = std::make_unique<RedisServer>(); });
-    register_server = std::make_unique<RedisServer>();
-  }
-
-  void start(int seconds, const std::string& tag) {
-    for (int i = 0; i < workers; ++i) {
-      proxies.push_back(std::make_unique<TcpProxy>(lock_server->port()));
+  /// One worker per URL (its way to the lock server), for `seconds`.
+  void start(const std::vector<std::string>& urls, int seconds, const std::string& tag) {
+    for (std::size_t i = 0; i < urls.size(); ++i) {
       files.push_back(::testing::TempDir() + "nemesis-" + tag + "-" + std::to_string(i) + ".log");
       children.push_back(std::make_unique<ChildProcess>(std::vector<std::string>{
-          REDIS_LOCK_NEMESIS_WORKER, std::to_string(proxies.back()->port()),
-          std::to_string(register_server->port()), "nemesis", std::to_string(ttl.count()),
-          std::to_string(seconds), files.back()}));
+          REDIS_LOCK_NEMESIS_WORKER, urls[i], std::to_string(register_server->port()), "nemesis",
+          std::to_string(ttl.count()), std::to_string(seconds), files.back()}));
     }
   }
 
@@ -75,47 +69,6 @@ struct Schedule {
     heal();
     f.healed = now_ns();
     faults.push_back(f);
-  }
-
-  void step_clock(std::int64_t ms) {
-    if (clock.cell() != nullptr) clock.cell()->fetch_add(ms);
-  }
-
-  /// The schedule, once (about 18 s), each fault healed before the next, with a quiet
-  /// second and a half after each.
-  void schedule() {
-    const auto quiet = [] { std::this_thread::sleep_for(1500ms); };
-    quiet();
-    fault(
-        FaultKind::partition, 0, 1500ms, [&] { proxies[0]->set_blackhole(true); },
-        [&] { proxies[0]->set_blackhole(false); });
-    quiet();
-    fault(
-        FaultKind::delay, -1, 2000ms,
-        [&] {
-          for (auto& p : proxies) p->set_delay(150ms);
-        },
-        [&] {
-          for (auto& p : proxies) p->set_delay(0ms);
-        });
-    quiet();
-    fault(
-        FaultKind::pause, 1, 1500ms, [&] { children[1]->signal(SIGSTOP); },
-        [&] { children[1]->signal(SIGCONT); });
-    quiet();
-    fault(
-        FaultKind::restart, -1, 300ms, [&] { lock_server->kill(SIGKILL); },
-        [&] { clock.with_shim(REDIS_LOCK_CLOCK_SHIM, [&] { lock_server->restart(); }); });
-    quiet();
-    fault(
-        FaultKind::flushall, -1, 0ms, [&] { lock_server->command({"FLUSHALL"}); }, [] {});
-    quiet();
-    fault(
-        FaultKind::clock_forward, -1, 0ms, [&] { step_clock(2000); }, [] {});
-    quiet();
-    fault(
-        FaultKind::clock_back, -1, 0ms, [&] { step_clock(-2000); }, [] {});
-    quiet();
   }
 
   /// Waits for every worker's last line ('done'), `limit` at most; a worker still running
@@ -152,6 +105,121 @@ struct Schedule {
   }
 };
 
+/// A standalone lock server (its clock stepped by the shim) and a proxy per worker.
+struct Standalone {
+  test::ClockFile clock;
+  std::unique_ptr<RedisServer> server;
+  std::vector<std::unique_ptr<TcpProxy>> proxies;
+  Workers w;
+
+  Standalone() {
+    clock.with_shim(REDIS_LOCK_CLOCK_SHIM, [&] { server = std::make_unique<RedisServer>(); });
+  }
+
+  void start(int seconds, const std::string& tag) {
+    std::vector<std::string> urls;
+    for (int i = 0; i < workers; ++i) {
+      proxies.push_back(std::make_unique<TcpProxy>(server->port()));
+      urls.push_back("redis://127.0.0.1:" + std::to_string(proxies.back()->port()));
+    }
+    w.start(urls, seconds, tag);
+  }
+
+  void step_clock(std::int64_t ms) {
+    if (clock.cell() != nullptr) clock.cell()->fetch_add(ms);
+  }
+
+  /// The schedule, once (about 18 s), each fault healed before the next, with a quiet
+  /// second and a half after each.
+  void schedule() {
+    const auto quiet = [] { std::this_thread::sleep_for(1500ms); };
+    quiet();
+    w.fault(
+        FaultKind::partition, 0, 1500ms, [&] { proxies[0]->set_blackhole(true); },
+        [&] { proxies[0]->set_blackhole(false); });
+    quiet();
+    w.fault(
+        FaultKind::delay, -1, 2000ms,
+        [&] {
+          for (auto& p : proxies) p->set_delay(150ms);
+        },
+        [&] {
+          for (auto& p : proxies) p->set_delay(0ms);
+        });
+    quiet();
+    w.fault(
+        FaultKind::pause, 1, 1500ms, [&] { w.children[1]->signal(SIGSTOP); },
+        [&] { w.children[1]->signal(SIGCONT); });
+    quiet();
+    w.fault(
+        FaultKind::restart, -1, 300ms, [&] { server->kill(SIGKILL); },
+        [&] { clock.with_shim(REDIS_LOCK_CLOCK_SHIM, [&] { server->restart(); }); });
+    quiet();
+    w.fault(
+        FaultKind::flushall, -1, 0ms, [&] { server->command({"FLUSHALL"}); }, [] {});
+    quiet();
+    w.fault(
+        FaultKind::clock_forward, -1, 0ms, [&] { step_clock(2000); }, [] {});
+    quiet();
+    w.fault(
+        FaultKind::clock_back, -1, 0ms, [&] { step_clock(-2000); }, [] {});
+    quiet();
+  }
+};
+
+TEST(Nemesis, ClusterKeepsEveryPromiseThroughAFailoverAMigrationAndAKilledMaster) {
+  test::RedisCluster cluster(3, 1);  // 3 masters: a majority left to promote a replica
+  const auto cfg = cluster.config();
+  std::string url = "redis+cluster://";
+  for (std::size_t i = 0; i < cfg.nodes.size(); ++i) {
+    url += (i ? "," : "") + cfg.nodes[i].host + ":" + std::to_string(cfg.nodes[i].port);
+  }
+  const auto slot = detail::key_slot("lock:{nemesis}");
+  Workers w;
+  w.start(std::vector<std::string>(workers, url), 40, "cluster");
+  const auto quiet = [] { std::this_thread::sleep_for(2s); };
+  quiet();
+  w.fault(
+      FaultKind::failover, -1, 0ms,
+      [&] { cluster.failover(cluster.replica_of(cluster.master_of(slot))); }, [] {});
+  quiet();
+  w.fault(
+      FaultKind::migration, -1, 0ms,
+      [&] {
+        const auto from = cluster.master_of(slot);
+        std::size_t to = from;
+        for (std::size_t i = 0; i < cluster.size(); ++i) {
+          if (i != from && cluster.is_master(i)) to = i;
+        }
+        cluster.move_slot(slot, to, [] {});
+      },
+      [] {});
+  quiet();
+  const auto killed = cluster.master_of(slot);
+  w.fault(
+      FaultKind::master_killed, -1, 0ms, [&] { cluster.node(killed).kill(SIGKILL); },
+      [&] {
+        test::wait_until(
+            [&] {
+              try {
+                return cluster.master_of(slot) != killed;
+              } catch (const std::exception&) {
+                return false;  // nobody claims the slot yet
+              }
+            },
+            20s, "the replica's promotion");
+      });
+  cluster.node(killed).restart();  // back as a replica
+  cluster.wait_healthy();
+  quiet();
+  const auto hung = w.finish(90s);
+  EXPECT_TRUE(hung.empty()) << "hung: " << hung.front();
+  const auto report = check(w.histories(), w.faults, ttl);
+  std::cout << report.table();
+  EXPECT_GT(report.acquisitions, 40) << "the workers hardly ran";
+  EXPECT_TRUE(report.violations.empty()) << report.violations.front();
+}
+
 /// The functions library with a planted bug: the mint without its clock floor (a lost
 /// counter starts again from 1), as fencing tokens were minted before they were floored.
 std::string library_without_clock_floor() {
@@ -168,13 +236,13 @@ std::string library_without_clock_floor() {
 TEST(Nemesis, StandaloneKeepsEveryPromiseThroughItsFaults) {
   const int rounds =
       std::max(1, static_cast<int>(env_number("REDIS_LOCK_NEMESIS_SECONDS", 0) / 18));
-  Schedule run;
+  Standalone run;
   const int seconds = rounds * 18 + 2;
   run.start(seconds, "standalone");
   for (int i = 0; i < rounds; ++i) run.schedule();
-  const auto hung = run.finish(std::chrono::seconds(seconds + 30));
+  const auto hung = run.w.finish(std::chrono::seconds(seconds + 30));
   EXPECT_TRUE(hung.empty()) << "hung: " << hung.front();
-  const auto report = check(run.histories(), run.faults, ttl);
+  const auto report = check(run.w.histories(), run.w.faults, ttl);
   std::cout << report.table();
   EXPECT_GT(report.acquisitions, 40) << "the workers hardly ran";
   EXPECT_TRUE(report.violations.empty()) << report.violations.front();
@@ -185,21 +253,71 @@ TEST(Nemesis, FindsThePlantedMintWithoutItsClockFloor) {
   // loaded under its own name and calls it): a FLUSHALL then restarts the tokens from 1.
   const auto planted = library_without_clock_floor();
   ASSERT_FALSE(planted.empty()) << "the planted bug no longer matches the mint";
-  Schedule run;
-  ASSERT_EQ(run.lock_server->command({"FUNCTION", "LOAD", planted}).rfind("redis_lock_", 0), 0u);
+  Standalone run;
+  ASSERT_EQ(run.server->command({"FUNCTION", "LOAD", planted}).rfind("redis_lock_", 0), 0u);
   run.start(8, "planted");
   std::this_thread::sleep_for(3s);
-  run.fault(
-      FaultKind::flushall, -1, 0ms, [&] { run.lock_server->command({"FLUSHALL"}); }, [] {});
-  const auto hung = run.finish(40s);
+  run.w.fault(
+      FaultKind::flushall, -1, 0ms, [&] { run.server->command({"FLUSHALL"}); }, [] {});
+  const auto hung = run.w.finish(40s);
   EXPECT_TRUE(hung.empty());
-  const auto report = check(run.histories(), run.faults, ttl);
+  const auto report = check(run.w.histories(), run.w.faults, ttl);
   std::cout << report.table();
   ASSERT_FALSE(report.violations.empty()) << "the planted bug was not found";
   std::cout << "[nemesis] planted mint without its clock floor found: " << report.violations.front()
             << "\n";
   EXPECT_NE(report.violations.front().find("TOKEN_ORDER"), std::string::npos)
       << report.violations.front();
+}
+
+// The checker, seen failing: synthetic histories (ms on the steady clock) with what it must
+// catch and what it must let through.
+std::string history_of(std::initializer_list<std::string> lines) {
+  std::string out;
+  for (const auto& l : lines) {
+    const auto space = l.find(' ');
+    out += std::to_string(std::stoll(l.substr(0, space)) * 1000000) + l.substr(space) + "\n";
+  }
+  return out + "999999000000 done\n";
+}
+
+TEST(NemesisChecker, AnOverlapWithoutAFaultIsAViolationAndAcrossARestartIsNot) {
+  // Worker 0 holds from 100 to 600 ms (valid until 900); worker 1 is granted at 400.
+  const auto a = history_of({"90 acquire invoke", "100 acquire ok 10 900000000", "101 write ok 10",
+                             "600 release invoke 10 0 900000000", "601 release ok 1"});
+  const auto b =
+      history_of({"300 acquire invoke", "400 acquire ok 11 1400000000", "401 write ok 11",
+                  "500 release invoke 11 0 1400000000", "501 release ok 1"});
+  const auto none = check({a, b}, {}, 1000ms);
+  ASSERT_EQ(none.violations.size(), 1u);
+  EXPECT_EQ(none.violations.front().rfind("OVERLAP", 0), 0u) << none.violations.front();
+  const auto restart =
+      check({a, b}, {Fault{FaultKind::restart, -1, 200 * 1000000LL, 250 * 1000000LL}}, 1000ms);
+  EXPECT_TRUE(restart.violations.empty()) << restart.violations.front();
+  EXPECT_EQ(restart.rows.at(to_string(FaultKind::restart)).overlaps, 1);
+  // A pause explains nothing: the paused holder's validity bounds it.
+  const auto pause =
+      check({a, b}, {Fault{FaultKind::pause, 0, 200 * 1000000LL, 250 * 1000000LL}}, 1000ms);
+  EXPECT_EQ(pause.violations.size(), 1u);
+}
+
+TEST(NemesisChecker, ATokenBelowOneGrantedBeforeIsAViolation) {
+  const auto a = history_of({"90 acquire invoke", "100 acquire ok 10 900000000",
+                             "200 release invoke 10 0 900000000", "201 release ok 1"});
+  const auto b = history_of({"300 acquire invoke", "400 acquire ok 9 1400000000",
+                             "500 release invoke 9 0 1400000000", "501 release ok 1"});
+  const auto r = check({a, b}, {}, 1000ms);
+  ASSERT_EQ(r.violations.size(), 1u);
+  EXPECT_EQ(r.violations.front().rfind("TOKEN_ORDER", 0), 0u) << r.violations.front();
+}
+
+TEST(NemesisChecker, AnUnendedCallAndAnUnnamedErrorAreViolations) {
+  const auto a = history_of({"90 acquire invoke", "100 acquire fail"});
+  auto b = std::string("100000000 acquire invoke\n");  // never ends, no 'done'
+  const auto r = check({a, b}, {}, 1000ms);
+  ASSERT_EQ(r.violations.size(), 2u);
+  EXPECT_EQ(r.violations[0].rfind("NAMED", 0), 0u) << r.violations[0];
+  EXPECT_EQ(r.violations[1].rfind("HANG", 0), 0u) << r.violations[1];
 }
 
 }  // namespace

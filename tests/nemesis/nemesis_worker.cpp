@@ -6,7 +6,8 @@
 // independent server (a script that accepts only a token above the highest it saw), hold a
 // while, release.
 //
-//   nemesis_worker LOCK_PORT REGISTER_PORT RESOURCE TTL_MS SECONDS HISTORY_FILE
+//   nemesis_worker LOCK_URL REGISTER_PORT RESOURCE TTL_MS SECONDS HISTORY_FILE
+// (LOCK_URL as ConnectionConfig::from_url reads it: standalone, redis+cluster://, ...)
 //
 // History lines: '<steady ns> <event> <fields>':
 //   acquire invoke | acquire ok <fence> <valid until ns> | acquire none | acquire fail <error>
@@ -72,10 +73,14 @@ std::string named(const boost::system::error_code& ec) {
 int main(int argc, char** argv) {
   if (argc != 7) {
     std::fprintf(stderr,
-                 "usage: nemesis_worker LOCK_PORT REGISTER_PORT RESOURCE TTL_MS SECONDS FILE\n");
+                 "usage: nemesis_worker LOCK_URL REGISTER_PORT RESOURCE TTL_MS SECONDS FILE\n");
     return 2;
   }
-  const auto lock_port = static_cast<std::uint16_t>(std::atoi(argv[1]));
+  auto cfg = redis_lock::ConnectionConfig::from_url(argv[1]);
+  if (!cfg) {
+    std::fprintf(stderr, "nemesis_worker: %s\n", cfg.error().message().c_str());
+    return 2;
+  }
   const int register_port = std::atoi(argv[2]);
   const std::string resource = argv[3];
   const auto ttl = std::chrono::milliseconds(std::atoll(argv[4]));
@@ -83,11 +88,9 @@ int main(int argc, char** argv) {
   History history(argv[6]);
 
   asio::io_context io;
-  redis_lock::ConnectionConfig cfg;
-  cfg.port = lock_port;
-  cfg.connect_timeout = 300ms;
-  cfg.command_timeout = 300ms;
-  redis_lock::LockManager locks(io.get_executor(), cfg);
+  cfg->connect_timeout = 300ms;
+  cfg->command_timeout = 300ms;
+  redis_lock::LockManager locks(io.get_executor(), *cfg);
   redisContext* reg = redisConnectWithTimeout("127.0.0.1", register_port, timeval{1, 0});
   if (reg == nullptr || reg->err) return 3;
   const timeval limit{1, 0};
