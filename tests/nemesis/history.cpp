@@ -28,6 +28,10 @@ const char* to_string(FaultKind k) noexcept {
       return "Cluster: the lock's slot migrated";
     case FaultKind::master_killed:
       return "Cluster: the lock's master SIGKILLed, replica promoted";
+    case FaultKind::sentinel_failover:
+      return "Sentinel: SENTINEL FAILOVER";
+    case FaultKind::sentinel_master_killed:
+      return "Sentinel: the master SIGKILLed, replica promoted";
   }
   return "?";
 }
@@ -54,7 +58,8 @@ bool loses_data(FaultKind k) {
   // So may a master killed before its replica had the last writes (asynchronous
   // replication: the "Replica promoted" rows).
   return k == FaultKind::restart || k == FaultKind::flushall || k == FaultKind::clock_forward ||
-         k == FaultKind::master_killed;
+         k == FaultKind::master_killed || k == FaultKind::sentinel_failover ||
+         k == FaultKind::sentinel_master_killed;
 }
 
 }  // namespace

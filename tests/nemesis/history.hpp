@@ -19,9 +19,11 @@ enum class FaultKind {
   flushall,
   clock_forward,
   clock_back,
-  failover,       ///< Cluster: CLUSTER FAILOVER of the lock's master (a replica in sync)
-  migration,      ///< Cluster: the lock's slot moved to another master, keys and all
-  master_killed,  ///< Cluster: the lock's master SIGKILLed, its replica promoted
+  failover,                ///< Cluster: CLUSTER FAILOVER of the lock's master (a replica in sync)
+  migration,               ///< Cluster: the lock's slot moved to another master, keys and all
+  master_killed,           ///< Cluster: the lock's master SIGKILLed, its replica promoted
+  sentinel_failover,       ///< Sentinel: SENTINEL FAILOVER
+  sentinel_master_killed,  ///< Sentinel: the master SIGKILLed, the sentinels promote
 };
 const char* to_string(FaultKind k) noexcept;
 

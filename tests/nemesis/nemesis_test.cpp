@@ -12,6 +12,7 @@
 #include "clock_file.hpp"
 #include "keys.hpp"
 #include "redis_cluster.hpp"
+#include "redis_sentinel.hpp"
 #include "redis_server.hpp"
 #include "tcp_proxy.hpp"
 
@@ -176,7 +177,7 @@ TEST(Nemesis, ClusterKeepsEveryPromiseThroughAFailoverAMigrationAndAKilledMaster
   }
   const auto slot = detail::key_slot("lock:{nemesis}");
   Workers w;
-  w.start(std::vector<std::string>(workers, url), 40, "cluster");
+  w.start(std::vector<std::string>(workers, url), 30, "cluster");
   const auto quiet = [] { std::this_thread::sleep_for(2s); };
   quiet();
   w.fault(
@@ -211,6 +212,29 @@ TEST(Nemesis, ClusterKeepsEveryPromiseThroughAFailoverAMigrationAndAKilledMaster
       });
   cluster.node(killed).restart();  // back as a replica
   cluster.wait_healthy();
+  quiet();
+  const auto hung = w.finish(90s);
+  EXPECT_TRUE(hung.empty()) << "hung: " << hung.front();
+  const auto report = check(w.histories(), w.faults, ttl);
+  std::cout << report.table();
+  EXPECT_GT(report.acquisitions, 40) << "the workers hardly ran";
+  EXPECT_TRUE(report.violations.empty()) << report.violations.front();
+}
+
+TEST(Nemesis, SentinelKeepsEveryPromiseThroughFailovers) {
+  test::RedisSentinelSet set;
+  Workers w;
+  w.start(std::vector<std::string>(workers, set.url()), 30, "sentinel");
+  const auto quiet = [] { std::this_thread::sleep_for(2s); };
+  quiet();
+  w.fault(
+      FaultKind::sentinel_failover, -1, 0ms, [&] { set.failover(); }, [] {});
+  quiet();
+  const auto killed = set.master();
+  w.fault(
+      FaultKind::sentinel_master_killed, -1, 0ms, [&] { set.data(killed).kill(SIGKILL); },
+      [&] { set.wait_new_master(killed); });
+  set.data(killed).restart();  // the sentinels make it a replica
   quiet();
   const auto hung = w.finish(90s);
   EXPECT_TRUE(hung.empty()) << "hung: " << hung.front();
