@@ -124,6 +124,13 @@ Report check(const std::vector<std::string>& histories, const std::vector<Fault>
         long long valid = 0;
         f >> fence >> lost >> valid;
         mine[open].ends = std::min(t, valid);
+        // LOST_SIGNAL: an auto-renewed guard's lost() "is true from valid_until() on".
+        if (t > valid && lost == 0) {
+          r.violations.push_back("LOST_SIGNAL: worker " + std::to_string(w) + "'s guard (token " +
+                                 std::to_string(fence) + ") said it was not lost " +
+                                 std::to_string((t - valid) / 1000000) +
+                                 " ms after its validity ended");
+        }
         ++r.releases;
       } else if (event == "release" && what != "invoke") {
         open = -1;
@@ -186,7 +193,15 @@ Report check(const std::vector<std::string>& histories, const std::vector<Fault>
   // an overlap a fault explains.
   for (const Holding& h : holdings) {
     if (!h.refused) continue;
-    if (const Fault* f = explained_by(h.invoked, h.ends + 1000000000LL)) {
+    // Or the writer was paused past its validity before it wrote: "fencing protects the
+    // resource" (docs/safety.md, a client pauses), which is this refusal.
+    const auto paused = std::find_if(faults.begin(), faults.end(), [&](const Fault& f) {
+      return f.kind == FaultKind::pause && f.target == h.worker && f.at <= h.ends &&
+             f.healed >= h.granted;
+    });
+    if (paused != faults.end()) {
+      ++r.rows[to_string(paused->kind)].refused;
+    } else if (const Fault* f = explained_by(h.invoked, h.ends + 1000000000LL)) {
       ++r.rows[to_string(f->kind)].refused;
     } else {
       r.violations.push_back("WRITES: the register refused worker " + std::to_string(h.worker) +
@@ -198,6 +213,11 @@ Report check(const std::vector<std::string>& histories, const std::vector<Fault>
   for (const auto& f : faults) {
     auto& row = r.rows[to_string(f.kind)];
     ++row.faults;
+    // Whether it struck while someone held the lock (a fault between holdings tests less).
+    if (std::any_of(holdings.begin(), holdings.end(),
+                    [&](const Holding& h) { return h.granted <= f.healed && h.ends >= f.at; })) {
+      ++row.hits;
+    }
     const auto next = std::lower_bound(grants.begin(), grants.end(), f.healed);
     const long long ms = next == grants.end() ? -1 : (*next - f.healed) / 1000000;
     row.worst_recovery_ms = std::max(row.worst_recovery_ms, ms);
@@ -209,11 +229,11 @@ std::string Report::table() const {
   std::ostringstream out;
   out << "[nemesis] " << acquisitions << " grants, " << writes << " fenced writes (" << refused
       << " refused), " << releases << " releases, " << timeouts << " waits that ran out\n";
-  out << "[nemesis] | fault | count | overlaps it explains | writes refused | worst recovery "
-         "(ms) |\n";
+  out << "[nemesis] | fault | count | struck a holding | overlaps it explains | writes refused "
+         "| worst recovery (ms) |\n";
   for (const auto& [name, row] : rows) {
-    out << "[nemesis] | " << name << " | " << row.faults << " | " << row.overlaps << " | "
-        << row.refused << " | " << row.worst_recovery_ms << " |\n";
+    out << "[nemesis] | " << name << " | " << row.faults << " | " << row.hits << " | "
+        << row.overlaps << " | " << row.refused << " | " << row.worst_recovery_ms << " |\n";
   }
   for (const auto& [name, count] : errors)
     out << "[nemesis] error " << name << ": " << count << "\n";

@@ -41,7 +41,7 @@ struct Report {
   std::map<std::string, int> errors;  ///< named errors, with counts
   /// Per fault kind: how many, overlaps they explain, the longest time to the next grant.
   struct Row {
-    int faults = 0, overlaps = 0, refused = 0;
+    int faults = 0, hits = 0, overlaps = 0, refused = 0;
     long long worst_recovery_ms = 0;
   };
   std::map<std::string, Row> rows;
@@ -55,6 +55,7 @@ struct Report {
 ///   lock's data or steps the server's clock forward (docs/safety.md says so), counted;
 /// - TOKEN_ORDER: a grant that began after another ended has the larger fencing token;
 /// - WRITES: the register refuses a token only where an overlap is explained;
+/// - LOST_SIGNAL: a guard past its validity says it is lost;
 /// - HANG: every call ends, within its wait and timeouts (and a pause);
 /// - NAMED: every error has a name;
 /// and measures each fault's recovery (from its heal to the next grant).

@@ -99,6 +99,20 @@ struct Workers {
     return s.str();
   }
 
+  /// The worker that holds the lock now, as its history says (granted, not yet released),
+  /// or `otherwise`: a fault aimed at a holder.
+  int holder(int otherwise) const {
+    for (std::size_t i = 0; i < files.size(); ++i) {
+      const auto text = read_file(files[i]);
+      const auto granted = text.rfind(" acquire ok ");
+      if (granted != std::string::npos &&
+          text.find(" release invoke ", granted) == std::string::npos) {
+        return static_cast<int>(i);
+      }
+    }
+    return otherwise;
+  }
+
   std::vector<std::string> histories() const {
     std::vector<std::string> out;
     for (const auto& f : files) out.push_back(read_file(f));
@@ -135,9 +149,10 @@ struct Standalone {
   void schedule() {
     const auto quiet = [] { std::this_thread::sleep_for(1500ms); };
     quiet();
+    const int cut = w.holder(0);
     w.fault(
-        FaultKind::partition, 0, 1500ms, [&] { proxies[0]->set_blackhole(true); },
-        [&] { proxies[0]->set_blackhole(false); });
+        FaultKind::partition, cut, 1500ms, [&] { proxies[cut]->set_blackhole(true); },
+        [&] { proxies[cut]->set_blackhole(false); });
     quiet();
     w.fault(
         FaultKind::delay, -1, 2000ms,
@@ -148,9 +163,10 @@ struct Standalone {
           for (auto& p : proxies) p->set_delay(0ms);
         });
     quiet();
+    const int paused = w.holder(1);
     w.fault(
-        FaultKind::pause, 1, 1500ms, [&] { w.children[1]->signal(SIGSTOP); },
-        [&] { w.children[1]->signal(SIGCONT); });
+        FaultKind::pause, paused, 1500ms, [&] { w.children[paused]->signal(SIGSTOP); },
+        [&] { w.children[paused]->signal(SIGCONT); });
     quiet();
     w.fault(
         FaultKind::restart, -1, 300ms, [&] { server->kill(SIGKILL); },
@@ -333,6 +349,14 @@ TEST(NemesisChecker, ATokenBelowOneGrantedBeforeIsAViolation) {
   const auto r = check({a, b}, {}, 1000ms);
   ASSERT_EQ(r.violations.size(), 1u);
   EXPECT_EQ(r.violations.front().rfind("TOKEN_ORDER", 0), 0u) << r.violations.front();
+}
+
+TEST(NemesisChecker, AGuardPastItsValidityThatSaysItIsNotLostIsAViolation) {
+  const auto a = history_of({"90 acquire invoke", "100 acquire ok 10 900000000",
+                             "950 release invoke 10 0 900000000", "951 release ok 0"});
+  const auto r = check({a}, {}, 1000ms);
+  ASSERT_EQ(r.violations.size(), 1u);
+  EXPECT_EQ(r.violations.front().rfind("LOST_SIGNAL", 0), 0u) << r.violations.front();
 }
 
 TEST(NemesisChecker, AnUnendedCallAndAnUnnamedErrorAreViolations) {

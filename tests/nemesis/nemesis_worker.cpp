@@ -129,7 +129,7 @@ int main(int argc, char** argv) {
               (r->type == REDIS_REPLY_INTEGER && r->integer == 1 ? "write ok " : "write refused ") +
               fence);
           freeReplyObject(r);
-          timer.expires_after(std::chrono::milliseconds(20 + rng() % 130));
+          timer.expires_after(std::chrono::milliseconds(50 + rng() % 350));
           co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));
           history.line("release invoke " + fence + " " + (guard.lost() ? "1 " : "0 ") +
                        std::to_string(ns(guard.valid_until())));
