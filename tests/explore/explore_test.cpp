@@ -104,6 +104,10 @@ Setup setup_of(std::uint64_t seed) {
                                           : Kind::exclusive);
     }
     if (next() % 2 == 0) s.kinds[0] = Kind::mutex;
+  } else if (next() % 4 == 0) {
+    // An election: today's candidates only (a candidate's lease keeps its record beside it).
+    s.kinds.assign(n, Kind::candidate);
+    s.builds.assign(n, Build::signing);
   }
   return s;
 }
@@ -116,14 +120,16 @@ struct Found {
   double seconds = 0;
 };
 
-/// Sampled runs (seeds 1, 2, ...) for `seconds`; the first violation, shrunk.
+/// Sampled runs (seeds 1, 2, ...) for `seconds` or `max_steps`, whichever ends first; the
+/// first violation, shrunk.
 std::optional<Found> sample_for(Explorer& x, double seconds, std::size_t depth,
-                                const std::string& plant) {
+                                const std::string& plant,
+                                std::uint64_t max_steps = ~std::uint64_t{0}) {
   const auto start = Clock::now();
   const auto until = start + std::chrono::duration<double>(seconds);
   std::vector<Event> played;
   std::uint64_t seed = 0;
-  while (Clock::now() < until) {
+  while (Clock::now() < until && x.steps() < max_steps) {
     ++seed;
     auto setup = setup_of(seed);
     setup.plant = plant;
@@ -174,7 +180,8 @@ TEST_F(Explore, EveryInterleavingOfTwoClientsKeepsEveryPromise) {
                      .plant = {},
                      .clock_steps = other == Build::signing});  // (its steps once: a pair)
   }
-  // And the lease sets: two permits of one, a reader and a writer, a mutex beside a permit.
+  // And the lease sets: two permits of one, a reader and a writer, an election's two
+  // candidates, a mutex beside a permit.
   const std::vector<Build> two = {Build::signing, Build::signing};
   pairs.push_back({.builds = two,
                    .kinds = {Kind::permit, Kind::permit},
@@ -183,6 +190,10 @@ TEST_F(Explore, EveryInterleavingOfTwoClientsKeepsEveryPromise) {
                    .clock_steps = false});
   pairs.push_back(
       {.builds = two, .kinds = {Kind::shared, Kind::exclusive}, .plant = {}, .clock_steps = false});
+  pairs.push_back({.builds = two,
+                   .kinds = {Kind::candidate, Kind::candidate},
+                   .plant = {},
+                   .clock_steps = false});
   pairs.push_back({.builds = two,
                    .kinds = {Kind::mutex, Kind::permit},
                    .limit = 1,
@@ -202,13 +213,14 @@ TEST_F(Explore, EveryInterleavingOfTwoClientsKeepsEveryPromise) {
   EXPECT_GT(x.sequences(), 100u);
 }
 
-/// A planted bug is found by the sampled runs within `budget` seconds, as `invariant`.
+/// A planted bug is found by the sampled runs within `budget` steps (seeds 1, 2, ...: the
+/// same steps on every machine, however fast), as one of `invariants`.
 void finds_planted(std::uint16_t port, const std::string& plant,
                    const std::vector<std::string>& invariants, double budget) {
   const auto explorer_ = explorer(port, plant);
   Explorer& x = *explorer_;
-  const auto found = sample_for(x, budget, 60, plant);
-  ASSERT_TRUE(found) << "the planted " << plant << " was not found in " << budget << " s";
+  const auto found = sample_for(x, 500, 60, plant, static_cast<std::uint64_t>(budget));
+  ASSERT_TRUE(found) << "the planted " << plant << " was not found in " << budget << " steps";
   std::cout << "[explore] planted " << plant << " found after " << found->seconds << " s, "
             << x.steps() << " steps: " << report(*found) << "\n";
   const auto named = [&](const std::string& name) {
@@ -229,7 +241,7 @@ void finds_planted(std::uint16_t port, const std::string& plant,
 TEST_F(Explore, FindsThePlantedClaimThatReusesAnotherLeasesToken) {
   // acquire.lua's claim as before 44ab8f5: the hand-off's record reused whoever it names.
   finds_planted(port(), "claim_token_reuse", {"FENCE"},
-                env_number("REDIS_LOCK_EXPLORE_PLANT_SECONDS", 120));
+                env_number("REDIS_LOCK_EXPLORE_PLANT_STEPS", 200000));
 }
 
 TEST_F(Explore, FindsThePlantedPurgeOf64LapsedPlaces) {
@@ -237,7 +249,7 @@ TEST_F(Explore, FindsThePlantedPurgeOf64LapsedPlaces) {
   // serves nobody while a live waiter waits behind the rest, or an attempt finds the
   // resource free of anything live and is refused.
   finds_planted(port(), "purge_64", {"SERVED", "LIVE"},
-                env_number("REDIS_LOCK_EXPLORE_PLANT_SECONDS", 120));
+                env_number("REDIS_LOCK_EXPLORE_PLANT_STEPS", 200000));
 }
 
 TEST_F(Explore, FoundSequencesKeepEveryPromise) {

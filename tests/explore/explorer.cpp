@@ -91,6 +91,8 @@ std::string_view to_string(Kind k) noexcept {
       return "shared";
     case Kind::exclusive:
       return "exclusive";
+    case Kind::candidate:
+      return "candidate";
   }
   return "?";
 }
@@ -255,8 +257,10 @@ Explorer::Explorer(std::uint16_t port, std::string plant_name)
     if (r->type != REDIS_REPLY_STRING) throw std::runtime_error("explorer: " + text_of(r.get()));
     sha_[old] = text_of(r.get());
   }
-  auto r = sub_->command({"PSUBSCRIBE", "x:notify:*"});
-  if (r->type != REDIS_REPLY_ARRAY) throw std::runtime_error("explorer: PSUBSCRIBE failed");
+  auto r = sub_->command({"PSUBSCRIBE", "x:notify:*", "x:leader:*"});
+  if (r->type != REDIS_REPLY_ARRAY || sub_->read()->type != REDIS_REPLY_ARRAY) {
+    throw std::runtime_error("explorer: PSUBSCRIBE failed");
+  }
 }
 
 Explorer::~Explorer() = default;
@@ -272,7 +276,11 @@ const detail::ResourceKeys& set_keys() {
   return k;
 }
 
-bool is_set(const Client& c) { return c.kind != Kind::mutex; }
+bool is_set(const Client& c) {
+  return c.kind == Kind::permit || c.kind == Kind::shared || c.kind == Kind::exclusive;
+}
+bool candidate(const Client& c) { return c.kind == Kind::candidate; }
+constexpr std::string_view announce = "Px:leader:r";  // the election's observers' channel
 char letter_of(const Client& c) { return c.kind == Kind::exclusive ? 'x' : 's'; }
 
 /// A client's member suffix, as its build writes it (waiters.cpp, append_member_suffix); a
@@ -283,6 +291,7 @@ std::string suffix_of(const Client& c, bool queues) {
     s += letter_of(c);
     return queues ? s.append(ttl_ms) : s;
   }
+  if (candidate(c)) return s.append("f").append(ttl_ms);  // a candidate queues with no secret
   switch (c.build) {
     case Build::signing:
       s += queues ? "g" + c.secret : "f";
@@ -310,6 +319,8 @@ void Explorer::reset(const Setup& setup) {
   setup_ = setup;
   world_ = World{};
   world_.limit = setup.limit;
+  pending_announce_.clear();
+  pending_end_.clear();
   if (clock_) clock_->store(0);
   crowd_done_ = false;
   for (std::size_t i = 0; i < setup.builds.size(); ++i) {
@@ -478,17 +489,18 @@ std::optional<Violation> Explorer::step(const Event& e) {
       const auto m = mode == '0'   ? scripts::Acquire::Mode::alone
                      : mode == '1' ? scripts::Acquire::Mode::queue
                                    : scripts::Acquire::Mode::claim;
-      return call(scripts::Acquire{.lease = k.lease(),
-                                   .fence = k.fence(),
-                                   .queue = k.queue(),
-                                   .queue_expiry = k.queue_expiry(),
-                                   .info = scripts::Optional(k.info()),
-                                   .token = c.token,
-                                   .ttl_ms = ttl_ms,
-                                   .mode = m,
-                                   .place_ms = ttl_ms,
-                                   .member_suffix = suffix,
-                                   .announce = std::nullopt});
+      return call(scripts::Acquire{
+          .lease = k.lease(),
+          .fence = k.fence(),
+          .queue = k.queue(),
+          .queue_expiry = k.queue_expiry(),
+          .info = scripts::Optional(k.info()),
+          .token = c.token,
+          .ttl_ms = ttl_ms,
+          .mode = m,
+          .place_ms = ttl_ms,
+          .member_suffix = suffix,
+          .announce = candidate(c) ? scripts::Optional(announce) : scripts::Optional()});
     }
     // The builds before: '<mode><place ms> <member suffix>' in one argument, no claim mode.
     const std::string how =
@@ -508,15 +520,16 @@ std::optional<Violation> Explorer::step(const Event& e) {
                                       .notify = notify});
     }
     if (today(c.build)) {
-      return call(scripts::Release{.lease = k.lease(),
-                                   .queue = k.queue(),
-                                   .queue_expiry = k.queue_expiry(),
-                                   .fence = k.fence(),
-                                   .info = scripts::Optional(k.info()),
-                                   .token = c.token,
-                                   .member_suffix = suffix,
-                                   .notify = notify,
-                                   .announce = std::nullopt});
+      return call(scripts::Release{
+          .lease = k.lease(),
+          .queue = k.queue(),
+          .queue_expiry = k.queue_expiry(),
+          .fence = k.fence(),
+          .info = scripts::Optional(k.info()),
+          .token = c.token,
+          .member_suffix = suffix,
+          .notify = notify,
+          .announce = candidate(c) ? scripts::Optional(announce) : scripts::Optional()});
     }
     if (c.build == Build::ec7000c) {
       const std::string how = suffix + " " + std::string(notify);
@@ -537,13 +550,14 @@ std::optional<Violation> Explorer::step(const Event& e) {
     // The builds that keep the holder's record beside a bare lease (89ab635's acquire) sent
     // the record's key too, and extended both (89ab635's extend.lua did what today's does
     // for a bare lease); today's holders fold the record into the lease.
-    const bool record_beside = c.build == Build::p89ab635 || c.build == Build::ec7000c;
-    return call(
-        scripts::Extend{.lease = k.lease(),
-                        .info = record_beside ? scripts::Optional(k.info()) : scripts::Optional(),
-                        .token = c.token,
-                        .ttl_ms = ttl_ms,
-                        .announce = std::nullopt});
+    const bool record_beside =
+        c.build == Build::p89ab635 || c.build == Build::ec7000c || candidate(c);
+    return call(scripts::Extend{
+        .lease = k.lease(),
+        .info = record_beside ? scripts::Optional(k.info()) : scripts::Optional(),
+        .token = c.token,
+        .ttl_ms = ttl_ms,
+        .announce = candidate(c) ? scripts::Optional(announce) : scripts::Optional()});
   };
   auto end_holding = [&](const std::string& token) {
     if (auto it = w.holdings.find(token); it != w.holdings.end()) it->second.second = false;
@@ -570,7 +584,8 @@ std::optional<Violation> Explorer::step(const Event& e) {
         if (!a && error.find("WRONGTYPE") != std::string::npos) {
           // FREE_FOR_ANY_KIND: "once no hold is live and nobody waits, the resource is free
           // for any kind".
-          if (!other_kind) {
+          // (Not after a step back of the clock: a hold it revived keeps the kind.)
+          if (!other_kind && !w.clock_went_back) {
             return fail("FREE_FOR_ANY_KIND",
                         to_string(e) + " found another kind where nothing of it is live: " + error);
           }
@@ -582,6 +597,7 @@ std::optional<Violation> Explorer::step(const Event& e) {
         if (!a) return fail("SCRIPT_ERROR", to_string(e) + ": " + error);
         if (a->granted) {
           if (auto v = check_grant(w, c.token, a->fence, c.build != Build::ec7000c)) return v;
+          if (candidate(c)) pending_announce_.push_back({a->fence, e.client});
           c.state = State::holding;
           c.fence = a->fence;
           c.ended = false;
@@ -632,6 +648,9 @@ std::optional<Violation> Explorer::step(const Event& e) {
           }
         }
         if (e.what == Do::extend && *got == 1) break;
+        if (candidate(c) && live && *got == 1 && e.what == Do::release) {
+          pending_end_.push_back(c.fence);
+        }
         released_live = live && e.what != Do::extend;
         end_holding(c.token);
         c.state = State::idle;
@@ -900,7 +919,26 @@ std::optional<Violation> Explorer::after_step(const Event& e, bool released_live
   bool handed = false;
   const bool promised = e.client < 0 || e.what == Do::lapse_place || e.what == Do::lapse_hold ||
                         w.clients[e.client].build != Build::ec7000c;
+  w.begun_this_step.clear();
+  w.ended_this_step.clear();
   for (const auto& [channel, text] : messages) {
+    if (channel.rfind("x:leader:", 0) == 0) {  // an election's news: '<term> ...', '- <term>'
+      std::istringstream in(text);
+      std::string first;
+      std::uint64_t term = 0;
+      in >> first;
+      if (first == "-") {
+        in >> term;
+        w.ended_this_step.push_back(term);
+      } else {
+        term = std::stoull(first);
+        w.begun_this_step.push_back(term);
+        w.announced.insert(term);
+      }
+    }
+  }
+  for (const auto& [channel, text] : messages) {
+    if (channel.rfind("x:leader:", 0) == 0) continue;
     const auto id = channel.substr(channel.rfind(':') + 1);
     const auto m = read_message(text);
     if (id == phantom_id) {
@@ -936,6 +974,7 @@ std::optional<Violation> Explorer::after_step(const Event& e, bool released_live
     }
     if (m.fence > 0 && promised) {
       if (auto v = check_grant(w, c.token, m.fence, true)) return v;
+      if (candidate(c)) pending_announce_.push_back({m.fence, to});
     } else if (m.fence > w.max_fence) {
       w.max_fence = m.fence;  // minted by an earlier build's release: the claim decides
     }
@@ -955,6 +994,14 @@ std::optional<Violation> Explorer::after_step(const Event& e, bool released_live
   if (released_live && promised) {
     if (auto v = check_served(w, handed, live_waiters_before)) return v;
   }
+  for (const auto& [term, who] : pending_announce_) {
+    if (auto v = check_announced(w, term, "c" + std::to_string(who))) return v;
+  }
+  for (const auto term : pending_end_) {
+    if (auto v = check_term_ended(w, term)) return v;
+  }
+  pending_announce_.clear();
+  pending_end_.clear();
   states_.insert(state_hash());
   if (auto v = check_invariants(w)) return v;
   // What inspect.lua tells an operator, against the same model.

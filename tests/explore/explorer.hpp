@@ -35,7 +35,9 @@ std::string_view to_string(Build b) noexcept;
 
 /// What a client takes: a mutex's lease, or one hold of a lease set (a semaphore's permit, a
 /// read-write lock's shared or exclusive hold). Every client of a run works on one resource.
-enum class Kind : std::uint8_t { mutex, permit, shared, exclusive };
+/// An election's candidate is a mutex whose holder is the leader, its record beside the
+/// lease and every change of leader announced.
+enum class Kind : std::uint8_t { mutex, permit, shared, exclusive, candidate };
 std::string_view to_string(Kind k) noexcept;
 
 /// What happens next: a client's call, or the world's event (client -1; lapse_place and
@@ -125,9 +127,12 @@ struct World {
   std::vector<Client> clients;
   std::map<std::string, std::pair<std::uint64_t, bool>> holdings;  ///< token -> fence, live
   std::uint64_t max_fence = 0;
-  std::set<std::string> phantoms;  ///< the crowd's tokens (never live)
-  int limit = 2;                   ///< a semaphore's
-  bool fairness_promised = true;   ///< no client further back than the build before
+  std::set<std::string> phantoms;              ///< the crowd's tokens (never live)
+  int limit = 2;                               ///< a semaphore's
+  std::set<std::uint64_t> announced;           ///< terms an election's observers heard
+  std::vector<std::uint64_t> ended_this_step;  ///< terms heard ended ('- <term>') in the step
+  std::vector<std::uint64_t> begun_this_step;  ///< terms heard begun in the step
+  bool fairness_promised = true;               ///< no client further back than the build before
   /// The server's clock was stepped back and is behind the latest it showed; a counter lost
   /// then may mint below tokens granted before ("never lowers a token while the counter
   /// survives"): FENCE is not promised from then on.
@@ -194,6 +199,8 @@ class Explorer {
   std::uint64_t attempts_ = 0, joins_ = 0, steps_ = 0, sequences_ = 0;
   bool crowd_done_ = false;
   std::atomic<std::int64_t>* clock_ = nullptr;
+  std::vector<std::pair<std::uint64_t, int>> pending_announce_;  // a leader's term, its client
+  std::vector<std::uint64_t> pending_end_;                       // a leader's released term
   std::uint64_t ended_by_clock_ = 0;
   std::uint64_t revived_by_clock_ = 0;
   /// After a step of the server's clock: what it expired (forward: the holders believe on)
@@ -209,6 +216,11 @@ struct Inspection {
   long long waiters = 0, holders = 0;
 };
 std::optional<Violation> check_inspection(const World& world, const Inspection& seen);
+/// An election's observers heard of `term`, which `who` now holds (ANNOUNCED).
+std::optional<Violation> check_announced(const World& world, std::uint64_t term,
+                                         const std::string& who);
+/// A leader that released its live term: its end, or its successor's term, was heard.
+std::optional<Violation> check_term_ended(const World& world, std::uint64_t term);
 
 /// invariants.cpp: every promise checked after every step, in one place.
 std::optional<Violation> check_invariants(const World& world);

@@ -21,7 +21,12 @@ bool live_hold(const Client& c) {
 bool live_waiter(const Client& c) { return c.state == State::waiting && c.place_live; }
 
 /// The kinds that share a resource: a mutex; a semaphore's permits; a read-write lock's holds.
-int family(Kind k) { return k == Kind::mutex ? 0 : k == Kind::permit ? 1 : 2; }
+int family(Kind k) {
+  return k == Kind::mutex || k == Kind::candidate ? 0 : k == Kind::permit ? 1 : 2;
+}
+
+/// A mutex's lease: a plain mutex's, or an election's.
+bool string_lease(Kind k) { return k == Kind::mutex || k == Kind::candidate; }
 
 std::string who(const World& w, int i) {
   const Client& c = w.clients[i];
@@ -40,7 +45,7 @@ bool fits(const World& w, Kind kind, int except) {
   for (int i = 0; i < static_cast<int>(w.clients.size()); ++i) {
     const Client& o = w.clients[i];
     if (i == except || !live_hold(o)) continue;
-    if (kind == Kind::mutex || kind == Kind::exclusive || o.kind != kind) return false;
+    if (string_lease(kind) || kind == Kind::exclusive || o.kind != kind) return false;
     ++permits;
   }
   return kind != Kind::permit || permits < w.limit;
@@ -65,6 +70,7 @@ std::optional<Violation> check_invariants(const World& w) {
     if (first < 0) first = i;
     switch (c.kind) {
       case Kind::mutex:
+      case Kind::candidate:
         ++mutexes;
         break;
       case Kind::permit:
@@ -89,7 +95,7 @@ std::optional<Violation> check_invariants(const World& w) {
     }
     // LEASE_NAMES_HOLDER: a live lease is the holder's until it releases it, and nobody
     // else's call changes that ("compare-and-delete on a token").
-    if (c.kind == Kind::mutex) {
+    if (string_lease(c.kind)) {
       if (!keys.lease || keys.lease->compare(0, 32, c.token) != 0) {
         return Violation{"LEASE_NAMES_HOLDER", who(w, i) + " holds it but the lease is " +
                                                    (keys.lease ? *keys.lease : "gone")};
@@ -136,7 +142,7 @@ std::optional<Violation> check_inspection(const World& w, const Inspection& seen
     waiters += live_waiter(c) ? 1 : 0;
     if (!live_hold(c)) continue;
     ++holds;
-    if (c.kind != Kind::mutex) continue;
+    if (!string_lease(c.kind)) continue;
     if (seen.what != "mutex")
       return Violation{"INSPECT", who(w, i) + " holds it, inspect says " + seen.what};
     // A holding's record: its own fencing token (a hand-off not yet claimed may show none).
@@ -156,6 +162,25 @@ std::optional<Violation> check_inspection(const World& w, const Inspection& seen
                                     " live holds, there are " + std::to_string(holds)};
   }
   return std::nullopt;
+}
+
+std::optional<Violation> check_announced(const World& w, std::uint64_t term,
+                                         const std::string& who) {
+  // ANNOUNCED: an election's observers hear every new leader's term ("a new leader is
+  // announced": the grant and the hand-off publish '<fencing token> <ttl ms> <value>').
+  if (w.announced.count(term) > 0) return std::nullopt;
+  return Violation{"ANNOUNCED",
+                   who + " leads with term " + std::to_string(term) + ", which no observer heard"};
+}
+
+std::optional<Violation> check_term_ended(const World& w, std::uint64_t term) {
+  // ANNOUNCED: a leader that steps down is heard to ('- <term>'), or its successor is.
+  const auto& ended = w.ended_this_step;
+  if (std::find(ended.begin(), ended.end(), term) != ended.end() || !w.begun_this_step.empty()) {
+    return std::nullopt;
+  }
+  return Violation{"ANNOUNCED", "the leader of term " + std::to_string(term) +
+                                    " stepped down and no observer heard of it"};
 }
 
 bool other_kind_present(const World& w, int c) {
@@ -247,7 +272,7 @@ std::optional<Violation> check_served(const World& w, bool handed,
   // the release itself" (a mutex: someone is handed it; a lease set: nobody first in line
   // is left waiting for room there is).
   const Client& head = w.clients[live_waiters_before.front()];
-  if (head.kind == Kind::mutex) {
+  if (string_lease(head.kind)) {
     if (handed) return std::nullopt;
     return Violation{"SERVED", "the release served nobody while " +
                                    who(w, live_waiters_before.front()) + " waited live"};

@@ -62,6 +62,13 @@ bool loses_data(FaultKind k) {
          k == FaultKind::sentinel_master_killed;
 }
 
+/// How long after a fault heals it may still let a second holder in: a Sentinel failover's
+/// old master "accepts writes until a sentinel reconfigures it (up to ~10 s ...)" and the
+/// client moves within about a second (docs/safety.md, Sentinel, failover window).
+long long aftermath_ns(FaultKind k) {
+  return k == FaultKind::sentinel_failover ? 11'000'000'000LL : 0;
+}
+
 }  // namespace
 
 Report check(const std::vector<std::string>& histories, const std::vector<Fault>& faults,
@@ -149,7 +156,7 @@ Report check(const std::vector<std::string>& histories, const std::vector<Fault>
   // The fault (of those that may let a second holder in) between two grants, if any.
   auto explained_by = [&](long long from, long long to) -> const Fault* {
     for (const auto& f : faults) {
-      if (loses_data(f.kind) && f.at <= to && f.healed >= from) return &f;
+      if (loses_data(f.kind) && f.at <= to && f.healed + aftermath_ns(f.kind) >= from) return &f;
     }
     return nullptr;
   };
