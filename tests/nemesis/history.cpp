@@ -9,11 +9,15 @@ namespace redis_lock::nemesis {
 const char* to_string(FaultKind k) noexcept {
   switch (k) {
     case FaultKind::partition:
-      return "a worker's path frozen (1.5 s)";
+      return "the holder's path frozen (1.5 s)";
     case FaultKind::delay:
       return "every path 150 ms slower (2 s)";
     case FaultKind::pause:
-      return "a worker paused, SIGSTOP (1.5 s)";
+      return "the holder paused, SIGSTOP (1.5 s)";
+    case FaultKind::reset:
+      return "the holder's connections reset";
+    case FaultKind::pause_waiter:
+      return "a waiter paused, SIGSTOP (1.5 s)";
     case FaultKind::restart:
       return "server SIGKILL + restart, no persistence";
     case FaultKind::flushall:

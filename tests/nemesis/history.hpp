@@ -15,6 +15,8 @@ enum class FaultKind {
   partition,
   delay,
   pause,
+  reset,         ///< the holder's connections reset by its proxy
+  pause_waiter,  ///< a worker that waits for the lock paused
   restart,
   flushall,
   clock_forward,

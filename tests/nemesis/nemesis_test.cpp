@@ -21,12 +21,15 @@
 #include <gtest/gtest.h>
 
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <memory>
 #include <sstream>
 #include <thread>
+
+#include <unistd.h>
 
 namespace redis_lock::nemesis {
 namespace {
@@ -54,7 +57,9 @@ struct Workers {
   /// One worker per URL (its way to the lock server), for `seconds`.
   void start(const std::vector<std::string>& urls, int seconds, const std::string& tag) {
     for (std::size_t i = 0; i < urls.size(); ++i) {
-      files.push_back(::testing::TempDir() + "nemesis-" + tag + "-" + std::to_string(i) + ".log");
+      // (The process id in the name: runs of other builds may share the directory.)
+      files.push_back(::testing::TempDir() + "nemesis-" + tag + "-" + std::to_string(::getpid()) +
+                      "-" + std::to_string(i) + ".log");
       children.push_back(std::make_unique<ChildProcess>(std::vector<std::string>{
           REDIS_LOCK_NEMESIS_WORKER, urls[i], std::to_string(register_server->port()), "nemesis",
           std::to_string(ttl.count()), std::to_string(seconds), files.back()}));
@@ -113,6 +118,28 @@ struct Workers {
     return otherwise;
   }
 
+  /// A worker that waits for the lock now (its last line an acquire sent), or `otherwise`.
+  int waiter(int otherwise) const {
+    for (std::size_t i = 0; i < files.size(); ++i) {
+      const auto text = read_file(files[i]);
+      const auto last = text.rfind('\n', text.size() >= 2 ? text.size() - 2 : 0);
+      if (text.find(" acquire invoke", last == std::string::npos ? 0 : last) != std::string::npos) {
+        return static_cast<int>(i);
+      }
+    }
+    return otherwise;
+  }
+
+  ~Workers() {
+    // The histories stay for a failed test to be read; a passing one leaves nothing behind.
+    if (!::testing::Test::HasFailure()) {
+      for (const auto& f : files) std::remove(f.c_str());
+    }
+  }
+  Workers() = default;
+  Workers(const Workers&) = delete;
+  Workers& operator=(const Workers&) = delete;
+
   std::vector<std::string> histories() const {
     std::vector<std::string> out;
     for (const auto& f : files) out.push_back(read_file(f));
@@ -144,7 +171,7 @@ struct Standalone {
     if (clock.cell() != nullptr) clock.cell()->fetch_add(ms);
   }
 
-  /// The schedule, once (about 18 s), each fault healed before the next, with a quiet
+  /// The schedule, once (about 22 s), each fault healed before the next, with a quiet
   /// second and a half after each.
   void schedule() {
     const auto quiet = [] { std::this_thread::sleep_for(1500ms); };
@@ -167,6 +194,15 @@ struct Standalone {
     w.fault(
         FaultKind::pause, paused, 1500ms, [&] { w.children[paused]->signal(SIGSTOP); },
         [&] { w.children[paused]->signal(SIGCONT); });
+    quiet();
+    const int reset = w.holder(2);
+    w.fault(
+        FaultKind::reset, reset, 0ms, [&] { proxies[reset]->reset_connections(); }, [] {});
+    quiet();
+    const int sleeper = w.waiter(3);
+    w.fault(
+        FaultKind::pause_waiter, sleeper, 1500ms, [&] { w.children[sleeper]->signal(SIGSTOP); },
+        [&] { w.children[sleeper]->signal(SIGCONT); });
     quiet();
     w.fault(
         FaultKind::restart, -1, 300ms, [&] { server->kill(SIGKILL); },
@@ -275,9 +311,9 @@ std::string library_without_clock_floor() {
 
 TEST(Nemesis, StandaloneKeepsEveryPromiseThroughItsFaults) {
   const int rounds =
-      std::max(1, static_cast<int>(env_number("REDIS_LOCK_NEMESIS_SECONDS", 0) / 18));
+      std::max(1, static_cast<int>(env_number("REDIS_LOCK_NEMESIS_SECONDS", 0) / 22));
   Standalone run;
-  const int seconds = rounds * 18 + 2;
+  const int seconds = rounds * 22 + 2;
   run.start(seconds, "standalone");
   for (int i = 0; i < rounds; ++i) run.schedule();
   const auto hung = run.w.finish(std::chrono::seconds(seconds + 30));

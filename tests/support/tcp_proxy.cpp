@@ -41,6 +41,7 @@ struct TcpProxy::Impl {
   std::mutex rewrite_mutex;  // rewrite_replies runs on the test's thread, pump on ours
   std::shared_ptr<const Rewrite> rewrite;
   std::thread thread;
+  std::vector<std::weak_ptr<tcp::socket>> sockets;  // both ends of each connection (io thread)
 
   asio::awaitable<void> pause_while_cut() {
     asio::steady_timer t(io);
@@ -123,6 +124,8 @@ struct TcpProxy::Impl {
       auto [cec] = co_await b->async_connect({asio::ip::make_address("127.0.0.1"), target},
                                              asio::as_tuple(asio::use_awaitable));
       if (cec) continue;  // the server is down: the client sees its connection closed
+      std::erase_if(sockets, [](const auto& s) { return s.expired(); });
+      sockets.insert(sockets.end(), {a, b});
       auto slowed = std::make_shared<bool>(false);
       asio::co_spawn(io, pump(a, b, false, slowed), asio::detached);
       asio::co_spawn(io, pump(b, a, true, slowed), asio::detached);
@@ -148,6 +151,19 @@ void TcpProxy::set_delay(std::chrono::milliseconds delay) noexcept {
 }
 
 void TcpProxy::set_blackhole(bool on) noexcept { impl_->blackhole.store(on); }
+
+void TcpProxy::reset_connections() {
+  asio::post(impl_->io, [impl = impl_.get()] {
+    for (const auto& weak : impl->sockets) {
+      if (auto s = weak.lock()) {
+        boost::system::error_code ignored;
+        s->set_option(tcp::socket::linger(true, 0), ignored);  // RST, not FIN
+        s->close(ignored);
+      }
+    }
+    impl->sockets.clear();
+  });
+}
 
 void TcpProxy::corrupt_next_reply() noexcept { impl_->corrupt_reply.store(true); }
 

@@ -26,6 +26,8 @@ class TcpProxy {
   /// On: nothing is forwarded (bytes wait, as behind a dead link); off: the path heals and
   /// what waited is delivered.
   void set_blackhole(bool on) noexcept;
+  /// Every connection open now is reset (RST, both ends); new ones are accepted as before.
+  void reset_connections();
   /// The next chunk the server sends is replaced by bytes that are not RESP (the command
   /// it answers has run on the server; the client sees a protocol error).
   void corrupt_next_reply() noexcept;
