@@ -147,6 +147,16 @@ struct Workers {
   }
 };
 
+/// The workers end within `limit`, and their history keeps every promise (the table printed).
+void expect_every_promise(Workers& w, std::chrono::seconds limit) {
+  const auto hung = w.finish(limit);
+  EXPECT_TRUE(hung.empty()) << "hung: " << hung.front();
+  const auto report = check(w.histories(), w.faults, ttl);
+  std::cout << report.table();
+  EXPECT_GT(report.acquisitions, 40) << "the workers hardly ran";
+  EXPECT_TRUE(report.violations.empty()) << report.violations.front();
+}
+
 /// A standalone lock server (its clock stepped by the shim) and a proxy per worker.
 struct Standalone {
   test::ClockFile clock;
@@ -265,12 +275,7 @@ TEST(Nemesis, ClusterKeepsEveryPromiseThroughAFailoverAMigrationAndAKilledMaster
   cluster.node(killed).restart();  // back as a replica
   cluster.wait_healthy();
   quiet();
-  const auto hung = w.finish(90s);
-  EXPECT_TRUE(hung.empty()) << "hung: " << hung.front();
-  const auto report = check(w.histories(), w.faults, ttl);
-  std::cout << report.table();
-  EXPECT_GT(report.acquisitions, 40) << "the workers hardly ran";
-  EXPECT_TRUE(report.violations.empty()) << report.violations.front();
+  expect_every_promise(w, 90s);
 }
 
 TEST(Nemesis, SentinelKeepsEveryPromiseThroughFailovers) {
@@ -288,12 +293,7 @@ TEST(Nemesis, SentinelKeepsEveryPromiseThroughFailovers) {
       [&] { set.wait_new_master(killed); });
   set.data(killed).restart();  // the sentinels make it a replica
   quiet();
-  const auto hung = w.finish(90s);
-  EXPECT_TRUE(hung.empty()) << "hung: " << hung.front();
-  const auto report = check(w.histories(), w.faults, ttl);
-  std::cout << report.table();
-  EXPECT_GT(report.acquisitions, 40) << "the workers hardly ran";
-  EXPECT_TRUE(report.violations.empty()) << report.violations.front();
+  expect_every_promise(w, 90s);
 }
 
 /// The functions library with a planted bug: the mint without its clock floor (a lost
@@ -316,12 +316,7 @@ TEST(Nemesis, StandaloneKeepsEveryPromiseThroughItsFaults) {
   const int seconds = rounds * 22 + 2;
   run.start(seconds, "standalone");
   for (int i = 0; i < rounds; ++i) run.schedule();
-  const auto hung = run.w.finish(std::chrono::seconds(seconds + 30));
-  EXPECT_TRUE(hung.empty()) << "hung: " << hung.front();
-  const auto report = check(run.w.histories(), run.w.faults, ttl);
-  std::cout << report.table();
-  EXPECT_GT(report.acquisitions, 40) << "the workers hardly ran";
-  EXPECT_TRUE(report.violations.empty()) << report.violations.front();
+  expect_every_promise(run.w, std::chrono::seconds(seconds + 30));
 }
 
 TEST(Nemesis, FindsThePlantedMintWithoutItsClockFloor) {
