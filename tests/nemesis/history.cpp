@@ -53,6 +53,7 @@ struct Holding {
   int worker = 0;
   std::uint64_t fence = 0;
   long long invoked = 0, granted = 0, ends = 0;  // ends: release sent, or validity, sooner
+  long long wrote = 0;                           // when its fenced write was answered
   bool refused = false;
 };
 
@@ -125,6 +126,7 @@ Report check(const std::vector<std::string>& histories, const std::vector<Fault>
         invoked = -1;
       } else if (event == "write") {
         ++r.writes;
+        if (open >= 0) mine[open].wrote = t;
         if (what == "refused" && open >= 0) {
           mine[open].refused = true;
           ++r.refused;
@@ -186,9 +188,12 @@ Report check(const std::vector<std::string>& histories, const std::vector<Fault>
                                  " had been granted");
         }
       }
-      if (b.granted >= a.ends) continue;
-      // OVERLAP: b holds while a still may.
-      if (const Fault* f = explained_by(a.granted, b.granted)) {
+      // OVERLAP: b holds while a still may. (A holding whose validity ended before its
+      // grant was even read, a worker stopped with the reply in flight, was never believed
+      // held: "a client pauses", docs/safety.md.) A fault counts from a's invoke: its lease
+      // can only have been set after that, and its grant is logged some time after.
+      if (b.granted >= a.ends || a.ends <= a.granted || b.ends <= b.granted) continue;
+      if (const Fault* f = explained_by(a.invoked, b.granted)) {
         ++r.rows[to_string(f->kind)].overlaps;
         continue;
       }
@@ -212,6 +217,8 @@ Report check(const std::vector<std::string>& histories, const std::vector<Fault>
     });
     if (paused != faults.end()) {
       ++r.rows[to_string(paused->kind)].refused;
+    } else if (h.wrote >= h.ends) {
+      ++r.late_writes_refused;  // written after its own validity: fencing did its job
     } else if (const Fault* f = explained_by(h.invoked, h.ends + 1000000000LL)) {
       ++r.rows[to_string(f->kind)].refused;
     } else {
@@ -239,7 +246,8 @@ Report check(const std::vector<std::string>& histories, const std::vector<Fault>
 std::string Report::table() const {
   std::ostringstream out;
   out << "[nemesis] " << acquisitions << " grants, " << writes << " fenced writes (" << refused
-      << " refused), " << releases << " releases, " << timeouts << " waits that ran out\n";
+      << " refused, " << late_writes_refused << " of them written after the writer's validity), "
+      << releases << " releases, " << timeouts << " waits that ran out\n";
   out << "[nemesis] | fault | count | struck a holding | overlaps it explains | writes refused "
          "| worst recovery (ms) |\n";
   for (const auto& [name, row] : rows) {

@@ -40,6 +40,7 @@ long long now_ns() noexcept;
 
 struct Report {
   int acquisitions = 0, writes = 0, refused = 0, releases = 0, timeouts = 0;
+  int late_writes_refused = 0;        ///< refused, written after the writer's own validity ended
   std::map<std::string, int> errors;  ///< named errors, with counts
   /// Per fault kind: how many, overlaps they explain, the longest time to the next grant.
   struct Row {

@@ -54,8 +54,10 @@ class History {
   ~History() { std::fclose(f_); }
   History(const History&) = delete;
   History& operator=(const History&) = delete;
-  void line(const std::string& text) {
-    std::fprintf(f_, "%lld %s\n", ns(Clock::now()), text.c_str());
+  void line(const std::string& text) { line_at(Clock::now(), text); }
+  /// A line stamped `at`: a time read before what the line reports was looked at.
+  void line_at(Clock::time_point at, const std::string& text) {
+    std::fprintf(f_, "%lld %s\n", ns(at), text.c_str());
     std::fflush(f_);  // a SIGKILL loses nothing written
   }
 
@@ -122,8 +124,13 @@ int main(int argc, char** argv) {
           auto* r = static_cast<redisReply*>(
               redisCommand(reg, "EVAL %s 1 %s %s", fenced_write, key.c_str(), fence.c_str()));
           if (r == nullptr) {
+            // The register is not under test: give the lock back and stop.
             history.line(std::string("write fail ") + reg->errstr);
-            co_return;  // the register is not under test: stop
+            history.line("release invoke " + fence + " 0 " +
+                         std::to_string(ns(guard.valid_until())));
+            co_await guard.async_release(asio::as_tuple(asio::use_awaitable));
+            history.line("release ok 0");
+            co_return;
           }
           history.line(
               (r->type == REDIS_REPLY_INTEGER && r->integer == 1 ? "write ok " : "write refused ") +
@@ -131,8 +138,13 @@ int main(int argc, char** argv) {
           freeReplyObject(r);
           timer.expires_after(std::chrono::milliseconds(50 + rng() % 350));
           co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));
-          history.line("release invoke " + fence + " " + (guard.lost() ? "1 " : "0 ") +
-                       std::to_string(ns(guard.valid_until())));
+          // The time first, then what the guard says: lost() must be true if that time is past
+          // valid_until() (it reads the clock itself).
+          const auto at = Clock::now();
+          const bool lost = guard.lost();
+          const auto valid = guard.valid_until();
+          history.line_at(at, "release invoke " + fence + " " + (lost ? "1 " : "0 ") +
+                                  std::to_string(ns(valid)));
           auto [rec, released] = co_await guard.async_release(asio::as_tuple(asio::use_awaitable));
           history.line(rec ? "release fail " + named(rec)
                            : std::string("release ok ") + (released ? "1" : "0"));
