@@ -17,7 +17,6 @@
 #include <functional>
 #include <sstream>
 #include <stdexcept>
-#include <type_traits>
 
 namespace redis_lock::explore {
 
@@ -265,6 +264,14 @@ Explorer::Explorer(std::uint16_t port, std::string plant_name)
 
 Explorer::~Explorer() = default;
 
+template <class Call>
+void Explorer::append_call(const Call& typed) {
+  std::array<std::string_view, scripts::max_words<Call>> words{};
+  const auto n = scripts::encode(typed, std::span<std::string_view>(words));
+  words[1] = sha_.at(std::string(Call::script.name));  // the body we loaded (a planted bug's)
+  conn_->append(std::span<const std::string_view>(words.data(), n));
+}
+
 namespace {
 
 const detail::ResourceKeys& keys() {
@@ -274,6 +281,23 @@ const detail::ResourceKeys& keys() {
 const detail::ResourceKeys& set_keys() {
   static const auto k = detail::make_keys("x:", "r", true);
   return k;
+}
+
+/// A mutex's attempt (or an election candidate's, with `announce`) as today's build sends it.
+scripts::Acquire mutex_attempt(std::string_view token, std::string_view suffix,
+                               scripts::Acquire::Mode mode, scripts::Optional announce) {
+  const auto& k = keys();
+  return {.lease = k.lease(),
+          .fence = k.fence(),
+          .queue = k.queue(),
+          .queue_expiry = k.queue_expiry(),
+          .info = scripts::Optional(k.info()),
+          .token = token,
+          .ttl_ms = ttl_ms,
+          .mode = mode,
+          .place_ms = ttl_ms,
+          .member_suffix = suffix,
+          .announce = announce};
 }
 
 bool is_set(const Client& c) {
@@ -460,11 +484,8 @@ std::optional<Violation> Explorer::step(const Event& e) {
 
   // Calls one of today's scripts through its typed call (the sha of the body we loaded).
   auto call = [&](const auto& typed) {
-    using Call = std::decay_t<decltype(typed)>;
-    std::array<std::string_view, scripts::max_words<Call>> words{};
-    const auto n = scripts::encode(typed, std::span<std::string_view>(words));
-    words[1] = sha_.at(std::string(Call::script.name));
-    return conn_->command(std::span<const std::string_view>(words.data(), n));
+    append_call(typed);
+    return conn_->read();
   };
   // An acquire in `mode` ('0', '1', '2') as client `c`'s build and kind send it.
   auto attempt = [&](Client& c, char mode) {
@@ -489,18 +510,8 @@ std::optional<Violation> Explorer::step(const Event& e) {
       const auto m = mode == '0'   ? scripts::Acquire::Mode::alone
                      : mode == '1' ? scripts::Acquire::Mode::queue
                                    : scripts::Acquire::Mode::claim;
-      return call(scripts::Acquire{
-          .lease = k.lease(),
-          .fence = k.fence(),
-          .queue = k.queue(),
-          .queue_expiry = k.queue_expiry(),
-          .info = scripts::Optional(k.info()),
-          .token = c.token,
-          .ttl_ms = ttl_ms,
-          .mode = m,
-          .place_ms = ttl_ms,
-          .member_suffix = suffix,
-          .announce = candidate(c) ? scripts::Optional(announce) : scripts::Optional()});
+      return call(mutex_attempt(c.token, suffix, m,
+                                candidate(c) ? scripts::Optional(announce) : scripts::Optional()));
     }
     // The builds before: '<mode><place ms> <member suffix>' in one argument, no claim mode.
     const std::string how =
@@ -768,21 +779,7 @@ std::optional<Violation> Explorer::step(const Event& e) {
           w.phantoms.insert(token);
           const std::string suffix = std::string(phantom_id) + "f" + std::string(ttl_ms);
           members.push_back(token + suffix);
-          std::array<std::string_view, scripts::max_words<scripts::Acquire>> words{};
-          const auto n = scripts::encode(scripts::Acquire{.lease = k.lease(),
-                                                          .fence = k.fence(),
-                                                          .queue = k.queue(),
-                                                          .queue_expiry = k.queue_expiry(),
-                                                          .info = scripts::Optional(k.info()),
-                                                          .token = token,
-                                                          .ttl_ms = ttl_ms,
-                                                          .mode = scripts::Acquire::Mode::queue,
-                                                          .place_ms = ttl_ms,
-                                                          .member_suffix = suffix,
-                                                          .announce = std::nullopt},
-                                         std::span<std::string_view>(words));
-          words[1] = sha_.at("acquire");
-          conn_->append(std::span<const std::string_view>(words.data(), n));
+          append_call(mutex_attempt(token, suffix, scripts::Acquire::Mode::queue, std::nullopt));
         }
         long long latest = 0;
         for (std::size_t i = 0; i < setup_.crowd; ++i) {
@@ -1007,14 +1004,11 @@ std::optional<Violation> Explorer::after_step(const Event& e, bool released_live
   // What inspect.lua tells an operator, against the same model.
   const auto& k = keys();
   const auto& sk = set_keys();
-  std::array<std::string_view, scripts::max_words<scripts::Inspect>> words{};
-  const auto n = scripts::encode(scripts::Inspect{.lease = k.lease(),
-                                                  .info = k.info(),
-                                                  .queue_expiry = k.queue_expiry(),
-                                                  .sets_queue_expiry = sk.queue_expiry()},
-                                 std::span<std::string_view>(words));
-  words[1] = sha_.at("inspect");
-  auto r = conn_->command(std::span<const std::string_view>(words.data(), n));
+  append_call(scripts::Inspect{.lease = k.lease(),
+                               .info = k.info(),
+                               .queue_expiry = k.queue_expiry(),
+                               .sets_queue_expiry = sk.queue_expiry()});
+  auto r = conn_->read();
   if (r->type != REDIS_REPLY_ARRAY || r->elements != 6) {
     return Violation{"SCRIPT_ERROR", "inspect: " + text_of(r.get())};
   }

@@ -188,6 +188,10 @@ class Explorer {
   /// end (a key lives as long as the latest end of what it keeps), expires as it would have.
   void expire_as_time_would(std::string_view key, double old_end);
   std::string next_token(int client);
+  /// Sends one of today's scripts through its typed call and the one encoder, with the sha
+  /// of the body this explorer loaded; its reply is read by the caller.
+  template <class Call>
+  void append_call(const Call& typed);
   std::uint64_t state_hash() const;
 
   std::uint16_t port_;

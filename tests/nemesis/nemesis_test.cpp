@@ -183,6 +183,13 @@ struct Standalone {
     w.start(urls, seconds, tag);
   }
 
+  /// Worker `i` stopped (SIGSTOP) for 1.5 s.
+  void pause(FaultKind kind, int i) {
+    w.fault(
+        kind, i, 1500ms, [&] { w.children[i]->signal(SIGSTOP); },
+        [&] { w.children[i]->signal(SIGCONT); });
+  }
+
   void step_clock(std::int64_t ms) {
     if (clock.cell() != nullptr) clock.cell()->fetch_add(ms);
   }
@@ -206,19 +213,13 @@ struct Standalone {
           for (auto& p : proxies) p->set_delay(0ms);
         });
     quiet();
-    const int paused = w.holder(1);
-    w.fault(
-        FaultKind::pause, paused, 1500ms, [&] { w.children[paused]->signal(SIGSTOP); },
-        [&] { w.children[paused]->signal(SIGCONT); });
+    pause(FaultKind::pause, w.holder(1));
     quiet();
     const int reset = w.holder(2);
     w.fault(
         FaultKind::reset, reset, 0ms, [&] { proxies[reset]->reset_connections(); }, [] {});
     quiet();
-    const int sleeper = w.waiter(3);
-    w.fault(
-        FaultKind::pause_waiter, sleeper, 1500ms, [&] { w.children[sleeper]->signal(SIGSTOP); },
-        [&] { w.children[sleeper]->signal(SIGCONT); });
+    pause(FaultKind::pause_waiter, w.waiter(3));
     quiet();
     w.fault(
         FaultKind::restart, -1, 300ms, [&] { server->kill(SIGKILL); },

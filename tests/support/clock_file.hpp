@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 // A server's wall clock offset for the clock shim (tests/explore/clock_shim.cpp): a file of
-// one 64-bit offset in milliseconds, mapped here and by every server started with
-// `shim_env()` in its environment. Writing the offset steps those servers' clocks.
+// one 64-bit offset in milliseconds, mapped here and by every server started inside
+// `with_shim()`. Writing the offset steps those servers' clocks.
 #pragma once
 
 #include <fcntl.h>
