@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 // The explorer in the suite (docs/reliability.md has its figures): sampled runs from a fixed
 // list of seeds for a bounded time, every interleaving of two clients to a small depth, and
-// the two planted bugs it must find. Longer on demand:
+// the three planted bugs it must find. Longer on demand:
 //   REDIS_LOCK_EXPLORE_SECONDS=600 REDIS_LOCK_EXPLORE_DEPTH=6 ctest --test-dir build/dev
 //     -R '^explore[.]' --timeout 0
 // A violation prints its seed, its clients' builds and the shortest sequence that breaks the
@@ -75,6 +75,10 @@ std::string describe(const Setup& s) {
     } else {
       out.append(to_string(s.builds[i]));
     }
+    if (i < s.resources.size() && s.resources[i] == 1) out.append("@s");
+  }
+  for (const auto& [a, b] : s.groups) {
+    out.append(" group=c").append(std::to_string(a)).append("+c").append(std::to_string(b));
   }
   if (!s.kinds.empty()) out.append(" limit=").append(std::to_string(s.limit));
   if (s.crowd > 0) out.append(" crowd=").append(std::to_string(s.crowd));
@@ -83,8 +87,9 @@ std::string describe(const Setup& s) {
 
 /// The clients of a sampled run, drawn from its seed: 2 to 4, mostly today's (signing, as
 /// the library queues by default), with the builds before mixed in; one run in three on a
-/// lease set (a semaphore of limit 1 or 2, or a read-write lock), with a mutex client now and
-/// then on the same resource.
+/// lease set (a semaphore of limit 1 to 3, or a read-write lock), with a mutex client now and
+/// then on the same resource; one mutex run in three with a group (two clients of today's
+/// that take r and the other resource of its slot at once, the others on either).
 Setup setup_of(std::uint64_t seed) {
   constexpr Build pool[] = {Build::signing, Build::signing,  Build::signing, Build::folded,
                             Build::b34e159, Build::p89ab635, Build::ec7000c};
@@ -102,6 +107,7 @@ Setup setup_of(std::uint64_t seed) {
   if (next() % 3 == 0) {
     const bool semaphore = next() % 2 == 0;
     s.limit = 1 + static_cast<int>(next() % 2);
+    if (semaphore && next() % 3 == 0) s.limit = 3;
     for (std::size_t i = 0; i < n; ++i) {
       s.kinds.push_back(semaphore         ? Kind::permit
                         : next() % 2 == 0 ? Kind::shared
@@ -112,6 +118,11 @@ Setup setup_of(std::uint64_t seed) {
     // An election: today's candidates only (a candidate's lease keeps its record beside it).
     s.kinds.assign(n, Kind::candidate);
     s.builds.assign(n, Build::signing);
+  } else if (next() % 3 == 0) {
+    s.groups = {{0, 1}};
+    s.builds[0] = s.builds[1] = Build::signing;
+    s.resources = {0, 1};
+    for (std::size_t i = 2; i < n; ++i) s.resources.push_back(static_cast<int>(next() % 2));
   }
   return s;
 }
@@ -150,7 +161,9 @@ std::optional<Found> sample_for(Explorer& x, double seconds, std::size_t depth,
             << " steps in " << took << " s (" << x.steps() / took << " steps/s), "
             << x.distinct_states() << " distinct states, " << x.holds_ended_by_clock()
             << " holds ended under their holders by a forward step of the server's clock, "
-            << x.revived_by_clock() << " holds and places revived by a step back\n";
+            << x.revived_by_clock() << " holds and places revived by a step back, "
+            << x.groups_taken() << " groups taken at once and " << x.groups_refused()
+            << " refused\n";
   return std::nullopt;
 }
 
@@ -205,6 +218,14 @@ TEST_F(Explore, EveryInterleavingOfTwoClientsKeepsEveryPromise) {
                    .limit = 1,
                    .plant = {},
                    .clock_steps = false});
+  // And a group (the two halves of one client's async_acquire_all of r and the other
+  // resource of its slot) beside a mutex client on the other resource.
+  pairs.push_back({.builds = {Build::signing, Build::signing, Build::signing},
+                   .kinds = {},
+                   .plant = {},
+                   .clock_steps = false,
+                   .resources = {0, 1, 1},
+                   .groups = {{0, 1}}});
   for (const auto& setup : pairs) {
     std::vector<Event> sequence;
     const auto v = x.enumerate(setup, depth, sequence);
@@ -258,6 +279,13 @@ TEST_F(Explore, FindsThePlantedPurgeOf64LapsedPlaces) {
                 env_number("REDIS_LOCK_EXPLORE_PLANT_STEPS", 200000));
 }
 
+TEST_F(Explore, FindsThePlantedGroupThatOvertakesAWaiter) {
+  // acquire_group.lua that looks at the leases only, not the queues: a group takes a
+  // resource whose holder's lease lapsed over the live waiter queued for it.
+  finds_planted(port(), "group_overtakes", {"FIFO"},
+                env_number("REDIS_LOCK_EXPLORE_PLANT_STEPS", 200000));
+}
+
 TEST_F(Explore, FoundSequencesKeepEveryPromise) {
   // What the explorer found in the scripts, each replayed as it printed it.
   struct Case {
@@ -296,9 +324,11 @@ TEST_F(Explore, FoundSequencesKeepEveryPromise) {
 }
 
 TEST(ExploreEvents, ASequenceReadsBackAsItWasWritten) {
-  const std::string text = "c0.take c1.join w.lapse_lease c1.lapse_place w.crowd c2.claim";
+  const std::string text =
+      "c0.take c1.join w.lapse_lease c1.lapse_place w.crowd c2.claim c0.take_all ws.lapse_lease";
   EXPECT_EQ(to_string(parse_events(text)), text);
   EXPECT_THROW(parse_events("c0.jump"), std::invalid_argument);
+  EXPECT_THROW(parse_events("wx.lapse_lease"), std::invalid_argument);
 }
 
 }  // namespace

@@ -48,10 +48,10 @@ std::string read_file(const std::string& path) {
   return s.str();
 }
 
-constexpr std::array<std::string_view, 16> do_names = {
+constexpr std::array<std::string_view, 17> do_names = {
     "take",       "join",        "claim",         "give_up",      "release",       "extend",
     "walk_away",  "lapse_lease", "lapse_place",   "lose_counter", "force_release", "crowd",
-    "lapse_hold", "lapse_queue", "clock_forward", "clock_back"};
+    "lapse_hold", "lapse_queue", "clock_forward", "clock_back",   "take_all"};
 
 constexpr std::array<Mutation, 1> claim_token_reuse = {Mutation{
     "acquire", "string.match(text, '^(%d+)@' .. token .. ' ')", "string.match(text, '^(%d+)@')"}};
@@ -61,6 +61,13 @@ constexpr std::array<Mutation, 1> purge_64 = {
              "now, 'LIMIT', 0, 1000)",
              "for _ = 1, 1 do\n    local dead = redis.call('ZRANGEBYSCORE', expiry, '-inf', "
              "now, 'LIMIT', 0, 64)"}};
+
+/// acquire_group.lua that looks at the leases only: a group overtakes a queue whose holder's
+/// lease lapsed.
+constexpr std::array<Mutation, 1> group_overtakes = {
+    Mutation{"acquire_group",
+             "redis.call('EXISTS', KEYS[3 * i]) == 1 or redis.call('EXISTS', KEYS[3 * i - 1]) == 1",
+             "redis.call('EXISTS', KEYS[3 * i - 1]) == 1"}};
 
 }  // namespace
 
@@ -97,7 +104,7 @@ std::string_view to_string(Kind k) noexcept {
 }
 
 std::string to_string(const Event& e) {
-  std::string out = e.client < 0 ? "w" : "c" + std::to_string(e.client);
+  std::string out = e.client >= 0 ? "c" + std::to_string(e.client) : e.resource == 0 ? "w" : "ws";
   return out.append(".").append(do_names[static_cast<std::size_t>(e.what)]);
 }
 
@@ -114,7 +121,15 @@ std::vector<Event> parse_events(std::string_view text) {
     const auto dot = word.find('.');
     if (dot == std::string::npos) throw std::invalid_argument("explorer: no event in " + word);
     Event e;
-    e.client = word[0] == 'w' ? -1 : std::stoi(word.substr(1, dot - 1));
+    if (word[0] == 'w') {
+      e.client = -1;
+      e.resource = dot == 2 && word[1] == 's' ? 1 : 0;
+      if (dot > 2 || (dot == 2 && word[1] != 's')) {
+        throw std::invalid_argument("explorer: no world named " + word);
+      }
+    } else {
+      e.client = std::stoi(word.substr(1, dot - 1));
+    }
     const auto name = std::string_view(word).substr(dot + 1);
     const auto it = std::find(do_names.begin(), do_names.end(), name);
     if (it == do_names.end()) throw std::invalid_argument("explorer: no event " + word);
@@ -124,9 +139,14 @@ std::vector<Event> parse_events(std::string_view text) {
   return out;
 }
 
+std::string holding_of(const std::string& token, int resource) {
+  return resource == 0 ? token : token + "/s";
+}
+
 std::span<const Mutation> plant(std::string_view name) {
   if (name == "claim_token_reuse") return claim_token_reuse;
   if (name == "purge_64") return purge_64;
+  if (name == "group_overtakes") return group_overtakes;
   if (name.empty()) return {};
   throw std::invalid_argument("explorer: no planted bug named " + std::string(name));
 }
@@ -274,19 +294,34 @@ void Explorer::append_call(const Call& typed) {
 
 namespace {
 
-const detail::ResourceKeys& keys() {
-  static const auto k = detail::make_keys("x:", "r");
-  return k;
+/// The other resource: the first name "s<n>" whose keys hash to r's slot (so that the two
+/// share a fencing counter and a group takes both at once, as for a user's hash tag).
+std::string other_name() {
+  const auto slot = detail::key_slot(detail::make_keys("x:", "r").lease());
+  for (int n = 0;; ++n) {
+    const std::string name = "s" + std::to_string(n);
+    if (detail::key_slot(detail::make_keys("x:", name).lease()) == slot) return name;
+  }
 }
-const detail::ResourceKeys& set_keys() {
-  static const auto k = detail::make_keys("x:", "r", true);
-  return k;
+const std::string& name_of(int resource) {
+  static const std::array<std::string, 2> names = {"r", other_name()};
+  return names[static_cast<std::size_t>(resource)];
+}
+const detail::ResourceKeys& keys_of(int resource) {
+  static const std::array<detail::ResourceKeys, 2> k = {detail::make_keys("x:", name_of(0)),
+                                                        detail::make_keys("x:", name_of(1))};
+  return k[static_cast<std::size_t>(resource)];
+}
+const detail::ResourceKeys& set_keys_of(int resource) {
+  static const std::array<detail::ResourceKeys, 2> k = {detail::make_keys("x:", name_of(0), true),
+                                                        detail::make_keys("x:", name_of(1), true)};
+  return k[static_cast<std::size_t>(resource)];
 }
 
 /// A mutex's attempt (or an election candidate's, with `announce`) as today's build sends it.
-scripts::Acquire mutex_attempt(std::string_view token, std::string_view suffix,
-                               scripts::Acquire::Mode mode, scripts::Optional announce) {
-  const auto& k = keys();
+scripts::Acquire mutex_attempt(const detail::ResourceKeys& k, std::string_view token,
+                               std::string_view suffix, scripts::Acquire::Mode mode,
+                               scripts::Optional announce) {
   return {.lease = k.lease(),
           .fence = k.fence(),
           .queue = k.queue(),
@@ -351,12 +386,20 @@ void Explorer::reset(const Setup& setup) {
     Client c;
     c.build = setup.builds[i];
     if (i < setup.kinds.size()) c.kind = setup.kinds[i];
+    if (i < setup.resources.size()) c.resource = setup.resources[i];
     char id[17];
     std::snprintf(id, sizeof id, "%016llx", 0xa11ce00ULL + i);
     c.id = id;
     world_.clients.push_back(c);
     if (c.build == Build::ec7000c) world_.fairness_promised = false;
   }
+  for (const auto& [first, second] : setup.groups) {
+    world_.clients.at(static_cast<std::size_t>(first)).partner = second;
+    world_.clients.at(static_cast<std::size_t>(first)).resource = 0;
+    world_.clients.at(static_cast<std::size_t>(second)).resource = 1;
+  }
+  used_ = 1;
+  for (const auto& c : world_.clients) used_ = std::max(used_, c.resource + 1);
   conn_->command({"FLUSHALL"});
   // Whatever an earlier sequence published is read and dropped.
   sub_->append(std::array<std::string_view, 1>{"PING"});
@@ -382,6 +425,10 @@ std::vector<Event> Explorer::enabled() const {
     switch (cs[i].state) {
       case State::idle:
         out.insert(out.end(), {Event{Do::take, i}, Event{Do::join, i}});
+        if (cs[i].partner >= 0 &&
+            cs[static_cast<std::size_t>(cs[i].partner)].state == State::idle) {
+          out.push_back(Event{Do::take_all, i});
+        }
         break;
       case State::waiting:
         out.insert(out.end(), {Event{Do::join, i}, Event{Do::give_up, i}});
@@ -397,21 +444,26 @@ std::vector<Event> Explorer::enabled() const {
         break;
     }
   }
-  if (world_.keys.lease) {
-    out.insert(out.end(), {Event{Do::lapse_lease, -1}, Event{Do::force_release, -1}});
-    if (!crowd_done_ && setup_.crowd > 0) out.push_back(Event{Do::crowd, -1});
-  } else if (world_.keys.set) {
-    out.push_back(Event{Do::force_release, -1});
+  for (int r = 0; r < used_; ++r) {
+    const auto& keys = world_.keys[static_cast<std::size_t>(r)];
+    if (keys.lease) {
+      out.insert(out.end(), {Event{Do::lapse_lease, -1, r}, Event{Do::force_release, -1, r}});
+      if (r == 0 && !crowd_done_ && setup_.crowd > 0) out.push_back(Event{Do::crowd, -1});
+    } else if (keys.set) {
+      out.push_back(Event{Do::force_release, -1, r});
+    }
+    // A queue whose waiters all left or died lives until its latest place's end.
+    bool live_queue = false;
+    for (const auto& c : cs) {
+      live_queue = live_queue || (c.resource == r && c.state == State::waiting && c.place_live);
+    }
+    if (!live_queue && (!keys.queue.empty() || !keys.set_queue.empty())) {
+      out.push_back(Event{Do::lapse_queue, -1, r});
+    }
   }
   if (world_.max_fence > 0) out.push_back(Event{Do::lose_counter, -1});
   if (clock_ && setup_.clock_steps) {
     out.insert(out.end(), {Event{Do::clock_forward, -1}, Event{Do::clock_back, -1}});
-  }
-  // A queue whose waiters all left or died lives until its latest place's end.
-  bool live_queue = false;
-  for (const auto& c : cs) live_queue = live_queue || (c.state == State::waiting && c.place_live);
-  if (!live_queue && (!world_.keys.queue.empty() || !world_.keys.set_queue.empty())) {
-    out.push_back(Event{Do::lapse_queue, -1});
   }
   return out;
 }
@@ -425,12 +477,12 @@ long long server_now(const redisReply* time) {
 
 }  // namespace
 
-void Explorer::expire_as_time_would(std::string_view key, double old_end) {
+void Explorer::expire_as_time_would(int resource, std::string_view key, double old_end) {
   auto expiry = read_integer(conn_->command({"PEXPIRETIME", key}).get());
   if (!expiry || *expiry < 0 || static_cast<double>(*expiry) > old_end + 5) return;
   const long long now = server_now(conn_->command({"TIME"}).get());
-  const auto& k = keys();
-  const auto& s = set_keys();
+  const auto& k = keys_of(resource);
+  const auto& s = set_keys_of(resource);
   const bool mutex_queue = key == k.queue() || key == k.queue_expiry();
   if (mutex_queue || key == s.queue() || key == s.queue_expiry()) {
     // A queue lives as long as its latest place.
@@ -448,7 +500,7 @@ void Explorer::expire_as_time_would(std::string_view key, double old_end) {
       conn_->command({"PEXPIREAT", places, at});
     }
     // A lease set's key lives as long as its queue too.
-    if (!mutex_queue) expire_as_time_would(k.lease(), static_cast<double>(*expiry));
+    if (!mutex_queue) expire_as_time_would(resource, k.lease(), static_cast<double>(*expiry));
     return;
   }
   // A lease set: as long as its latest live hold and its queue.
@@ -468,16 +520,21 @@ void Explorer::expire_as_time_would(std::string_view key, double old_end) {
 
 std::optional<Violation> Explorer::step(const Event& e) {
   ++steps_;
+  if (e.what == Do::take_all) return take_all(e);
   auto& w = world_;
+  // The resource the event is on: its client's, or the world event's.
+  const int resource = e.client >= 0 ? w.clients[e.client].resource : e.resource;
   std::vector<int> live_waiters;
   for (int i = 0; i < static_cast<int>(w.clients.size()); ++i) {
     const auto& c = w.clients[i];
-    if (c.state == State::waiting && c.place_live) live_waiters.push_back(i);
+    if (c.resource == resource && c.state == State::waiting && c.place_live) {
+      live_waiters.push_back(i);
+    }
   }
   std::sort(live_waiters.begin(), live_waiters.end(),
             [&](int a, int b) { return w.clients[a].joined < w.clients[b].joined; });
-  const auto& k = keys();
-  const auto& sk = set_keys();
+  const auto& k = keys_of(resource);
+  const auto& sk = set_keys_of(resource);
   auto fail = [&](std::string invariant, std::string detail) {
     return Violation{std::move(invariant), std::move(detail)};
   };
@@ -510,7 +567,7 @@ std::optional<Violation> Explorer::step(const Event& e) {
       const auto m = mode == '0'   ? scripts::Acquire::Mode::alone
                      : mode == '1' ? scripts::Acquire::Mode::queue
                                    : scripts::Acquire::Mode::claim;
-      return call(mutex_attempt(c.token, suffix, m,
+      return call(mutex_attempt(k, c.token, suffix, m,
                                 candidate(c) ? scripts::Optional(announce) : scripts::Optional()));
     }
     // The builds before: '<mode><place ms> <member suffix>' in one argument, no claim mode.
@@ -571,7 +628,8 @@ std::optional<Violation> Explorer::step(const Event& e) {
         .announce = candidate(c) ? scripts::Optional(announce) : scripts::Optional()});
   };
   auto end_holding = [&](const std::string& token) {
-    if (auto it = w.holdings.find(token); it != w.holdings.end()) it->second.second = false;
+    const auto it = w.holdings.find(holding_of(token, resource));
+    if (it != w.holdings.end()) it->second.second = false;
   };
   auto now_ms = [&] { return server_now(conn_->command({"TIME"}).get()); };
 
@@ -607,7 +665,9 @@ std::optional<Violation> Explorer::step(const Event& e) {
         }
         if (!a) return fail("SCRIPT_ERROR", to_string(e) + ": " + error);
         if (a->granted) {
-          if (auto v = check_grant(w, c.token, a->fence, c.build != Build::ec7000c)) return v;
+          if (auto v = check_grant(w, holding_of(c), a->fence, c.build != Build::ec7000c)) {
+            return v;
+          }
           if (candidate(c)) pending_announce_.push_back({a->fence, e.client});
           c.state = State::holding;
           c.fence = a->fence;
@@ -680,7 +740,7 @@ std::optional<Violation> Explorer::step(const Event& e) {
         auto old = conn_->command({"ZSCORE", places, member});
         conn_->command({"ZADD", places, "XX", std::to_string(now_ms() - 1), member});
         if (old->type == REDIS_REPLY_STRING)
-          expire_as_time_would(places, std::stod(text_of(old.get())));
+          expire_as_time_would(resource, places, std::stod(text_of(old.get())));
         c.place_live = c.continuous = false;
         break;
       }
@@ -690,7 +750,7 @@ std::optional<Violation> Explorer::step(const Event& e) {
         auto old = conn_->command({"ZSCORE", k.lease(), holder});
         conn_->command({"ZADD", k.lease(), "XX", std::to_string(now_ms() - 1), holder});
         if (old->type == REDIS_REPLY_STRING)
-          expire_as_time_would(k.lease(), std::stod(text_of(old.get())));
+          expire_as_time_would(resource, k.lease(), std::stod(text_of(old.get())));
         if (c.state == State::holding) c.ended = true;
         c.handed_live = false;
         end_holding(c.token);
@@ -698,10 +758,10 @@ std::optional<Violation> Explorer::step(const Event& e) {
       }
       case Do::lapse_lease:
       case Do::force_release: {
-        if (w.keys.lease) {
-          const std::string owner = w.keys.lease->substr(0, 32);
+        if (const auto& lease = w.keys[static_cast<std::size_t>(resource)].lease) {
+          const std::string owner = lease->substr(0, 32);
           for (auto& c : w.clients) {
-            if (c.token != owner || is_set(c)) continue;
+            if (c.token != owner || is_set(c) || c.resource != resource) continue;
             if (c.state == State::holding) c.ended = true;
             c.handed_live = false;
           }
@@ -709,7 +769,7 @@ std::optional<Violation> Explorer::step(const Event& e) {
         } else {
           // A lease set: every hold goes.
           for (auto& c : w.clients) {
-            if (!is_set(c)) continue;
+            if (!is_set(c) || c.resource != resource) continue;
             if (c.state == State::holding) c.ended = true;
             if (c.handed_live) end_holding(c.token);
             c.handed_live = false;
@@ -725,7 +785,7 @@ std::optional<Violation> Explorer::step(const Event& e) {
             conn_->command({"DEL", k.info()});
           }
         } else {
-          const std::string announce = "Px:leader:r";
+          const std::string announce = "Px:leader:" + name_of(resource);
           auto r = call(scripts::ForceRelease{.lease = k.lease(),
                                               .queue = k.queue(),
                                               .queue_expiry = k.queue_expiry(),
@@ -737,11 +797,11 @@ std::optional<Violation> Explorer::step(const Event& e) {
                                               .announce = announce});
           const auto got = read_integer(r.get());
           if (!got) return fail("SCRIPT_ERROR", to_string(e) + ": " + text_of(r.get()));
-          const bool held = w.keys.lease || !w.keys.holds.empty();
-          if (w.keys.lease && *got != 1)
+          const auto& keys = w.keys[static_cast<std::size_t>(resource)];
+          if (keys.lease && *got != 1) {
             return fail("LIVE", "force-release of a held lease returned 0");
-          released_live =
-              held && w.keys.lease.has_value();  // a lease set's waiters are nudged only
+          }
+          released_live = keys.lease.has_value();  // a lease set's waiters are nudged only
         }
         break;
       }
@@ -767,7 +827,7 @@ std::optional<Violation> Explorer::step(const Event& e) {
         auto set_queue_end = read_integer(conn_->command({"PEXPIRETIME", sk.queue()}).get());
         conn_->command({"DEL", k.queue(), k.queue_expiry(), sk.queue(), sk.queue_expiry()});
         if (set_queue_end && *set_queue_end > 0) {
-          expire_as_time_would(k.lease(), static_cast<double>(*set_queue_end));
+          expire_as_time_would(resource, k.lease(), static_cast<double>(*set_queue_end));
         }
         break;
       }
@@ -779,7 +839,7 @@ std::optional<Violation> Explorer::step(const Event& e) {
           w.phantoms.insert(token);
           const std::string suffix = std::string(phantom_id) + "f" + std::string(ttl_ms);
           members.push_back(token + suffix);
-          append_call(mutex_attempt(token, suffix, scripts::Acquire::Mode::queue, std::nullopt));
+          append_call(mutex_attempt(k, token, suffix, scripts::Acquire::Mode::queue, std::nullopt));
         }
         long long latest = 0;
         for (std::size_t i = 0; i < setup_.crowd; ++i) {
@@ -797,7 +857,7 @@ std::optional<Violation> Explorer::step(const Event& e) {
           conn_->append(words);
         }
         for (std::size_t i = 0; i < members.size(); ++i) conn_->read();
-        expire_as_time_would(k.queue_expiry(), static_cast<double>(latest));
+        expire_as_time_would(resource, k.queue_expiry(), static_cast<double>(latest));
         break;
       }
       default:
@@ -807,38 +867,120 @@ std::optional<Violation> Explorer::step(const Event& e) {
   return after_step(e, released_live, live_waiters);
 }
 
+std::optional<Violation> Explorer::take_all(const Event& e) {
+  auto& w = world_;
+  Client& first = w.clients[static_cast<std::size_t>(e.client)];
+  Client& second = w.clients[static_cast<std::size_t>(first.partner)];
+  // One token for the group's leases, as GroupOp draws it.
+  first.token = second.token = next_token(e.client);
+  // "Taken only when every lease is free and nobody queues for it" (acquire_group.lua): the
+  // keys say, and a live hold or a live waiter of either resource means it is refused.
+  bool vacant = true, live = false;
+  for (int r = 0; r < 2; ++r) {
+    const auto& keys = w.keys[static_cast<std::size_t>(r)];
+    vacant = vacant && !keys.lease && !keys.set && keys.queue.empty() && keys.set_queue.empty();
+    live = live || live_on(w, r);
+  }
+  const auto before = w.keys;
+  // In the library's taking order (by name: r first), with the slot's one fencing counter.
+  const std::array<detail::ResourceKeys, 2> group = {keys_of(0), keys_of(1)};
+  std::string count;
+  std::vector<std::string_view> words;
+  scripts::encode(scripts::AcquireGroup{.fence = group[0].fence(),
+                                        .resources = group,
+                                        .token = first.token,
+                                        .ttl_ms = ttl_ms,
+                                        .data = "group",
+                                        .key_count = &count},
+                  words);
+  words[1] = sha_.at(std::string(scripts::AcquireGroup::script.name));
+  auto reply = conn_->command(words);
+  const auto* r = reply.get();
+  if (r->type != REDIS_REPLY_ARRAY || r->elements < 2 ||
+      r->element[0]->type != REDIS_REPLY_INTEGER) {
+    return Violation{"SCRIPT_ERROR", to_string(e) + ": " + text_of(r)};
+  }
+  if (r->element[0]->integer == 1) {
+    if (r->elements != 3) return Violation{"SCRIPT_ERROR", to_string(e) + ": a grant's shape"};
+    if (live) {
+      // MUTEX catches a taken hold; this, a live waiter overtaken.
+      return Violation{"FIFO", to_string(e) + " took both resources over a live holder or waiter"};
+    }
+    for (std::size_t i = 0; i < 2; ++i) {
+      Client& c = i == 0 ? first : second;
+      const auto fence = static_cast<std::uint64_t>(r->element[i + 1]->integer);
+      if (auto v = check_grant(w, holding_of(c), fence, true)) return v;
+      c.state = State::holding;
+      c.fence = fence;
+      c.ended = false;
+    }
+    ++groups_taken_;
+  } else {
+    ++groups_refused_;
+    if (vacant && !w.clock_went_back) {
+      return Violation{"LIVE", to_string(e) + " refused although both resources are free"};
+    }
+    // All or none: a refusal writes nothing, and names a resource held or waited for.
+    read_keys();
+    const auto index = r->element[1]->integer;
+    const auto same = [](const Snapshot& x, const Snapshot& y) {
+      return x.lease == y.lease && x.info == y.info && x.holds == y.holds && x.queue == y.queue &&
+             x.set_queue == y.set_queue;
+    };
+    if (!same(before[0], w.keys[0]) || !same(before[1], w.keys[1])) {
+      return Violation{"ALL_OR_NONE", to_string(e) + " was refused and wrote"};
+    }
+    if (index < 1 || index > 2) {
+      return Violation{"SCRIPT_ERROR", to_string(e) + ": refused at " + std::to_string(index)};
+    }
+    const auto& named = before[static_cast<std::size_t>(index - 1)];
+    if (!named.lease && !named.set && named.queue.empty()) {
+      return Violation{"ALL_OR_NONE", to_string(e) + " was refused at " + std::to_string(index) +
+                                          ", which is neither held nor waited for"};
+    }
+  }
+  return after_step(e, false, {});
+}
+
 void Explorer::learn_what_the_clock_did(bool forward) {
   auto& w = world_;
-  const auto& k = keys();
-  const auto& sk = set_keys();
   // Every key read once, so that what expired goes now (lazily) rather than whenever the
   // server's own expiry cycle samples it: a later step back would revive it otherwise.
-  conn_->command(
-      {"EXISTS", k.lease(), k.info(), k.queue(), k.queue_expiry(), sk.queue(), sk.queue_expiry()});
+  for (int r = 0; r < used_; ++r) {
+    const auto& k = keys_of(r);
+    const auto& sk = set_keys_of(r);
+    conn_->command({"EXISTS", k.lease(), k.info(), k.queue(), k.queue_expiry(), sk.queue(),
+                    sk.queue_expiry()});
+  }
   read_keys();
-  const double now = static_cast<double>(w.keys.now_ms);
-  auto live_holding = [&](const std::string& token, bool live) {
-    if (auto it = w.holdings.find(token); it != w.holdings.end()) it->second.second = live;
+  const double now = static_cast<double>(w.keys[0].now_ms);
+  auto live_holding = [&](const Client& c, bool live) {
+    if (auto it = w.holdings.find(holding_of(c)); it != w.holdings.end()) {
+      it->second.second = live;
+    }
   };
   for (auto& c : w.clients) {
     const bool set = is_set(c);
+    const auto& keys = w.keys[static_cast<std::size_t>(c.resource)];
+    const auto& k = keys_of(c.resource);
+    const auto& sk = set_keys_of(c.resource);
     // Its lease or hold, live on the server?
     bool there = false;
     if (set) {
-      const auto hold = w.keys.holds.find(c.token + letter_of(c));
-      there = hold != w.keys.holds.end() && hold->second > now;
+      const auto hold = keys.holds.find(c.token + letter_of(c));
+      there = hold != keys.holds.end() && hold->second > now;
     } else {
-      there = w.keys.lease && w.keys.lease->compare(0, 32, c.token) == 0;
+      there = keys.lease && keys.lease->compare(0, 32, c.token) == 0;
     }
     if (forward) {
       if (c.state == State::holding && !c.ended && !there) {
         c.ended = true;  // its holder still believes it holds (its own clock did not move)
         ++ended_by_clock_;
-        live_holding(c.token, false);
+        live_holding(c, false);
       }
       if (c.state == State::nudged && c.handed_live && !there) {
         c.handed_live = false;
-        live_holding(c.token, false);
+        live_holding(c, false);
       }
     } else if (set && there) {
       // "every expiry already set moves D later on the server's new clock": a lease set's
@@ -847,11 +989,11 @@ void Explorer::learn_what_the_clock_did(bool forward) {
       if (c.state == State::holding && c.ended) {
         c.ended = false;
         ++revived_by_clock_;
-        live_holding(c.token, true);
+        live_holding(c, true);
       }
       if (c.state == State::nudged && !c.handed_live) {
         c.handed_live = true;
-        live_holding(c.token, true);
+        live_holding(c, true);
       }
     }
     if (c.state == State::waiting && c.place_live == forward) {
@@ -868,33 +1010,38 @@ void Explorer::learn_what_the_clock_did(bool forward) {
 }
 
 void Explorer::read_keys() {
-  const auto& k = keys();
-  const auto& sk = set_keys();
-  conn_->append(std::array<std::string_view, 2>{"GET", k.lease()});
-  conn_->append(std::array<std::string_view, 5>{"ZRANGE", k.lease(), "0", "-1", "WITHSCORES"});
-  conn_->append(std::array<std::string_view, 2>{"GET", k.info()});
-  conn_->append(std::array<std::string_view, 4>{"ZRANGE", k.queue(), "0", "-1"});
-  conn_->append(std::array<std::string_view, 4>{"ZRANGE", sk.queue(), "0", "-1"});
-  conn_->append(std::array<std::string_view, 1>{"TIME"});
-  auto lease = conn_->read(), holds = conn_->read(), info = conn_->read(), queue = conn_->read(),
-       set_queue = conn_->read(), time = conn_->read();
-  auto& s = world_.keys;
-  s = {};
-  if (lease->type == REDIS_REPLY_STRING) s.lease = text_of(lease.get());
-  if (holds->type == REDIS_REPLY_ARRAY && holds->elements > 0) {
-    s.set = true;
-    for (std::size_t i = 0; i + 1 < holds->elements; i += 2) {
-      const auto member = text_of(holds->element[i]);
-      if (member[0] != '#') s.holds[member] = std::stod(text_of(holds->element[i + 1]));
+  // The resources' keys in one round trip (the other resource's only when a client uses it).
+  for (int r = 0; r < used_; ++r) {
+    const auto& k = keys_of(r);
+    const auto& sk = set_keys_of(r);
+    conn_->append(std::array<std::string_view, 2>{"GET", k.lease()});
+    conn_->append(std::array<std::string_view, 5>{"ZRANGE", k.lease(), "0", "-1", "WITHSCORES"});
+    conn_->append(std::array<std::string_view, 2>{"GET", k.info()});
+    conn_->append(std::array<std::string_view, 4>{"ZRANGE", k.queue(), "0", "-1"});
+    conn_->append(std::array<std::string_view, 4>{"ZRANGE", sk.queue(), "0", "-1"});
+    conn_->append(std::array<std::string_view, 1>{"TIME"});
+  }
+  for (int r = 0; r < used_; ++r) {
+    auto lease = conn_->read(), holds = conn_->read(), info = conn_->read(), queue = conn_->read(),
+         set_queue = conn_->read(), time = conn_->read();
+    auto& s = world_.keys[static_cast<std::size_t>(r)];
+    s = {};
+    if (lease->type == REDIS_REPLY_STRING) s.lease = text_of(lease.get());
+    if (holds->type == REDIS_REPLY_ARRAY && holds->elements > 0) {
+      s.set = true;
+      for (std::size_t i = 0; i + 1 < holds->elements; i += 2) {
+        const auto member = text_of(holds->element[i]);
+        if (member[0] != '#') s.holds[member] = std::stod(text_of(holds->element[i + 1]));
+      }
     }
+    if (info->type == REDIS_REPLY_STRING) s.info = text_of(info.get());
+    for (const auto* from : {queue.get(), set_queue.get()}) {
+      if (from->type != REDIS_REPLY_ARRAY) continue;
+      auto& to = from == queue.get() ? s.queue : s.set_queue;
+      for (std::size_t i = 0; i < from->elements; ++i) to.push_back(text_of(from->element[i]));
+    }
+    s.now_ms = server_now(time.get());
   }
-  if (info->type == REDIS_REPLY_STRING) s.info = text_of(info.get());
-  for (const auto* from : {queue.get(), set_queue.get()}) {
-    if (from->type != REDIS_REPLY_ARRAY) continue;
-    auto& to = from == queue.get() ? s.queue : s.set_queue;
-    for (std::size_t i = 0; i < from->elements; ++i) to.push_back(text_of(from->element[i]));
-  }
-  s.now_ms = server_now(time.get());
 }
 
 std::optional<Violation> Explorer::after_step(const Event& e, bool released_live,
@@ -958,8 +1105,9 @@ std::optional<Violation> Explorer::after_step(const Event& e, bool released_live
     // try again (a force-release); the keys say which.
     bool given = !is_set(c);
     if (is_set(c)) {
-      const auto hold = w.keys.holds.find(c.token + letter_of(c));
-      given = hold != w.keys.holds.end() && hold->second > static_cast<double>(w.keys.now_ms);
+      const auto& keys = w.keys[static_cast<std::size_t>(c.resource)];
+      const auto hold = keys.holds.find(c.token + letter_of(c));
+      given = hold != keys.holds.end() && hold->second > static_cast<double>(keys.now_ms);
     }
     if (given) {
       handed = true;
@@ -970,7 +1118,7 @@ std::optional<Violation> Explorer::after_step(const Event& e, bool released_live
       continue;  // a nudge to try again: it still waits, in its place
     }
     if (m.fence > 0 && promised) {
-      if (auto v = check_grant(w, c.token, m.fence, true)) return v;
+      if (auto v = check_grant(w, holding_of(c), m.fence, true)) return v;
       if (candidate(c)) pending_announce_.push_back({m.fence, to});
     } else if (m.fence > w.max_fence) {
       w.max_fence = m.fence;  // minted by an earlier build's release: the claim decides
@@ -989,6 +1137,7 @@ std::optional<Violation> Explorer::after_step(const Event& e, bool released_live
     }
   }
   if (released_live && promised) {
+    // (A release serves its own resource's waiters: `live_waiters_before` are those.)
     if (auto v = check_served(w, handed, live_waiters_before)) return v;
   }
   for (const auto& [term, who] : pending_announce_) {
@@ -1001,20 +1150,27 @@ std::optional<Violation> Explorer::after_step(const Event& e, bool released_live
   pending_end_.clear();
   states_.insert(state_hash());
   if (auto v = check_invariants(w)) return v;
-  // What inspect.lua tells an operator, against the same model.
-  const auto& k = keys();
-  const auto& sk = set_keys();
-  append_call(scripts::Inspect{.lease = k.lease(),
-                               .info = k.info(),
-                               .queue_expiry = k.queue_expiry(),
-                               .sets_queue_expiry = sk.queue_expiry()});
-  auto r = conn_->read();
-  if (r->type != REDIS_REPLY_ARRAY || r->elements != 6) {
-    return Violation{"SCRIPT_ERROR", "inspect: " + text_of(r.get())};
+  // What inspect.lua tells an operator, against the same model: of each resource.
+  for (int at = 0; at < used_; ++at) {
+    const auto& k = keys_of(at);
+    const auto& sk = set_keys_of(at);
+    append_call(scripts::Inspect{.lease = k.lease(),
+                                 .info = k.info(),
+                                 .queue_expiry = k.queue_expiry(),
+                                 .sets_queue_expiry = sk.queue_expiry()});
   }
-  Inspection seen{text_of(r->element[0]), text_of(r->element[2]), r->element[3]->integer,
-                  r->element[4]->integer};
-  return check_inspection(w, seen);
+  std::array<ReplyPtr, 2> seen;
+  for (int at = 0; at < used_; ++at) seen[static_cast<std::size_t>(at)] = conn_->read();
+  for (int at = 0; at < used_; ++at) {
+    const auto* r = seen[static_cast<std::size_t>(at)].get();
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 6) {
+      return Violation{"SCRIPT_ERROR", "inspect: " + text_of(r)};
+    }
+    const Inspection what{text_of(r->element[0]), text_of(r->element[2]), r->element[3]->integer,
+                          r->element[4]->integer};
+    if (auto v = check_inspection(w, at, what)) return v;
+  }
+  return std::nullopt;
 }
 
 std::uint64_t Explorer::state_hash() const {
@@ -1028,22 +1184,25 @@ std::uint64_t Explorer::state_hash() const {
     return world_.phantoms.count(std::string(token)) ? 100 : 200;
   };
   for (const auto& c : world_.clients) {
-    mix(static_cast<std::uint64_t>(c.state) | static_cast<std::uint64_t>(c.kind) << 4);
+    mix(static_cast<std::uint64_t>(c.state) | static_cast<std::uint64_t>(c.kind) << 4 |
+        static_cast<std::uint64_t>(c.resource) << 8);
     mix(c.ended | c.handed_live << 1 | c.place_live << 2 | c.continuous << 3);
   }
-  mix(world_.keys.lease ? owner(std::string_view(*world_.keys.lease).substr(0, 32)) : 0);
-  mix(world_.keys.info.has_value());
-  for (const auto& [member, end] : world_.keys.holds) {
-    mix(owner(std::string_view(member).substr(0, 32)) << 1 |
-        (end > static_cast<double>(world_.keys.now_ms)));
-  }
-  std::uint64_t last = 0;
-  for (const auto* queue : {&world_.keys.queue, &world_.keys.set_queue}) {
-    mix(7);
-    for (const auto& m : *queue) {
-      const auto o = owner(std::string_view(m).substr(0, 32));
-      if (o != last || o != 100) mix(o);  // a crowd counts once
-      last = o;
+  for (const auto& keys : world_.keys) {
+    mix(keys.lease ? owner(std::string_view(*keys.lease).substr(0, 32)) : 0);
+    mix(keys.info.has_value());
+    for (const auto& [member, end] : keys.holds) {
+      mix(owner(std::string_view(member).substr(0, 32)) << 1 |
+          (end > static_cast<double>(keys.now_ms)));
+    }
+    std::uint64_t last = 0;
+    for (const auto* queue : {&keys.queue, &keys.set_queue}) {
+      mix(7);
+      for (const auto& m : *queue) {
+        const auto o = owner(std::string_view(m).substr(0, 32));
+        if (o != last || o != 100) mix(o);  // a crowd counts once
+        last = o;
+      }
     }
   }
   return h;

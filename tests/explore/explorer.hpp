@@ -9,6 +9,7 @@
 
 #include <hiredis/hiredis.h>
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <map>
@@ -34,14 +35,16 @@ enum class Build : std::uint8_t {
 std::string_view to_string(Build b) noexcept;
 
 /// What a client takes: a mutex's lease, or one hold of a lease set (a semaphore's permit, a
-/// read-write lock's shared or exclusive hold). Every client of a run works on one resource.
-/// An election's candidate is a mutex whose holder is the leader, its record beside the
+/// read-write lock's shared or exclusive hold). A client works on one of two resources of one
+/// slot (`Client::resource`: "r", or another name whose keys hash to r's slot, so that the
+/// two share the fencing counter and a group takes both at once); lease sets and candidates
+/// work on r. An election's candidate is a mutex whose holder is the leader, its record beside the
 /// lease and every change of leader announced.
 enum class Kind : std::uint8_t { mutex, permit, shared, exclusive, candidate };
 std::string_view to_string(Kind k) noexcept;
 
-/// What happens next: a client's call, or the world's event (client -1; lapse_place and
-/// lapse_hold name the client whose place or hold lapses).
+/// What happens next: a client's call, or the world's event (client -1, on `resource`;
+/// lapse_place and lapse_hold name the client whose place or hold lapses).
 enum class Do : std::uint8_t {
   take,           ///< acquire alone (mode '0')
   join,           ///< acquire that queues (mode '1'); a waiter's refresh of its place
@@ -59,10 +62,12 @@ enum class Do : std::uint8_t {
   lapse_queue,    ///< a queue nobody live waits in reaches its expiry (its keys go)
   clock_forward,  ///< the server's wall clock steps 25 s forward (what is due expires)
   clock_back,     ///< the server's wall clock steps 25 s back
+  take_all,       ///< a group's first member takes both resources at once (acquire_group.lua)
 };
 struct Event {
   Do what = Do::take;
   int client = -1;
+  int resource = 0;  ///< a world event's: 0 for r ("w."), 1 for the other ("ws.")
   bool operator==(const Event&) const = default;
 };
 std::string to_string(const Event& e);
@@ -78,7 +83,7 @@ struct Violation {
 };
 
 /// A bug put back on purpose (a text substitution in today's assembled bodies), to show the
-/// explorer finds it: "claim_token_reuse", "purge_64".
+/// explorer finds it: "claim_token_reuse", "purge_64", "group_overtakes".
 struct Mutation {
   std::string_view script, from, to;
 };
@@ -91,6 +96,13 @@ struct Setup {
   std::size_t crowd = 0;      ///< the crowd event's size (0: never)
   std::string plant;          ///< a planted bug's name, or empty
   bool clock_steps = true;    ///< the server's clock may step (where the shim is loaded)
+  /// One per client: 0 for r, 1 for the other resource of its slot; none: every client on r.
+  std::vector<int> resources = {};
+  /// Groups, each two clients, the first on r and the second on the other resource (their
+  /// `resources` are set so): the first's take_all takes both at once, as async_acquire_all
+  /// does for resources of one slot; after that each is a guard of its own (released,
+  /// extended, and when refused taken one by one with acquire.lua, as the library does).
+  std::vector<std::pair<int, int>> groups = {};
 };
 
 /// The model's view of one client (what the library would believe), invariants.cpp reads it.
@@ -110,7 +122,13 @@ struct Client {
   bool ended = false;        ///< holding: the lease ended (lapsed, forced) unbeknown to it
   bool handed_live = false;  ///< nudged: the lease handed to it is still there
   bool handed_short = false;  ///< nudged with an older build's 600 ms bare lease: claims at once
+  int resource = 0;           ///< 0: r; 1: the other resource of r's slot
+  int partner = -1;           ///< a group's first member: the second (on the other resource)
 };
+/// A holding's name in World::holdings: its token on its resource (a group's leases share a
+/// token, each with its own fencing token).
+std::string holding_of(const std::string& token, int resource);
+inline std::string holding_of(const Client& c) { return holding_of(c.token, c.resource); }
 
 /// The server's keys of the explored resource after a step.
 struct Snapshot {
@@ -125,11 +143,12 @@ struct Snapshot {
 /// What the invariants read: the model and the step that led to it.
 struct World {
   std::vector<Client> clients;
-  std::map<std::string, std::pair<std::uint64_t, bool>> holdings;  ///< token -> fence, live
-  std::uint64_t max_fence = 0;
-  std::set<std::string> phantoms;              ///< the crowd's tokens (never live)
-  int limit = 2;                               ///< a semaphore's
-  std::set<std::uint64_t> announced;           ///< terms an election's observers heard
+  /// holding_of(token, resource) -> fence, live
+  std::map<std::string, std::pair<std::uint64_t, bool>> holdings;
+  std::uint64_t max_fence = 0;        ///< the slot's: both resources share the fencing counter
+  std::set<std::string> phantoms;     ///< the crowd's tokens (never live)
+  int limit = 2;                      ///< a semaphore's
+  std::set<std::uint64_t> announced;  ///< terms an election's observers heard
   std::vector<std::uint64_t> ended_this_step;  ///< terms heard ended ('- <term>') in the step
   std::vector<std::uint64_t> begun_this_step;  ///< terms heard begun in the step
   bool fairness_promised = true;               ///< no client further back than the build before
@@ -139,7 +158,7 @@ struct World {
   bool clock_behind = false, counter_lost = false, fence_exempt = false;
   bool clock_went_back = false;
   long long clock_offset_ms = 0, clock_high_ms = 0;
-  Snapshot keys;
+  std::array<Snapshot, 2> keys;  ///< r's and the other resource's
 };
 
 class Explorer {
@@ -173,6 +192,9 @@ class Explorer {
   std::uint64_t holds_ended_by_clock() const noexcept { return ended_by_clock_; }
   /// Holds and places a step back revived (lapsed less than the step ago, not yet purged).
   std::uint64_t revived_by_clock() const noexcept { return revived_by_clock_; }
+  /// A group's take_all: both resources taken at once; refused (nothing written).
+  std::uint64_t groups_taken() const noexcept { return groups_taken_; }
+  std::uint64_t groups_refused() const noexcept { return groups_refused_; }
   /// The server's wall clock offset (the clock shim's shared cell), or null: no clock steps.
   void set_clock(std::atomic<std::int64_t>* offset) noexcept { clock_ = offset; }
 
@@ -183,10 +205,13 @@ class Explorer {
   std::optional<Violation> step(const Event& e);
   std::optional<Violation> after_step(const Event& e, bool released_live,
                                       const std::vector<int>& live_waiters_before);
+  /// A group's take_all (acquire_group.lua) by client `first` and its partner.
+  std::optional<Violation> take_all(const Event& e);
   void read_keys();
-  /// A lapse moved the end `old_end` into the past: `key`, whose expiry may have been that
-  /// end (a key lives as long as the latest end of what it keeps), expires as it would have.
-  void expire_as_time_would(std::string_view key, double old_end);
+  /// A lapse moved the end `old_end` into the past: `key` of `resource`, whose expiry may
+  /// have been that end (a key lives as long as the latest end of what it keeps), expires as
+  /// it would have.
+  void expire_as_time_would(int resource, std::string_view key, double old_end);
   std::string next_token(int client);
   /// Sends one of today's scripts through its typed call and the one encoder, with the sha
   /// of the body this explorer loaded; its reply is read by the caller.
@@ -202,11 +227,13 @@ class Explorer {
   World world_;
   std::uint64_t attempts_ = 0, joins_ = 0, steps_ = 0, sequences_ = 0;
   bool crowd_done_ = false;
+  int used_ = 1;  ///< resources the run's clients use: r, or r and the other
   std::atomic<std::int64_t>* clock_ = nullptr;
   std::vector<std::pair<std::uint64_t, int>> pending_announce_;  // a leader's term, its client
   std::vector<std::uint64_t> pending_end_;                       // a leader's released term
   std::uint64_t ended_by_clock_ = 0;
   std::uint64_t revived_by_clock_ = 0;
+  std::uint64_t groups_taken_ = 0, groups_refused_ = 0;
   /// After a step of the server's clock: what it expired (forward: the holders believe on)
   /// or revived (back: a lapsed hold or place not yet purged), the model learns.
   void learn_what_the_clock_did(bool forward);
@@ -219,7 +246,7 @@ struct Inspection {
   std::string what, record;
   long long waiters = 0, holders = 0;
 };
-std::optional<Violation> check_inspection(const World& world, const Inspection& seen);
+std::optional<Violation> check_inspection(const World& world, int resource, const Inspection& seen);
 /// An election's observers heard of `term`, which `who` now holds (ANNOUNCED).
 std::optional<Violation> check_announced(const World& world, std::uint64_t term,
                                          const std::string& who);
@@ -228,6 +255,9 @@ std::optional<Violation> check_term_ended(const World& world, std::uint64_t term
 
 /// invariants.cpp: every promise checked after every step, in one place.
 std::optional<Violation> check_invariants(const World& world);
+/// Whether anything live holds or waits for `resource` (a group's take_all must then be
+/// refused: "never overtakes a waiter").
+bool live_on(const World& world, int resource);
 std::optional<Violation> check_hand_off(const World& world, int to);
 std::optional<Violation> check_served(const World& world, bool handed,
                                       const std::vector<int>& live_waiters_before);

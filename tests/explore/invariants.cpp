@@ -31,20 +31,22 @@ bool string_lease(Kind k) { return k == Kind::mutex || k == Kind::candidate; }
 std::string who(const World& w, int i) {
   const Client& c = w.clients[i];
   return "c" + std::to_string(i) + " (" + std::string(to_string(c.build)) + " " +
-         std::string(to_string(c.kind)) + ", " + c.token + ")";
+         std::string(to_string(c.kind)) + (c.resource == 0 ? "" : " on s") + ", " + c.token + ")";
 }
 
 /// A lease an earlier build's release handed to a dead waiter (allowed beside such a build).
-bool dead_holds(const World& w) {
-  return w.keys.lease && w.phantoms.count(w.keys.lease->substr(0, 32)) > 0;
+bool dead_holds(const World& w, int r) {
+  const auto& lease = w.keys[static_cast<std::size_t>(r)].lease;
+  return lease && w.phantoms.count(lease->substr(0, 32)) > 0;
 }
 
-/// Whether a hold of `kind` fits beside the live holds of everyone but `except`.
+/// Whether a hold of `kind` fits beside the live holds of everyone but `except` (on its
+/// resource).
 bool fits(const World& w, Kind kind, int except) {
   int permits = 0;
   for (int i = 0; i < static_cast<int>(w.clients.size()); ++i) {
     const Client& o = w.clients[i];
-    if (i == except || !live_hold(o)) continue;
+    if (i == except || !live_hold(o) || o.resource != w.clients[except].resource) continue;
     if (string_lease(kind) || kind == Kind::exclusive || o.kind != kind) return false;
     ++permits;
   }
@@ -53,13 +55,23 @@ bool fits(const World& w, Kind kind, int except) {
 
 }  // namespace
 
-std::optional<Violation> check_invariants(const World& w) {
-  const auto& keys = w.keys;
+bool live_on(const World& w, int r) {
+  for (const auto& c : w.clients) {
+    if (c.resource == r && (live_hold(c) || live_waiter(c))) return true;
+  }
+  return false;
+}
+
+namespace {
+
+std::optional<Violation> check_resource(const World& w, int r) {
+  const auto& keys = w.keys[static_cast<std::size_t>(r)];
   int permits = 0, shared = 0, exclusive = 0, mutexes = 0;
   int first = -1;
   bool waiting = false;
   for (int i = 0; i < static_cast<int>(w.clients.size()); ++i) {
     const Client& c = w.clients[i];
+    if (c.resource != r) continue;
     waiting = waiting || live_waiter(c);
     if (!live_hold(c)) continue;
     if (first >= 0 && family(w.clients[first].kind) != family(c.kind)) {
@@ -110,7 +122,7 @@ std::optional<Violation> check_invariants(const World& w) {
   // NO_LAPSED_HANDOFF: "A release never hands anything to a place that has lapsed" (a
   // release of a build further back than the one before today's may: that dead waiter then
   // holds it until it lapses).
-  if (dead_holds(w) && w.fairness_promised) {
+  if (dead_holds(w, r) && w.fairness_promised) {
     return Violation{"NO_LAPSED_HANDOFF", "the lease went to a dead waiter: " + *keys.lease};
   }
   // FREE: "once no hold is live and nobody waits, the resource is free for any kind": its
@@ -120,7 +132,7 @@ std::optional<Violation> check_invariants(const World& w) {
   // which lives until its latest place's end, a served waiter's included: nobody waits,
   // yet the name keeps its kind for at most one place life (w.lapse_queue ends it).
   const bool queue_lives = !keys.set_queue.empty();
-  if (first < 0 && !waiting && !dead_holds(w) && !w.clock_went_back && !queue_lives &&
+  if (first < 0 && !waiting && !dead_holds(w, r) && !w.clock_went_back && !queue_lives &&
       (keys.lease || keys.set)) {
     return Violation{"FREE",
                      "nothing is live and nobody waits, yet the key is there (" +
@@ -131,7 +143,16 @@ std::optional<Violation> check_invariants(const World& w) {
   return std::nullopt;
 }
 
-std::optional<Violation> check_inspection(const World& w, const Inspection& seen) {
+}  // namespace
+
+std::optional<Violation> check_invariants(const World& w) {
+  for (int r = 0; r < static_cast<int>(w.keys.size()); ++r) {
+    if (auto v = check_resource(w, r)) return v;
+  }
+  return std::nullopt;
+}
+
+std::optional<Violation> check_inspection(const World& w, int r, const Inspection& seen) {
   // INSPECT: "who holds a resource, for how long, and how many wait" (inspect.lua): the
   // holder's own fencing token and no other's; its live waiters; its live holds. (Not after
   // a step back of the clock: places and holds it revived count there, as they should.)
@@ -139,6 +160,7 @@ std::optional<Violation> check_inspection(const World& w, const Inspection& seen
   long long waiters = 0, holds = 0;
   for (int i = 0; i < static_cast<int>(w.clients.size()); ++i) {
     const Client& c = w.clients[i];
+    if (c.resource != r) continue;
     waiters += live_waiter(c) ? 1 : 0;
     if (!live_hold(c)) continue;
     ++holds;
@@ -157,7 +179,7 @@ std::optional<Violation> check_inspection(const World& w, const Inspection& seen
     return Violation{"INSPECT", "inspect counts " + std::to_string(seen.waiters) +
                                     " live waiters, there are " + std::to_string(waiters)};
   }
-  if (seen.what != "mutex" && seen.what != "none" && seen.holders != holds && !dead_holds(w)) {
+  if (seen.what != "mutex" && seen.what != "none" && seen.holders != holds && !dead_holds(w, r)) {
     return Violation{"INSPECT", "inspect counts " + std::to_string(seen.holders) +
                                     " live holds, there are " + std::to_string(holds)};
   }
@@ -185,13 +207,16 @@ std::optional<Violation> check_term_ended(const World& w, std::uint64_t term) {
 
 bool other_kind_present(const World& w, int c) {
   const int mine = family(w.clients[c].kind);
-  if (dead_holds(w) && mine != 0) return true;
+  const int r = w.clients[c].resource;
+  const auto& keys = w.keys[static_cast<std::size_t>(r)];
+  if (dead_holds(w, r) && mine != 0) return true;
   // A queue of the other kind, until its life runs out (dead places, a served waiter's).
-  if (mine != 0 && !w.keys.queue.empty()) return true;
-  if (mine == 0 && !w.keys.set_queue.empty()) return true;
+  if (mine != 0 && !keys.queue.empty()) return true;
+  if (mine == 0 && !keys.set_queue.empty()) return true;
   for (int i = 0; i < static_cast<int>(w.clients.size()); ++i) {
     const Client& o = w.clients[i];
-    if (i != c && family(o.kind) != mine && (live_hold(o) || live_waiter(o))) return true;
+    if (i != c && o.resource == r && family(o.kind) != mine && (live_hold(o) || live_waiter(o)))
+      return true;
   }
   return false;
 }
@@ -201,10 +226,11 @@ bool must_grant(const World& w, int c) {
   if (self.state == State::nudged && self.handed_live) return true;  // its own handed lease
   // A lease an earlier build's release handed to a dead waiter holds until it lapses; after
   // a step back of the server's clock, what it revived or kept holds D longer.
-  if (dead_holds(w) || w.clock_went_back) return false;
+  if (dead_holds(w, self.resource) || w.clock_went_back) return false;
   for (int i = 0; i < static_cast<int>(w.clients.size()); ++i) {
     // Another live waiter may be ahead in line.
-    if (i != c && live_waiter(w.clients[i])) return false;
+    const Client& o = w.clients[i];
+    if (i != c && o.resource == self.resource && live_waiter(o)) return false;
   }
   // Free, or room beside the live holds: "a free resource is taken" (a permit while fewer
   // than the limit are held, a shared hold beside shared ones).
@@ -257,7 +283,8 @@ std::optional<Violation> check_hand_off(const World& w, int to) {
   // lapsed is still in the queue, ahead.
   for (int i = 0; i < static_cast<int>(w.clients.size()); ++i) {
     const Client& v = w.clients[i];
-    if (i != to && v.state == State::waiting && v.continuous && v.joined < c.joined) {
+    if (i != to && v.resource == c.resource && v.state == State::waiting && v.continuous &&
+        v.joined < c.joined) {
       return Violation{"FIFO", "handed to " + who(w, to) + " before " + who(w, i) +
                                    ", which queued first and stayed live"};
     }
@@ -282,7 +309,7 @@ std::optional<Violation> check_served(const World& w, bool handed,
   int first = -1;
   for (int i = 0; i < static_cast<int>(w.clients.size()); ++i) {
     const Client& c = w.clients[i];
-    if (!live_waiter(c)) continue;
+    if (!live_waiter(c) || c.resource != head.resource) continue;
     if (!c.continuous) return std::nullopt;  // its place in line is not known
     if (first < 0 || c.joined < w.clients[first].joined) first = i;
   }
