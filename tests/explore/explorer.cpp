@@ -399,7 +399,12 @@ void Explorer::reset(const Setup& setup) {
     world_.clients.at(static_cast<std::size_t>(second)).resource = 1;
   }
   used_ = 1;
-  for (const auto& c : world_.clients) used_ = std::max(used_, c.resource + 1);
+  for (const auto& c : world_.clients) {
+    if (c.resource != 0 && c.kind != Kind::mutex) {
+      throw std::invalid_argument("explorer: lease sets and candidates work on r");
+    }
+    used_ = std::max(used_, c.resource + 1);
+  }
   conn_->command({"FLUSHALL"});
   // Whatever an earlier sequence published is read and dropped.
   sub_->append(std::array<std::string_view, 1>{"PING"});
@@ -882,6 +887,7 @@ std::optional<Violation> Explorer::take_all(const Event& e) {
     live = live || live_on(w, r);
   }
   const auto before = w.keys;
+  const auto written_before = everything_written();
   // In the library's taking order (by name: r first), with the slot's one fencing counter.
   const std::array<detail::ResourceKeys, 2> group = {keys_of(0), keys_of(1)};
   std::string count;
@@ -906,6 +912,12 @@ std::optional<Violation> Explorer::take_all(const Event& e) {
       // MUTEX catches a taken hold; this, a live waiter overtaken.
       return Violation{"FIFO", to_string(e) + " took both resources over a live holder or waiter"};
     }
+    for (const auto& keys : before) {
+      if (keys.lease || keys.set) {
+        // Over a lease nobody live holds (a dead waiter's), or a lease set's key.
+        return Violation{"MUTEX", to_string(e) + " took a resource whose lease key was there"};
+      }
+    }
     for (std::size_t i = 0; i < 2; ++i) {
       Client& c = i == 0 ? first : second;
       const auto fence = static_cast<std::uint64_t>(r->element[i + 1]->integer);
@@ -917,17 +929,13 @@ std::optional<Violation> Explorer::take_all(const Event& e) {
     ++groups_taken_;
   } else {
     ++groups_refused_;
-    if (vacant && !w.clock_went_back) {
+    if (vacant) {  // (the keys were read from the server, after any step of its clock)
       return Violation{"LIVE", to_string(e) + " refused although both resources are free"};
     }
-    // All or none: a refusal writes nothing, and names a resource held or waited for.
-    read_keys();
+    // All or none: a refusal writes nothing (no key, no expiry, not the counter), and names
+    // a resource held or waited for.
     const auto index = r->element[1]->integer;
-    const auto same = [](const Snapshot& x, const Snapshot& y) {
-      return x.lease == y.lease && x.info == y.info && x.holds == y.holds && x.queue == y.queue &&
-             x.set_queue == y.set_queue;
-    };
-    if (!same(before[0], w.keys[0]) || !same(before[1], w.keys[1])) {
+    if (everything_written() != written_before) {
       return Violation{"ALL_OR_NONE", to_string(e) + " was refused and wrote"};
     }
     if (index < 1 || index > 2) {
@@ -940,6 +948,26 @@ std::optional<Violation> Explorer::take_all(const Event& e) {
     }
   }
   return after_step(e, false, {});
+}
+
+std::vector<std::string> Explorer::everything_written() {
+  std::vector<std::string_view> names = {keys_of(0).fence()};
+  for (int r = 0; r < used_; ++r) {
+    const auto& k = keys_of(r);
+    const auto& sk = set_keys_of(r);
+    names.insert(names.end(),
+                 {k.lease(), k.queue(), k.queue_expiry(), k.info(), sk.queue(), sk.queue_expiry()});
+  }
+  for (const auto name : names) {
+    conn_->append(std::array<std::string_view, 2>{"DUMP", name});
+    conn_->append(std::array<std::string_view, 2>{"PEXPIRETIME", name});
+  }
+  std::vector<std::string> out;
+  for (std::size_t i = 0; i < 2 * names.size(); ++i) {
+    auto r = conn_->read();
+    out.push_back(r->type == REDIS_REPLY_INTEGER ? std::to_string(r->integer) : text_of(r.get()));
+  }
+  return out;
 }
 
 void Explorer::learn_what_the_clock_did(bool forward) {
@@ -1177,9 +1205,11 @@ std::uint64_t Explorer::state_hash() const {
   // Who holds, who waits, in which order: the abstract state (no tokens, no clocks).
   std::uint64_t h = 1469598103934665603ull;
   auto mix = [&](std::uint64_t v) { h = (h ^ v) * 1099511628211ull; };
+  int at = -1;  // the resource whose keys are hashed
   auto owner = [&](std::string_view token) -> std::uint64_t {
     for (std::size_t i = 0; i < world_.clients.size(); ++i) {
-      if (world_.clients[i].token == token) return i + 1;
+      const auto& c = world_.clients[i];
+      if (c.token == token && c.resource == at) return i + 1;
     }
     return world_.phantoms.count(std::string(token)) ? 100 : 200;
   };
@@ -1189,6 +1219,7 @@ std::uint64_t Explorer::state_hash() const {
     mix(c.ended | c.handed_live << 1 | c.place_live << 2 | c.continuous << 3);
   }
   for (const auto& keys : world_.keys) {
+    ++at;
     mix(keys.lease ? owner(std::string_view(*keys.lease).substr(0, 32)) : 0);
     mix(keys.info.has_value());
     for (const auto& [member, end] : keys.holds) {

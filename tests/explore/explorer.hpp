@@ -208,6 +208,8 @@ class Explorer {
   /// A group's take_all (acquire_group.lua) by client `first` and its partner.
   std::optional<Violation> take_all(const Event& e);
   void read_keys();
+  /// Every key of the run's resources and the counter, as DUMP and PEXPIRETIME show them.
+  std::vector<std::string> everything_written();
   /// A lapse moved the end `old_end` into the past: `key` of `resource`, whose expiry may
   /// have been that end (a key lives as long as the latest end of what it keeps), expires as
   /// it would have.
