@@ -67,11 +67,24 @@ bool loses_data(FaultKind k) {
          k == FaultKind::sentinel_master_killed;
 }
 
-/// How long after a fault heals it may still let a second holder in: a Sentinel failover's
-/// old master "accepts writes until a sentinel reconfigures it (up to ~10 s ...)" and the
-/// client moves within about a second (docs/safety.md, Sentinel, failover window).
+/// How long after a fault heals it may still let a second holder in: a Sentinel failover
+/// heals when the old master says it is a replica (it "accepts writes until a sentinel
+/// reconfigures it", docs/safety.md, Sentinel, failover window); after that a write there
+/// fails and the client moves. A second of margin for the poll that saw it.
 long long aftermath_ns(FaultKind k) {
-  return k == FaultKind::sentinel_failover ? 11'000'000'000LL : 0;
+  return k == FaultKind::sentinel_failover ? 1'000'000'000LL : 0;
+}
+
+/// NAMED: an error as the worker writes it, "<category>:<value> <message>" (its category, its
+/// code and what it says), not a bare word.
+bool named_error(const std::string& name) {
+  const auto colon = name.find(':');
+  if (colon == std::string::npos || colon == 0) return false;
+  std::size_t i = colon + 1;
+  if (i < name.size() && name[i] == '-') ++i;
+  const std::size_t digits = i;
+  while (i < name.size() && name[i] >= '0' && name[i] <= '9') ++i;
+  return i > digits && i + 1 < name.size() && name[i] == ' ';
 }
 
 }  // namespace
@@ -84,8 +97,8 @@ Report check(const std::vector<std::string>& histories, const std::vector<Fault>
   const long long bound_ns = (3000 + 2000 + 1500 + 2 * ttl.count()) * 1000000LL;
   for (int w = 0; w < static_cast<int>(histories.size()); ++w) {
     std::istringstream in(histories[w]);
-    long long invoked = -1;
-    long open = -1;  // the holding not yet released, in `mine`
+    long long invoked = -1, releasing = -1;  // an acquire's, a release's call under way
+    long open = -1;                          // the holding not yet released, in `mine`
     std::vector<Holding> mine;
     for (std::string line; std::getline(in, line);) {
       std::istringstream f(line);
@@ -118,10 +131,9 @@ Report check(const std::vector<std::string>& histories, const std::vector<Fault>
         } else {
           std::string name;
           std::getline(f, name);
-          if (name.size() < 3) {
-            r.violations.push_back("NAMED: an error without a name: " + line);
-          }
-          ++r.errors[name.size() > 1 ? name.substr(1) : name];
+          if (!name.empty()) name.erase(0, 1);
+          if (!named_error(name)) r.violations.push_back("NAMED: an error without a name: " + line);
+          ++r.errors[name];
         }
         invoked = -1;
       } else if (event == "write") {
@@ -132,6 +144,7 @@ Report check(const std::vector<std::string>& histories, const std::vector<Fault>
           ++r.refused;
         }
       } else if (event == "release" && what == "invoke" && open >= 0) {
+        releasing = t;
         std::uint64_t fence = 0;
         int lost = 0;
         long long valid = 0;
@@ -146,6 +159,20 @@ Report check(const std::vector<std::string>& histories, const std::vector<Fault>
         }
         ++r.releases;
       } else if (event == "release" && what != "invoke") {
+        // HANG: a release ends within the same bound (it retries while the lease may be
+        // valid, then gives up).
+        if (releasing >= 0 && t - releasing > bound_ns) {
+          r.violations.push_back("HANG: worker " + std::to_string(w) + "'s release took " +
+                                 std::to_string((t - releasing) / 1000000) + " ms");
+        }
+        if (what == "fail") {
+          std::string name;
+          std::getline(f, name);
+          if (!name.empty()) name.erase(0, 1);
+          if (!named_error(name)) r.violations.push_back("NAMED: an error without a name: " + line);
+          ++r.errors["release: " + name];
+        }
+        releasing = -1;
         open = -1;
       } else if (event == "crash") {
         r.violations.push_back("CRASH: worker " + std::to_string(w) + ": " + line);
@@ -153,6 +180,9 @@ Report check(const std::vector<std::string>& histories, const std::vector<Fault>
     }
     if (invoked >= 0) {
       r.violations.push_back("HANG: worker " + std::to_string(w) + "'s last acquire never ended");
+    }
+    if (releasing >= 0) {
+      r.violations.push_back("HANG: worker " + std::to_string(w) + "'s last release never ended");
     }
     holdings.insert(holdings.end(), mine.begin(), mine.end());
   }
@@ -170,8 +200,13 @@ Report check(const std::vector<std::string>& histories, const std::vector<Fault>
     const Holding& a = holdings[i];
     for (std::size_t j = i + 1; j < holdings.size(); ++j) {
       const Holding& b = holdings[j];
-      // TOKEN_ORDER: b was asked for after a's grant completed, so it was granted later.
-      if (b.invoked > a.granted && b.fence <= a.fence) {
+      // TOKEN_ORDER: b was asked for after a's grant completed, so it was granted later; or
+      // b was granted after a stopped holding (a waiter queued before a's grant, handed the
+      // lock by a's release or its lapse): its token was minted after a's. (A holding whose
+      // validity ended before its grant was read is neither: its token may be the older.)
+      const bool after = b.invoked > a.granted ||
+                         (b.granted >= a.ends && a.ends > a.granted && b.ends > b.granted);
+      if (after && b.fence <= a.fence) {
         const bool exempt = std::any_of(faults.begin(), faults.end(), [&](const Fault& f) {
           // "never lowers a token while the counter survives": a lost counter after a step
           // back (none in the schedule's order) would be exempt.
@@ -239,6 +274,7 @@ Report check(const std::vector<std::string>& histories, const std::vector<Fault>
     const auto next = std::lower_bound(grants.begin(), grants.end(), f.healed);
     const long long ms = next == grants.end() ? -1 : (*next - f.healed) / 1000000;
     row.worst_recovery_ms = std::max(row.worst_recovery_ms, ms);
+    row.longest_ms = std::max(row.longest_ms, (f.healed - f.at) / 1000000);
   }
   return r;
 }
@@ -249,10 +285,11 @@ std::string Report::table() const {
       << " refused, " << late_writes_refused << " of them written after the writer's validity), "
       << releases << " releases, " << timeouts << " waits that ran out\n";
   out << "[nemesis] | fault | count | struck a holding | overlaps it explains | writes refused "
-         "| worst recovery (ms) |\n";
+         "| worst recovery (ms) | longest (ms) |\n";
   for (const auto& [name, row] : rows) {
     out << "[nemesis] | " << name << " | " << row.faults << " | " << row.hits << " | "
-        << row.overlaps << " | " << row.refused << " | " << row.worst_recovery_ms << " |\n";
+        << row.overlaps << " | " << row.refused << " | " << row.worst_recovery_ms << " | "
+        << row.longest_ms << " |\n";
   }
   for (const auto& [name, count] : errors)
     out << "[nemesis] error " << name << ": " << count << "\n";

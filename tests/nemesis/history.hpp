@@ -46,6 +46,8 @@ struct Report {
   struct Row {
     int faults = 0, hits = 0, overlaps = 0, refused = 0;
     long long worst_recovery_ms = 0;
+    long long longest_ms =
+        0;  ///< from the fault made to healed (a failover: the old master demoted)
   };
   std::map<std::string, Row> rows;
   std::vector<std::string> violations;  ///< each a promise, with what broke it
@@ -56,11 +58,12 @@ struct Report {
 /// - OVERLAP: no two workers believe they hold the lock at once (from the grant to the
 ///   release, or to the guard's validity if sooner), except across a fault that loses the
 ///   lock's data or steps the server's clock forward (docs/safety.md says so), counted;
-/// - TOKEN_ORDER: a grant that began after another ended has the larger fencing token;
+/// - TOKEN_ORDER: a grant asked for after another was granted, or granted after another
+///   holding ended, has the larger fencing token;
 /// - WRITES: the register refuses a token only where an overlap is explained;
 /// - LOST_SIGNAL: a guard past its validity says it is lost;
-/// - HANG: every call ends, within its wait and timeouts (and a pause);
-/// - NAMED: every error has a name;
+/// - HANG: every acquire and every release ends, within its wait and timeouts (and a pause);
+/// - NAMED: every error has a name ("<category>:<value> <message>");
 /// and measures each fault's recovery (from its heal to the next grant).
 Report check(const std::vector<std::string>& histories, const std::vector<Fault>& faults,
              std::chrono::milliseconds ttl);

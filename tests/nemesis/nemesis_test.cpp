@@ -288,11 +288,18 @@ TEST(Nemesis, ClusterKeepsEveryPromiseThroughAFailoverAMigrationAndAKilledMaster
 TEST(Nemesis, SentinelKeepsEveryPromiseThroughFailovers) {
   test::RedisSentinelSet set;
   Workers w;
-  w.start(std::vector<std::string>(workers, set.url()), 30, "sentinel");
+  w.start(std::vector<std::string>(workers, set.url()), 36, "sentinel");
   const auto quiet = [] { std::this_thread::sleep_for(2s); };
   quiet();
+  const auto first = set.master();
+  // Healed when the old master says it is a replica: a sentinel reconfigures it when it next
+  // looks at it (up to ~10 s), and until then it accepts writes too (the checker's window).
   w.fault(
-      FaultKind::sentinel_failover, -1, 0ms, [&] { set.failover(); }, [] {});
+      FaultKind::sentinel_failover, -1, 0ms, [&] { set.failover(); },
+      [&] {
+        test::wait_until([&] { return set.data(first).command({"ROLE"}).rfind("slave", 0) == 0; },
+                         20s, "the old master's demotion");
+      });
   quiet();
   const auto killed = set.master();
   w.fault(
@@ -404,6 +411,26 @@ TEST(NemesisChecker, ATokenBelowOneGrantedBeforeIsAViolation) {
   EXPECT_EQ(r.violations.front().rfind("TOKEN_ORDER", 0), 0u) << r.violations.front();
 }
 
+TEST(NemesisChecker, AWaiterHandedTheLockAfterAHoldingEndedNeedsTheLargerToken) {
+  // Worker 1 queued before worker 0's grant (95 < 100) and was handed the lock after worker
+  // 0's release: its token was minted after 10.
+  const auto a = history_of({"90 acquire invoke", "100 acquire ok 10 900000000",
+                             "200 release invoke 10 0 900000000", "201 release ok 1"});
+  const auto lower = history_of({"95 acquire invoke", "300 acquire ok 9 1300000000",
+                                 "400 release invoke 9 0 1300000000", "401 release ok 1"});
+  const auto r = check({a, lower}, {}, 1000ms);
+  ASSERT_EQ(r.violations.size(), 1u);
+  EXPECT_EQ(r.violations.front().rfind("TOKEN_ORDER", 0), 0u) << r.violations.front();
+  // A grant read after its own validity (a worker stopped with the reply in flight) was
+  // never held: its token may be the older one.
+  const auto stale = history_of({"95 acquire invoke", "300 acquire ok 9 250000000",
+                                 "400 release invoke 9 1 250000000", "401 release ok 0"});
+  EXPECT_TRUE(check({a, stale}, {}, 1000ms).violations.empty());
+  const auto larger = history_of({"95 acquire invoke", "300 acquire ok 11 1300000000",
+                                  "400 release invoke 11 0 1300000000", "401 release ok 1"});
+  EXPECT_TRUE(check({a, larger}, {}, 1000ms).violations.empty());
+}
+
 TEST(NemesisChecker, AGuardPastItsValidityThatSaysItIsNotLostIsAViolation) {
   const auto a = history_of({"90 acquire invoke", "100 acquire ok 10 900000000",
                              "950 release invoke 10 0 900000000", "951 release ok 0"});
@@ -419,6 +446,36 @@ TEST(NemesisChecker, AnUnendedCallAndAnUnnamedErrorAreViolations) {
   ASSERT_EQ(r.violations.size(), 2u);
   EXPECT_EQ(r.violations[0].rfind("NAMED", 0), 0u) << r.violations[0];
   EXPECT_EQ(r.violations[1].rfind("HANG", 0), 0u) << r.violations[1];
+}
+
+TEST(NemesisChecker, AReleaseThatNeverEndsOrTakesTooLongIsAHang) {
+  const auto slow = history_of({"90 acquire invoke", "100 acquire ok 10 900000000",
+                                "200 release invoke 10 0 900000000", "20000 release ok 1"});
+  const auto r = check({slow}, {}, 1000ms);
+  ASSERT_EQ(r.violations.size(), 1u);
+  EXPECT_NE(r.violations.front().find("release took"), std::string::npos) << r.violations.front();
+  auto unended = std::string("90000000 acquire invoke\n100000000 acquire ok 10 900000000\n") +
+                 "200000000 release invoke 10 0 900000000\n";
+  const auto never = check({unended}, {}, 1000ms);
+  ASSERT_EQ(never.violations.size(), 1u);
+  EXPECT_NE(never.violations.front().find("last release never ended"), std::string::npos);
+}
+
+TEST(NemesisChecker, AnErrorIsNamedByItsCategoryCodeAndMessage) {
+  const auto named = history_of({"90 acquire invoke", "100 acquire fail redis_lock:3 timed out",
+                                 "200 acquire invoke", "300 acquire ok 10 1100000000",
+                                 "400 release invoke 10 0 1100000000",
+                                 "401 release fail redis_lock:7 connection lost"});
+  const auto ok = check({named}, {}, 1000ms);
+  EXPECT_TRUE(ok.violations.empty()) << ok.violations.front();
+  EXPECT_EQ(ok.errors.at("redis_lock:3 timed out"), 1);
+  EXPECT_EQ(ok.errors.at("release: redis_lock:7 connection lost"), 1);
+  for (const char* bare : {"timeout", "redis_lock:x timed out", "redis_lock:3", ":3 lost"}) {
+    const auto a = history_of({"90 acquire invoke", std::string("100 acquire fail ") + bare});
+    const auto r = check({a}, {}, 1000ms);
+    ASSERT_EQ(r.violations.size(), 1u) << bare;
+    EXPECT_EQ(r.violations.front().rfind("NAMED", 0), 0u) << r.violations.front();
+  }
 }
 
 }  // namespace
