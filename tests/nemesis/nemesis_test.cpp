@@ -401,34 +401,31 @@ TEST(NemesisChecker, AGrantReadAfterItsValidityIsNeverHeldAndItsLateWriteIsFenci
   EXPECT_EQ(r.late_writes_refused, 1);
 }
 
-TEST(NemesisChecker, ATokenBelowOneGrantedBeforeIsAViolation) {
-  const auto a = history_of({"90 acquire invoke", "100 acquire ok 10 900000000",
-                             "200 release invoke 10 0 900000000", "201 release ok 1"});
-  const auto b = history_of({"300 acquire invoke", "400 acquire ok 9 1400000000",
-                             "500 release invoke 9 0 1400000000", "501 release ok 1"});
-  const auto r = check({a, b}, {}, 1000ms);
-  ASSERT_EQ(r.violations.size(), 1u);
-  EXPECT_EQ(r.violations.front().rfind("TOKEN_ORDER", 0), 0u) << r.violations.front();
+/// A worker's history of one holding: asked for at `invoked` ms, granted `token` at `granted`,
+/// valid until `valid` ms, released 100 ms after its grant (saying it is lost if it is).
+std::string one_holding(int invoked, int granted, int token, long long valid) {
+  const auto t = std::to_string(token), v = std::to_string(valid * 1000000);
+  const int release = granted + 100;
+  const bool lost = release > valid;
+  return history_of({std::to_string(invoked) + " acquire invoke",
+                     std::to_string(granted) + " acquire ok " + t + " " + v,
+                     std::to_string(release) + " release invoke " + t + (lost ? " 1 " : " 0 ") + v,
+                     std::to_string(release + 1) + " release ok " + (lost ? "0" : "1")});
 }
 
-TEST(NemesisChecker, AWaiterHandedTheLockAfterAHoldingEndedNeedsTheLargerToken) {
-  // Worker 1 queued before worker 0's grant (95 < 100) and was handed the lock after worker
-  // 0's release: its token was minted after 10.
-  const auto a = history_of({"90 acquire invoke", "100 acquire ok 10 900000000",
-                             "200 release invoke 10 0 900000000", "201 release ok 1"});
-  const auto lower = history_of({"95 acquire invoke", "300 acquire ok 9 1300000000",
-                                 "400 release invoke 9 0 1300000000", "401 release ok 1"});
-  const auto r = check({a, lower}, {}, 1000ms);
-  ASSERT_EQ(r.violations.size(), 1u);
-  EXPECT_EQ(r.violations.front().rfind("TOKEN_ORDER", 0), 0u) << r.violations.front();
+TEST(NemesisChecker, ATokenBelowOneGrantedBeforeIsAViolation) {
+  const auto a = one_holding(90, 100, 10, 900);
+  // Asked for after a's grant; or queued before it (95 < 100) and handed the lock after a's
+  // release: either way its token was minted after 10.
+  for (const auto& lower : {one_holding(300, 400, 9, 1400), one_holding(95, 300, 9, 1300)}) {
+    const auto r = check({a, lower}, {}, 1000ms);
+    ASSERT_EQ(r.violations.size(), 1u);
+    EXPECT_EQ(r.violations.front().rfind("TOKEN_ORDER", 0), 0u) << r.violations.front();
+  }
   // A grant read after its own validity (a worker stopped with the reply in flight) was
   // never held: its token may be the older one.
-  const auto stale = history_of({"95 acquire invoke", "300 acquire ok 9 250000000",
-                                 "400 release invoke 9 1 250000000", "401 release ok 0"});
-  EXPECT_TRUE(check({a, stale}, {}, 1000ms).violations.empty());
-  const auto larger = history_of({"95 acquire invoke", "300 acquire ok 11 1300000000",
-                                  "400 release invoke 11 0 1300000000", "401 release ok 1"});
-  EXPECT_TRUE(check({a, larger}, {}, 1000ms).violations.empty());
+  EXPECT_TRUE(check({a, one_holding(95, 300, 9, 250)}, {}, 1000ms).violations.empty());
+  EXPECT_TRUE(check({a, one_holding(95, 300, 11, 1300)}, {}, 1000ms).violations.empty());
 }
 
 TEST(NemesisChecker, AGuardPastItsValidityThatSaysItIsNotLostIsAViolation) {
