@@ -292,6 +292,13 @@ void Explorer::append_call(const Call& typed) {
   conn_->append(std::span<const std::string_view>(words.data(), n));
 }
 
+void Explorer::append_call(const scripts::AcquireGroup& typed) {
+  std::vector<std::string_view> words;  // its encoder takes any number of resources
+  scripts::encode(typed, words);
+  words[1] = sha_.at(std::string(scripts::AcquireGroup::script.name));
+  conn_->append(words);
+}
+
 namespace {
 
 /// The other resource: the first name "s<n>" whose keys hash to r's slot (so that the two
@@ -880,27 +887,23 @@ std::optional<Violation> Explorer::take_all(const Event& e) {
   first.token = second.token = next_token(e.client);
   // "Taken only when every lease is free and nobody queues for it" (acquire_group.lua): the
   // keys say, and a live hold or a live waiter of either resource means it is refused.
-  bool vacant = true, live = false;
-  for (int r = 0; r < 2; ++r) {
-    const auto& keys = w.keys[static_cast<std::size_t>(r)];
-    vacant = vacant && !keys.lease && !keys.set && keys.queue.empty() && keys.set_queue.empty();
-    live = live || live_on(w, r);
-  }
+  const auto occupied = [](const Snapshot& keys) {
+    return keys.lease || keys.set || !keys.queue.empty() || !keys.set_queue.empty();
+  };
+  const bool vacant = !occupied(w.keys[0]) && !occupied(w.keys[1]);
+  const bool live = live_on(w, 0) || live_on(w, 1);
   const auto before = w.keys;
   const auto written_before = everything_written();
   // In the library's taking order (by name: r first), with the slot's one fencing counter.
   const std::array<detail::ResourceKeys, 2> group = {keys_of(0), keys_of(1)};
   std::string count;
-  std::vector<std::string_view> words;
-  scripts::encode(scripts::AcquireGroup{.fence = group[0].fence(),
-                                        .resources = group,
-                                        .token = first.token,
-                                        .ttl_ms = ttl_ms,
-                                        .data = "group",
-                                        .key_count = &count},
-                  words);
-  words[1] = sha_.at(std::string(scripts::AcquireGroup::script.name));
-  auto reply = conn_->command(words);
+  append_call(scripts::AcquireGroup{.fence = group[0].fence(),
+                                    .resources = group,
+                                    .token = first.token,
+                                    .ttl_ms = ttl_ms,
+                                    .data = "group",
+                                    .key_count = &count});
+  auto reply = conn_->read();
   const auto* r = reply.get();
   if (r->type != REDIS_REPLY_ARRAY || r->elements < 2 ||
       r->element[0]->type != REDIS_REPLY_INTEGER) {
@@ -1205,7 +1208,7 @@ std::uint64_t Explorer::state_hash() const {
   // Who holds, who waits, in which order: the abstract state (no tokens, no clocks).
   std::uint64_t h = 1469598103934665603ull;
   auto mix = [&](std::uint64_t v) { h = (h ^ v) * 1099511628211ull; };
-  int at = -1;  // the resource whose keys are hashed
+  int at = 0;  // the resource whose keys are hashed
   auto owner = [&](std::string_view token) -> std::uint64_t {
     for (std::size_t i = 0; i < world_.clients.size(); ++i) {
       const auto& c = world_.clients[i];
@@ -1218,8 +1221,8 @@ std::uint64_t Explorer::state_hash() const {
         static_cast<std::uint64_t>(c.resource) << 8);
     mix(c.ended | c.handed_live << 1 | c.place_live << 2 | c.continuous << 3);
   }
-  for (const auto& keys : world_.keys) {
-    ++at;
+  for (; at < static_cast<int>(world_.keys.size()); ++at) {
+    const auto& keys = world_.keys[static_cast<std::size_t>(at)];
     mix(keys.lease ? owner(std::string_view(*keys.lease).substr(0, 32)) : 0);
     mix(keys.info.has_value());
     for (const auto& [member, end] : keys.holds) {

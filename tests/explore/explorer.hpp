@@ -22,6 +22,10 @@
 #include <unordered_set>
 #include <vector>
 
+namespace redis_lock::detail::scripts {
+struct AcquireGroup;
+}
+
 namespace redis_lock::explore {
 
 /// Which scripts a client runs, and how it queues.
@@ -219,6 +223,7 @@ class Explorer {
   /// of the body this explorer loaded; its reply is read by the caller.
   template <class Call>
   void append_call(const Call& typed);
+  void append_call(const detail::scripts::AcquireGroup& typed);
   std::uint64_t state_hash() const;
 
   std::uint16_t port_;

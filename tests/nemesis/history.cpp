@@ -105,15 +105,28 @@ Report check(const std::vector<std::string>& histories, const std::vector<Fault>
       long long t = 0;
       std::string event, what;
       f >> t >> event >> what;
+      // HANG: a call (an acquire, a release) called at `since` ends within the bound; a
+      // release retries while the lease may be valid, then gives up.
+      const auto ended = [&](long long since) {
+        if (since >= 0 && t - since > bound_ns) {
+          r.violations.push_back("HANG: worker " + std::to_string(w) + "'s " + event + " took " +
+                                 std::to_string((t - since) / 1000000) + " ms");
+        }
+      };
+      // NAMED: the rest of the line names the error; counted under `label` + its name.
+      const auto failed = [&](const std::string& label) {
+        std::string name;
+        std::getline(f, name);
+        if (!name.empty()) name.erase(0, 1);
+        if (!named_error(name)) r.violations.push_back("NAMED: an error without a name: " + line);
+        ++r.errors[label + name];
+      };
       if (event == "acquire" && what == "invoke") {
         invoked = t;
         continue;
       }
       if (event == "acquire") {
-        if (invoked >= 0 && t - invoked > bound_ns) {
-          r.violations.push_back("HANG: worker " + std::to_string(w) + "'s acquire took " +
-                                 std::to_string((t - invoked) / 1000000) + " ms");
-        }
+        ended(invoked);
         if (what == "ok") {
           Holding h;
           h.worker = w;
@@ -129,11 +142,7 @@ Report check(const std::vector<std::string>& histories, const std::vector<Fault>
         } else if (what == "none") {
           ++r.timeouts;
         } else {
-          std::string name;
-          std::getline(f, name);
-          if (!name.empty()) name.erase(0, 1);
-          if (!named_error(name)) r.violations.push_back("NAMED: an error without a name: " + line);
-          ++r.errors[name];
+          failed("");
         }
         invoked = -1;
       } else if (event == "write") {
@@ -159,19 +168,8 @@ Report check(const std::vector<std::string>& histories, const std::vector<Fault>
         }
         ++r.releases;
       } else if (event == "release" && what != "invoke") {
-        // HANG: a release ends within the same bound (it retries while the lease may be
-        // valid, then gives up).
-        if (releasing >= 0 && t - releasing > bound_ns) {
-          r.violations.push_back("HANG: worker " + std::to_string(w) + "'s release took " +
-                                 std::to_string((t - releasing) / 1000000) + " ms");
-        }
-        if (what == "fail") {
-          std::string name;
-          std::getline(f, name);
-          if (!name.empty()) name.erase(0, 1);
-          if (!named_error(name)) r.violations.push_back("NAMED: an error without a name: " + line);
-          ++r.errors["release: " + name];
-        }
+        ended(releasing);
+        if (what == "fail") failed("release: ");
         releasing = -1;
         open = -1;
       } else if (event == "crash") {
